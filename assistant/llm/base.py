@@ -1,0 +1,124 @@
+"""The provider interface: results, normalized usage, errors."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _int(value: Any) -> int:
+    return int(value or 0)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token usage, normalized so `prompt_tokens` is the whole prompt for every provider."""
+
+    input_tokens: int = 0  # the uncached part of the prompt
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    @classmethod
+    def from_anthropic(cls, usage: Any) -> Usage:
+        # Anthropic's input_tokens already excludes the cached parts; cache fields may be null.
+        if usage is None:
+            return cls()
+        return cls(
+            input_tokens=_int(getattr(usage, "input_tokens", 0)),
+            output_tokens=_int(getattr(usage, "output_tokens", 0)),
+            cache_read_tokens=_int(getattr(usage, "cache_read_input_tokens", 0)),
+            cache_write_tokens=_int(getattr(usage, "cache_creation_input_tokens", 0)),
+        )
+
+    @classmethod
+    def from_gemini(cls, metadata: Any) -> Usage:
+        # Gemini's promptTokenCount includes the cached part: split it out.
+        if metadata is None:
+            return cls()
+        prompt = _int(getattr(metadata, "prompt_token_count", 0))
+        cached = min(_int(getattr(metadata, "cached_content_token_count", 0)), prompt)
+        output = _int(getattr(metadata, "candidates_token_count", 0)) + _int(
+            getattr(metadata, "thoughts_token_count", 0)
+        )
+        return cls(input_tokens=prompt - cached, output_tokens=output, cache_read_tokens=cached)
+
+
+@dataclass(frozen=True)
+class SummaryResult:
+    text: str
+    usage: Usage
+    model: str
+    provider: str
+    fallback: bool = False  # the offline summarizer answered for a failed provider
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    text: str
+    usage: Usage
+    model: str
+    stop_reason: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {id, name, arguments}
+
+
+class ProviderError(Exception):
+    """A provider call failed after the SDK's own retries; the SDK error is `__cause__`."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        model: str,
+        status: int | None = None,
+        overflow: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.model = model
+        self.status = status
+        self.overflow = overflow
+
+
+class SummaryRejected(ProviderError):
+    """The provider answered, but not with a usable summary."""
+
+    def __init__(self, reason: str, *, provider: str = "", model: str = "") -> None:
+        super().__init__(f"summary rejected: {reason}", provider=provider, model=model)
+        self.reason = reason
+
+
+class Provider(abc.ABC):
+    name: str
+    model: str  # the summary model
+    chat_model: str
+    max_input_tokens: int  # what one summarize() call can take in; callers chunk above it
+
+    @abc.abstractmethod
+    def summarize(
+        self,
+        transcript: str,
+        *,
+        previous_summary: str | None = None,
+        instructions: str | None = None,
+    ) -> SummaryResult: ...
+
+    @abc.abstractmethod
+    def count_tokens(self, system: str, messages: list[dict[str, Any]]) -> int | None: ...
+
+    @abc.abstractmethod
+    def chat(
+        self,
+        system: str,
+        summaries: list[str],
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> ChatResult: ...

@@ -1,0 +1,237 @@
+"""Conversations, their append-only messages, and the compaction audit log.
+
+Compaction is a view over the history, never a rewrite of it:
+`Message.content` always holds the verbatim original, and the model-facing
+text of a compacted message lives in `Message.compacted_content`. The hot
+query (`Message.objects.model_view()`) selects
+COALESCE(compacted_content, content), so the originals of compacted messages
+never leave the database on the chat path.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models.functions import Coalesce
+
+
+class MetadataKeys:
+    """Keys of `Conversation.metadata` that other code relies on."""
+
+    COMPACTION_SUMMARY = "compaction_summary"
+    COMPACTION_THROUGH_MESSAGE_ID = "compaction_through_message_id"
+    PARENT_CONVERSATION_SUMMARY = "parent_conversation_summary"
+    FORK_MESSAGE_ID = "fork_message_id"
+    TOOL_SERVICES = "tool_services"
+    # A summary pre-built by the post-exchange task, keyed by the split it covers.
+    PENDING_SUMMARY = "pending_summary"
+    PENDING_THROUGH_MESSAGE_ID = "pending_through_message_id"
+    # Set when a provider reported more input tokens than the model's window.
+    NEEDS_EMERGENCY_COMPACTION = "needs_emergency_compaction"
+    SUMMARY_DEFERRED = "summary_deferred"
+
+
+class Conversation(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="assistant_conversations",
+    )
+    title = models.CharField(max_length=255, blank=True, default="")
+    parent_conversation = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+    metadata = models.JSONField(default=dict, blank=True, db_default={})
+    system_prompt = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+    # Post-exchange bookkeeping: finish_exchange stamps the first, the
+    # post-exchange task copies it into the second when done. A row where
+    # they differ had work that never ran (the sweep finds it).
+    last_exchange_at = models.DateTimeField(null=True, blank=True)
+    post_exchange_done_at = models.DateTimeField(null=True, blank=True)
+    # Summary lease: one summary generation per conversation at a time,
+    # claimed with a conditional UPDATE, never held across a transaction.
+    summary_lease_token = models.UUIDField(null=True, blank=True)
+    summary_lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        permissions = [
+            ("fork_conversation", "Can fork or branch a conversation"),
+            ("compact_conversation", "Can compact a conversation"),
+        ]
+        indexes = [
+            # A user's conversation list, newest first.
+            models.Index(fields=["user", "-updated_at"], name="assistant_conv_user_recent"),
+            # Purge of soft-deleted conversations (cleanup task).
+            models.Index(
+                fields=["deleted_at"],
+                name="assistant_conv_deleted",
+                condition=models.Q(deleted_at__isnull=False),
+            ),
+            # Sweep for exchanges whose post-exchange task never ran.
+            models.Index(
+                fields=["last_exchange_at"],
+                name="assistant_conv_exchange",
+                condition=models.Q(last_exchange_at__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.pk}"
+
+    # Typed accessors over metadata (DESIGN section 4).
+
+    @property
+    def compaction_summary(self) -> str | None:
+        return self.metadata.get(MetadataKeys.COMPACTION_SUMMARY) or None
+
+    @property
+    def compaction_through_message_id(self) -> int | None:
+        value = self.metadata.get(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID)
+        return int(value) if value is not None else None
+
+    @property
+    def parent_conversation_summary(self) -> str | None:
+        return self.metadata.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY) or None
+
+    @property
+    def fork_message_id(self) -> int | None:
+        value = self.metadata.get(MetadataKeys.FORK_MESSAGE_ID)
+        return int(value) if value is not None else None
+
+    @property
+    def tool_services(self) -> list[str]:
+        return list(self.metadata.get(MetadataKeys.TOOL_SERVICES) or [])
+
+
+class MessageQuerySet(models.QuerySet):
+    def model_view(self) -> MessageQuerySet:
+        """Messages as the model sees them, in order, without loading the
+        originals of compacted messages: `model_content` is the compacted
+        text where there is one, else the original."""
+        return (
+            self.defer("content", "compacted_content")
+            .annotate(model_content=Coalesce("compacted_content", "content"))
+            .order_by("id")
+        )
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        SYSTEM = "system"
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+
+    class Compaction(models.TextChoices):
+        SUMMARIZED = "summarized"
+        TRUNCATED = "truncated"
+        DEDUPLICATED = "deduplicated"
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices)
+    # The verbatim original, never overwritten by compaction.
+    content = models.TextField(blank=True, default="")
+    # What the model sees instead of `content` once compacted; NULL = verbatim.
+    compacted_content = models.TextField(null=True, blank=True)
+    compaction = models.CharField(max_length=16, choices=Compaction.choices, blank=True, default="")
+    compacted_at = models.DateTimeField(null=True, blank=True)
+    # Set when a retention policy dropped the original of a compacted message.
+    original_dropped_at = models.DateTimeField(null=True, blank=True)
+    tool_calls = models.JSONField(null=True, blank=True)
+    tool_call_id = models.CharField(max_length=255, blank=True, default="")
+    tool_name = models.CharField(max_length=255, blank=True, default="")
+    tool_arguments = models.JSONField(null=True, blank=True)
+    # Usage reported by the provider for the call that produced this message.
+    input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_read_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_write_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # Heuristic token counts, stored so that nothing re-reads content to count:
+    # of what the model sees now, and of the original.
+    token_estimate = models.PositiveIntegerField(default=0)
+    original_token_estimate = models.PositiveIntegerField(default=0)
+    metadata = models.JSONField(default=dict, blank=True, db_default={})
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = MessageQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            # build_context and the split: a conversation's messages by id.
+            models.Index(fields=["conversation", "id"], name="assistant_msg_conv_id"),
+            # Dedup and per-tool lookups: tool results by conversation and tool.
+            models.Index(
+                fields=["conversation", "tool_name", "id"],
+                name="assistant_msg_tool_name",
+                condition=models.Q(role="tool"),
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(role__in=["system", "user", "assistant", "tool"]),
+                name="assistant_msg_role_valid",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(role="tool") | ~models.Q(tool_call_id=""),
+                name="assistant_msg_tool_has_call_id",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.pk}"
+
+    @property
+    def is_compacted(self) -> bool:
+        return bool(self.compaction)
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """The whole prompt the provider reported for the call that produced
+        this message (uncached input plus cache reads and writes)."""
+        if self.input_tokens is None:
+            return None
+        return self.input_tokens + (self.cache_read_tokens or 0) + (self.cache_write_tokens or 0)
+
+
+class CompactionEvent(models.Model):
+    class Kind(models.TextChoices):
+        TOOL_RESULTS = "tool_results", "Tool results compacted"
+        DEDUP = "dedup", "Duplicate tool results stubbed"
+        WINDOW_SUMMARY = "window_summary", "Window summary"
+        EMERGENCY_1 = "emergency_1", "Emergency compaction, level 1"
+        EMERGENCY_2 = "emergency_2", "Emergency compaction, level 2"
+        FORK_SUMMARY = "fork_summary", "Fork summary"
+        RESTORE = "restore", "Originals restored"
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="compaction_events"
+    )
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    tokens_before = models.PositiveIntegerField(default=0)
+    tokens_after = models.PositiveIntegerField(default=0)
+    messages_affected = models.PositiveIntegerField(default=0)
+    summarizer_model = models.CharField(max_length=128, blank=True, default="")
+    summarizer_input_tokens = models.PositiveIntegerField(default=0)
+    summarizer_output_tokens = models.PositiveIntegerField(default=0)
+    duration_ms = models.PositiveIntegerField(default=0)
+    details = models.JSONField(default=dict, blank=True, db_default={})
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # The admin's and context_report's history of one conversation.
+            models.Index(fields=["conversation", "-created_at"], name="assistant_event_conv"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} on {self.conversation_id}"

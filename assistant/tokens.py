@@ -1,0 +1,20 @@
+"""Token estimates, for messages the provider has not counted yet."""
+
+import json
+import math
+from typing import Any
+
+from assistant.conf import compaction_config
+
+
+def estimate_tokens(text: str, chars_per_token: int | None = None) -> int:
+    if not text:
+        return 0
+    per_token = chars_per_token or compaction_config().CHARS_PER_TOKEN
+    return math.ceil(len(text) / per_token)
+
+
+def estimate_message_tokens(content: str, tool_calls: list[dict[str, Any]] | None = None) -> int:
+    """Content plus the serialized tool calls, which the model also reads."""
+    extra = json.dumps(tool_calls, ensure_ascii=False) if tool_calls else ""
+    return estimate_tokens(content + extra)

@@ -1,0 +1,186 @@
+"""Django settings, driven by environment variables (see the README's table).
+
+The defaults are the embedded ones for the demo: a SQLite file and kombu's
+filesystem broker, so `make demo` runs on a machine with no servers. A
+deployment sets DATABASE_URL and REDIS_URL / CELERY_BROKER_URL.
+"""
+
+from pathlib import Path
+
+from config.env import (
+    env_bool,
+    env_choice,
+    env_database,
+    env_float,
+    env_int,
+    env_json_object,
+    env_list,
+    env_str,
+    env_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("ASSISTANT_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "insecure-dev-key-change-me" if DEBUG else "")
+if not SECRET_KEY:
+    # Only the demo and tests run without a configured key; a deployment must set one.
+    SECRET_KEY = "insecure-demo-key-set-DJANGO_SECRET_KEY"
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "assistant",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'demo.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # The demo's web process and worker share the file: wait for locks, and
+    # take the write lock up front so concurrent writers queue instead of failing.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL;",
+    }
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# --- Redis and Celery -------------------------------------------------------
+
+REDIS_URL = env_url("REDIS_URL", "", {"", "redis", "rediss", "unix"}) or None
+CELERY_BROKER_URL = env_url(
+    "CELERY_BROKER_URL", REDIS_URL or "filesystem://", {"redis", "rediss", "filesystem", "amqp"}
+)
+CELERY_BROKER_VISIBILITY_TIMEOUT = env_int("CELERY_BROKER_VISIBILITY_TIMEOUT", 3600, minimum=10)
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 240, minimum=1)
+if CELERY_TASK_TIME_LIMIT >= CELERY_BROKER_VISIBILITY_TIMEOUT:
+    from django.core.exceptions import ImproperlyConfigured
+
+    # A task still running when the visibility timeout passes is delivered twice.
+    raise ImproperlyConfigured(
+        "CELERY_TASK_TIME_LIMIT must be below CELERY_BROKER_VISIBILITY_TIMEOUT"
+    )
+if CELERY_BROKER_URL.startswith("filesystem"):
+    _broker_dir = VAR_DIR / "broker"
+    (_broker_dir / "processed").mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir),
+        "data_folder_out": str(_broker_dir),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT,
+        "socket_connect_timeout": 3,
+        "socket_timeout": 10,
+    }
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+# A task whose worker dies comes back (late ack + reject on worker lost); a
+# worker takes one task at a time so a long summary does not hold others hostage.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Publishing happens on the chat path: fail fast when the broker is down; the
+# periodic sweep finds the work that was not enqueued.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_ROUTES = {
+    "assistant.tasks.post_exchange_task": {"queue": "compaction"},
+    "assistant.tasks.generate_parent_summary_task": {"queue": "compaction"},
+}
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE: dict = {}
+
+# --- LLM providers ----------------------------------------------------------
+
+ANTHROPIC_API_KEY = env_str("ANTHROPIC_API_KEY")
+ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL") or None
+ANTHROPIC_SUMMARY_MODEL = env_str("ANTHROPIC_SUMMARY_MODEL", "claude-haiku-4-5")
+ANTHROPIC_CHAT_MODEL = env_str("ANTHROPIC_CHAT_MODEL", "claude-sonnet-4-5")
+GEMINI_API_KEY = env_str("GEMINI_API_KEY") or env_str("GOOGLE_API_KEY")
+GEMINI_BASE_URL = env_str("GEMINI_BASE_URL") or None
+GEMINI_SUMMARY_MODEL = env_str("GEMINI_SUMMARY_MODEL", "gemini-2.5-flash-lite")
+GEMINI_CHAT_MODEL = env_str("GEMINI_CHAT_MODEL", "gemini-2.5-flash")
+ASSISTANT_SUMMARIZER = env_choice(
+    "ASSISTANT_SUMMARIZER", "auto", {"auto", "anthropic", "gemini", "offline"}
+)
+ASSISTANT_SUMMARY_FALLBACK = env_bool("ASSISTANT_SUMMARY_FALLBACK", True)
+ASSISTANT_DEFAULT_CONTEXT_WINDOW = env_int("ASSISTANT_DEFAULT_CONTEXT_WINDOW", 200_000, minimum=1)
+LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", 30.0, minimum=0.1)
+LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 2, minimum=0)
+SUMMARY_MAX_OUTPUT_TOKENS = env_int("SUMMARY_MAX_OUTPUT_TOKENS", 2048, minimum=64)
+
+# --- Compaction thresholds: one dict, defaults in assistant/conf.py ------------
+
+ASSISTANT_COMPACTION = env_json_object("ASSISTANT_COMPACTION")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO").upper()},
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+}

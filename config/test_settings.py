@@ -1,0 +1,42 @@
+"""Test settings: the real PostgreSQL and Redis on localhost, overridable by env.
+
+TEST_DATABASE_URL and TEST_REDIS_URL point the suite elsewhere (for example
+at `docker compose up -d postgres redis`).
+"""
+
+import os
+
+from config.env import env_database, env_str
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+os.environ.setdefault("CELERY_BROKER_VISIBILITY_TIMEOUT", "30")
+os.environ.setdefault("CELERY_TASK_TIME_LIMIT", "20")
+os.environ.setdefault("CELERY_TASK_SOFT_TIME_LIMIT", "15")
+
+from config.settings import *  # noqa: E402, F403
+
+DATABASES = {
+    "default": env_database("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+}
+DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", "test_assistant")}
+
+REDIS_URL = env_str("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 30,
+    "socket_connect_timeout": 3,
+    "socket_timeout": 10,
+    # Redelivered messages come back within the test instead of after a minute.
+    "unacked_restore_throttle": 0,
+}
+CELERY_RESULT_BACKEND = REDIS_URL
+
+# No test may reach a real provider: keys are blank unless a test sets them
+# and points the SDKs at the fake server in tests/fake_llm.py.
+ANTHROPIC_API_KEY = ""
+GEMINI_API_KEY = ""
+ASSISTANT_SUMMARIZER = "offline"
+LLM_TIMEOUT_SECONDS = 2.0
+LLM_MAX_RETRIES = 2
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
