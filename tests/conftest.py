@@ -1,0 +1,61 @@
+"""Shared fixtures: a real Celery worker on the real Redis broker, helpers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+from celery.contrib.testing.worker import start_worker
+from django.conf import settings
+
+from assistant.models import Conversation
+from config.celery import app as celery_app
+
+# pytest_plugins = ["tests.fake_llm"]
+
+QUEUES = ["compaction", "celery"]
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def empty_queues(redis_client: redis.Redis) -> None:
+    """The test Redis database holds only this suite's queues: start empty."""
+    redis_client.flushdb()
+
+
+@pytest.fixture
+def celery_worker(transactional_db, empty_queues) -> Iterator[None]:
+    """A real worker (solo pool, in a thread) consuming the real Redis broker.
+    Data must be committed for it to see: hence transactional_db."""
+    with start_worker(
+        celery_app,
+        pool="solo",
+        concurrency=1,
+        queues=QUEUES,
+        perform_ping_check=False,
+        loglevel="WARNING",
+        shutdown_timeout=10,
+    ):
+        yield
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+@pytest.fixture
+def conversation(db) -> Conversation:
+    return Conversation.objects.create(title="Blog admin session", system_prompt="You help.")

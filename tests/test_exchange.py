@@ -1,0 +1,81 @@
+"""finish_exchange publishes the post-exchange task only after commit, and a
+real worker on the real Redis broker runs it."""
+
+import json
+
+import pytest
+from django.db import transaction
+
+from assistant.models import Conversation
+from assistant.services import add_message, finish_exchange
+from tests.conftest import wait_until
+
+
+def queued_tasks(redis_client, queue="compaction"):
+    return [json.loads(raw)["headers"]["task"] for raw in redis_client.lrange(queue, 0, -1)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_enqueues_only_after_the_transaction_commits(empty_queues, redis_client):
+    conversation = Conversation.objects.create(title="t")
+
+    with transaction.atomic():
+        add_message(conversation, "user", "hello")
+        finish_exchange(conversation)
+        assert queued_tasks(redis_client) == []
+
+    assert queued_tasks(redis_client) == ["assistant.tasks.post_exchange_task"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_enqueues_nothing_when_the_transaction_rolls_back(empty_queues, redis_client):
+    conversation = Conversation.objects.create(title="t")
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        add_message(conversation, "user", "hello")
+        finish_exchange(conversation)
+        raise RuntimeError("the view failed after the exchange")
+
+    assert queued_tasks(redis_client) == []
+    assert conversation.messages.count() == 0
+
+
+def test_a_real_worker_runs_the_post_exchange_task(celery_worker):
+    conversation = Conversation.objects.create(title="t")
+    add_message(conversation, "user", "hello")
+
+    finish_exchange(conversation)
+
+    def processed():
+        conversation.refresh_from_db()
+        return conversation.post_exchange_done_at is not None
+
+    assert wait_until(processed)
+    assert conversation.post_exchange_done_at == conversation.last_exchange_at
+
+
+def use_broker(app, url):
+    app.pool.force_close_all()
+    app._pool = None  # the producer pool is built from broker_url on first use
+    app.conf.broker_url = url
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broker_outage_does_not_break_the_exchange(caplog):
+    from config.celery import app
+
+    working = app.conf.broker_url
+    use_broker(app, "redis://127.0.0.1:1/0")  # nothing listens there
+    try:
+        conversation = Conversation.objects.create(title="t")
+        with transaction.atomic():
+            add_message(conversation, "user", "hello")
+            finish_exchange(conversation)
+    finally:
+        use_broker(app, working)
+
+    conversation.refresh_from_db()
+    assert conversation.messages.count() == 1
+    assert conversation.last_exchange_at is not None
+    assert conversation.post_exchange_done_at is None  # left for the sweep
+    assert "enqueue_failed task=assistant.tasks.post_exchange_task" in caplog.text
