@@ -117,6 +117,7 @@ if CELERY_BROKER_URL.startswith("filesystem"):
         "data_folder_out": str(_broker_dir),
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
+        "polling_interval": 0.1,
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
