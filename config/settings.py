@@ -7,6 +7,7 @@ deployment sets DATABASE_URL and REDIS_URL / CELERY_BROKER_URL.
 
 from pathlib import Path
 
+from assistant.cleanup_conf import beat_schedule, cleanup_settings
 from config.env import (
     env_bool,
     env_choice,
@@ -152,7 +153,11 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULE: dict = {}
+
+# --- Scheduled cleanup (Celery beat): one dict, defaults in assistant/cleanup_conf.py ---
+
+ASSISTANT_CLEANUP = cleanup_settings(env_json_object("ASSISTANT_CLEANUP"))
+CELERY_BEAT_SCHEDULE: dict = beat_schedule(ASSISTANT_CLEANUP)
 
 # --- LLM providers ----------------------------------------------------------
 
