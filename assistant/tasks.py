@@ -26,3 +26,17 @@ _DB_RETRY = {
 @shared_task(**_DB_RETRY)
 def post_exchange_task(conversation_id: int) -> None:
     exchanges.process_exchange(conversation_id)
+
+
+@shared_task(**_DB_RETRY)
+def generate_parent_summary_task(conversation_id: int) -> None:
+    """The deferred summary of a fork made with summarize=False; a no-op when
+    the fork is gone or already has its summary."""
+    from assistant.forking import generate_parent_summary
+    from assistant.models import Conversation
+
+    conversation = Conversation.objects.filter(pk=conversation_id).first()
+    if conversation is None:
+        logger.info("parent_summary_skipped conversation=%s reason=missing", conversation_id)
+        return
+    generate_parent_summary(conversation)
