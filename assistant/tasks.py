@@ -40,3 +40,57 @@ def generate_parent_summary_task(conversation_id: int) -> None:
         logger.info("parent_summary_skipped conversation=%s reason=missing", conversation_id)
         return
     generate_parent_summary(conversation)
+
+
+# --- Scheduled cleanup (beat; see assistant/cleanup_conf.py) -----------------
+# Each runs one bounded batch and re-enqueues itself while work remains.
+
+
+@shared_task(**_DB_RETRY)
+def purge_deleted_conversations_task() -> int:
+    from assistant import cleanup
+
+    result = cleanup.purge_deleted_conversations()
+    if result.remains:
+        purge_deleted_conversations_task.delay()
+    return result.count
+
+
+@shared_task(**_DB_RETRY)
+def drop_compacted_originals_task() -> int:
+    from assistant import cleanup
+
+    result = cleanup.drop_compacted_originals()
+    if result.remains:
+        drop_compacted_originals_task.delay()
+    return result.count
+
+
+@shared_task(**_DB_RETRY)
+def sweep_missed_exchanges_task(after_id: int = 0) -> int:
+    from assistant import cleanup
+
+    result = cleanup.sweep_missed_exchanges(after_id=after_id)
+    if result.remains:
+        sweep_missed_exchanges_task.delay(result.after_id)
+    return result.count
+
+
+@shared_task(**_DB_RETRY)
+def missing_fork_summaries_task(after_id: int = 0) -> int:
+    from assistant import cleanup
+
+    result = cleanup.enqueue_missing_fork_summaries(after_id=after_id)
+    if result.remains:
+        missing_fork_summaries_task.delay(result.after_id)
+    return result.count
+
+
+@shared_task(**_DB_RETRY)
+def clear_stale_state_task() -> int:
+    from assistant import cleanup
+
+    result = cleanup.clear_stale_state()
+    if result.remains:
+        clear_stale_state_task.delay()
+    return result.count

@@ -158,6 +158,8 @@ CELERY_TIMEZONE = "UTC"
 
 ASSISTANT_CLEANUP = cleanup_settings(env_json_object("ASSISTANT_CLEANUP"))
 CELERY_BEAT_SCHEDULE: dict = beat_schedule(ASSISTANT_CLEANUP)
+# /healthz pings a worker unless this is false (or the request says ?worker=0).
+ASSISTANT_HEALTHZ_CHECK_WORKER = env_bool("ASSISTANT_HEALTHZ_CHECK_WORKER", True)
 
 # --- LLM providers ----------------------------------------------------------
 
