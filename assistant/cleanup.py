@@ -300,16 +300,18 @@ def release_expired_leases(
     return CleanupResult("release_leases", count, len(ids) == batch)
 
 
-def _stale_summary_q(through_key: str) -> Q:
-    """The cached summary's through-message is not (any more) a message of
-    the conversation."""
-    through = Cast(KeyTextTransform(through_key, "metadata"), BigIntegerField())
-    exists = Exists(Message.objects.filter(conversation_id=OuterRef("pk"), id=through))
-    return Q(**{"metadata__has_key": through_key}) & ~Q(exists)
-
-
 def stale_cached_summaries(through_key: str) -> QuerySet[Conversation]:
-    return Conversation.objects.filter(_stale_summary_q(through_key))
+    """Conversations whose cached summary's through-message is not (any
+    more) a message of the conversation."""
+    through = Cast(KeyTextTransform(through_key, "metadata"), BigIntegerField())
+    exists = Exists(
+        Message.objects.filter(conversation_id=OuterRef("pk"), id=OuterRef("_through_id"))
+    )
+    return (
+        Conversation.objects.filter(metadata__has_key=through_key)
+        .annotate(_through_id=through)
+        .filter(~Q(exists))
+    )
 
 
 def clear_stale_summaries(*, config: CleanupConfig | None = None) -> CleanupResult:

@@ -21,7 +21,7 @@ logger = logging.getLogger("assistant.events")
 
 # Names that would carry conversation text or secrets: a programming error.
 _FORBIDDEN_FIELDS = frozenset(
-    {"content", "text", "summary", "prompt", "messages", "api_key", "key", "secret", "arguments"}
+    {"content", "text", "summary", "prompt", "api_key", "key", "secret", "arguments"}
 )
 _MAX_LABEL_CHARS = 80
 _BARE = re.compile(r"^[A-Za-z0-9_.:/@+-]*$")
