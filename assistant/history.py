@@ -123,7 +123,9 @@ def _validated_tool_calls(role: str, tool_calls: Any) -> list[dict[str, Any]] | 
     if tool_calls is None or tool_calls == []:
         return None
     if role != Message.Role.ASSISTANT:
-        raise ValidationError("Only assistant messages carry tool_calls.", code="invalid_tool_calls")
+        raise ValidationError(
+            "Only assistant messages carry tool_calls.", code="invalid_tool_calls"
+        )
     if not isinstance(tool_calls, list):
         raise ValidationError(
             "tool_calls must be a list of {id, name, arguments} objects.", code="invalid_tool_calls"

@@ -29,6 +29,11 @@ class MetadataKeys:
     # Set when a provider reported more input tokens than the model's window.
     NEEDS_EMERGENCY_COMPACTION = "needs_emergency_compaction"
     SUMMARY_DEFERRED = "summary_deferred"
+    # Provider counts reported at or before this message id predate the last
+    # compaction of the context, so they no longer describe it.
+    CONTEXT_EPOCH_MESSAGE_ID = "context_epoch_message_id"
+    # The split a pending (pre-built) summary was built on top of.
+    PENDING_BASE_MESSAGE_ID = "pending_base_message_id"
 
 
 class Conversation(models.Model):
@@ -140,7 +145,7 @@ class Message(models.Model):
     # The verbatim original, never overwritten by compaction.
     content = models.TextField(blank=True, default="")
     # What the model sees instead of `content` once compacted; NULL = verbatim.
-    compacted_content = models.TextField(null=True, blank=True)
+    compacted_content = models.TextField(null=True, blank=True)  # noqa: DJ001 (NULL = verbatim)
     compaction = models.CharField(max_length=16, choices=Compaction.choices, blank=True, default="")
     compacted_at = models.DateTimeField(null=True, blank=True)
     # Set when a retention policy dropped the original of a compacted message.

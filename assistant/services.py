@@ -1,25 +1,31 @@
 """The public service API (DESIGN section 5). Other code, the admin, tasks
 and tests call these names; the work is done in the modules behind them."""
 
-from assistant.emergency import (
-    ContextTooLarge,
-    call_with_overflow_recovery,
-    compact_if_flagged,
-    emergency_compact,
-)
+from assistant.compaction import compact_tool_results, restore_originals
+from assistant.context import Context, IncompleteToolCall, build_context, context_tokens
 from assistant.exchanges import process_exchange
-from assistant.forking import fork_continuation, fork_from_message, generate_parent_summary
 from assistant.history import add_message, finish_exchange
+from assistant.summaries import (
+    compaction_cutoff_id,
+    ensure_context_summary,
+    prebuild_window_summary,
+    regenerate_window_summary,
+    summarize_messages,
+)
 
 __all__ = [
-    "ContextTooLarge",
+    "Context",
+    "IncompleteToolCall",
     "add_message",
-    "call_with_overflow_recovery",
-    "compact_if_flagged",
-    "emergency_compact",
+    "build_context",
+    "compact_tool_results",
+    "compaction_cutoff_id",
+    "context_tokens",
+    "ensure_context_summary",
     "finish_exchange",
-    "fork_continuation",
-    "fork_from_message",
-    "generate_parent_summary",
+    "prebuild_window_summary",
     "process_exchange",
+    "regenerate_window_summary",
+    "restore_originals",
+    "summarize_messages",
 ]

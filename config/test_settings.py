@@ -13,7 +13,7 @@ os.environ.setdefault("CELERY_BROKER_VISIBILITY_TIMEOUT", "30")
 os.environ.setdefault("CELERY_TASK_TIME_LIMIT", "20")
 os.environ.setdefault("CELERY_TASK_SOFT_TIME_LIMIT", "15")
 
-from config.settings import *  # noqa: E402, F403
+from config.settings import *  # noqa: F403
 
 DATABASES = {
     "default": env_database("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")

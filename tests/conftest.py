@@ -47,7 +47,9 @@ def celery_worker(transactional_db, empty_queues) -> Iterator[None]:
         yield
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, interval: float = 0.05) -> bool:
+def wait_until(
+    predicate: Callable[[], bool], timeout: float = 15.0, interval: float = 0.05
+) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -18,7 +18,9 @@ def with_tool_call(conversation):
 
 
 def test_it_stores_a_tool_exchange_with_estimates_and_call_details(with_tool_call):
-    result = add_message(with_tool_call, "tool", "<html>" + "x" * 395 + "</html>", tool_call_id="call_1")
+    result = add_message(
+        with_tool_call, "tool", "<html>" + "x" * 395 + "</html>", tool_call_id="call_1"
+    )
 
     result.refresh_from_db()
     assert result.tool_name == "get_blog_post"
@@ -36,7 +38,9 @@ def test_it_parses_string_arguments_into_an_object(conversation):
     )
 
     message.refresh_from_db()
-    assert message.tool_calls == [{"id": "c1", "name": "run_sql", "arguments": {"query": "SELECT 1"}}]
+    assert message.tool_calls == [
+        {"id": "c1", "name": "run_sql", "arguments": {"query": "SELECT 1"}}
+    ]
 
 
 BAD_INPUT = [
@@ -84,20 +88,32 @@ BAD_INPUT = [
         id="arguments-not-an-object",
     ),
     pytest.param(
-        {"role": "user", "content": "hi", "tool_calls": [{"id": "c2", "name": "x", "arguments": {}}]},
+        {
+            "role": "user",
+            "content": "hi",
+            "tool_calls": [{"id": "c2", "name": "x", "arguments": {}}],
+        },
         "invalid_tool_calls",
         id="tool-calls-on-a-user-message",
     ),
-    pytest.param({"role": "user", "content": "hi", "metadata": ["a"]}, "invalid_metadata", id="metadata-list"),
+    pytest.param(
+        {"role": "user", "content": "hi", "metadata": ["a"]}, "invalid_metadata", id="metadata-list"
+    ),
     pytest.param(
         {"role": "user", "content": "hi", "metadata": {"when": object()}},
         "invalid_metadata",
         id="metadata-not-json",
     ),
     pytest.param({"role": "user", "content": "nul\x00byte"}, "nul_byte", id="nul-byte"),
-    pytest.param({"role": "user", "content": "bad \ud800 surrogate"}, "invalid_unicode", id="lone-surrogate"),
+    pytest.param(
+        {"role": "user", "content": "bad \ud800 surrogate"}, "invalid_unicode", id="lone-surrogate"
+    ),
     pytest.param({"role": "user", "content": b"bytes"}, "invalid_content", id="bytes-content"),
-    pytest.param({"role": "assistant", "content": "ok", "input_tokens": -5}, "invalid_usage", id="negative-usage"),
+    pytest.param(
+        {"role": "assistant", "content": "ok", "input_tokens": -5},
+        "invalid_usage",
+        id="negative-usage",
+    ),
 ]
 
 

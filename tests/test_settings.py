@@ -67,14 +67,17 @@ def test_compaction_defaults_match_the_design():
     ],
 )
 def test_bad_compaction_settings_are_refused(overrides, message):
-    with override_settings(ASSISTANT_COMPACTION=overrides), pytest.raises(
-        ImproperlyConfigured, match=message
+    with (
+        override_settings(ASSISTANT_COMPACTION=overrides),
+        pytest.raises(ImproperlyConfigured, match=message),
     ):
         compaction_config()
 
 
 def test_compaction_overrides_apply():
-    with override_settings(ASSISTANT_COMPACTION={"RECENT_FRACTION": 1, "TOOL_POLICIES": {"a": "keep"}}):
+    with override_settings(
+        ASSISTANT_COMPACTION={"RECENT_FRACTION": 1, "TOOL_POLICIES": {"a": "keep"}}
+    ):
         config = compaction_config()
 
     assert config.RECENT_FRACTION == 1.0

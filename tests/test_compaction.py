@@ -1,0 +1,157 @@
+"""Strategy 1: tool-result compaction and dedup, as a view over the history."""
+
+import pytest
+from django.test import override_settings
+
+from assistant.compaction import STUB
+from assistant.models import CompactionEvent, Message
+from assistant.services import compact_tool_results, restore_originals
+from tests.builders import html, tool_turn
+
+pytestmark = pytest.mark.django_db
+
+
+def originals(conversation):
+    return dict(conversation.messages.values_list("id", "content"))
+
+
+def model_view(conversation):
+    return {
+        m.pk: m.model_content
+        for m in Message.objects.filter(conversation=conversation).model_view()
+    }
+
+
+def test_it_truncates_large_consumed_results_and_keeps_small_ones(conversation):
+    big = html(6000, marker="Post 42 title: 'Hello World' at /posts/42 ")
+    turn = tool_turn(
+        conversation,
+        "Show post 42 and count the comments",
+        [("get_blog_post", {"id": 42}, big), ("run_sql", {"q": "select 1"}, "count\n7")],
+    )
+    big_result, small_result = turn[2], turn[3]
+
+    assert compact_tool_results(conversation) == 1
+
+    big_result.refresh_from_db()
+    small_result.refresh_from_db()
+    assert big_result.compaction == "truncated"
+    assert big_result.compacted_content.startswith(
+        "[Tool result compacted: showing the first 800 of 6,000 characters. "
+        "The full original is stored and can be restored.]\n<article>Post 42"
+    )
+    assert big_result.content == big  # the original is intact
+    assert big_result.token_estimate == -(-len(big_result.compacted_content) // 4)
+    assert big_result.original_token_estimate == 1500
+    assert small_result.compaction == ""
+    event = CompactionEvent.objects.get(kind="tool_results")
+    assert (event.messages_affected, event.tokens_before) == (1, 1500)
+
+
+def test_it_leaves_the_results_of_an_unfinished_turn_alone(conversation):
+    tool_turn(conversation, "first", [("get_blog_post", {"id": 1}, html(3000))])
+    from assistant.services import add_message
+
+    add_message(conversation, "user", "now post 2")
+    add_message(
+        conversation,
+        "assistant",
+        "",
+        tool_calls=[{"id": "pending", "name": "get_blog_post", "arguments": {"id": 2}}],
+    )
+    in_progress = add_message(conversation, "tool", html(3000), tool_call_id="pending")
+
+    assert compact_tool_results(conversation) == 1
+    in_progress.refresh_from_db()
+    assert in_progress.compaction == ""
+
+    assert compact_tool_results(conversation, include_current_turn=True) == 1
+    in_progress.refresh_from_db()
+    assert in_progress.compaction == "truncated"
+
+
+def test_dedup_keeps_the_newest_and_treats_reordered_arguments_as_identical(conversation):
+    first = tool_turn(conversation, "a", [("run_sql", {"q": "select *", "db": "blog"}, "rows A")])
+    other = tool_turn(conversation, "b", [("run_sql", {"q": "select 2", "db": "blog"}, "rows B")])
+    second = tool_turn(conversation, "c", [("run_sql", {"db": "blog", "q": "select *"}, "rows C")])
+
+    assert compact_tool_results(conversation) == 1
+
+    view = model_view(conversation)
+    assert view[first[2].pk] == STUB == "[Already retrieved earlier — omitted to reduce context]"
+    assert view[other[2].pk] == "rows B"
+    assert view[second[2].pk] == "rows C"
+    assert CompactionEvent.objects.get(kind="dedup").messages_affected == 1
+
+
+def test_running_it_twice_changes_nothing(conversation):
+    tool_turn(conversation, "a", [("get_blog_post", {"id": 1}, html(4000))])
+    tool_turn(conversation, "b", [("get_blog_post", {"id": 1}, html(4000))])
+    assert compact_tool_results(conversation) == 2
+    before = list(conversation.messages.values())
+    events = CompactionEvent.objects.count()
+
+    assert compact_tool_results(conversation) == 0
+
+    assert list(conversation.messages.values()) == before
+    assert CompactionEvent.objects.count() == events
+
+
+def test_every_original_can_be_restored_verbatim(conversation):
+    tool_turn(conversation, "a", [("get_blog_post", {"id": 1}, html(4000, "A"))])
+    tool_turn(conversation, "b", [("get_blog_post", {"id": 1}, html(4000, "B"))])
+    saved = originals(conversation)
+    compact_tool_results(conversation)
+    assert conversation.messages.exclude(compaction="").count() == 2
+
+    assert restore_originals(conversation) == 2
+
+    assert model_view(conversation) == saved
+    assert originals(conversation) == saved
+    # Restored messages stay verbatim: the next run does not compact them again.
+    assert compact_tool_results(conversation) == 0
+
+
+@override_settings(ASSISTANT_COMPACTION={"TOOL_POLICIES": {"run_sql": "keep"}})
+def test_a_kept_tool_is_never_compacted_or_stubbed(conversation):
+    tool_turn(conversation, "a", [("run_sql", {"q": "x"}, "r" * 5000)])
+    tool_turn(conversation, "b", [("run_sql", {"q": "x"}, "r" * 5000)])
+
+    assert compact_tool_results(conversation) == 0
+    assert not conversation.messages.exclude(compaction="").exists()
+
+
+@override_settings(ASSISTANT_COMPACTION={"TOOL_POLICIES": {"fetch_url": "summarize"}})
+def test_a_summarize_policy_stores_a_summary_marked_as_such(conversation):
+    page = "Release notes for v2.4.1 at https://example.org/notes. " * 100
+    turn = tool_turn(conversation, "read it", [("fetch_url", {"url": "https://example.org"}, page)])
+
+    assert compact_tool_results(conversation) == 1
+
+    result = Message.objects.get(pk=turn[2].pk)
+    assert result.compaction == "summarized"
+    assert result.compacted_content.startswith(
+        f"[Summary of a {len(page):,}-character fetch_url result; the full original is stored"
+    )
+    assert "## Critical context" in result.compacted_content
+    assert "https://example.org/notes" in result.compacted_content
+    assert result.content == page
+
+
+def test_min_chars_zero_compacts_every_result(conversation):
+    turn = tool_turn(conversation, "a", [("run_sql", {"q": "x"}, "tiny")])
+
+    assert compact_tool_results(conversation, min_chars=0) == 1
+    assert Message.objects.get(pk=turn[2].pk).compaction == "truncated"
+
+
+def test_truncation_lists_identifiers_from_beyond_the_head(conversation):
+    tail_fact = "Order ORD-2024-0042 failed with HTTP 503 at /var/log/shop.log"
+    result = tool_turn(conversation, "a", [("fetch_url", {"u": 1}, html(5000) + tail_fact)])[2]
+
+    compact_tool_results(conversation)
+
+    compacted = Message.objects.get(pk=result.pk).compacted_content
+    details = compacted.split("[Key details further in the original: ", 1)[1]
+    assert "ORD-2024-0042" in details
+    assert "/var/log/shop.log" in details

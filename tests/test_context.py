@@ -1,0 +1,142 @@
+"""build_context: what the model sees, validated, in a fixed order."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from assistant.context import MISSING_RESULT, IncompleteToolCall
+from assistant.metadata import merge_metadata
+from assistant.models import Conversation, Message
+from assistant.services import add_message, build_context
+from tests.builders import chat_turns, tool_turn
+
+pytestmark = pytest.mark.django_db
+
+
+def set_summary(conversation, summary, through_id, **extra):
+    merge_metadata(
+        Conversation.objects.filter(pk=conversation.pk),
+        {"compaction_summary": summary, "compaction_through_message_id": through_id, **extra},
+    )
+
+
+def test_it_orders_system_parent_summary_window_summary_then_the_tail(conversation):
+    messages = chat_turns(conversation, 4)
+    set_summary(
+        conversation,
+        "## Goal\nfix post 42",
+        messages[3].pk,
+        parent_conversation_summary="## Goal\nparent work",
+    )
+
+    context = build_context(conversation)
+
+    assert context.system == "You help."
+    assert context.summaries == [
+        "Summary of the conversation this one continues:\n## Goal\nparent work",
+        "Summary of the earlier part of this conversation:\n## Goal\nfix post 42",
+    ]
+    assert context.message_ids == [m.pk for m in messages[4:]]
+    assert context.messages[0] == {"role": "user", "content": messages[4].content}
+    assert context.cutoff_id == messages[3].pk
+    assert context.tokens.system == 3
+    assert context.tokens.total == (
+        context.tokens.system + context.tokens.summaries + context.tokens.messages
+    )
+
+
+def test_it_sends_the_model_facing_text_of_compacted_messages(conversation):
+    turn = tool_turn(conversation, "read", [("get_blog_post", {"id": 1}, "<html>" * 500)])
+    Message.objects.filter(pk=turn[2].pk).update(
+        compacted_content="[short]", compaction="truncated", token_estimate=2
+    )
+
+    context = build_context(conversation)
+
+    assert context.messages[2] == {
+        "role": "tool",
+        "content": "[short]",
+        "tool_call_id": turn[2].tool_call_id,
+        "tool_name": "get_blog_post",
+    }
+    assert context.tokens.tool_results == 2
+
+
+@pytest.mark.parametrize("length", [25, 1000])
+def test_the_query_count_does_not_grow_with_the_conversation(
+    conversation, length, django_assert_num_queries
+):
+    messages = chat_turns(conversation, length)  # 50 or 2,000 messages
+    set_summary(conversation, "## Goal\nx", messages[-7].pk)
+
+    with django_assert_num_queries(2):
+        context = build_context(conversation)
+
+    assert len(context.messages) == 6
+
+
+def test_a_cutoff_that_orphans_a_tool_result_moves_back_to_its_user_turn(conversation):
+    chat_turns(conversation, 1)
+    turn = tool_turn(conversation, "go", [("run_sql", {"q": 1}, "r1"), ("run_sql", {"q": 2}, "r2")])
+    # A cutoff between the call and its results (as a bad cache might hold).
+    set_summary(conversation, "## Goal\nx", turn[2].pk)
+
+    context = build_context(conversation)
+
+    assert context.message_ids == [m.pk for m in turn]
+    assert context.messages[0]["role"] == "user"
+
+
+def test_a_history_that_starts_with_the_assistant_is_never_sent_that_way(conversation):
+    add_message(conversation, "assistant", "Hi! How can I help?")
+    add_message(conversation, "user", "Fix post 42")
+
+    context = build_context(conversation)
+
+    assert [m["role"] for m in context.messages] == ["user"]
+
+
+def test_a_call_whose_result_was_never_recorded_gets_a_placeholder(conversation):
+    add_message(conversation, "user", "go")
+    add_message(
+        conversation,
+        "assistant",
+        "",
+        tool_calls=[
+            {"id": "a", "name": "run_sql", "arguments": {}},
+            {"id": "b", "name": "run_sql", "arguments": {"x": 1}},
+        ],
+    )
+    add_message(conversation, "tool", "rows", tool_call_id="a")
+    add_message(conversation, "assistant", "Only one came back.")
+    add_message(conversation, "user", "ok")
+
+    context = build_context(conversation)
+
+    assert [m.get("tool_call_id") for m in context.messages] == [None, None, "a", "b", None, None]
+    assert context.messages[3]["content"] == MISSING_RESULT
+    assert not Message.objects.filter(tool_call_id="b").exists()  # not in the history
+
+
+def test_pending_calls_at_the_end_are_an_error(conversation):
+    add_message(conversation, "user", "go")
+    add_message(
+        conversation, "assistant", "", tool_calls=[{"id": "a", "name": "x", "arguments": {}}]
+    )
+
+    with pytest.raises(IncompleteToolCall, match="tool calls without results"):
+        build_context(conversation)
+
+
+def test_it_never_loads_originals_of_compacted_messages(conversation):
+    turn = tool_turn(conversation, "read", [("get_blog_post", {"id": 1}, "ORIGINAL" * 500)])
+    Message.objects.filter(pk=turn[2].pk).update(
+        compacted_content="[short]", compaction="truncated"
+    )
+
+    with CaptureQueriesContext(connection) as captured:
+        build_context(conversation)
+
+    message_sql = [q["sql"] for q in captured.captured_queries if "assistant_message" in q["sql"]]
+    assert len(message_sql) == 1
+    assert message_sql[0].count('"assistant_message"."content"') == 1  # inside COALESCE only

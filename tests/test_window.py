@@ -1,0 +1,150 @@
+"""Where the window splits: exact ids kept and summarized."""
+
+import pytest
+from django.test import override_settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from assistant.conf import compaction_config
+from assistant.models import Conversation, Message
+from assistant.window import choose_split, load_window, should_shift
+from tests.builders import chat_turns, html, tool_turn
+
+pytestmark = pytest.mark.django_db
+
+
+def rows_of(conversation):
+    return load_window(conversation.pk).rows
+
+
+def test_it_keeps_forty_percent_of_a_plain_conversation(conversation):
+    messages = chat_turns(conversation, 10)  # 20 messages
+
+    start = choose_split(rows_of(conversation))
+
+    # ceil(20 * 0.4) = 8 kept: messages 12.. (a user message) stay verbatim.
+    assert start == 12
+    assert messages[start].role == "user"
+
+
+def test_a_split_inside_a_tool_exchange_snaps_to_the_start_of_that_user_turn(conversation):
+    chat_turns(conversation, 2)  # 0..3
+    turn = tool_turn(  # 4 user, 5 assistant(calls), 6, 7, 8 tool, 9 answer
+        conversation,
+        "check three posts",
+        [("get_blog_post", {"id": i}, f"post {i}") for i in range(3)],
+    )
+    chat_turns(conversation, 3)  # 10..15
+
+    # 16 messages, keep ceil(6.4) = 7 -> wanted index 9 (the answer of the
+    # tool turn); the previous user turn starts at 4 and is within the cap.
+    start = choose_split(rows_of(conversation))
+
+    assert start == 4
+    assert rows_of(conversation)[start].pk == turn[0].pk
+
+
+@override_settings(ASSISTANT_COMPACTION={"MAX_RECENT_TOKENS": 300})
+def test_the_token_cap_moves_the_split_forward_to_a_later_user_turn(conversation):
+    chat_turns(conversation, 3, size=400)  # 0..5, each message ~101 tokens
+    chat_turns(conversation, 3, size=4)  # 6..11, tiny
+
+    # 12 messages, keep 6 -> wanted 6; suffix from 6 is tiny, stays at 6.
+    assert choose_split(rows_of(conversation)) == 6
+
+    chat_turns(conversation, 2, size=400)  # 12..15 large again
+    # 16 messages, keep 7 -> wanted 9; suffix from 9 is ~ 4 x 101 + tiny > 300,
+    # so the split moves forward until it fits: to the user turn at 14.
+    assert choose_split(rows_of(conversation)) == 14
+
+
+@override_settings(ASSISTANT_COMPACTION={"MAX_RECENT_TOKENS": 10})
+def test_the_last_user_turn_is_always_kept(conversation):
+    chat_turns(conversation, 3)
+    tool_turn(conversation, "big", [("get_blog_post", {"id": 1}, html(8000))])
+
+    rows = rows_of(conversation)
+    start = choose_split(rows)
+
+    assert rows[start].content == "big"  # the last user message, never past it
+
+
+def test_keep_last_extends_back_to_the_start_of_the_user_turn(conversation):
+    chat_turns(conversation, 2)
+    turn = tool_turn(conversation, "go", [("run_sql", {"q": 1}, "r1"), ("run_sql", {"q": 2}, "r2")])
+
+    rows = rows_of(conversation)
+    start = choose_split(rows, keep_last=2)
+
+    assert rows[start].pk == turn[0].pk
+
+
+def test_no_split_when_the_window_is_one_user_turn(conversation):
+    tool_turn(conversation, "only", [("run_sql", {"q": 1}, "r")])
+
+    assert choose_split(rows_of(conversation)) is None
+
+
+@override_settings(ASSISTANT_COMPACTION={"MAX_MESSAGES_BEFORE_SUMMARY": 10})
+def test_the_message_count_triggers_a_shift(conversation):
+    chat_turns(conversation, 4)
+    assert not should_shift(load_window(conversation.pk), compaction_config())
+
+    chat_turns(conversation, 1)
+
+    assert should_shift(load_window(conversation.pk), compaction_config())
+
+
+@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 1000})
+def test_a_fresh_provider_count_outweighs_the_estimate(conversation):
+    chat_turns(conversation, 1)
+    state = load_window(conversation.pk)
+    assert state.context_tokens() == sum(row.token_estimate for row in state.rows) + 3
+
+    from assistant.services import add_message
+
+    add_message(conversation, "user", "next")
+    add_message(conversation, "assistant", "ok", input_tokens=900, cache_read_tokens=200)
+
+    state = load_window(conversation.pk)
+    assert state.context_tokens() == 1100 + 1  # the reported prompt + the reply
+    assert should_shift(state, compaction_config())
+
+
+# Random conversations: whatever the thresholds, the split never separates a
+# tool call from its results and the kept part starts with a user message.
+
+turn_shapes = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3000)), min_size=1, max_size=12)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    shapes=turn_shapes,
+    fraction=st.floats(0.05, 0.95),
+    min_recent=st.integers(1, 10),
+    cap=st.integers(10, 5000),
+    keep_last=st.one_of(st.none(), st.integers(0, 6)),
+)
+def test_any_split_keeps_tool_pairs_together(shapes, fraction, min_recent, cap, keep_last):
+    conversation = Conversation.objects.create(title="random")
+    for index, (tools, size) in enumerate(shapes):
+        calls = [("run_sql", {"i": index, "t": t}, "r" * size) for t in range(tools)]
+        tool_turn(conversation, f"turn {index}", calls)
+    overrides = {
+        "RECENT_FRACTION": fraction,
+        "MIN_RECENT_MESSAGES": min_recent,
+        "MAX_RECENT_TOKENS": cap,
+    }
+
+    with override_settings(ASSISTANT_COMPACTION=overrides):
+        rows = rows_of(conversation)
+        start = choose_split(rows, keep_last=keep_last)
+
+    if start is not None:
+        kept = rows[start:]
+        assert kept[0].role == Message.Role.USER
+        calls = {c["id"] for row in kept for c in row.tool_calls or ()}
+        results = {row.tool_call_id for row in kept if row.role == "tool"}
+        assert calls == results
