@@ -1,0 +1,210 @@
+"""Emergency compaction levels and overflow recovery (strategy 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from assistant import emergency
+from assistant.compaction import restore_originals
+from assistant.context import build_context, context_tokens
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.services import emergency_compact
+from tests.scenarios import BIG_RESULT, SMALL_RESULT, tool_heavy_conversation
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def small_windows(settings):
+    # The known conversation has 20 short messages: let a window of 2 count.
+    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
+
+
+def originals(conversation: Conversation) -> list[tuple[int, str]]:
+    return list(
+        Message.objects.filter(conversation=conversation)
+        .order_by("id")
+        .values_list("id", "content")
+    )
+
+
+def compacted_ids(conversation: Conversation) -> list[int]:
+    return list(
+        Message.objects.filter(conversation=conversation)
+        .exclude(compaction="")
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+
+
+def test_level_1_compacts_every_tool_result_and_tightens_the_window():
+    conversation, rows = tool_heavy_conversation()
+    before_originals = originals(conversation)
+    tokens_before = context_tokens(conversation)
+
+    assert emergency_compact(conversation, level=1) is True
+
+    conversation.refresh_from_db()
+    # Both tool results, the 20-character one too.
+    assert compacted_ids(conversation) == [rows[2].pk, rows[16].pk]
+    # 20% of 20 messages is 4, snapped back to the start of that user turn.
+    assert conversation.compaction_through_message_id == rows[13].pk
+    assert build_context(conversation).message_ids == [m.pk for m in rows[14:]]
+    event = CompactionEvent.objects.get(kind=CompactionEvent.Kind.EMERGENCY_1)
+    assert (event.tokens_before, event.tokens_after) == (
+        tokens_before,
+        context_tokens(conversation),
+    )
+    assert event.tokens_after < event.tokens_before
+    assert event.messages_affected == 2
+    assert event.details == {"level": 1, "summary_regenerated": True}
+    assert originals(conversation) == before_originals
+
+
+def test_level_2_keeps_only_the_last_two_messages_verbatim():
+    conversation, rows = tool_heavy_conversation()
+    before_originals = originals(conversation)
+
+    assert emergency_compact(conversation, level=2) is True
+
+    conversation.refresh_from_db()
+    assert conversation.compaction_through_message_id == rows[17].pk
+    assert build_context(conversation).message_ids == [rows[18].pk, rows[19].pk]
+    assert compacted_ids(conversation) == [rows[2].pk, rows[16].pk]
+    event = CompactionEvent.objects.get(kind=CompactionEvent.Kind.EMERGENCY_2)
+    assert event.details == {"level": 2, "summary_regenerated": True}
+    assert originals(conversation) == before_originals
+
+
+def test_level_2_never_splits_a_tool_call_from_its_result():
+    conversation, rows = tool_heavy_conversation()
+    # The last two messages are now a tool call and its result.
+    from assistant.services import add_message
+
+    add_message(conversation, "user", "Fetch it again")
+    add_message(
+        conversation,
+        "assistant",
+        "",
+        tool_calls=[{"id": "c3", "name": "fetch_url", "arguments": {"url": "feed.xml"}}],
+    )
+    add_message(conversation, "tool", SMALL_RESULT, tool_call_id="c3")
+
+    assert emergency_compact(conversation, level=2) is True
+
+    kept = build_context(conversation).message_ids
+    assert kept == list(
+        Message.objects.filter(conversation=conversation, id__gt=rows[19].pk).values_list(
+            "id", flat=True
+        )
+    )
+
+
+def test_a_level_that_cannot_shrink_returns_false_and_records_nothing():
+    conversation, _ = tool_heavy_conversation()
+    assert emergency_compact(conversation, level=2) is True
+
+    assert emergency_compact(conversation, level=2) is False
+    assert CompactionEvent.objects.filter(kind=CompactionEvent.Kind.EMERGENCY_2).count() == 1
+
+
+def test_every_original_can_be_restored_after_both_levels():
+    conversation, rows = tool_heavy_conversation()
+    emergency_compact(conversation, level=1)
+    emergency_compact(conversation, level=2)
+
+    assert restore_originals(conversation) == 2
+
+    assert compacted_ids(conversation) == []
+    contents = dict(originals(conversation))
+    assert contents[rows[2].pk] == BIG_RESULT
+    assert contents[rows[16].pk] == SMALL_RESULT
+
+
+def test_a_failure_returns_false_and_loses_nothing(monkeypatch):
+    conversation, rows = tool_heavy_conversation()
+    before = originals(conversation)
+    metadata_before = Conversation.objects.get(pk=conversation.pk).metadata
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("summarizer exploded")
+
+    monkeypatch.setattr("assistant.summaries.regenerate_window_summary", broken)
+
+    assert emergency_compact(conversation, level=2) is False
+    assert originals(conversation) == before
+    assert Conversation.objects.get(pk=conversation.pk).metadata == metadata_before
+    assert not CompactionEvent.objects.filter(kind__startswith="emergency").exists()
+
+
+def test_an_unknown_level_is_refused():
+    conversation, _ = tool_heavy_conversation()
+    with pytest.raises(ValueError, match="level must be 1 or 2"):
+        emergency_compact(conversation, level=3)
+
+
+def test_a_response_over_the_window_marks_the_conversation_and_the_next_hook_compacts():
+    conversation, rows = tool_heavy_conversation()
+
+    class Usage:
+        prompt_tokens = 210_000
+
+    class Response:
+        usage = Usage()
+        stop_reason = "end_turn"
+
+    assert emergency.note_response(conversation, Response(), window_tokens=200_000) is True
+    stored = Conversation.objects.get(pk=conversation.pk).metadata
+    assert stored[MetadataKeys.NEEDS_EMERGENCY_COMPACTION] is True
+
+    assert emergency.compact_if_flagged(conversation) is True
+
+    stored = Conversation.objects.get(pk=conversation.pk).metadata
+    assert MetadataKeys.NEEDS_EMERGENCY_COMPACTION not in stored
+    assert CompactionEvent.objects.filter(kind=CompactionEvent.Kind.EMERGENCY_1).count() == 1
+    assert emergency.compact_if_flagged(conversation) is False
+
+
+def test_a_response_within_the_window_marks_nothing():
+    conversation, _ = tool_heavy_conversation()
+
+    class Usage:
+        prompt_tokens = 199_999
+
+    class Response:
+        usage = Usage()
+        stop_reason = "end_turn"
+
+    assert emergency.note_response(conversation, Response(), window_tokens=200_000) is False
+    assert MetadataKeys.NEEDS_EMERGENCY_COMPACTION not in (
+        Conversation.objects.get(pk=conversation.pk).metadata
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "counts"),
+    [
+        ("prompt is too long: 208310 tokens > 200000 maximum", (208310, 200000)),
+        (
+            "The input token count (1200293) exceeds the maximum number of tokens allowed "
+            "(1048576).",
+            (1200293, 1048576),
+        ),
+        (
+            "This model's maximum context length is 8192 tokens. However, your messages "
+            "resulted in 9000 tokens. Please reduce the length of the messages.",
+            (9000, 8192),
+        ),
+        ("Rate limit reached for tokens per min", None),
+    ],
+)
+def test_overflow_token_counts_reads_each_providers_wording(message, counts):
+    assert emergency.overflow_token_counts(RuntimeError(message)) == counts
+
+
+def test_a_retry_is_only_worth_it_when_the_smaller_context_fits():
+    error = RuntimeError("prompt is too long: 208310 tokens > 200000 maximum")
+
+    assert emergency.retry_can_fit(error, tokens_before=1000, tokens_after=960) is True
+    assert emergency.retry_can_fit(error, tokens_before=1000, tokens_after=961) is False
+    assert emergency.retry_can_fit(RuntimeError("too long"), 1000, 999) is True
