@@ -140,7 +140,7 @@ def test_compact_tool_results_now(staff_client, settings):
 
 def test_emergency_compaction_levels(staff_client, settings):
     settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
-    conversation, rows = tool_heavy_conversation()
+    conversation, _rows = tool_heavy_conversation()
 
     first = run_action(staff_client, "emergency_compact_level_1", conversation)
     second = run_action(staff_client, "emergency_compact_level_2", conversation)
@@ -262,7 +262,7 @@ def test_the_change_page_shows_the_context_inspector(staff_client, settings):
 
 
 def test_message_and_event_admins_are_read_only(staff_client):
-    conversation, rows = tool_heavy_conversation()
+    _conversation, rows = tool_heavy_conversation()
 
     listing = staff_client.get(reverse("admin:assistant_message_changelist"))
     page = staff_client.get(reverse("admin:assistant_message_change", args=[rows[2].pk]))

@@ -122,7 +122,7 @@ def test_every_original_can_be_restored_after_both_levels():
 
 
 def test_a_failure_returns_false_and_loses_nothing(monkeypatch):
-    conversation, rows = tool_heavy_conversation()
+    conversation, _rows = tool_heavy_conversation()
     before = originals(conversation)
     metadata_before = Conversation.objects.get(pk=conversation.pk).metadata
 
@@ -144,7 +144,7 @@ def test_an_unknown_level_is_refused():
 
 
 def test_a_response_over_the_window_marks_the_conversation_and_the_next_hook_compacts():
-    conversation, rows = tool_heavy_conversation()
+    conversation, _rows = tool_heavy_conversation()
 
     class Usage:
         prompt_tokens = 210_000
