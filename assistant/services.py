@@ -3,7 +3,14 @@ and tests call these names; the work is done in the modules behind them."""
 
 from assistant.compaction import compact_tool_results, restore_originals
 from assistant.context import Context, IncompleteToolCall, build_context, context_tokens
+from assistant.emergency import (
+    ContextTooLarge,
+    call_with_overflow_recovery,
+    compact_if_flagged,
+    emergency_compact,
+)
 from assistant.exchanges import process_exchange
+from assistant.forking import fork_continuation, fork_from_message, generate_parent_summary
 from assistant.history import add_message, finish_exchange
 from assistant.summaries import (
     compaction_cutoff_id,
@@ -15,14 +22,21 @@ from assistant.summaries import (
 
 __all__ = [
     "Context",
+    "ContextTooLarge",
     "IncompleteToolCall",
     "add_message",
     "build_context",
+    "call_with_overflow_recovery",
+    "compact_if_flagged",
     "compact_tool_results",
     "compaction_cutoff_id",
     "context_tokens",
+    "emergency_compact",
     "ensure_context_summary",
     "finish_exchange",
+    "fork_continuation",
+    "fork_from_message",
+    "generate_parent_summary",
     "prebuild_window_summary",
     "process_exchange",
     "regenerate_window_summary",
