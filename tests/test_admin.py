@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
-from assistant.services import fork_continuation
+from assistant.services import add_message, fork_continuation
 from tests.scenarios import staff_user, tool_heavy_conversation
 
 pytestmark = pytest.mark.django_db
@@ -36,9 +36,11 @@ def staff_client() -> Client:
     return client
 
 
-def run_action(client: Client, action: str, *conversations: Conversation, **extra):
+def run_action(
+    client: Client, action: str, *conversations: Conversation, follow: bool = False, **extra
+):
     data = {"action": action, ACTION_CHECKBOX_NAME: [c.pk for c in conversations], **extra}
-    return client.post(CHANGELIST, data)
+    return client.post(CHANGELIST, data, follow=follow)
 
 
 def flashed(response) -> list[str]:
@@ -140,26 +142,30 @@ def test_compact_tool_results_now(staff_client, settings):
 
 def test_emergency_compaction_levels(staff_client, settings):
     settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
-    conversation, _rows = tool_heavy_conversation()
+    first, _ = tool_heavy_conversation()
+    second, _ = tool_heavy_conversation()
+    tiny = Conversation.objects.create(title="tiny")
+    add_message(tiny, "user", "hi")
+    add_message(tiny, "assistant", "hello")
 
-    first = run_action(staff_client, "emergency_compact_level_1", conversation)
-    second = run_action(staff_client, "emergency_compact_level_2", conversation)
-    third = run_action(staff_client, "emergency_compact_level_2", conversation)
+    def shown_after(action: str, conversation: Conversation) -> list[str]:
+        response = run_action(staff_client, action, conversation, follow=True)
+        return [str(m) for m in response.context["messages"]]
 
-    assert flashed(first) == [
+    assert shown_after("emergency_compact_level_1", first) == [
         "Emergency compaction level 1: the context shrank for 1 of 1 conversation(s)."
     ]
-    assert flashed(second) == [
+    assert shown_after("emergency_compact_level_2", second) == [
         "Emergency compaction level 2: the context shrank for 1 of 1 conversation(s)."
     ]
-    assert flashed(third) == [
+    assert shown_after("emergency_compact_level_2", tiny) == [
         "Emergency compaction level 2: the context shrank for 0 of 1 conversation(s)."
     ]
-    assert list(
-        CompactionEvent.objects.filter(
-            conversation=conversation, kind__startswith="emergency"
-        ).values_list("kind", flat=True)
-    ) == [CompactionEvent.Kind.EMERGENCY_2, CompactionEvent.Kind.EMERGENCY_1]
+    events = CompactionEvent.objects.filter(kind__startswith="emergency")
+    assert sorted(events.values_list("conversation_id", "kind")) == [
+        (first.pk, CompactionEvent.Kind.EMERGENCY_1),
+        (second.pk, CompactionEvent.Kind.EMERGENCY_2),
+    ]
 
 
 def test_regenerate_window_summary(staff_client, settings):
@@ -171,7 +177,8 @@ def test_regenerate_window_summary(staff_client, settings):
     conversation.refresh_from_db()
     assert flashed(response) == ["Regenerated the window summary of 1 of 1 conversation(s)."]
     assert conversation.compaction_summary
-    assert conversation.compaction_through_message_id == rows[13].pk
+    # 40% of 20 messages stay verbatim: the split falls before message 12, a user turn.
+    assert conversation.compaction_through_message_id == rows[11].pk
 
 
 def test_the_branch_page_lists_the_user_messages(staff_client):
@@ -244,7 +251,7 @@ def test_the_change_page_shows_the_context_inspector(staff_client, settings):
 
     assert response.status_code == 200
     inspector = response.context["inspector"]
-    assert [m["id"] for m in inspector["messages"]] == [m.pk for m in rows[14:]]
+    assert [m["id"] for m in inspector["messages"]] == [m.pk for m in rows[12:]]
     assert (
         inspector["window_summary"]
         == Conversation.objects.get(pk=conversation.pk).compaction_summary
@@ -280,8 +287,8 @@ def test_a_staff_user_without_the_permissions_sees_no_actions_and_gets_403():
     client.force_login(staff_user("viewer", fork=False, compact=False))
 
     response = client.get(CHANGELIST)
-    offered = [name for name, _ in response.context["action_form"].fields["action"].choices]
-    assert not set(OUR_ACTIONS) & set(offered)
+    assert response.status_code == 200
+    assert response.context["action_form"] is None  # no action it may run
     assert 'id="branch-from-message"' not in client.get(change_url(conversation)).content.decode()
 
     for action in OUR_ACTIONS:

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 
 import assistant.summaries
 from assistant import forking
@@ -273,9 +274,12 @@ def test_generate_parent_summary_racing_a_metadata_update_keeps_both(monkeypatch
     real = assistant.summaries.summarize_messages
 
     def concurrent_write():
-        other = Conversation.objects.get(pk=fork.pk)  # its own connection
-        other.metadata["pinned"] = True
-        other.save(update_fields=["metadata"])
+        try:
+            other = Conversation.objects.get(pk=fork.pk)  # its own connection
+            other.metadata["pinned"] = True
+            other.save(update_fields=["metadata"])
+        finally:
+            connection.close()
 
     def summarize_while_another_process_writes(messages, *, previous_summary=None):
         writer = threading.Thread(target=concurrent_write)
