@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 WORKER_QUEUES := compaction,celery
 
-.PHONY: demo test bench lint migrate web worker beat services clean
+.PHONY: demo test bench lint migrate web worker beat services clean browser
 
 $(VENV)/.base: requirements/base.txt requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,13 @@ demo: $(VENV)/.base
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py demo
 
+## browser: Debian's chromium for the headless admin test (playwright drives it)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	command -v chromium >/dev/null || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
+
 ## test: set up, check PostgreSQL and Redis answer, run the suite
-test: $(VENV)/.dev
+test: $(VENV)/.dev browser
 	DJANGO_SETTINGS_MODULE=config.test_settings $(PY) manage.py check_services
 	$(VENV)/bin/pytest
 
