@@ -158,13 +158,18 @@ def call_with_overflow_recovery(
         return result
 
     applied: list[int] = []
+    # Our estimate of the context the failing request carried: the provider's
+    # count in `error` describes that request, so a retry is judged against it.
+    tokens_sent: int | None = None
     for level in LEVELS:
         outcome = apply_emergency_level(conversation, level)
+        if tokens_sent is None:
+            tokens_sent = outcome.tokens_before
         if not outcome.shrank:
             logger.info("overflow_level_skipped conversation=%s level=%s", conversation.pk, level)
             continue
         applied.append(level)
-        if not retry_can_fit(error, outcome.tokens_before, outcome.tokens_after):
+        if not retry_can_fit(error, tokens_sent, outcome.tokens_after):
             logger.info("overflow_retry_skipped conversation=%s level=%s", conversation.pk, level)
             continue
         try:
@@ -172,7 +177,7 @@ def call_with_overflow_recovery(
         except Exception as exc:
             if not context_overflow(exc):
                 raise
-            error = exc
+            error, tokens_sent = exc, outcome.tokens_after
             continue
         note_response(conversation, result, window_tokens=window_tokens)
         return result
