@@ -160,7 +160,7 @@ def run_overflow_and_fork_demo(stdout: Any) -> dict[str, Any]:
         f"fork {fork.pk}: “{fork.title}” (parent {conversation.pk}, tools {fork.tool_services})"
     )
     stdout.write(f"  carries a {len(summary)}-character summary of its parent; first lines:")
-    for line in summary.splitlines()[:3]:
+    for line in [line for line in summary.splitlines() if line.strip()][:3]:
         stdout.write(f"    | {line[:100]}")
     first_user = conversation.messages.filter(role="user").order_by("id")[1]
     branch, text = fork_from_message(conversation, first_user.pk)
