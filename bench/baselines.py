@@ -69,14 +69,19 @@ def _render(messages: list[dict[str, Any]]) -> str:
 
 
 class _ToolCompaction:
-    """Strategy 1 as DESIGN describes it, applied after each completed exchange."""
+    """Strategy 1 exactly as the product runs it with its default policy
+    (prune): after each completed exchange, results of at least the
+    threshold become the product's own truncation (`truncate_tool_result`),
+    and older copies of identical calls become the stub. The reference gets
+    the same strategy 1 as ours, so the comparison is about strategy 2."""
 
-    def __init__(self, summarizer: FakeSummarizer, config: dict[str, Any]) -> None:
-        self.summarizer = summarizer
+    def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.calls: dict[str, dict[str, Any]] = {}  # tool_call_id -> call
 
     def __call__(self, history: list[dict[str, Any]]) -> None:
+        from assistant.compaction import truncate_tool_result
+
         threshold = self.config["TOOL_RESULT_CHAR_THRESHOLD"]
         groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for message in history:
@@ -86,17 +91,23 @@ class _ToolCompaction:
                 continue
             call = self.calls[message["tool_call_id"]]
             groups.setdefault((call["name"], _canonical(call["arguments"])), []).append(message)
-            if message.get("_compacted") or len(message["content"]) <= threshold:
-                continue
-            text, _, _ = self.summarizer.summarize_text(_render([message]), kind="tool_result")
-            message["content"] = text
-            message["_compacted"] = True
+        stubbed = set()
         for copies in groups.values():
             if len(copies) >= self.config["MIN_CALLS_TO_DEDUP"]:
                 for message in copies[:-1]:
+                    stubbed.add(id(message))
                     if message["content"] != DEDUP_STUB:
                         message["content"] = DEDUP_STUB
                         message["_compacted"] = True
+        for message in history:
+            if (
+                message["role"] == "tool"
+                and not message.get("_compacted")
+                and id(message) not in stubbed
+                and len(message["content"]) >= threshold
+            ):
+                message["content"] = truncate_tool_result(message["content"])
+                message["_compacted"] = True
 
 
 def reference(
@@ -111,7 +122,7 @@ def reference(
     cfg = {**DEFAULTS, **(config or {})}
     started = time.perf_counter()
     replay = Replay(name, workload.name)
-    compact = _ToolCompaction(summarizer, cfg)
+    compact = _ToolCompaction(cfg)
     history: list[dict[str, Any]] = []
     split = 0
     summary: str | None = None
@@ -158,3 +169,42 @@ def reference(
     replay.summarizer = summarizer.totals()
     replay.seconds = time.perf_counter() - started
     return replay
+
+
+def reference_ensure_summary(conversation_id: int, summarizer: FakeSummarizer) -> str | None:
+    """The reference's pre-exchange hook against the database, for the
+    concurrency measure: check the cached split on the loaded row, summarize
+    the whole old window if it moved, save. No lease: check-then-act."""
+    from assistant.models import Conversation, Message, MetadataKeys
+
+    cfg = DEFAULTS
+    conversation = Conversation.objects.get(pk=conversation_id)
+    rows = list(Message.objects.filter(conversation_id=conversation_id).model_view())
+    history = [
+        {
+            "role": row.role,
+            "content": row.model_content,
+            "tool_calls": row.tool_calls,
+            "tool_call_id": row.tool_call_id,
+            "tool_name": row.tool_name,
+        }
+        for row in rows
+    ]
+    n = len(history)
+    chars = sum(len(m["content"]) for m in history)
+    if chars / cfg["CHARS_PER_TOKEN"] <= cfg["CONTEXT_TOKEN_THRESHOLD"] and n <= 40:
+        return conversation.compaction_summary
+    keep = max(cfg["MIN_RECENT_MESSAGES"], round(n * cfg["RECENT_FRACTION"]))
+    wanted = max(0, n - keep)
+    while wanted > 0 and history[wanted]["role"] == "tool":
+        wanted -= 1
+    if wanted == 0:
+        return conversation.compaction_summary
+    through = rows[wanted - 1].pk
+    if conversation.compaction_through_message_id == through:
+        return conversation.compaction_summary
+    summary, _, _ = summarizer.summarize_text(_render(history[:wanted]), kind="window")
+    conversation.metadata[MetadataKeys.COMPACTION_SUMMARY] = summary
+    conversation.metadata[MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID] = through
+    conversation.save(update_fields=["metadata"])
+    return summary

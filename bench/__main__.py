@@ -1,0 +1,343 @@
+"""`make bench` (or `python -m bench`): every measure of DESIGN section 7, each
+against a baseline measured in the same run. Needs PostgreSQL and Redis
+(bench/settings.py); writes bench/results/latest.json and latest.png."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+from typing import Any
+
+
+def machine() -> dict[str, Any]:
+    from django.db import connection
+
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu = next(
+                line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")
+            )
+    except (OSError, StopIteration):
+        pass
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        postgres = cursor.fetchone()[0]
+    try:
+        redis_version = (
+            subprocess.run(["redis-server", "--version"], capture_output=True, text=True, timeout=5)
+            .stdout.split()[2]
+            .removeprefix("v=")
+        )
+    except (OSError, IndexError, subprocess.SubprocessError):
+        redis_version = "?"
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "postgresql": postgres,
+        "redis": redis_version,
+        "platform": platform.platform(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions, no 10k run")
+    parser.add_argument("--skip-worker", action="store_true", help="no Celery worker measure")
+    args = parser.parse_args(argv)
+
+    os.environ["DJANGO_SETTINGS_MODULE"] = os.environ.get("BENCH_SETTINGS", "bench.settings")
+    import django
+
+    django.setup()
+
+    from bench import baselines, measures
+    from bench.fake_summarizer import FakeSummarizer
+    from bench.report import Line, table, write_chart, write_json
+    from bench.workload import generate, generate_messages
+
+    started = time.perf_counter()
+
+    def step(text: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {text}", flush=True)
+
+    step("preparing the benchmark database")
+    measures.prepare_database()
+    from assistant.conf import compaction_config
+
+    trigger = compaction_config().CONTEXT_TOKEN_THRESHOLD
+    w300, w60 = generate(300), generate(60)
+
+    replays: dict[str, Any] = {}
+    for workload in (w60, w300):
+        step(f"{workload.name}: send everything, reference, reference with a lossy summarizer")
+        replays[f"everything {workload.name}"] = baselines.send_everything(workload)
+        for lossy in (False, True):
+            if lossy and workload is w60:
+                continue
+            label = f"reference{' lossy' if lossy else ''} {workload.name}"
+            replays[label] = baselines.reference(
+                workload, FakeSummarizer(lossy=lossy), hook_every_call=True, name=label
+            )
+        for lossy in (False, True):
+            if lossy and workload is w60:
+                continue
+            label = f"ours{' lossy' if lossy else ''} {workload.name}"
+            step(f"{workload.name}: replaying our strategy through PostgreSQL ({label})")
+            replays[label] = measures.replay_ours(workload, FakeSummarizer(lossy=lossy), name=label)
+
+    sizes = (100, 1000) if args.quick else (100, 1000, 10_000)
+    step(f"build_context and ensure_context_summary at {', '.join(map(str, sizes))} messages")
+    scaling = measures.scaling(
+        {size: generate_messages(size, seed=11) for size in sizes},
+        repetitions=5 if args.quick else 15,
+    )
+
+    step("8 concurrent callers on one conversation")
+    concurrency = measures.concurrency(generate(40, seed=5), workers=8)
+
+    worker: dict[str, Any] | None = None
+    if not args.skip_worker:
+        step("post-exchange throughput through a Celery worker on Redis")
+        worker = measures.throughput(generate(8, seed=3), tasks=16 if args.quick else 40)
+
+    ours, ref = replays["ours 300 turns"], replays["reference 300 turns"]
+    everything = replays["everything 300 turns"]
+    ours_lossy, ref_lossy = replays["ours lossy 300 turns"], replays["reference lossy 300 turns"]
+    ours60, everything60 = replays["ours 60 turns"], replays["everything 60 turns"]
+    small, large = scaling[str(sizes[0])], scaling[str(sizes[-1])]
+    ours_summary_in = ours.summarizer_total("input_tokens")
+    ref_summary_in = ref.summarizer_total("input_tokens")
+    ours_calls, ref_calls = ours.summarizer_total("calls"), ref.summarizer_total("calls")
+    max_queries = max(v for s in scaling.values() for k, v in s.items() if k.endswith("_queries"))
+    fixed_queries = (
+        len({s["build_context_queries"] for s in scaling.values()}) == 1
+        and len({s["ensure_context_summary_queries"] for s in scaling.values()}) == 1
+    )
+    lines = [
+        Line(
+            "chat input tokens, 300 turns",
+            ours.chat_input_tokens,
+            everything.chat_input_tokens,
+            "everything",
+            "<= 2.0%",
+            ours.chat_input_tokens <= 0.02 * everything.chat_input_tokens,
+        ),
+        Line(
+            "chat input tokens vs reference",
+            ours.chat_input_tokens,
+            ref.chat_input_tokens,
+            "reference",
+            "below the reference",
+            ours.chat_input_tokens < ref.chat_input_tokens,
+        ),
+        Line(
+            "chat + summarizer input, 300 turns",
+            ours.chat_input_tokens + ours_summary_in,
+            everything.chat_input_tokens,
+            "everything",
+            "<= 2.2%",
+            ours.chat_input_tokens + ours_summary_in <= 0.022 * everything.chat_input_tokens,
+        ),
+        Line(
+            "chat + summarizer input vs reference",
+            ours.chat_input_tokens + ours_summary_in,
+            ref.chat_input_tokens + ref_summary_in,
+            "reference",
+            "below the reference",
+            ours.chat_input_tokens + ours_summary_in < ref.chat_input_tokens + ref_summary_in,
+        ),
+        Line(
+            "chat input tokens, 60 turns",
+            ours60.chat_input_tokens,
+            everything60.chat_input_tokens,
+            "everything",
+            "info",
+            None,
+        ),
+        Line(
+            "largest single context",
+            ours.largest_context,
+            ref.largest_context,
+            "reference",
+            f"< {trigger:,} (trigger)",
+            ours.largest_context < trigger,
+        ),
+        Line(
+            "summarizer input tokens",
+            ours_summary_in,
+            ref_summary_in,
+            "reference",
+            "<= 5%",
+            ours_summary_in <= 0.05 * ref_summary_in,
+        ),
+        Line(
+            "summarizer calls",
+            ours_calls,
+            ref_calls,
+            "reference",
+            f"one per window shift ({ours.summary_shifts} shifts)",
+            ours_calls <= ours.summary_shifts,
+        ),
+        Line(
+            "fact retention",
+            ours.fact_retention,
+            ref.fact_retention,
+            "reference",
+            "100%",
+            ours.fact_retention == 1.0,
+            "%",
+        ),
+        Line(
+            "fact retention, lossy summarizer",
+            ours_lossy.fact_retention,
+            ref_lossy.fact_retention,
+            "reference",
+            ">= 90%",
+            ours_lossy.fact_retention >= 0.9,
+            "%",
+        ),
+        Line(
+            "facts kept as whole sentences",
+            ours.sentence_retention,
+            ref.sentence_retention,
+            "reference",
+            "info",
+            None,
+            "%",
+        ),
+        Line(
+            "calls with a tool call cut from its result",
+            ours.calls_with_violation,
+            ref.calls_with_violation,
+            "reference",
+            "0",
+            ours.calls_with_violation == 0,
+        ),
+        Line(
+            "calls whose history starts with assistant/tool",
+            ours.calls_with_bad_start,
+            ref.calls_with_bad_start,
+            "reference",
+            "0 (validated)",
+            ours.calls_with_bad_start == 0,
+        ),
+        Line(
+            f"build_context queries at {sizes[-1]:,} msgs",
+            large["build_context_queries"],
+            small["build_context_queries"],
+            f"at {sizes[0]}",
+            "<= 5, fixed",
+            max_queries <= 5 and fixed_queries,
+        ),
+        Line(
+            f"ensure_context_summary queries at {sizes[-1]:,}",
+            large["ensure_context_summary_queries"],
+            small["ensure_context_summary_queries"],
+            f"at {sizes[0]}",
+            "<= 5, fixed",
+            max_queries <= 5 and fixed_queries,
+        ),
+        Line(
+            f"build_context time at {sizes[-1]:,} msgs",
+            large["build_context_ms"],
+            small["build_context_ms"],
+            f"at {sizes[0]}",
+            "<= 2x",
+            large["build_context_ms"] <= 2 * small["build_context_ms"],
+            "ms",
+        ),
+        Line(
+            f"ensure_context_summary time at {sizes[-1]:,}",
+            large["ensure_context_summary_ms"],
+            small["ensure_context_summary_ms"],
+            f"at {sizes[0]}",
+            "<= 2x",
+            large["ensure_context_summary_ms"] <= 2 * small["ensure_context_summary_ms"],
+            "ms",
+        ),
+        Line(
+            "summarizer calls, 8 concurrent callers",
+            concurrency["ours_calls"],
+            concurrency["reference_calls"],
+            "reference",
+            f"0 duplicates (1 caller: {concurrency['single_calls']})",
+            concurrency["duplicates"] == 0,
+        ),
+        Line(
+            "leading part byte-identical",
+            ours.cache_stability,
+            ref.cache_stability,
+            "reference",
+            ">= 90%",
+            ours.cache_stability >= 0.9,
+            "%",
+        ),
+    ]
+    if worker:
+        lines.append(
+            Line(
+                "post-exchange tasks/s, Celery worker",
+                worker["worker_tasks_per_s"],
+                worker["in_process_tasks_per_s"],
+                "in-process",
+                "info",
+                None,
+            )
+        )
+
+    info = machine()
+    elapsed = time.perf_counter() - started
+    print()
+    print(table(lines))
+    print()
+    print(
+        f"{w300.name}: {w300.message_count} messages, {w300.model_calls} model calls; "
+        f"summary shifts: ours {ours.summary_shifts}, reference {ref.summary_shifts}"
+    )
+    print(
+        f"machine: {info['nproc']} cores, {info['cpu']}, Python {info['python']}, "
+        f"PostgreSQL {info['postgresql']}, Redis {info['redis']}"
+    )
+    json_path = write_json(
+        lines,
+        {
+            "seconds": round(elapsed, 1),
+            "machine": info,
+            "workloads": {
+                w.name: {
+                    "messages": w.message_count,
+                    "model_calls": w.model_calls,
+                    "facts_asked": sum(len(t.asks) for t in w.turns),
+                }
+                for w in (w60, w300)
+            },
+            "replays": {name: replay.as_dict() for name, replay in replays.items()},
+            "scaling": scaling,
+            "concurrency": concurrency,
+            "worker": worker,
+        },
+    )
+    chart_path = write_chart(
+        {
+            "send everything": everything.context_tokens,
+            "reference": ref.context_tokens,
+            "ours": ours.context_tokens,
+        },
+        trigger,
+        lines,
+    )
+    print(
+        f"wrote {json_path.relative_to(json_path.parents[2])} and "
+        f"{chart_path.relative_to(chart_path.parents[2])} in {elapsed:.0f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The table, the JSON file and the chart."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Line:
+    measure: str
+    ours: float | int | None
+    baseline: float | int | None
+    baseline_name: str
+    target: str
+    passed: bool | None  # None: no DESIGN target, reported for information
+    unit: str = ""  # "%" shows shares as percentages
+
+    @property
+    def ratio(self) -> float | None:
+        if self.ours is None or not self.baseline:
+            return None
+        return self.ours / self.baseline
+
+
+def _fmt(value: float | int | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit == "%":
+        return f"{value * 100:.1f}%"
+    if unit == "ms":
+        return f"{value:.2f} ms"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.2f}"
+    return f"{int(value):,}"
+
+
+def _ratio(line: Line) -> str:
+    ratio = line.ratio
+    if ratio is None:
+        return "—"
+    if ratio < 0.1:
+        return f"{ratio * 100:.2f}%"
+    return f"{ratio:.2f}x"
+
+
+def table(lines: list[Line]) -> str:
+    header = ("measure", "ours", "baseline", "ratio", "DESIGN target", "")
+    rows = [
+        (
+            line.measure,
+            _fmt(line.ours, line.unit),
+            f"{_fmt(line.baseline, line.unit)} ({line.baseline_name})",
+            _ratio(line),
+            line.target,
+            {True: "pass", False: "MISS", None: "info"}[line.passed],
+        )
+        for line in lines
+    ]
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    out = []
+    for n, row in enumerate([header, *rows]):
+        out.append(" | ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        if n == 0:
+            out.append("-+-".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def write_json(lines: list[Line], details: dict[str, Any], path: Path | None = None) -> Path:
+    path = path or RESULTS / "latest.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "lines": [{**asdict(line), "ratio": line.ratio} for line in lines],
+        **details,
+    }
+    path.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+    return path
+
+
+def write_chart(
+    series: dict[str, list[int]],
+    trigger: int,
+    lines: list[Line],
+    path: Path | None = None,
+) -> Path:
+    """Left: context tokens at each model call of the 300-turn replay. Right:
+    ours as a share of the baseline for the ratio measures."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = path or RESULTS / "latest.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.5), width_ratios=(3, 2))
+    for name, values in series.items():
+        left.plot(range(1, len(values) + 1), values, label=name, linewidth=1.2)
+    left.axhline(trigger, color="grey", linestyle="--", linewidth=1, label=f"trigger ({trigger:,})")
+    left.set_yscale("log")
+    left.set_xlabel("model call")
+    left.set_ylabel("input tokens of the request")
+    left.set_title("Context sent at each model call (300 turns)")
+    left.legend(loc="upper left", fontsize=8)
+    left.grid(True, which="both", alpha=0.3)
+
+    shown = [line for line in lines if line.ratio is not None and line.unit != "%"]
+    labels = [line.measure for line in shown]
+    ratios = [line.ratio for line in shown]
+    colours = [
+        {True: "tab:green", False: "tab:red", None: "tab:blue"}[line.passed] for line in shown
+    ]
+    bars = right.barh(range(len(shown)), ratios, color=colours)
+    right.set_yticks(range(len(shown)), labels, fontsize=7)
+    right.invert_yaxis()
+    right.set_xscale("log")
+    right.axvline(1.0, color="grey", linewidth=1)
+    right.set_xlabel("ours / baseline (log; green pass, red miss, blue info)")
+    right.set_title("Ratios against the baselines")
+    for bar, ratio in zip(bars, ratios, strict=True):
+        right.text(
+            bar.get_width(),
+            bar.get_y() + bar.get_height() / 2,
+            f" {ratio:.3g}",
+            va="center",
+            fontsize=7,
+        )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
