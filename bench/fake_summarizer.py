@@ -54,6 +54,10 @@ def count_tokens(text: str | None) -> int:
     cached = _CACHE.get(text)
     if cached is not None:
         return cached
+    if len(text) > 20_000:
+        # No token spans a line break: count (and cache) line by line, so a
+        # transcript re-read many times costs little to count.
+        return sum(count_tokens(line) for line in text.split("\n"))
     total = 0
     for match in _TOKEN_RE.finditer(text):
         size = match.end() - match.start()

@@ -203,7 +203,10 @@ class _Generator:
         self.facts: dict[str, Fact] = {}
         self.unasked: list[str] = []
         self.pending_asks: dict[int, list[str]] = {}
-        self.history: list[tuple[str, dict[str, Any]]] = []  # (tool name, arguments) so far
+        # Calls that may be repeated, and every call made (a call whose result
+        # holds a fact is made once: the world stays consistent).
+        self.history: list[tuple[str, dict[str, Any]]] = []
+        self.used: set[tuple[str, str]] = set()
         self.call_seq = 0
 
     # --- text -------------------------------------------------------------
@@ -293,8 +296,9 @@ class _Generator:
                 text = json.dumps(args)
         else:
             tool, args = self._fresh_call()
-            while any(tool == t and args == a for t, a in self.history):
+            while (tool, json.dumps(args, sort_keys=True)) in self.used:
                 tool, args = self._fresh_call()
+            self.used.add((tool, json.dumps(args, sort_keys=True)))
             self.history.append((tool, args))
             text = json.dumps(args)
         return {"id": call_id, "name": tool, "arguments": text}, repeat

@@ -1,0 +1,53 @@
+"""The benchmark's workload generator: deterministic, repetitive, with facts asked later."""
+
+import json
+
+from bench.workload import generate, generate_messages, repeat_share
+
+
+def test_it_generates_the_same_conversation_from_the_same_seed():
+    first, second = generate(60, seed=7), generate(60, seed=7)
+
+    assert first.messages == second.messages
+    assert first.facts == second.facts
+    assert generate(60, seed=8).messages != first.messages
+
+
+def test_about_thirty_percent_of_tool_calls_repeat_an_earlier_call():
+    workload = generate(300)
+
+    assert 0.25 <= repeat_share(workload) <= 0.35
+    reordered = [
+        call
+        for call in workload.tool_calls()
+        if list(json.loads(call["arguments"])) != sorted(json.loads(call["arguments"]))
+    ]
+    assert reordered  # some repeats list their arguments in another key order
+
+
+def test_planted_facts_are_asked_later_and_present_when_planted():
+    workload = generate(300)
+    planted_at = {}
+    for turn in workload.turns:
+        text = "\n".join(m["content"] for m in turn.messages)
+        for fact_id in turn.plants:
+            assert workload.facts[fact_id].sentence in text
+            planted_at[fact_id] = turn.index
+        for fact_id in turn.asks:
+            assert planted_at[fact_id] < turn.index
+            assert fact_id in turn.messages[0]["content"]
+            assert workload.facts[fact_id].value not in text
+
+    asked = [fact_id for turn in workload.turns for fact_id in turn.asks]
+    assert len(asked) == len(set(asked)) >= 50
+
+
+def test_it_has_the_sizes_of_the_design_workload():
+    workload = generate(300)
+
+    assert 1_500 <= workload.message_count <= 1_700
+    assert 700 <= workload.model_calls <= 800
+    assert generate_messages(10_000).message_count >= 10_000
+    tool_results = [m for m in workload.messages if m["role"] == "tool"]
+    posts = [m for m in tool_results if m["tool_name"] == "get_blog_post"]
+    assert all(5_000 <= len(m["content"]) <= 32_000 for m in posts)
