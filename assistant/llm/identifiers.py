@@ -1,54 +1,70 @@
 """Deterministic extraction of what later turns need verbatim: ids, paths, URLs, numbers...
 
-Runs in workers over large tool results, so every pattern is precompiled and linear.
+Runs in workers over large tool results, so it avoids regexes that try every position of
+the text: the full-text patterns start with a literal (which `re` scans for quickly), and
+the rest runs only on whitespace-separated tokens that contain a digit, `/`, `#` or `$`.
+Quantifiers are bounded so pathological input stays linear.
 """
 
 from __future__ import annotations
 
 import re
 
-_MONTHS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
-_UNITS = (
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]{0,6}\.?"
+_UNIT = (
     r"(?:%|ms|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|weeks?|months?|years?"
     r"|[KMGT]i?B|bytes?|tokens?|chars?|characters?|words?|rows?|items?|users?|requests?"
     r"|px|em|rem|pt|mm|cm|km|m|kg|g|lbs?|USD|EUR|GBP|k|K|M|x)"
 )
 
-# Token-level categories, in the order they claim text: once a category matched a span, the
-# span is blanked so a later category cannot match inside it (no path inside a URL).
-_TOKEN_PATTERNS = [
-    re.compile(r"\bhttps?://[^\s<>\"'`)\]}]+", re.I),
-    re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"),
-    re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"),
-    # absolute or ~/./.. paths with two or more segments, and relative paths with an extension
-    re.compile(r"(?<![\w/.])(?:~|\.{1,2})?(?:/[\w.@%+-]+){2,}/?|\b[\w.-]+(?:/[\w.-]+)+\.[A-Za-z]\w{0,5}\b"),
-    re.compile(
-        r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
-        r"|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
-        rf"|\b{_MONTHS} \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}\b|\b\d{{1,2}} {_MONTHS},? \d{{4}}\b"
-    ),
-    # ids: post-1234, ORD-2024-0042, call_1, user_42
-    re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)*[-_]\d+\b"),
-    re.compile(r"(?<![\w&])#\d+\b"),
-    re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}\b"),
-    re.compile(
-        r"[$€£]\s?\d[\d,]*(?:\.\d+)?(?:\s?[kKmMbB]n?\b)?"
-        rf"|\b\d[\d,]*(?:\.\d+)?\s?{_UNITS}(?![\w])"
-        r"|\b\d+(?:\.\d+)+\b|\b\d{1,3}(?:,\d{3})+\b"
-    ),
-]
+# On the full text; each starts with a literal or a narrow character set (no leading \b,
+# which would make `re` try every position).
+_URL = re.compile(r"https?://[^\s<>\"'`)\]}]{1,2000}", re.I)
+_EMAIL_DOMAIN = re.compile(r"@[\w-]{1,63}(?:\.[\w-]{1,63}){1,8}\b")
+_EMAIL_LOCAL = re.compile(r"[\w.+-]{1,64}\Z")
+_MONTH_DATE = re.compile(rf"{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}\b")
 _QUOTED = re.compile(r"\"([A-Z0-9][^\"\n]{1,148}[^\"\s])\"|“([^”\n]{2,150})”")
-_SQL_TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+[`\"\[]?([A-Za-z_][\w.]*)")
+_SQL_TABLE = re.compile(r"(?:FROM|INTO|UPDATE|JOIN)\s{1,20}[`\"\[]?([A-Za-z_][\w.]{0,100})")
 _ERROR_WORD = re.compile(
-    r"\w*(?:Error|Exception)\b|\b(?:failed|errno|ERRNO)\b|\bHTTP\s?[45]\d\d\b"
-    r"|\b[45]\d\d (?:Bad|Not|Internal|Service|Too|Unauthorized|Forbidden|Gateway)\b"
+    r"(?:Error|Exception|failed|errno|ERRNO|HTTP\s?[45]\d\d"
+    r"|[45]\d\d (?:Bad|Not|Internal|Service|Too|Unauthorized|Forbidden|Gateway))\b"
 )
+
+# On candidate tokens only, first alternative wins.
+_CANDIDATE = re.compile(r"[\d/#$€£]")
+_IN_TOKEN = re.compile(
+    "|".join(
+        [
+            r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
+            r"\b\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b",
+            r"\b\d{1,2}/\d{1,2}/\d{2,4}\b",
+            # absolute or ~/./.. paths with two or more segments; relative ones need an extension
+            r"(?<![\w/.])(?:~|\.{1,2})?(?:/[\w.@%+-]{1,100}){2,30}/?",
+            r"\b[\w.-]{1,100}(?:/[\w.-]{1,100}){1,30}\.[A-Za-z]\w{0,5}\b",
+            # ids: post-1234, ORD-2024-0042, call_1, user_42
+            r"\b[A-Za-z][A-Za-z0-9]{0,40}(?:[-_][A-Za-z0-9]{1,40}){0,6}[-_]\d{1,20}\b",
+            r"(?<![\w&])#\d{1,20}\b",
+            r"\b(?=[0-9a-f]{0,63}[a-f])(?=[0-9a-f]{0,63}\d)[0-9a-f]{7,64}\b",
+            r"[$€£]\d[\d,]{0,30}(?:\.\d{1,10})?(?:[kKmMbB]n?\b)?",
+            rf"\b\d[\d,]{{0,30}}(?:\.\d{{1,10}})?{_UNIT}(?!\w)",
+            r"\b\d{1,20}(?:\.\d{1,20}){1,4}\b",
+            r"\b\d{1,3}(?:,\d{3}){1,10}\b",
+        ]
+    )
+)
+_NUMBER = re.compile(r"[$€£]?\d[\d,]{0,30}(?:\.\d{1,10})?")
+_UNIT_TOKEN = re.compile(rf"{_UNIT}[.,;:!?)]*")
 _TRAILING = ".,;:!?'\"”’)]}>"
 _MAX_ERROR_CHARS = 200
 
 
-def _blank(match: re.Match[str]) -> str:
-    return " " * (match.end() - match.start())
+def _emails(text: str) -> list[tuple[int, str]]:
+    found = []
+    for match in _EMAIL_DOMAIN.finditer(text):
+        local = _EMAIL_LOCAL.search(text, max(0, match.start() - 64), match.start())
+        if local:
+            found.append((local.start(), text[local.start() : match.end()]))
+    return found
 
 
 def _error_lines(text: str) -> list[tuple[int, str]]:
@@ -61,7 +77,7 @@ def _error_lines(text: str) -> list[tuple[int, str]]:
         last_line_start = start
         end = text.find("\n", match.end())
         end = len(text) if end == -1 else end
-        # long lines (a one-line JSON blob): keep a window around the keyword
+        # a long line (a one-line JSON blob): keep a window around the keyword
         lo = max(start, match.start() - _MAX_ERROR_CHARS // 2)
         line = text[lo : min(end, lo + _MAX_ERROR_CHARS)].strip()
         if line:
@@ -69,25 +85,51 @@ def _error_lines(text: str) -> list[tuple[int, str]]:
     return found
 
 
+# Minified JSON or HTML is one long "word": break it at quotes and brackets too (same length,
+# so positions still hold).
+_SEPARATORS = str.maketrans({c: " " for c in "\"'`<>(){}[];|="})
+
+
+def _token_identifiers(text: str) -> list[tuple[int, str]]:
+    found = []
+    text = text.translate(_SEPARATORS)
+    tokens = text.split()
+    cursor = 0
+    candidate = _CANDIDATE.search
+    for index, token in enumerate(tokens):
+        if not candidate(token):
+            continue
+        # Tokens come in order and only candidate tokens contain these characters, so the
+        # next occurrence from the cursor is this token.
+        position = text.find(token, cursor)
+        cursor = position + len(token)
+        if "://" in token or "@" in token:
+            continue  # URLs and emails come from the full-text patterns
+        found.extend((position + m.start(), m.group()) for m in _IN_TOKEN.finditer(token))
+        # "300 ms", "$ 5" style: a bare number followed by a unit token
+        if index + 1 < len(tokens) and _NUMBER.fullmatch(token.rstrip(_TRAILING)):
+            unit = _UNIT_TOKEN.fullmatch(tokens[index + 1])
+            if unit:
+                found.append((position, f"{token.rstrip(_TRAILING)} {unit.group().rstrip(_TRAILING)}"))
+    return found
+
+
 def extract_identifiers(text: str) -> list[str]:
     """Identifiers in order of first appearance, without duplicates."""
     if not text:
         return []
-    found: list[tuple[int, str]] = []
-    masked = text
-    for pattern in _TOKEN_PATTERNS:
-        hits = [(m.start(), m.group().rstrip(_TRAILING)) for m in pattern.finditer(masked)]
-        if hits:
-            found.extend(hits)
-            masked = pattern.sub(_blank, masked)
-    found.extend((m.start(), m.group(1) or m.group(2)) for m in _QUOTED.finditer(text))
-    found.extend((m.start(1), m.group(1)) for m in _SQL_TABLE.finditer(text))
-    found.extend(_error_lines(text))
+    found: list[tuple[int, str]] = [(m.start(), m.group()) for m in _URL.finditer(text)]
+    found += _emails(text)
+    found += [(m.start(), m.group()) for m in _MONTH_DATE.finditer(text)]
+    found += [(m.start(), m.group(1) or m.group(2)) for m in _QUOTED.finditer(text)]
+    found += [(m.start(1), m.group(1)) for m in _SQL_TABLE.finditer(text)]
+    found += _token_identifiers(text)
+    found += _error_lines(text)
     found.sort(key=lambda item: item[0])
     seen: set[str] = set()
     result = []
-    for _, value in found:
-        value = value.strip()
+    for _, raw in found:
+        value = raw.strip().rstrip(_TRAILING)
         if len(value) > 1 and value not in seen:
             seen.add(value)
             result.append(value)

@@ -1,0 +1,39 @@
+"""LLM providers: Anthropic, Gemini, and an offline summarizer, behind one interface."""
+
+from assistant.llm.base import (
+    ChatResult,
+    Provider,
+    ProviderError,
+    SummaryRejected,
+    SummaryResult,
+    Usage,
+)
+from assistant.llm.identifiers import extract_identifiers
+from assistant.llm.offline import OfflineProvider
+from assistant.llm.overflow import (
+    context_overflow,
+    model_context_window,
+    response_overflowed,
+)
+from assistant.llm.prompts import build_summary_prompt, render_transcript, validate_summary
+from assistant.llm.registry import get_provider, provider_name, summarize
+
+__all__ = [
+    "ChatResult",
+    "OfflineProvider",
+    "Provider",
+    "ProviderError",
+    "SummaryRejected",
+    "SummaryResult",
+    "Usage",
+    "build_summary_prompt",
+    "context_overflow",
+    "extract_identifiers",
+    "get_provider",
+    "model_context_window",
+    "provider_name",
+    "render_transcript",
+    "response_overflowed",
+    "summarize",
+    "validate_summary",
+]

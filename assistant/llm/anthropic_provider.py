@@ -1,0 +1,126 @@
+"""Anthropic through the official SDK's Messages API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+
+from assistant.llm import convert
+from assistant.llm.base import ChatResult, Provider, ProviderError, SummaryResult, Usage
+from assistant.llm.overflow import OVERFLOW_STOP_REASON, context_overflow, model_context_window
+from assistant.llm.prompts import build_summary_prompt, validate_summary
+
+
+class AnthropicProvider(Provider):
+    name = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str,
+        chat_model: str,
+        base_url: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 2,
+        max_output_tokens: int = 2048,
+    ) -> None:
+        self.model = model
+        self.chat_model = chat_model
+        self.max_output_tokens = max_output_tokens
+        self.max_input_tokens = model_context_window(model) - max_output_tokens
+        # The SDK retries 408/409/429/5xx/529 and connection errors itself, honouring
+        # retry-after(-ms); the timeout bounds each attempt (its default is 600 s).
+        self._client = anthropic.Anthropic(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
+        )
+
+    def _error(self, error: anthropic.APIError, model: str) -> ProviderError:
+        status = getattr(error, "status_code", None)
+        return ProviderError(
+            f"anthropic {type(error).__name__} (status {status})",
+            provider=self.name,
+            model=model,
+            status=status,
+            overflow=context_overflow(error),
+        )
+
+    def _create(self, model: str, **request: Any) -> Any:
+        try:
+            return self._client.messages.create(model=model, **request)
+        except anthropic.APIError as error:
+            raise self._error(error, model) from error
+
+    def summarize(
+        self,
+        transcript: str,
+        *,
+        previous_summary: str | None = None,
+        instructions: str | None = None,
+    ) -> SummaryResult:
+        system, user_text = build_summary_prompt(transcript, previous_summary)
+        if instructions:
+            system = f"{system}\n\n{instructions}"
+        response = self._create(
+            self.model,
+            max_tokens=self.max_output_tokens,
+            temperature=0.2,
+            system=system,
+            messages=[{"role": "user", "content": user_text}],
+        )
+        if response.stop_reason == OVERFLOW_STOP_REASON:
+            raise ProviderError(
+                "anthropic stopped at the context window",
+                provider=self.name,
+                model=self.model,
+                overflow=True,
+            )
+        text = "".join(b.text for b in response.content if b.type == "text")
+        try:
+            text = validate_summary(text)
+        except ProviderError as error:
+            error.provider, error.model = self.name, self.model
+            raise
+        return SummaryResult(
+            text=text,
+            usage=Usage.from_anthropic(response.usage),
+            model=response.model or self.model,
+            provider=self.name,
+        )
+
+    def count_tokens(self, system: str, messages: list[dict[str, Any]]) -> int | None:
+        request = convert.to_anthropic(system, [], messages)
+        if not request["messages"]:
+            return None
+        try:
+            result = self._client.messages.count_tokens(model=self.chat_model, **request)
+        except anthropic.APIError as error:
+            raise self._error(error, self.chat_model) from error
+        return result.input_tokens
+
+    def chat(
+        self,
+        system: str,
+        summaries: list[str],
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> ChatResult:
+        request = convert.to_anthropic(system, summaries, messages)
+        if tools:
+            request["tools"] = convert.anthropic_tools(tools)
+        response = self._create(self.chat_model, max_tokens=max_tokens, **request)
+        calls = [
+            {"id": b.id, "name": b.name, "arguments": dict(b.input or {})}
+            for b in response.content
+            if b.type == "tool_use"
+        ]
+        return ChatResult(
+            text="".join(b.text for b in response.content if b.type == "text"),
+            usage=Usage.from_anthropic(response.usage),
+            model=response.model or self.chat_model,
+            stop_reason=response.stop_reason,
+            tool_calls=calls,
+        )

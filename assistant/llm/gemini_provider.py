@@ -1,0 +1,154 @@
+"""Gemini through the official google-genai SDK."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import httpx2
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types
+
+from assistant.llm import convert
+from assistant.llm.base import ChatResult, Provider, ProviderError, SummaryResult, Usage
+from assistant.llm.overflow import context_overflow, model_context_window
+from assistant.llm.prompts import build_summary_prompt, validate_summary
+
+RETRY_STATUS_CODES = [408, 429, 500, 502, 503, 504]
+# Timeouts and connection failures come through unwrapped from the SDK's HTTP stack; a
+# malformed body surfaces as a ValueError (JSON or validation).
+_CALL_ERRORS = (genai_errors.APIError, httpx.HTTPError, httpx2.HTTPError, ValueError)
+
+
+class GeminiProvider(Provider):
+    name = "gemini"
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str,
+        chat_model: str,
+        base_url: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 2,
+        max_output_tokens: int = 2048,
+        retry_initial_delay: float = 1.0,
+        retry_max_delay: float = 8.0,
+    ) -> None:
+        self.model = model
+        self.chat_model = chat_model
+        self.max_output_tokens = max_output_tokens
+        self.max_input_tokens = model_context_window(model) - max_output_tokens
+        # google-genai has no timeout and no retries unless told (timeout in milliseconds).
+        retry = types.HttpRetryOptions(
+            attempts=max_retries + 1,
+            initial_delay=retry_initial_delay,
+            max_delay=retry_max_delay,
+            jitter=retry_initial_delay,
+            http_status_codes=RETRY_STATUS_CODES,
+        )
+        self._client = genai.Client(
+            api_key=api_key,
+            http_options=types.HttpOptions(
+                base_url=base_url, timeout=int(timeout * 1000), retry_options=retry
+            ),
+        )
+
+    def _call(self, method: str, model: str, **kwargs: Any) -> Any:
+        try:
+            return getattr(self._client.models, method)(model=model, **kwargs)
+        except _CALL_ERRORS as error:
+            status = getattr(error, "code", None)
+            status = status if isinstance(status, int) else None
+            raise ProviderError(
+                f"gemini {type(error).__name__} (status {status})",
+                provider=self.name,
+                model=model,
+                status=status,
+                overflow=context_overflow(error),
+            ) from error
+
+    def _generate(self, model: str, system: str, contents: Any, max_tokens: int, **extra: Any) -> Any:
+        config = types.GenerateContentConfig(
+            system_instruction=system or None,
+            max_output_tokens=max_tokens,
+            temperature=0.2,
+            **extra,
+        )
+        return self._call("generate_content", model, contents=contents, config=config)
+
+    @staticmethod
+    def _text(response: Any) -> str:
+        parts = []
+        for candidate in (response.candidates or [])[:1]:
+            for part in (candidate.content.parts if candidate.content else None) or []:
+                if part.text and not part.thought:
+                    parts.append(part.text)
+        return "".join(parts)
+
+    def summarize(
+        self,
+        transcript: str,
+        *,
+        previous_summary: str | None = None,
+        instructions: str | None = None,
+    ) -> SummaryResult:
+        system, user_text = build_summary_prompt(transcript, previous_summary)
+        if instructions:
+            system = f"{system}\n\n{instructions}"
+        contents = [{"role": "user", "parts": [{"text": user_text}]}]
+        response = self._generate(self.model, system, contents, self.max_output_tokens)
+        try:
+            text = validate_summary(self._text(response))
+        except ProviderError as error:
+            error.provider, error.model = self.name, self.model
+            raise
+        return SummaryResult(
+            text=text,
+            usage=Usage.from_gemini(response.usage_metadata),
+            model=response.model_version or self.model,
+            provider=self.name,
+        )
+
+    def count_tokens(self, system: str, messages: list[dict[str, Any]]) -> int | None:
+        request = convert.to_gemini(system, [], messages)
+        contents = request["contents"]
+        if request["system_instruction"]:
+            # the Gemini API's countTokens takes contents only: count the system as a turn
+            contents = [{"role": "user", "parts": [{"text": request["system_instruction"]}]}, *contents]
+        if not contents:
+            return None
+        result = self._call("count_tokens", self.chat_model, contents=contents)
+        return result.total_tokens
+
+    def chat(
+        self,
+        system: str,
+        summaries: list[str],
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> ChatResult:
+        request = convert.to_gemini(system, summaries, messages)
+        extra: dict[str, Any] = {}
+        if tools:
+            extra["tools"] = convert.gemini_tools(tools)
+            extra["automatic_function_calling"] = {"disable": True}
+        response = self._generate(
+            self.chat_model, request["system_instruction"], request["contents"], max_tokens, **extra
+        )
+        calls = [
+            {"id": c.id or "", "name": c.name or "", "arguments": dict(c.args or {})}
+            for c in response.function_calls or []
+        ]
+        finish = response.candidates[0].finish_reason if response.candidates else None
+        return ChatResult(
+            text=self._text(response),
+            usage=Usage.from_gemini(response.usage_metadata),
+            model=response.model_version or self.chat_model,
+            stop_reason=getattr(finish, "value", finish),
+            tool_calls=calls,
+        )

@@ -1,0 +1,143 @@
+"""Which provider answers, from settings; and the summarize() entry point with its fallback."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from django.conf import settings
+
+from assistant.llm.base import Provider, ProviderError, SummaryResult
+from assistant.llm.offline import OfflineProvider
+from assistant.llm.prompts import validate_summary
+
+logger = logging.getLogger("assistant.llm")
+
+PROVIDERS = ("anthropic", "gemini", "offline")
+
+
+def provider_name() -> str:
+    chosen = (getattr(settings, "ASSISTANT_SUMMARIZER", "") or "auto").lower()
+    if chosen in PROVIDERS:
+        return chosen
+    if getattr(settings, "ANTHROPIC_API_KEY", ""):
+        return "anthropic"
+    if getattr(settings, "GEMINI_API_KEY", ""):
+        return "gemini"
+    return "offline"
+
+
+def _common() -> tuple[float, int, int]:
+    return (
+        float(getattr(settings, "LLM_TIMEOUT_SECONDS", 30.0)),
+        int(getattr(settings, "LLM_MAX_RETRIES", 2)),
+        int(getattr(settings, "SUMMARY_MAX_OUTPUT_TOKENS", 2048)),
+    )
+
+
+def _anthropic_key() -> tuple:
+    return (
+        settings.ANTHROPIC_API_KEY,
+        getattr(settings, "ANTHROPIC_BASE_URL", None) or None,
+        getattr(settings, "ANTHROPIC_SUMMARY_MODEL", "claude-haiku-4-5"),
+        getattr(settings, "ANTHROPIC_CHAT_MODEL", "claude-sonnet-4-5"),
+        *_common(),
+    )
+
+
+def _gemini_key() -> tuple:
+    return (
+        settings.GEMINI_API_KEY,
+        getattr(settings, "GEMINI_BASE_URL", None) or None,
+        getattr(settings, "GEMINI_SUMMARY_MODEL", "gemini-2.5-flash-lite"),
+        getattr(settings, "GEMINI_CHAT_MODEL", "gemini-2.5-flash"),
+        *_common(),
+        float(getattr(settings, "LLM_RETRY_INITIAL_DELAY", 1.0)),
+        float(getattr(settings, "LLM_RETRY_MAX_DELAY", 8.0)),
+    )
+
+
+# Clients are built once per distinct configuration, so a test that overrides settings
+# gets a fresh client and production reuses one connection pool.
+@functools.lru_cache(maxsize=8)
+def _anthropic(key, base_url, model, chat_model, timeout, retries, max_out) -> Provider:
+    from assistant.llm.anthropic_provider import AnthropicProvider
+
+    return AnthropicProvider(
+        api_key=key,
+        base_url=base_url,
+        model=model,
+        chat_model=chat_model,
+        timeout=timeout,
+        max_retries=retries,
+        max_output_tokens=max_out,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _gemini(key, base_url, model, chat_model, timeout, retries, max_out, delay, max_delay) -> Provider:
+    from assistant.llm.gemini_provider import GeminiProvider
+
+    return GeminiProvider(
+        api_key=key,
+        base_url=base_url,
+        model=model,
+        chat_model=chat_model,
+        timeout=timeout,
+        max_retries=retries,
+        max_output_tokens=max_out,
+        retry_initial_delay=delay,
+        retry_max_delay=max_delay,
+    )
+
+
+def get_provider(name: str | None = None) -> Provider:
+    """The configured provider (or the one named); offline when its key is missing."""
+    name = name or provider_name()
+    if name == "anthropic" and getattr(settings, "ANTHROPIC_API_KEY", ""):
+        return _anthropic(*_anthropic_key())
+    if name == "gemini" and getattr(settings, "GEMINI_API_KEY", ""):
+        return _gemini(*_gemini_key())
+    return OfflineProvider()
+
+
+def summarize(
+    transcript: str,
+    previous_summary: str | None = None,
+    *,
+    instructions: str | None = None,
+    provider: Provider | None = None,
+) -> SummaryResult:
+    """A validated summary from the configured provider; on failure (after the SDK's own
+    retries) or a rejected summary, the offline summarizer's, unless fallback is off."""
+    provider = provider or get_provider()
+    try:
+        result = provider.summarize(
+            transcript, previous_summary=previous_summary, instructions=instructions
+        )
+        validate_summary(result.text)
+        return result
+    except ProviderError as error:
+        # Never the key or any message content: provider, model, class, status only.
+        cause = error.__cause__
+        logger.warning(
+            "summarizer call failed: provider=%s model=%s error=%s cause=%s status=%s reason=%s",
+            provider.name,
+            provider.model,
+            type(error).__name__,
+            type(cause).__name__ if cause else None,
+            error.status,
+            getattr(error, "reason", None),
+        )
+        if not getattr(settings, "ASSISTANT_SUMMARY_FALLBACK", True) or isinstance(
+            provider, OfflineProvider
+        ):
+            raise
+    result = OfflineProvider().summarize(transcript, previous_summary=previous_summary)
+    return SummaryResult(
+        text=validate_summary(result.text),
+        usage=result.usage,
+        model=result.model,
+        provider=result.provider,
+        fallback=True,
+    )
