@@ -12,6 +12,10 @@ from assistant.llm.overflow import OVERFLOW_STOP_REASON, context_overflow, model
 from assistant.llm.prompts import build_summary_prompt, validate_summary
 
 
+# A malformed 200 body surfaces as a ValueError (JSON decoding), not as an APIError.
+_CALL_ERRORS = (anthropic.APIError, ValueError)
+
+
 class AnthropicProvider(Provider):
     name = "anthropic"
 
@@ -36,7 +40,7 @@ class AnthropicProvider(Provider):
             api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
         )
 
-    def _error(self, error: anthropic.APIError, model: str) -> ProviderError:
+    def _error(self, error: Exception, model: str) -> ProviderError:
         status = getattr(error, "status_code", None)
         return ProviderError(
             f"anthropic {type(error).__name__} (status {status})",
@@ -49,7 +53,7 @@ class AnthropicProvider(Provider):
     def _create(self, model: str, **request: Any) -> Any:
         try:
             return self._client.messages.create(model=model, **request)
-        except anthropic.APIError as error:
+        except _CALL_ERRORS as error:
             raise self._error(error, model) from error
 
     def summarize(
@@ -65,7 +69,6 @@ class AnthropicProvider(Provider):
         response = self._create(
             self.model,
             max_tokens=self.max_output_tokens,
-            temperature=0.2,
             system=system,
             messages=[{"role": "user", "content": user_text}],
         )
@@ -95,7 +98,7 @@ class AnthropicProvider(Provider):
             return None
         try:
             result = self._client.messages.count_tokens(model=self.chat_model, **request)
-        except anthropic.APIError as error:
+        except _CALL_ERRORS as error:
             raise self._error(error, self.chat_model) from error
         return result.input_tokens
 

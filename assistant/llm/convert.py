@@ -129,7 +129,11 @@ def gemini_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     if not tools:
         return []
     declarations = [
-        {"name": t["name"], "description": t.get("description", ""), "parameters": t.get("parameters")}
+        {
+            "name": t["name"],
+            "description": t.get("description", ""),
+            "parameters": t.get("parameters"),
+        }
         for t in tools
     ]
     return [{"function_declarations": declarations}]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import httpx2
 from google import genai
 from google.genai import errors as genai_errors
@@ -18,7 +17,7 @@ from assistant.llm.prompts import build_summary_prompt, validate_summary
 RETRY_STATUS_CODES = [408, 429, 500, 502, 503, 504]
 # Timeouts and connection failures come through unwrapped from the SDK's HTTP stack; a
 # malformed body surfaces as a ValueError (JSON or validation).
-_CALL_ERRORS = (genai_errors.APIError, httpx.HTTPError, httpx2.HTTPError, ValueError)
+_CALL_ERRORS = (genai_errors.APIError, httpx2.HTTPError, ValueError)
 
 
 class GeminiProvider(Provider):
@@ -70,7 +69,9 @@ class GeminiProvider(Provider):
                 overflow=context_overflow(error),
             ) from error
 
-    def _generate(self, model: str, system: str, contents: Any, max_tokens: int, **extra: Any) -> Any:
+    def _generate(
+        self, model: str, system: str, contents: Any, max_tokens: int, **extra: Any
+    ) -> Any:
         config = types.GenerateContentConfig(
             system_instruction=system or None,
             max_output_tokens=max_tokens,
@@ -117,7 +118,10 @@ class GeminiProvider(Provider):
         contents = request["contents"]
         if request["system_instruction"]:
             # the Gemini API's countTokens takes contents only: count the system as a turn
-            contents = [{"role": "user", "parts": [{"text": request["system_instruction"]}]}, *contents]
+            contents = [
+                {"role": "user", "parts": [{"text": request["system_instruction"]}]},
+                *contents,
+            ]
         if not contents:
             return None
         result = self._call("count_tokens", self.chat_model, contents=contents)

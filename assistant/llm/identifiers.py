@@ -54,7 +54,7 @@ _IN_TOKEN = re.compile(
 )
 _NUMBER = re.compile(r"[$€£]?\d[\d,]{0,30}(?:\.\d{1,10})?")
 _UNIT_TOKEN = re.compile(rf"{_UNIT}[.,;:!?)]*")
-_TRAILING = ".,;:!?'\"”’)]}>"
+_TRAILING = ".,;:!?'\"\u201d\u2019)]}>"
 _MAX_ERROR_CHARS = 200
 
 
@@ -110,7 +110,9 @@ def _token_identifiers(text: str) -> list[tuple[int, str]]:
         if index + 1 < len(tokens) and _NUMBER.fullmatch(token.rstrip(_TRAILING)):
             unit = _UNIT_TOKEN.fullmatch(tokens[index + 1])
             if unit:
-                found.append((position, f"{token.rstrip(_TRAILING)} {unit.group().rstrip(_TRAILING)}"))
+                found.append(
+                    (position, f"{token.rstrip(_TRAILING)} {unit.group().rstrip(_TRAILING)}")
+                )
     return found
 
 

@@ -74,10 +74,14 @@ def _dedupe(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def _prose_sections(messages: list[_Message], previous: dict[str, list[str]]) -> dict[str, list[str]]:
+def _prose_sections(
+    messages: list[_Message], previous: dict[str, list[str]]
+) -> dict[str, list[str]]:
     users = [m for m in messages if m.role == "user" and m.text]
     assistants = [m for m in messages if m.role == "assistant" and m.text]
-    goal = previous["Goal"] or [_clip(" ".join(_sentences(m.text)[:2]) or m.text) for m in users[:1]]
+    goal = previous["Goal"] or [
+        _clip(" ".join(_sentences(m.text)[:2]) or m.text) for m in users[:1]
+    ]
     constraints = previous["Constraints"] + [
         _clip(s) for m in users for s in _sentences(m.text) if _CONSTRAINT.search(s)
     ]
@@ -103,7 +107,11 @@ def _prose_sections(messages: list[_Message], previous: dict[str, list[str]]) ->
     }
     # keep the first items of Goal and Constraints, the newest of the rest
     return {
-        name: (items[: _MAX_ITEMS[name]] if name in ("Goal", "Constraints") else items[-_MAX_ITEMS[name] :])
+        name: (
+            items[: _MAX_ITEMS[name]]
+            if name in ("Goal", "Constraints")
+            else items[-_MAX_ITEMS[name] :]
+        )
         for name, items in ((n, _dedupe(i)) for n, i in sections.items())
     }
 
@@ -127,7 +135,9 @@ def _ranked_identifiers(messages: list[_Message], carried: list[str]) -> list[st
     return _dedupe([*from_user, *carried, *from_others])
 
 
-def offline_summary(transcript: str, previous_summary: str | None = None, max_chars: int = 6000) -> str:
+def offline_summary(
+    transcript: str, previous_summary: str | None = None, max_chars: int = 6000
+) -> str:
     messages = parse_transcript(transcript)
     previous = _previous_sections(previous_summary)
     prose = _prose_sections(messages, previous)
@@ -135,7 +145,9 @@ def offline_summary(transcript: str, previous_summary: str | None = None, max_ch
     # Over budget: drop the oldest items of the longest section until it fits.
     while len(_render(prose)) > prose_budget and any(len(v) > 1 for v in prose.values()):
         longest = max(prose, key=lambda n: len(prose[n]))
-        prose[longest] = prose[longest][1:] if longest not in ("Goal", "Constraints") else prose[longest][:-1]
+        prose[longest] = (
+            prose[longest][1:] if longest not in ("Goal", "Constraints") else prose[longest][:-1]
+        )
 
     # Within the budget, keep the highest-ranked identifiers, then list them in the order
     # they appeared (carried-forward ones first) so the section reads naturally.
@@ -198,4 +210,6 @@ class OfflineProvider(Provider):
         text = f"(offline assistant) I have no model to answer with. You said: {asked}"
         text = text[: max_tokens * compaction_config().CHARS_PER_TOKEN]
         prompt = system + "".join(summaries) + "".join(m.get("content") or "" for m in messages)
-        return ChatResult(text=text, usage=self._usage(prompt, text), model=self.model, stop_reason="end_turn")
+        return ChatResult(
+            text=text, usage=self._usage(prompt, text), model=self.model, stop_reason="end_turn"
+        )

@@ -75,7 +75,9 @@ def _anthropic(key, base_url, model, chat_model, timeout, retries, max_out) -> P
 
 
 @functools.lru_cache(maxsize=8)
-def _gemini(key, base_url, model, chat_model, timeout, retries, max_out, delay, max_delay) -> Provider:
+def _gemini(
+    key, base_url, model, chat_model, timeout, retries, max_out, delay, max_delay
+) -> Provider:
     from assistant.llm.gemini_provider import GeminiProvider
 
     return GeminiProvider(
