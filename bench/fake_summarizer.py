@@ -133,7 +133,10 @@ class FakeSummarizer:
             facts.pop(0)
             fact_tokens.pop(0)
         critical = "\n".join(f"- {fact}" for fact in facts) or "- none"
-        words = _WORD_RE.findall(transcript[:20_000]) or ["conversation"]
+        # Filler from the end of the input: a summary of more messages reads
+        # differently (a deterministic fake must not keep a re-read summary
+        # byte-identical where a real model would rewrite it).
+        words = _WORD_RE.findall(transcript[-20_000:]) or ["conversation"]
         head = (
             "## Goal\nRun the blog's editorial work as the user asks.\n"
             "## Constraints\n- none\n## Progress\n"

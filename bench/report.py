@@ -96,7 +96,9 @@ def write_chart(
 
     path = path or RESULTS / "latest.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.5), width_ratios=(3, 2))
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=(15, 6), width_ratios=(3, 2), layout="constrained"
+    )
     for name, values in series.items():
         left.plot(range(1, len(values) + 1), values, label=name, linewidth=1.2)
     left.axhline(trigger, color="grey", linestyle="--", linewidth=1, label=f"trigger ({trigger:,})")
@@ -107,7 +109,7 @@ def write_chart(
     left.legend(loc="upper left", fontsize=8)
     left.grid(True, which="both", alpha=0.3)
 
-    shown = [line for line in lines if line.ratio is not None and line.unit != "%"]
+    shown = [line for line in lines if line.ratio and line.unit != "%"]
     labels = [line.measure for line in shown]
     ratios = [line.ratio for line in shown]
     colours = [
@@ -128,7 +130,6 @@ def write_chart(
             va="center",
             fontsize=7,
         )
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
