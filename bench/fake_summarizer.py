@@ -10,7 +10,8 @@ How it is built (and why it does not flatter our strategy):
 - Input tokens are the whole prompt a real call would send: the product's own
   instructions, the previous summary and the transcript.
 - Output size grows sublinearly with input, like a real summary:
-  min(2,000, 200 + 10% of the input) tokens. The text is made of the
+  min(2,000, 200 + 10% of the transcript + 80% of the previous summary)
+  tokens (an update keeps most of what it merges). The text is made of the
   section headings the product asks for, the planted facts the input holds
   (copied verbatim, as the prompt tells a model to), and filler words taken
   from the input, so a summary costs the chat model what a real one would.
@@ -120,7 +121,11 @@ class FakeSummarizer:
             + count_tokens(previous_summary)
             + count_tokens(transcript)
         )
-        target = min(2000, 200 + prompt_tokens // 10)
+        # An update keeps most of the previous summary (the prompt asks it to),
+        # so an incrementally updated summary grows to the cap like a fresh one.
+        target = min(
+            2000, 200 + count_tokens(transcript) // 10 + count_tokens(previous_summary) * 4 // 5
+        )
         digest = hashlib.sha1(
             ((previous_summary or "") + transcript).encode("utf-8", "surrogatepass")
         ).hexdigest()
