@@ -251,9 +251,15 @@ def note_response(
 ) -> bool:
     """Mark the conversation for emergency compaction when a successful
     response shows the context no longer fits: more input tokens reported than
-    the window, or Anthropic's `model_context_window_exceeded` stop reason."""
-    over = getattr(response, "stop_reason", None) == "model_context_window_exceeded"
+    the window (`window_tokens`, else the window of the model that answered),
+    or Anthropic's `model_context_window_exceeded` stop reason."""
+    from assistant.llm.overflow import OVERFLOW_STOP_REASON, model_context_window
+
+    over = getattr(response, "stop_reason", None) == OVERFLOW_STOP_REASON
     prompt = reported_prompt_tokens(response)
+    if window_tokens is None:
+        model = getattr(response, "model", None) or getattr(response, "model_version", None)
+        window_tokens = model_context_window(model) if isinstance(model, str) and model else None
     if window_tokens is not None and prompt is not None and prompt > window_tokens:
         over = True
     if over:

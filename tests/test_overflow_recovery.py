@@ -4,66 +4,68 @@ error passes through untouched."""
 
 from __future__ import annotations
 
-import json
-
-import anthropic
-import httpx2
 import pytest
 
 from assistant.emergency import ContextTooLarge, call_with_overflow_recovery
+from assistant.llm import get_provider
+from assistant.llm.base import ProviderError
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import add_message
+from tests.fake_llm import fake_llm, ok, overflow, overloaded, raw  # noqa: F401
 from tests.scenarios import tool_heavy_conversation
 
 pytestmark = pytest.mark.django_db
 
-MODEL = "claude-test-model"
+KIND = {"anthropic": "anthropic.messages", "gemini": "gemini.generate"}
 
 
-def overflow(sent: int = 208_310, limit: int = 200_000) -> tuple[int, dict]:
-    return 400, {
-        "type": "error",
-        "error": {
-            "type": "invalid_request_error",
-            "message": f"prompt is too long: {sent} tokens > {limit} maximum",
-        },
-        "request_id": "req_overflow",
-    }
+@pytest.fixture(params=["anthropic", "gemini"])
+def chat(request, fake_llm, settings):  # noqa: F811
+    """The chat call through the real SDK of each provider, pointed at the fake
+    server; the summarizer stays offline so only chat calls reach the server."""
+    name = request.param
+    settings.ANTHROPIC_API_KEY = "test-key-anthropic"
+    settings.ANTHROPIC_BASE_URL = fake_llm.url
+    settings.GEMINI_API_KEY = "test-key-gemini"
+    settings.GEMINI_BASE_URL = fake_llm.url
+    settings.LLM_RETRY_INITIAL_DELAY = 0.01
+    settings.LLM_RETRY_MAX_DELAY = 0.05
+    settings.ASSISTANT_SUMMARIZER = "offline"
+
+    class Chat:
+        provider = name
+        server = fake_llm
+
+        def script(self, *replies):
+            fake_llm.script(KIND[name], *replies)
+
+        @property
+        def requests(self):
+            return [r.body for r in fake_llm.requests_for(KIND[name])]
+
+        def message_count(self, body) -> int:
+            return len(body["messages"] if name == "anthropic" else body["contents"])
+
+        def __call__(self, context):
+            return get_provider(name).chat(
+                context.system, context.summaries, context.messages, max_tokens=64
+            )
+
+    return Chat()
 
 
-def ok(input_tokens: int = 900) -> tuple[int, dict]:
-    return 200, {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": MODEL,
-        "content": [{"type": "text", "text": "Done."}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": 3},
-    }
-
-
-class ScriptedAnthropic:
-    """The Messages API answering from a script, through the real SDK."""
-
-    def __init__(self, *answers: tuple[int, dict]) -> None:
-        self.answers = list(answers)
-        self.requests: list[dict] = []
-
-    def __call__(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(json.loads(request.content))
-        status, body = self.answers.pop(0)
-        return httpx2.Response(status, json=body)
-
-    def call(self, context):
-        client = anthropic.Anthropic(
-            api_key="test",
-            base_url="http://fake.invalid",
-            max_retries=0,
-            http_client=httpx2.Client(transport=httpx2.MockTransport(self)),
+def overflow_stating(sent: int, limit: int, provider: str):
+    """The provider's own overflow error body with other counts."""
+    if provider == "anthropic":
+        message = f"prompt is too long: {sent} tokens > {limit} maximum"
+        body = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    else:
+        message = (
+            f"The input token count ({sent}) exceeds the maximum number of tokens allowed "
+            f"({limit})."
         )
-        return client.messages.create(model=MODEL, max_tokens=64, **context.to_anthropic())
+        body = {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
+    return raw(400, body)
 
 
 @pytest.fixture(autouse=True)
@@ -98,28 +100,28 @@ def originals(conversation: Conversation) -> list[tuple[int, str]]:
     return list(conversation.messages.order_by("id").values_list("id", "content"))
 
 
-def test_level_1_then_a_successful_retry():
-    conversation, _ = tool_heavy_conversation()
-    provider = ScriptedAnthropic(overflow(), ok())
+def test_level_1_then_a_successful_retry(chat):
+    conversation, _rows = tool_heavy_conversation()
+    chat.script(overflow(), ok(text="Done."))
 
-    response = call_with_overflow_recovery(conversation, provider.call)
+    result = call_with_overflow_recovery(conversation, chat)
 
-    assert response.content[0].text == "Done."
-    assert len(provider.requests) == 2
+    assert result.text == "Done."
+    assert len(chat.requests) == 2
     assert emergency_kinds(conversation) == [CompactionEvent.Kind.EMERGENCY_1]
-    # The retry carried the tighter window: the last three turns only.
-    assert len(provider.requests[1]["messages"]) < len(provider.requests[0]["messages"])
+    # Sent: all 20 messages, then the last two turns (6) after the summary.
+    assert [chat.message_count(body) for body in chat.requests] == [20, 6]
 
 
-def test_level_1_then_level_2_then_a_clear_error_that_offers_a_fork():
+def test_level_1_then_level_2_then_a_clear_error_that_offers_a_fork(chat):
     conversation, _ = tool_heavy_conversation()
     before = originals(conversation)
-    provider = ScriptedAnthropic(overflow(), overflow(), overflow())
+    chat.script(overflow(), overflow(), overflow())
 
     with pytest.raises(ContextTooLarge) as raised:
-        call_with_overflow_recovery(conversation, provider.call)
+        call_with_overflow_recovery(conversation, chat)
 
-    assert len(provider.requests) == 3
+    assert [chat.message_count(body) for body in chat.requests] == [20, 6, 2]
     assert emergency_kinds(conversation) == [
         CompactionEvent.Kind.EMERGENCY_1,
         CompactionEvent.Kind.EMERGENCY_2,
@@ -129,92 +131,104 @@ def test_level_1_then_level_2_then_a_clear_error_that_offers_a_fork():
     assert error.levels_applied == (1, 2)
     assert "fork_continuation" in str(error)
     assert "Nothing was lost" in str(error)
-    assert isinstance(error.__cause__, anthropic.BadRequestError)
+    assert isinstance(error.__cause__, ProviderError)
     assert originals(conversation) == before
 
 
-def test_level_2_rescues_what_level_1_could_not():
+def test_level_2_rescues_what_level_1_could_not(chat):
     conversation, _ = tool_heavy_conversation()
-    provider = ScriptedAnthropic(overflow(), overflow(), ok())
+    chat.script(overflow(), overflow(), ok(text="Done."))
 
-    call_with_overflow_recovery(conversation, provider.call)
+    assert call_with_overflow_recovery(conversation, chat).text == "Done."
 
-    assert len(provider.requests) == 3
-    assert len(provider.requests[2]["messages"]) == 2
+    assert [chat.message_count(body) for body in chat.requests] == [20, 6, 2]
     assert emergency_kinds(conversation) == [
         CompactionEvent.Kind.EMERGENCY_1,
         CompactionEvent.Kind.EMERGENCY_2,
     ]
 
 
-def test_no_retry_when_no_level_shrinks_the_context():
+def test_no_retry_when_no_level_shrinks_the_context(chat):
     conversation = Conversation.objects.create(title="tiny")
     add_message(conversation, "user", "hi")
-    provider = ScriptedAnthropic(overflow())
+    chat.script(overflow())
 
     with pytest.raises(ContextTooLarge) as raised:
-        call_with_overflow_recovery(conversation, provider.call)
+        call_with_overflow_recovery(conversation, chat)
 
-    assert len(provider.requests) == 1
+    assert len(chat.requests) == 1
     assert raised.value.levels_applied == ()
     assert emergency_kinds(conversation) == []
 
 
-def test_no_retry_when_the_provider_count_says_the_smaller_context_still_cannot_fit():
+def test_no_retry_when_the_provider_count_says_the_smaller_context_still_cannot_fit(chat):
     """Sent 3,000,000 tokens to a 200,000 window: level 1 shrinks the context
     from 909 to 104 estimated tokens (about 343,000 by the provider's count),
     not enough to retry; level 2's 46 (about 152,000) is."""
     conversation, _ = tool_heavy_conversation()
-    provider = ScriptedAnthropic(overflow(sent=3_000_000), ok())
+    chat.script(overflow_stating(3_000_000, 200_000, chat.provider), ok(text="Done."))
 
-    call_with_overflow_recovery(conversation, provider.call)
+    call_with_overflow_recovery(conversation, chat)
 
-    assert len(provider.requests) == 2
-    assert len(provider.requests[1]["messages"]) == 2  # level 2's context
+    assert [chat.message_count(body) for body in chat.requests] == [20, 2]
     assert emergency_kinds(conversation) == [
         CompactionEvent.Kind.EMERGENCY_1,
         CompactionEvent.Kind.EMERGENCY_2,
     ]
 
 
-@pytest.mark.parametrize(
-    "answer",
-    [
-        (429, {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}),
-        (
-            400,
-            {
-                "type": "error",
-                "error": {"type": "invalid_request_error", "message": "max_tokens: too large"},
-            },
-        ),
-        (529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
-    ],
-    ids=["rate limit", "other bad request", "overloaded"],
-)
-def test_a_non_overflow_error_passes_through_untouched(answer):
+def test_a_non_overflow_error_passes_through_untouched(chat, settings):
+    settings.LLM_MAX_RETRIES = 0
     conversation, _ = tool_heavy_conversation()
     before = originals(conversation)
     metadata = Conversation.objects.get(pk=conversation.pk).metadata
-    provider = ScriptedAnthropic(answer)
+    if chat.provider == "anthropic":
+        other = raw(
+            400,
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "max_tokens: 64000 > 8192, the maximum for this model",
+                },
+            },
+        )
+    else:
+        other = raw(
+            400,
+            {
+                "error": {
+                    "code": 400,
+                    "message": "Invalid JSON payload",
+                    "status": "INVALID_ARGUMENT",
+                }
+            },
+        )
+    chat.script(other, overloaded(), overloaded(), overloaded(), overloaded())
 
-    with pytest.raises(anthropic.APIStatusError) as raised:
-        call_with_overflow_recovery(conversation, provider.call)
+    with pytest.raises(ProviderError) as first:
+        call_with_overflow_recovery(conversation, chat)
+    with pytest.raises(ProviderError) as second:
+        call_with_overflow_recovery(conversation, chat)
 
-    assert raised.value.status_code == answer[0]
-    assert raised.value.body == answer[1]
-    assert len(provider.requests) == 1
+    assert (first.value.status, first.value.overflow) == (400, False)
+    assert second.value.status == (529 if chat.provider == "anthropic" else 503)
     assert not CompactionEvent.objects.filter(conversation=conversation).exists()
     assert Message.objects.filter(conversation=conversation).exclude(compaction="").count() == 0
     assert originals(conversation) == before
     assert Conversation.objects.get(pk=conversation.pk).metadata == metadata
 
 
-def test_a_success_over_the_window_marks_the_conversation():
+def test_a_success_over_the_window_marks_the_conversation(chat):
     conversation, _ = tool_heavy_conversation()
-    provider = ScriptedAnthropic(ok(input_tokens=200_001))
+    usage = (
+        {"input_tokens": 200_001, "output_tokens": 3}
+        if chat.provider == "anthropic"
+        else {"promptTokenCount": 1_048_577, "candidatesTokenCount": 3}
+    )
+    chat.script(ok(text="Done.", usage=usage))
 
-    call_with_overflow_recovery(conversation, provider.call, window_tokens=200_000)
+    call_with_overflow_recovery(conversation, chat)
 
     metadata = Conversation.objects.get(pk=conversation.pk).metadata
     assert metadata[MetadataKeys.NEEDS_EMERGENCY_COMPACTION] is True
