@@ -11,7 +11,6 @@ from assistant.llm.base import ChatResult, Provider, ProviderError, SummaryResul
 from assistant.llm.overflow import OVERFLOW_STOP_REASON, context_overflow, model_context_window
 from assistant.llm.prompts import build_summary_prompt, validate_summary
 
-
 # A malformed 200 body surfaces as a ValueError (JSON decoding), not as an APIError.
 _CALL_ERRORS = (anthropic.APIError, ValueError)
 

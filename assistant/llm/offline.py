@@ -14,7 +14,7 @@ from assistant.llm.prompts import HEADINGS, SECTIONS
 
 OFFLINE_MODEL = "offline-summarizer"
 _MESSAGE_START = re.compile(r"^\[(user|assistant|tool|system)\b[^\]\n]*\] ?", re.M)
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _DECISION = re.compile(r"\b(decided?|decision|chose|choose|will|agreed?|use|going with)\b", re.I)
 _CONSTRAINT = re.compile(
     r"\b(must|never|don'?t|do not|only|always|without|at most|at least|no more than|avoid)\b",
@@ -52,7 +52,7 @@ def _clip(text: str) -> str:
 
 
 def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.findall(text) if len(s.strip()) > 3]
+    return [s.strip() for s in _SENTENCE_END.split(text) if len(s.strip()) > 3]
 
 
 def _previous_sections(summary: str | None) -> dict[str, list[str]]:

@@ -92,6 +92,7 @@ def build_summary_prompt(transcript: str, previous_summary: str | None = None) -
 # (reason, pattern) pairs, checked on the text before the first heading: an error or a reply
 # quoted inside a well-formed summary (say, under Critical context) is content, not a failure.
 _REJECT_RULES = [
+    ("api error json", re.compile(r'"type"\s*:\s*"error"|^\s*\{\s*"error"\s*:', re.I)),
     (
         "error text",
         re.compile(r"^\W*(error\b|i'?m sorry|i am sorry|i cannot|i can'?t|as an ai)", re.I),
@@ -101,7 +102,6 @@ _REJECT_RULES = [
         "http error",
         re.compile(r"\bHTTP/\d(?:\.\d)?\s+[45]\d\d\b|\b[45]\d\d (?:Client|Server) Error\b"),
     ),
-    ("api error json", re.compile(r'"type"\s*:\s*"error"|^\s*\{\s*"error"\s*:', re.I)),
     (
         "continuation",
         re.compile(

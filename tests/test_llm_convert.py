@@ -1,0 +1,137 @@
+"""Neutral messages to Anthropic and Gemini request shapes."""
+
+import json
+
+from assistant.llm.convert import MAX_CACHE_BREAKPOINTS, to_anthropic, to_gemini
+
+EPHEMERAL = {"type": "ephemeral"}
+
+MESSAGES = [
+    {"role": "user", "content": "Compare posts 7 and 8"},
+    {
+        "role": "assistant",
+        "content": "Fetching both.",
+        "tool_calls": [
+            {"id": "call_1", "name": "get_blog_post", "arguments": {"id": 7}},
+            {"id": "call_2", "name": "get_blog_post", "arguments": {"id": 8}},
+        ],
+    },
+    {"role": "tool", "content": "post 7", "tool_call_id": "call_1", "tool_name": "get_blog_post"},
+    {"role": "tool", "content": "post 8", "tool_call_id": "call_2", "tool_name": "get_blog_post"},
+    {"role": "assistant", "content": "Post 7 is longer."},
+    {"role": "user", "content": "Thanks."},
+    {"role": "user", "content": "And the titles?"},
+]
+
+
+def _breakpoints(request):
+    return json.dumps(request).count('"cache_control"')
+
+
+def test_anthropic_gets_tool_use_and_one_user_message_of_tool_results():
+    request = to_anthropic("You are a blog assistant.", ["## Goal\n- compare"], MESSAGES)
+
+    assert request["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Compare posts 7 and 8"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Fetching both."},
+                {"type": "tool_use", "id": "call_1", "name": "get_blog_post", "input": {"id": 7}},
+                {"type": "tool_use", "id": "call_2", "name": "get_blog_post", "input": {"id": 8}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "call_1", "content": "post 7"},
+                {"type": "tool_result", "tool_use_id": "call_2", "content": "post 8"},
+            ],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "Post 7 is longer."}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Thanks."},
+                {"type": "text", "text": "And the titles?", "cache_control": EPHEMERAL},
+            ],
+        },
+    ]
+
+
+def test_anthropic_system_and_summary_blocks_carry_cache_breakpoints():
+    request = to_anthropic("You are a blog assistant.", ["first summary", "second"], MESSAGES)
+
+    assert request["system"] == [
+        {"type": "text", "text": "You are a blog assistant.", "cache_control": EPHEMERAL},
+        {"type": "text", "text": "first summary"},
+        {"type": "text", "text": "second", "cache_control": EPHEMERAL},
+    ]
+    assert _breakpoints(request) == 3
+    assert _breakpoints(request) <= MAX_CACHE_BREAKPOINTS
+
+
+def test_anthropic_puts_tool_results_before_text_when_a_user_message_follows_them():
+    messages = [
+        MESSAGES[1],
+        {"role": "tool", "content": "post 7", "tool_call_id": "call_1", "tool_name": "t"},
+        {"role": "user", "content": "and?"},
+        {"role": "tool", "content": "post 8", "tool_call_id": "call_2", "tool_name": "t"},
+    ]
+
+    last = to_anthropic("", [], messages)["messages"][-1]
+
+    assert [b["type"] for b in last["content"]] == ["tool_result", "tool_result", "text"]
+
+
+def test_gemini_gets_function_call_and_function_response_parts():
+    request = to_gemini("You are a blog assistant.", ["## Goal\n- compare"], MESSAGES)
+
+    assert request["system_instruction"] == "You are a blog assistant.\n\n## Goal\n- compare"
+    assert request["contents"] == [
+        {"role": "user", "parts": [{"text": "Compare posts 7 and 8"}]},
+        {
+            "role": "model",
+            "parts": [
+                {"text": "Fetching both."},
+                {"function_call": {"id": "call_1", "name": "get_blog_post", "args": {"id": 7}}},
+                {"function_call": {"id": "call_2", "name": "get_blog_post", "args": {"id": 8}}},
+            ],
+        },
+        {
+            "role": "user",
+            "parts": [
+                {
+                    "function_response": {
+                        "id": "call_1",
+                        "name": "get_blog_post",
+                        "response": {"result": "post 7"},
+                    }
+                },
+                {
+                    "function_response": {
+                        "id": "call_2",
+                        "name": "get_blog_post",
+                        "response": {"result": "post 8"},
+                    }
+                },
+            ],
+        },
+        {"role": "model", "parts": [{"text": "Post 7 is longer."}]},
+        {"role": "user", "parts": [{"text": "Thanks."}, {"text": "And the titles?"}]},
+    ]
+
+
+def test_empty_messages_are_left_out():
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]
+
+    assert to_anthropic("", [], messages) == {
+        "system": [],
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "hi", "cache_control": EPHEMERAL}],
+            }
+        ],
+    }
+    assert to_gemini("", [], messages)["contents"] == [{"role": "user", "parts": [{"text": "hi"}]}]
