@@ -1,0 +1,328 @@
+"""The real SDKs against the loopback fake: request bodies, usage, retries, fallback."""
+
+import logging
+
+import pytest
+
+from assistant.llm import ProviderError, SummaryRejected, Usage, get_provider, summarize
+from assistant.llm.anthropic_provider import AnthropicProvider
+from assistant.llm.gemini_provider import GeminiProvider
+from tests.fake_llm import fake_llm, malformed, ok, overflow, overloaded, rate_limited, slow
+
+__all__ = ["fake_llm"]  # the fixture, until conftest loads tests.fake_llm as a plugin
+
+MESSAGES = [
+    {"role": "user", "content": "Show post 7"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "call_1", "name": "get_blog_post", "arguments": {"id": 7}}],
+    },
+    {"role": "tool", "content": "Hello", "tool_call_id": "call_1", "tool_name": "get_blog_post"},
+    {"role": "user", "content": "Summarize it"},
+]
+TOOLS = [{"name": "get_blog_post", "description": "Read a post", "parameters": {"type": "object"}}]
+TRANSCRIPT = "[user] Restore post-17 please.\n[assistant] Restored post-17."
+
+
+@pytest.fixture
+def anthropic_fake(fake_llm, settings):
+    fake_llm.use_anthropic(settings, key="test-key-anthropic-SECRET")
+    return fake_llm
+
+
+@pytest.fixture
+def gemini_fake(fake_llm, settings):
+    fake_llm.use_gemini(settings, key="test-key-gemini-SECRET")
+    return fake_llm
+
+
+@pytest.fixture(params=["anthropic", "gemini"])
+def provider_fake(request, fake_llm, settings):
+    if request.param == "anthropic":
+        fake_llm.use_anthropic(settings, key="test-key-anthropic-SECRET")
+    else:
+        fake_llm.use_gemini(settings, key="test-key-gemini-SECRET")
+    fake_llm.kind = "anthropic.messages" if request.param == "anthropic" else "gemini.generate"
+    fake_llm.script_provider = (
+        fake_llm.script_anthropic if request.param == "anthropic" else fake_llm.script_gemini
+    )
+    return fake_llm
+
+
+def test_the_provider_follows_the_setting(settings, anthropic_fake):
+    assert isinstance(get_provider(), AnthropicProvider)
+    settings.ASSISTANT_SUMMARIZER = "auto"
+    settings.ANTHROPIC_API_KEY = ""
+    settings.GEMINI_API_KEY = "test-key"
+    assert isinstance(get_provider(), GeminiProvider)
+    settings.GEMINI_API_KEY = ""
+    assert get_provider().name == "offline"
+
+
+def test_anthropic_summary_request_is_what_the_api_expects(settings, anthropic_fake):
+    settings.SUMMARY_MAX_OUTPUT_TOKENS = 1024
+
+    result = summarize(TRANSCRIPT)
+
+    (request,) = anthropic_fake.requests_for("anthropic.messages")
+    assert request.headers["authorization"] == "Bearer test-key-anthropic-SECRET"
+    assert request.headers["anthropic-version"]
+    assert request.body["model"] == "claude-haiku-4-5"
+    assert request.body["max_tokens"] == 1024
+    assert "Do not continue the conversation" in request.body["system"]
+    assert request.body["messages"] == [
+        {
+            "role": "user",
+            "content": f"<conversation>\n{TRANSCRIPT}\n</conversation>\n\n"
+            "Write the summary now, in the six sections.",
+        }
+    ]
+    assert (result.provider, result.model, result.fallback) == (
+        "anthropic",
+        "claude-haiku-4-5",
+        False,
+    )
+
+
+def test_anthropic_chat_request_keeps_tool_pairs_and_cache_breakpoints(anthropic_fake):
+    provider = get_provider()
+
+    provider.chat(
+        "System prompt", ["## Goal\n- old summary"], MESSAGES, max_tokens=300, tools=TOOLS
+    )
+
+    (request,) = anthropic_fake.requests_for("anthropic.messages")
+    body = request.body
+    assert body["model"] == "claude-sonnet-4-5"
+    assert body["max_tokens"] == 300
+    assert body["system"] == [
+        {"type": "text", "text": "System prompt", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "## Goal\n- old summary", "cache_control": {"type": "ephemeral"}},
+    ]
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
+    assert body["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "call_1", "name": "get_blog_post", "input": {"id": 7}}
+    ]
+    assert body["messages"][2]["content"][0] == {
+        "type": "tool_result",
+        "tool_use_id": "call_1",
+        "content": "Hello",
+    }
+    assert str(body).count("cache_control") == 3
+    assert body["tools"] == [
+        {"name": "get_blog_post", "description": "Read a post", "input_schema": {"type": "object"}}
+    ]
+
+
+def test_anthropic_chat_returns_tool_calls(anthropic_fake):
+    call = {"id": "toolu_1", "name": "get_blog_post", "arguments": {"id": 8}}
+    anthropic_fake.script_anthropic(ok(text="Checking.", tool_calls=[call]))
+
+    reply = get_provider().chat("sys", [], MESSAGES, max_tokens=100, tools=TOOLS)
+
+    assert (reply.text, reply.tool_calls, reply.stop_reason) == ("Checking.", [call], "tool_use")
+
+
+def test_gemini_summary_request_is_what_the_api_expects(settings, gemini_fake):
+    settings.SUMMARY_MAX_OUTPUT_TOKENS = 1024
+
+    result = summarize(TRANSCRIPT)
+
+    (request,) = gemini_fake.requests_for("gemini.generate")
+    assert request.path == "/v1/models/gemini-2.5-flash-lite:generateContent"
+    assert request.headers["x-goog-api-key"] == "test-key-gemini-SECRET"
+    assert request.body["generationConfig"] == {"maxOutputTokens": 1024, "temperature": 0.2}
+    assert "Do not continue" in request.body["systemInstruction"]["parts"][0]["text"]
+    assert request.body["contents"][0]["parts"][0]["text"].startswith(
+        f"<conversation>\n{TRANSCRIPT}\n</conversation>"
+    )
+    assert (result.provider, result.fallback) == ("gemini", False)
+
+
+def test_gemini_chat_request_keeps_tool_pairs(gemini_fake):
+    get_provider().chat("System prompt", ["old summary"], MESSAGES, max_tokens=300, tools=TOOLS)
+
+    (request,) = gemini_fake.requests_for("gemini.generate")
+    body = request.body
+    assert request.path == "/v1/models/gemini-2.5-flash:generateContent"
+    assert body["systemInstruction"]["parts"] == [{"text": "System prompt\n\nold summary"}]
+    assert body["generationConfig"]["maxOutputTokens"] == 300
+    assert [c["role"] for c in body["contents"]] == ["user", "model", "user"]
+    assert body["contents"][1]["parts"] == [
+        {"functionCall": {"id": "call_1", "name": "get_blog_post", "args": {"id": 7}}}
+    ]
+    assert body["contents"][2]["parts"][0] == {
+        "functionResponse": {
+            "id": "call_1",
+            "name": "get_blog_post",
+            "response": {"result": "Hello"},
+        }
+    }
+    assert body["tools"][0]["functionDeclarations"][0]["name"] == "get_blog_post"
+
+
+def test_token_counts_come_from_each_provider(settings, fake_llm):
+    fake_llm.use_anthropic(settings)
+    settings.GEMINI_API_KEY = "test-key-gemini"
+    settings.GEMINI_BASE_URL = fake_llm.url
+    fake_llm.script("anthropic.count_tokens", ok(usage={"tokens": 1234}))
+    fake_llm.script("gemini.count_tokens", ok(usage={"tokens": 987}))
+
+    assert get_provider("anthropic").count_tokens("sys", MESSAGES) == 1234
+    assert get_provider("gemini").count_tokens("sys", MESSAGES) == 987
+    (counted,) = fake_llm.requests_for("anthropic.count_tokens")
+    assert counted.body["model"] == "claude-sonnet-4-5"
+    assert counted.body["system"][0]["text"] == "sys"
+
+
+def test_usage_is_normalized_the_same_way_for_both_providers(settings, fake_llm):
+    # The same 1000-token prompt, 600 of it read from cache, as each provider reports it.
+    fake_llm.use_anthropic(settings)
+    settings.GEMINI_API_KEY = "test-key-gemini"
+    settings.GEMINI_BASE_URL = fake_llm.url
+    fake_llm.script_anthropic(
+        ok(
+            usage={
+                "input_tokens": 400,
+                "output_tokens": 20,
+                "cache_read_input_tokens": 600,
+                "cache_creation_input_tokens": 0,
+            }
+        )
+    )
+    fake_llm.script_gemini(
+        ok(
+            usage={
+                "promptTokenCount": 1000,
+                "cachedContentTokenCount": 600,
+                "candidatesTokenCount": 20,
+            }
+        )
+    )
+
+    from_anthropic = get_provider("anthropic").summarize(TRANSCRIPT).usage
+    from_gemini = get_provider("gemini").summarize(TRANSCRIPT).usage
+
+    expected = Usage(input_tokens=400, output_tokens=20, cache_read_tokens=600)
+    assert from_anthropic == expected
+    assert from_gemini == expected
+    assert from_anthropic.prompt_tokens == from_gemini.prompt_tokens == 1000
+
+
+def test_anthropic_null_cache_fields_count_as_zero_and_cache_writes_are_prompt(anthropic_fake):
+    anthropic_fake.script_anthropic(
+        ok(usage={"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": None,
+                  "cache_read_input_tokens": None}),
+        ok(usage={"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 90,
+                  "cache_read_input_tokens": 0}),
+    )  # fmt: skip
+    provider = get_provider()
+
+    first = provider.summarize(TRANSCRIPT).usage
+    second = provider.summarize(TRANSCRIPT).usage
+
+    assert (first.prompt_tokens, first.cache_read_tokens, first.cache_write_tokens) == (10, 0, 0)
+    assert (second.prompt_tokens, second.cache_write_tokens) == (100, 90)
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_retries_are_bounded_then_the_offline_summarizer_answers(
+    settings, provider_fake, caplog, retries
+):
+    settings.LLM_MAX_RETRIES = retries
+    provider_fake.script_provider(*[overloaded()] * 5)
+    caplog.set_level(logging.DEBUG)
+
+    result = summarize(TRANSCRIPT)
+
+    assert provider_fake.count(provider_fake.kind) == retries + 1
+    assert (result.provider, result.fallback) == ("offline", True)
+    assert "post-17" in result.text
+    (warning,) = [r for r in caplog.records if r.name == "assistant.llm"]
+    assert warning.levelno == logging.WARNING
+    assert "error=ProviderError" in warning.getMessage()
+    assert "SECRET" not in caplog.text
+    assert "post-17" not in warning.getMessage()
+
+
+def test_a_rate_limit_is_retried_and_the_call_then_succeeds(provider_fake):
+    provider_fake.script_provider(rate_limited(retry_after=0.01), ok())
+
+    result = summarize(TRANSCRIPT)
+
+    assert provider_fake.count(provider_fake.kind) == 2
+    assert result.fallback is False
+
+
+def test_without_fallback_the_provider_error_is_raised(settings, anthropic_fake):
+    settings.ASSISTANT_SUMMARY_FALLBACK = False
+    anthropic_fake.script_anthropic(*[overloaded()] * 3)
+
+    with pytest.raises(ProviderError) as raised:
+        summarize(TRANSCRIPT)
+
+    assert (raised.value.provider, raised.value.status) == ("anthropic", 529)
+    assert type(raised.value.__cause__).__name__ == "OverloadedError"
+    assert anthropic_fake.count("anthropic.messages") == 3
+
+
+def test_an_overflow_is_not_retried(provider_fake, settings):
+    settings.ASSISTANT_SUMMARY_FALLBACK = False
+    provider_fake.script_provider(overflow())
+
+    with pytest.raises(ProviderError) as raised:
+        summarize(TRANSCRIPT)
+
+    assert raised.value.overflow is True
+    assert provider_fake.count(provider_fake.kind) == 1
+
+
+def test_a_slow_response_times_out_and_falls_back(settings, provider_fake):
+    settings.LLM_TIMEOUT_SECONDS = 0.5
+    settings.LLM_MAX_RETRIES = 0
+    provider_fake.script_provider(slow(2.0))
+
+    result = summarize(TRANSCRIPT)
+
+    assert (result.provider, result.fallback) == ("offline", True)
+    assert provider_fake.count(provider_fake.kind) == 1
+
+
+def test_a_malformed_body_falls_back(provider_fake, caplog):
+    provider_fake.script_provider(malformed())
+
+    result = summarize(TRANSCRIPT)
+
+    assert result.fallback is True
+    assert "cause=JSONDecodeError" in caplog.text
+
+
+BAD_SUMMARIES = {
+    "empty": "",
+    "error text": "Error: the upstream service failed to respond.",
+    "continuation": "Sure! Post 17 has been restored, anything else?",
+}
+
+
+@pytest.mark.parametrize("bad", BAD_SUMMARIES.values(), ids=BAD_SUMMARIES.keys())
+def test_a_bad_summary_is_replaced_by_the_offline_one(provider_fake, caplog, bad):
+    provider_fake.script_provider(ok(text=bad))
+
+    result = summarize(TRANSCRIPT)
+
+    assert result.fallback is True
+    assert result.text.startswith("## Goal\n- Restore post-17 please.")
+    assert bad not in result.text or bad == ""
+    assert "error=SummaryRejected" in caplog.text
+
+
+@pytest.mark.parametrize("bad", BAD_SUMMARIES.values(), ids=BAD_SUMMARIES.keys())
+def test_a_bad_summary_is_raised_without_fallback(settings, provider_fake, bad):
+    settings.ASSISTANT_SUMMARY_FALLBACK = False
+    provider_fake.script_provider(ok(text=bad))
+
+    with pytest.raises(SummaryRejected):
+        summarize(TRANSCRIPT)
+
+    assert provider_fake.count(provider_fake.kind) == 1
