@@ -20,6 +20,7 @@ from assistant.llm import extract_identifiers
         ("it costs $1,234.50 in total", ["$1,234.50"]),
         ("conversion is 12.5% now", ["12.5%"]),
         ("took 300 ms", ["300 ms"]),
+        ("exported 2,048 rows.", ["2,048 rows"]),
         ("version 3.11.7", ["3.11.7"]),
         ("due 2024-03-05 or March 3, 2024", ["2024-03-05", "March 3, 2024"]),
         ('titled "The Big Launch" and “Spring Sale”', ["The Big Launch", "Spring Sale"]),

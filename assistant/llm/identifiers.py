@@ -105,14 +105,14 @@ def _token_identifiers(text: str) -> list[tuple[int, str]]:
         cursor = position + len(token)
         if "://" in token or "@" in token:
             continue  # URLs and emails come from the full-text patterns
-        found.extend((position + m.start(), m.group()) for m in _IN_TOKEN.finditer(token))
-        # "300 ms", "$ 5" style: a bare number followed by a unit token
-        if index + 1 < len(tokens) and _NUMBER.fullmatch(token.rstrip(_TRAILING)):
+        # "300 ms", "2,048 rows": a bare number followed by a unit token
+        bare = token.rstrip(_TRAILING)
+        if index + 1 < len(tokens) and _NUMBER.fullmatch(bare):
             unit = _UNIT_TOKEN.fullmatch(tokens[index + 1])
             if unit:
-                found.append(
-                    (position, f"{token.rstrip(_TRAILING)} {unit.group().rstrip(_TRAILING)}")
-                )
+                found.append((position, f"{bare} {unit.group().rstrip(_TRAILING)}"))
+                continue
+        found.extend((position + m.start(), m.group()) for m in _IN_TOKEN.finditer(token))
     return found
 
 
