@@ -255,6 +255,16 @@ def test_a_rate_limit_is_retried_and_the_call_then_succeeds(provider_fake):
     assert result.fallback is False
 
 
+def test_an_hour_long_retry_after_is_capped_at_the_timeout(settings, anthropic_fake):
+    settings.LLM_TIMEOUT_SECONDS = 0.2
+    anthropic_fake.script_anthropic(rate_limited(retry_after=3600), ok())
+
+    result = summarize(TRANSCRIPT)
+
+    assert result.fallback is False
+    assert anthropic_fake.count("anthropic.messages") == 2
+
+
 def test_without_fallback_the_provider_error_is_raised(settings, anthropic_fake):
     settings.ASSISTANT_SUMMARY_FALLBACK = False
     anthropic_fake.script_anthropic(*[overloaded()] * 3)
