@@ -31,11 +31,14 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 CELERY_RESULT_BACKEND = REDIS_URL
 
-# No test may reach a real provider: keys are blank unless a test sets them
-# and points the SDKs at the fake server in tests/fake_llm.py.
-ANTHROPIC_API_KEY = ""
-GEMINI_API_KEY = ""
-ASSISTANT_SUMMARIZER = "offline"
+# No test may reach a real provider: a key counts only when its endpoint is
+# the loopback fake server of tests/fake_llm.py (a test sets both, or passes
+# them to a worker subprocess through the environment).
+if not (ANTHROPIC_BASE_URL or "").startswith("http://127.0.0.1:"):  # noqa: F405
+    ANTHROPIC_API_KEY = ""
+if not (GEMINI_BASE_URL or "").startswith("http://127.0.0.1:"):  # noqa: F405
+    GEMINI_API_KEY = ""
+ASSISTANT_SUMMARIZER = env_str("ASSISTANT_SUMMARIZER", "offline")
 LLM_TIMEOUT_SECONDS = 2.0
 LLM_MAX_RETRIES = 2
 

@@ -31,12 +31,14 @@ def tool_turn(
     return messages
 
 
-def chat_turns(conversation: Conversation, count: int, size: int = 20) -> list[Message]:
+def chat_turns(
+    conversation: Conversation, count: int, size: int = 20, prefix: str = ""
+) -> list[Message]:
     """`count` plain question/answer turns of about `size` characters each."""
     messages = []
     for turn in range(count):
-        messages.append(add_message(conversation, "user", f"q{turn} " + "x" * size))
-        messages.append(add_message(conversation, "assistant", f"a{turn} " + "y" * size))
+        messages.append(add_message(conversation, "user", f"{prefix}q{turn} " + "x" * size))
+        messages.append(add_message(conversation, "assistant", f"{prefix}a{turn} " + "y" * size))
     return messages
 
 

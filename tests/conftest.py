@@ -13,7 +13,7 @@ from django.conf import settings
 from assistant.models import Conversation
 from config.celery import app as celery_app
 
-# pytest_plugins = ["tests.fake_llm"]
+pytest_plugins = ["tests.fake_llm"]
 
 QUEUES = ["compaction", "celery"]
 

@@ -79,3 +79,25 @@ def test_a_broker_outage_does_not_break_the_exchange(caplog):
     assert conversation.last_exchange_at is not None
     assert conversation.post_exchange_done_at is None  # left for the sweep
     assert "enqueue_failed task=assistant.tasks.post_exchange_task" in caplog.text
+
+
+def test_the_worker_compacts_and_deduplicates_the_finished_exchange(celery_worker):
+    from assistant.compaction import STUB
+    from tests.builders import html, tool_turn
+
+    conversation = Conversation.objects.create(title="t")
+    first = tool_turn(conversation, "read post 7", [("get_blog_post", {"id": 7}, html(4000))])
+    second = tool_turn(conversation, "again", [("get_blog_post", {"id": 7}, html(4000, "v2"))])
+
+    finish_exchange(conversation)
+
+    def processed():
+        conversation.refresh_from_db()
+        return conversation.post_exchange_done_at is not None
+
+    assert wait_until(processed)
+    view = {m.pk: m for m in conversation.messages.model_view()}
+    assert view[first[2].pk].model_content == STUB
+    assert view[second[2].pk].compaction == "truncated"
+    assert conversation.compaction_events.filter(kind="tool_results").count() == 1
+    assert conversation.compaction_events.filter(kind="dedup").count() == 1

@@ -1,0 +1,285 @@
+"""Strategy 2: the window summary is generated once per split, across
+objects, processes and concurrent callers, and updated incrementally."""
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+from django.db import connection, connections
+from django.test import override_settings
+
+from assistant.models import CompactionEvent, Conversation, Message
+from assistant.services import (
+    build_context,
+    compaction_cutoff_id,
+    ensure_context_summary,
+    process_exchange,
+)
+from assistant.summaries import CARRIED_HEADING
+from tests.builders import chat_turns, tool_turn
+from tests.fake_llm import ok, overloaded, slow
+
+SMALL_WINDOW = {"MAX_MESSAGES_BEFORE_SUMMARY": 10, "MIN_RECENT_MESSAGES": 4}
+SUMMARY = (
+    "## Goal\n- {goal}\n\n## Constraints\n- none\n\n## Progress\n- none\n\n"
+    "## Key decisions\n- none\n\n## Next steps\n- none\n\n## Critical context\n- {ids}"
+)
+
+
+def summary_text(goal="fix the blog", ids="post-42"):
+    return SUMMARY.format(goal=goal, ids=ids)
+
+
+def summarizer_calls(fake):
+    return fake.count("anthropic.messages")
+
+
+@pytest.fixture
+def anthropic(fake_llm, settings):
+    fake_llm.use_anthropic(settings)
+    return fake_llm
+
+
+@pytest.fixture
+def long_conversation(db):
+    conversation = Conversation.objects.create(title="long", system_prompt="You help.")
+    chat_turns(conversation, 5)  # 10 messages: the count trigger
+    return conversation
+
+
+@override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
+def test_it_summarizes_once_per_split(anthropic, long_conversation):
+    anthropic.script_anthropic(ok(summary_text()))
+
+    summary = ensure_context_summary(long_conversation)
+
+    assert summary.startswith(summary_text())
+    # 10 messages, keep max(4, ceil(10 * 0.4)) = 4: messages 0..5 are summarized.
+    assert compaction_cutoff_id(long_conversation) == long_conversation.messages.all()[5].pk
+    assert summarizer_calls(anthropic) == 1
+    assert ensure_context_summary(long_conversation) == summary
+    fresh = Conversation.objects.get(pk=long_conversation.pk)
+    assert ensure_context_summary(fresh) == summary
+    assert summarizer_calls(anthropic) == 1
+    assert CompactionEvent.objects.filter(kind="window_summary").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
+def test_another_process_uses_the_cached_summary(anthropic):
+    conversation = Conversation.objects.create(title="long", system_prompt="You help.")
+    chat_turns(conversation, 5)
+    anthropic.script_anthropic(ok(summary_text()))
+    summary = ensure_context_summary(conversation)
+    env = {
+        **os.environ,
+        **anthropic.env(),
+        "DJANGO_SETTINGS_MODULE": "config.test_settings",
+        "TEST_DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
+        "ASSISTANT_COMPACTION": '{"MAX_MESSAGES_BEFORE_SUMMARY": 10, "MIN_RECENT_MESSAGES": 4}',
+    }
+    script = (
+        "import django; django.setup()\n"
+        "from assistant.models import Conversation\n"
+        "from assistant.services import ensure_context_summary\n"
+        f"print(ensure_context_summary(Conversation.objects.get(pk={conversation.pk})))\n"
+    )
+
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == summary.strip()
+    assert summarizer_calls(anthropic) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
+def test_eight_concurrent_callers_cause_one_summarizer_call(anthropic):
+    conversation = Conversation.objects.create(title="busy", system_prompt="You help.")
+    chat_turns(conversation, 5)
+    anthropic.script_anthropic(slow(0.5, then=ok(summary_text())))
+    barrier = threading.Barrier(8)
+    results, errors = [], []
+
+    def caller():
+        try:
+            barrier.wait()
+            results.append(ensure_context_summary(Conversation.objects.get(pk=conversation.pk)))
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=caller) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert errors == []
+    assert summarizer_calls(anthropic) == 1
+    assert len(results) == 8
+    assert {r.split(f"\n\n{CARRIED_HEADING}")[0] for r in results} == {summary_text()}
+    assert CompactionEvent.objects.filter(kind="window_summary").count() == 1
+
+
+@override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
+def test_an_update_reads_the_previous_summary_and_only_the_newly_old_messages(
+    anthropic, long_conversation
+):
+    anthropic.script_anthropic(ok(summary_text("first")), ok(summary_text("second")))
+    ensure_context_summary(long_conversation)
+    first_cutoff = compaction_cutoff_id(long_conversation)
+    chat_turns(long_conversation, 3, prefix="later-")  # 4 kept + 6 new = 10: the trigger
+
+    summary = ensure_context_summary(long_conversation)
+
+    assert summary.startswith(summary_text("second"))
+    update = anthropic.requests_for("anthropic.messages")[1].body
+    prompt = update["messages"][0]["content"]
+    assert f"<previous_summary>\n{summary_text('first')}" in prompt
+    old = Message.objects.filter(conversation=long_conversation, id__lte=first_cutoff)
+    newly_old = Message.objects.filter(
+        conversation=long_conversation,
+        id__gt=first_cutoff,
+        id__lte=compaction_cutoff_id(long_conversation),
+    )
+    transcript = prompt.split("<conversation>", 1)[1]
+    assert all(f"[{m.role}] {m.content}" not in transcript for m in old)
+    assert all(f"[{m.role}] {m.content}" in transcript for m in newly_old)
+    assert newly_old.count() == 6
+
+
+@override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW, ASSISTANT_SUMMARY_FALLBACK=False)
+def test_a_failing_summarizer_leaves_everything_as_it_was(anthropic, long_conversation, caplog):
+    anthropic.script_anthropic(ok(summary_text("first")))
+    first = ensure_context_summary(long_conversation)
+    chat_turns(long_conversation, 3)
+    metadata = Conversation.objects.get(pk=long_conversation.pk).metadata
+    messages = list(long_conversation.messages.values())
+    anthropic.script_anthropic(overloaded(), overloaded(), overloaded())
+
+    summary = ensure_context_summary(long_conversation)
+
+    assert summary == first
+    assert Conversation.objects.get(pk=long_conversation.pk).metadata == metadata
+    assert list(long_conversation.messages.values()) == messages
+    assert CompactionEvent.objects.filter(kind="window_summary").count() == 1
+    assert "summary_failed" in caplog.text
+    assert "test-key-anthropic" not in caplog.text
+    lease = Conversation.objects.values_list("summary_lease_token", flat=True)
+    assert lease.get(pk=long_conversation.pk) is None
+
+
+@override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
+def test_a_rejected_summary_is_never_stored(anthropic, long_conversation, settings):
+    settings.ASSISTANT_SUMMARY_FALLBACK = False
+    anthropic.script_anthropic(ok("Sure! Here is the answer to your question: 42."))
+
+    assert ensure_context_summary(long_conversation) is None
+
+    assert Conversation.objects.get(pk=long_conversation.pk).metadata == {}
+
+
+@override_settings(ASSISTANT_COMPACTION={**SMALL_WINDOW, "SOFT_WATERMARK": 0.8})
+def test_the_worker_prebuilds_and_the_hook_adopts_without_waiting(anthropic, db):
+    conversation = Conversation.objects.create(title="soon", system_prompt="You help.")
+    chat_turns(conversation, 4)  # 8 messages: 80% of the count trigger
+    anthropic.script_anthropic(ok(summary_text("prebuilt")))
+
+    process_exchange(conversation.pk)
+
+    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+    assert metadata["pending_summary"].startswith(summary_text("prebuilt"))
+    assert "compaction_summary" not in metadata
+    assert summarizer_calls(anthropic) == 1
+
+    chat_turns(conversation, 1)  # 10 messages: the hard trigger
+    summary = ensure_context_summary(conversation)
+
+    assert summary.startswith(summary_text("prebuilt"))
+    assert summarizer_calls(anthropic) == 1  # adopted, not regenerated
+    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+    assert "pending_summary" not in metadata
+    assert metadata["compaction_through_message_id"] == conversation.messages.all()[3].pk
+    event = CompactionEvent.objects.get(kind="window_summary")
+    assert event.details["prebuilt"] is True
+
+
+@override_settings(ASSISTANT_COMPACTION={**SMALL_WINDOW, "SOFT_WATERMARK": 0.8})
+def test_a_prebuilt_summary_is_ignored_once_the_split_has_moved(anthropic, db):
+    conversation = Conversation.objects.create(title="moved", system_prompt="You help.")
+    chat_turns(conversation, 4)
+    anthropic.script_anthropic(ok(summary_text("prebuilt")), ok(summary_text("direct")))
+    process_exchange(conversation.pk)
+    # Meanwhile another path moved the split (base no longer matches).
+    from assistant.metadata import merge_metadata
+
+    merge_metadata(
+        Conversation.objects.filter(pk=conversation.pk),
+        {"compaction_summary": "## Goal\n- other", "compaction_through_message_id": 0},
+    )
+    chat_turns(conversation, 6)
+
+    summary = ensure_context_summary(conversation)
+
+    assert summary.startswith(summary_text("direct"))
+    assert summarizer_calls(anthropic) == 2
+
+
+@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 500, "MIN_RECENT_MESSAGES": 2})
+def test_a_tail_over_the_trigger_does_not_loop(anthropic, conversation):
+    chat_turns(conversation, 2)
+    tool_turn(conversation, "huge", [("get_blog_post", {"id": 1}, "x" * 8000)])
+
+    ensure_context_summary(conversation)
+    calls = summarizer_calls(anthropic)
+    for _ in range(3):
+        ensure_context_summary(conversation)
+
+    assert calls == 1
+    assert summarizer_calls(anthropic) == 1
+    assert build_context(conversation).messages[0]["content"] == "huge"
+
+
+@override_settings(ASSISTANT_COMPACTION={**SMALL_WINDOW, "SUMMARIZER_MAX_INPUT_TOKENS": 1500})
+def test_input_larger_than_the_summarizer_takes_is_summarized_in_chunks(anthropic, db):
+    conversation = Conversation.objects.create(title="big", system_prompt="")
+    chat_turns(conversation, 5, size=1200)  # ~300 tokens a message
+    anthropic.script_anthropic(
+        ok(summary_text("part 1")), ok(summary_text("part 2")), ok(summary_text("part 3"))
+    )
+
+    summary = ensure_context_summary(conversation)
+
+    # 6 messages are summarized; 3 fit in each 1,000-token chunk budget.
+    assert summarizer_calls(anthropic) == 2
+    second = anthropic.requests_for("anthropic.messages")[1].body["messages"][0]["content"]
+    assert f"<previous_summary>\n{summary_text('part 1')}" in second
+    assert summary.startswith(summary_text("part 2"))
+
+
+@override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
+def test_identifiers_survive_a_summarizer_that_drops_them(anthropic, db):
+    conversation = Conversation.objects.create(title="ids", system_prompt="")
+    from assistant.services import add_message
+
+    add_message(conversation, "user", "Remember coupon ZEBRA-7731 and /var/www/post-42.html")
+    add_message(conversation, "assistant", "Noted.")
+    chat_turns(conversation, 4)
+    anthropic.script_anthropic(ok(summary_text("lossy", ids="none")))
+
+    summary = ensure_context_summary(conversation)
+
+    carried = summary.split(CARRIED_HEADING, 1)[1]
+    assert "ZEBRA-7731" in carried
+    assert "/var/www/post-42.html" in carried
+    # The next update carries them again, even if the summarizer drops them again.
+    chat_turns(conversation, 3)
+    anthropic.script_anthropic(ok(summary_text("lossy again", ids="none")))
+    summary = ensure_context_summary(conversation)
+    assert "ZEBRA-7731" in summary.split(CARRIED_HEADING, 1)[1]
