@@ -55,8 +55,14 @@ def test_a_real_worker_runs_the_post_exchange_task(celery_worker):
 
 
 def use_broker(app, url):
+    # Connection and producer pools are built from broker_url on first use and
+    # kept in kombu's global registry: drop them all.
+    from kombu import pools
+
     app.pool.force_close_all()
-    app._pool = None  # the producer pool is built from broker_url on first use
+    pools.reset()
+    app._pool = None
+    app.amqp._producer_pool = None
     app.conf.broker_url = url
 
 
