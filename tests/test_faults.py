@@ -1,0 +1,492 @@
+"""Faults lose nothing: a worker killed mid-task, a Redis outage, a database
+connection terminated mid-task, cleanup racing live traffic, bad input.
+
+Real PostgreSQL, real Redis, real workers. A task is held mid-flight by row
+locks the test takes on the conversation and its messages (the task blocks
+in its first write, observable in pg_stat_activity), never by test hooks in
+product code. Every wait is bounded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+from celery.contrib.testing.worker import start_worker
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.utils import timezone
+
+from assistant import cleanup
+from assistant.models import CompactionEvent, Conversation, Message
+from assistant.services import add_message, finish_exchange
+from config.celery import app as celery_app
+from tests.builders import html, tool_turn
+from tests.conftest import QUEUES, wait_until
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+CELERY = str(Path(sys.executable).with_name("celery"))
+
+
+# --- helpers -----------------------------------------------------------------------
+
+
+def conninfo(**extra: str) -> str:
+    settings = connection.settings_dict
+    parts = {
+        "host": settings["HOST"] or "127.0.0.1",
+        "port": str(settings["PORT"] or 5432),
+        "dbname": settings["NAME"],
+        "user": settings["USER"],
+        "password": settings["PASSWORD"],
+        **extra,
+    }
+    return " ".join(f"{key}='{value}'" for key, value in parts.items() if value)
+
+
+def database_url() -> str:
+    settings = connection.settings_dict
+    auth = settings["USER"] + (f":{settings['PASSWORD']}" if settings["PASSWORD"] else "")
+    host = f"{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 5432}"
+    # A backend notices within 0.5 s that its client died, even while it
+    # waits for a lock (production should set this on the server too).
+    options = "options=-c%20client_connection_check_interval%3D500"
+    return f"postgres://{auth}@{host}/{settings['NAME']}?{options}"
+
+
+@contextmanager
+def row_locks(conversation_id: int) -> Iterator[psycopg.Connection]:
+    """Lock the conversation's messages from another session, so a task
+    compacting them blocks in its first write until the block exits (the
+    conversation row stays free: finish_exchange stamps it)."""
+    locker = psycopg.connect(conninfo())
+    try:
+        locker.execute(
+            "SELECT id FROM assistant_message WHERE conversation_id = %s FOR UPDATE",
+            [conversation_id],
+        )
+        yield locker
+    finally:
+        locker.rollback()
+        locker.close()
+
+
+def lock_waiters() -> set[int]:
+    """Backends of the test database waiting for a lock."""
+    with psycopg.connect(conninfo(), autocommit=True) as monitor:
+        rows = monitor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return {pid for (pid,) in rows}
+
+
+def wait_for_waiter(timeout: float, exclude: set[int] = frozenset()) -> int:
+    found: list[int] = []
+
+    def one_waiting() -> bool:
+        found[:] = sorted(lock_waiters() - set(exclude))
+        return len(found) == 1
+
+    assert wait_until(one_waiting, timeout=timeout, interval=0.1), f"waiters: {lock_waiters()}"
+    return found[0]
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as stream:
+        return [int(child) for child in stream.read().split()]
+
+
+def tool_heavy_conversation(title: str = "Blog admin") -> Conversation:
+    conversation = Conversation.objects.create(title=title, system_prompt="You help.")
+    tool_turn(conversation, "Read post 42", [("get_blog_post", {"id": 42}, html(6000, "P42"))])
+    tool_turn(conversation, "Read post 43", [("get_blog_post", {"id": 43}, html(5000, "P43"))])
+    return conversation
+
+
+def snapshot(conversation: Conversation) -> list[tuple]:
+    """Every message's identity and verbatim original."""
+    return list(
+        Message.objects.filter(conversation=conversation)
+        .order_by("id")
+        .values_list("id", "role", "content", "tool_call_id", "tool_calls")
+    )
+
+
+def assert_compacted_once(conversation: Conversation, originals: list[tuple]) -> None:
+    conversation.refresh_from_db()
+    assert conversation.post_exchange_done_at == conversation.last_exchange_at
+    assert snapshot(conversation) == originals  # nothing lost, nothing rewritten
+    tools = Message.objects.filter(conversation=conversation, role="tool")
+    assert sorted(tools.values_list("compaction", flat=True)) == ["truncated", "truncated"]
+    assert list(
+        CompactionEvent.objects.filter(conversation=conversation).values_list(
+            "kind", "messages_affected"
+        )
+    ) == [("tool_results", 2)]
+
+
+def processed(conversation: Conversation) -> bool:
+    conversation.refresh_from_db()
+    return conversation.post_exchange_done_at == conversation.last_exchange_at
+
+
+@contextmanager
+def worker_process(name: str, log_dir: Path) -> Iterator[subprocess.Popen]:
+    """A real `celery worker` subprocess with the prefork pool, one child."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.test_settings",
+        "TEST_DATABASE_URL": database_url(),
+    }
+    log = (log_dir / f"worker-{name}.log").open("w")
+    command = [
+        CELERY, "-A", "config", "worker", "--pool", "prefork", "-c", "1",
+        "-Q", ",".join(QUEUES), "-n", f"{name}@%h", "--loglevel", "INFO",
+        "--without-mingle", "--without-gossip", "--without-heartbeat",
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=5)
+        log.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def redis_server(port: int) -> Iterator[subprocess.Popen]:
+    """A Redis of the test's own on `port` (the shared one stays up)."""
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    client = redis.Redis(port=port, socket_connect_timeout=0.5)
+
+    def answers() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+    try:
+        assert wait_until(answers, timeout=10)
+        yield process
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        client.close()
+
+
+def use_broker(url: str) -> None:
+    """Point publishing at another broker. kombu keeps one connection pool
+    per URL for the whole process: empty it without closing it for good
+    (close_pool=False), or every later publish to that URL fails with
+    "Acquire on closed pool"; and drop the cached producer pool too."""
+    celery_app.pool.force_close_all(close_pool=False)
+    celery_app._pool = None
+    celery_app.amqp._producer_pool = None
+    celery_app.conf.broker_url = url
+
+
+# --- a worker killed with SIGKILL mid-task -------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_mid_task_is_redelivered_and_completes_once(
+    empty_queues, redis_client, tmp_path
+):
+    conversation = tool_heavy_conversation()
+    originals = snapshot(conversation)
+
+    with row_locks(conversation.pk):
+        with worker_process("a", tmp_path) as worker_a:
+            finish_exchange(conversation)
+            first = wait_for_waiter(timeout=60)  # the task is mid-flight, blocked
+            [child] = children(worker_a.pid)
+
+            # The pool child dies: reject_on_worker_lost puts the task back at
+            # once and the worker's new child takes it (and blocks again).
+            os.kill(child, signal.SIGKILL)
+            second = wait_for_waiter(timeout=30, exclude={first})
+
+            # Now the whole worker dies: the message stays unacked in Redis
+            # until the visibility timeout (30 s in the test settings) passes.
+            os.killpg(worker_a.pid, signal.SIGKILL)
+            worker_a.wait(timeout=10)
+            assert wait_until(lambda: second not in lock_waiters(), timeout=10)
+        assert CompactionEvent.objects.count() == 0
+        assert not processed(conversation)
+
+    with worker_process("b", tmp_path):
+        assert wait_until(lambda: processed(conversation), timeout=90), (
+            tmp_path / "worker-b.log"
+        ).read_text()
+        assert wait_until(lambda: redis_client.hlen("unacked") == 0, timeout=10)
+
+    assert_compacted_once(conversation, originals)
+    assert redis_client.llen("compaction") == 0
+
+
+# --- the worker's database connection terminated mid-task ----------------------------------
+
+
+def test_a_terminated_database_connection_is_retried_and_the_task_completes(celery_worker):
+    conversation = tool_heavy_conversation()
+    originals = snapshot(conversation)
+
+    with row_locks(conversation.pk), psycopg.connect(conninfo(), autocommit=True) as admin:
+        finish_exchange(conversation)
+        first = wait_for_waiter(timeout=30)
+        admin.execute("SELECT pg_terminate_backend(%s)", [first])
+        # The task failed with OperationalError and was retried: a new
+        # connection now waits for the same locks.
+        second = wait_for_waiter(timeout=30, exclude={first})
+        assert second != first
+        assert CompactionEvent.objects.count() == 0
+
+    assert wait_until(lambda: processed(conversation), timeout=30)
+    assert_compacted_once(conversation, originals)
+
+
+# --- Redis stopped while exchanges finish ------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_exchanges_during_a_redis_outage_are_compacted_by_the_sweep(settings, caplog):
+    settings.ASSISTANT_CLEANUP = {"SWEEP_GRACE_SECONDS": 0}
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    working = celery_app.conf.broker_url
+    use_broker(url)
+    try:
+        with redis_server(port):
+            pass  # up, then stopped: the broker is down from here on
+        conversations = [tool_heavy_conversation(f"c{index}") for index in range(3)]
+        for conversation in conversations:
+            with transaction.atomic():  # as a view would
+                add_message(conversation, "user", "And now?")
+                add_message(conversation, "assistant", "Here.")
+                finish_exchange(conversation)  # must not raise
+        originals = [snapshot(conversation) for conversation in conversations]
+        assert caplog.text.count("enqueue_failed task=assistant.tasks.post_exchange_task") == 3
+        for conversation in conversations:
+            conversation.refresh_from_db()
+            assert conversation.post_exchange_done_at is None
+
+        with redis_server(port), start_worker(
+            celery_app, pool="solo", concurrency=1, queues=QUEUES,
+            perform_ping_check=False, loglevel="WARNING", shutdown_timeout=10,
+        ):  # fmt: skip
+            result = cleanup.sweep_missed_exchanges()
+            assert result.count == 3
+            for conversation in conversations:
+                assert wait_until(lambda c=conversation: processed(c), timeout=30)
+    finally:
+        use_broker(working)
+
+    for conversation, before in zip(conversations, originals, strict=True):
+        assert len(before) == 10
+        assert_compacted_once(conversation, before)
+
+
+# --- cleanup racing live traffic -----------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cleanup_never_purges_a_conversation_in_use_by_a_live_transaction():
+    long_ago = timezone.now() - timedelta(days=40)
+    live = Conversation.objects.create(title="live")
+    idle = Conversation.objects.create(title="idle")
+    for conversation in (live, idle):
+        add_message(conversation, "user", "hello")
+    Conversation.objects.update(deleted_at=long_ago, updated_at=long_ago)
+    writing, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def chat() -> None:
+        try:
+            with transaction.atomic():
+                add_message(live, "user", "still typing")
+                writing.set()
+                assert release.wait(timeout=30)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=chat)
+    thread.start()
+    try:
+        assert writing.wait(timeout=30)
+        during = cleanup.purge_deleted_conversations()
+    finally:
+        release.set()
+        thread.join(timeout=30)
+    after = cleanup.purge_deleted_conversations()
+
+    assert errors == []
+    assert (during.count, after.count) == (1, 0)
+    assert list(Conversation.objects.values_list("id", flat=True)) == [live.pk]
+    assert list(live.messages.values_list("content", flat=True).order_by("id")) == [
+        "hello",
+        "still typing",
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cleanup_jobs_running_twice_at_once_do_the_work_once(settings):
+    settings.ASSISTANT_CLEANUP = {"PURGE_BATCH_SIZE": 3}
+    long_ago = timezone.now() - timedelta(days=40)
+    for index in range(12):
+        conversation = Conversation.objects.create(title=f"old {index}")
+        add_message(conversation, "user", "hello")
+    Conversation.objects.update(deleted_at=long_ago, updated_at=long_ago)
+    totals: list[int] = []
+
+    def run() -> None:
+        try:
+            totals.append(cleanup.run_job("purge_deleted"))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert sum(totals) == 12
+    assert Conversation.objects.count() == 0
+    assert Message.objects.count() == 0
+
+
+# --- bad input through the services --------------------------------------------------------
+
+
+@pytest.fixture
+def two_conversations(db) -> tuple[Conversation, Conversation]:
+    mine = tool_heavy_conversation("mine")
+    other = tool_heavy_conversation("other")
+    return mine, other
+
+
+def state(conversation: Conversation) -> tuple:
+    conversation.refresh_from_db()
+    return (snapshot(conversation), conversation.metadata, conversation.last_exchange_at)
+
+
+@pytest.mark.parametrize(
+    ("role", "content", "fields", "code"),
+    [
+        ("robot", "hi", {}, "invalid_role"),
+        ("user", "a\x00b", {}, "nul_byte"),
+        ("user", "lone \ud800 surrogate", {}, "invalid_unicode"),
+        ("user", "x" * (5 * 1024 * 1024 + 1), {}, "content_too_large"),
+        ("user", "é" * (2 * 1024 * 1024 + 600_000), {}, "content_too_large"),
+        (
+            "assistant",
+            "",
+            {"tool_calls": [{"id": "c9", "name": "run_sql", "arguments": "{not json"}]},
+            "invalid_tool_arguments",
+        ),
+        (
+            "assistant",
+            "",
+            {"tool_calls": [{"id": "c9", "name": "run_sql", "arguments": "[1, 2]"}]},
+            "invalid_tool_arguments",
+        ),
+        ("tool", "result", {"tool_call_id": "nope"}, "unknown_tool_call_id"),
+        ("user", "hi", {"metadata": {"when": float("nan")}}, "invalid_metadata"),
+    ],
+)
+def test_bad_input_is_refused_clearly_and_changes_nothing(
+    two_conversations, role, content, fields, code
+):
+    mine, other = two_conversations
+    before, before_other = state(mine), state(other)
+
+    with pytest.raises(ValidationError) as error:
+        add_message(mine, role, content, **fields)
+
+    assert error.value.code == code
+    assert state(mine) == before
+    assert state(other) == before_other
+
+
+def test_a_tool_result_for_another_conversations_call_is_refused(two_conversations):
+    mine, other = two_conversations
+    foreign_call = other.messages.filter(role="assistant").exclude(tool_calls=None).first()
+    call_id = foreign_call.tool_calls[0]["id"]
+    before = state(mine)
+
+    with pytest.raises(ValidationError) as error:
+        add_message(mine, "tool", "forged result", tool_call_id=call_id)
+
+    assert error.value.code == "unknown_tool_call_id"
+    assert state(mine) == before
+
+
+def test_restoring_ids_of_another_conversation_touches_nothing(two_conversations):
+    from assistant.compaction import compact_tool_results, restore_originals
+
+    mine, other = two_conversations
+    compact_tool_results(other)
+    before_other = state(other)
+    foreign_ids = list(other.messages.values_list("id", flat=True))
+
+    assert restore_originals(mine, foreign_ids) == 0
+    assert state(other) == before_other
+
+
+def test_a_five_megabyte_tool_result_is_stored_whole_and_compacted(db):
+    conversation = Conversation.objects.create(title="big")
+    big = ("<tr><td>row</td><td>日本語 ✓</td></tr>\n" * 200_000)[: 5 * 1024 * 1024 // 2]
+    assert len(big.encode()) <= 5 * 1024 * 1024
+    tool_turn(conversation, "Dump the table", [("run_sql", {"sql": "select *"}, big)])
+
+    finish_exchange(conversation)
+    from assistant.exchanges import process_exchange
+
+    assert process_exchange(conversation.pk) is True
+
+    result = conversation.messages.get(role="tool")
+    assert result.content == big
+    assert result.compaction == "truncated"
+    assert len(result.compacted_content) < 5000
+
+
+def test_unicode_and_control_characters_round_trip(db):
+    conversation = Conversation.objects.create(title="unicode")
+    text = "emoji 🧪, RTL \u202eabc, zero-width \u200b, CJK 漢字, tab\tand\r\nnewlines"
+
+    message = add_message(conversation, "user", text)
+
+    assert Message.objects.get(pk=message.pk).content == text
+    assert conversation.messages.count() == 1
