@@ -87,7 +87,7 @@ def test_the_continuation_summary_reads_only_the_messages_after_the_parents_cuto
     parent, rows = tool_heavy_conversation()
     Conversation.objects.filter(pk=parent.pk).update(
         metadata={
-            MetadataKeys.COMPACTION_SUMMARY: "Goal: fix post 42.",
+            MetadataKeys.COMPACTION_SUMMARY: "## Goal\n- fix post 42",
             MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: rows[13].pk,
         }
     )
@@ -95,9 +95,9 @@ def test_the_continuation_summary_reads_only_the_messages_after_the_parents_cuto
     fork = fork_continuation(parent)
 
     assert summarizer_spy == [
-        {"ids": [m.pk for m in rows[14:]], "previous_summary": "Goal: fix post 42."}
+        {"ids": [m.pk for m in rows[14:]], "previous_summary": "## Goal\n- fix post 42"}
     ]
-    assert fork.parent_conversation_summary.startswith("Goal: fix post 42.")
+    assert "fix post 42" in fork.parent_conversation_summary
 
 
 def test_a_fork_of_a_fork_carries_the_grandparents_summary_forward(summarizer_spy):
@@ -245,8 +245,10 @@ def test_a_deferred_continuation_ignores_messages_the_parent_gained_since(summar
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_real_worker_writes_the_deferred_summary(celery_worker):
+def test_a_real_worker_writes_the_deferred_summary(celery_worker, redis_client):
     parent, _ = tool_heavy_conversation()
+    # A message published before the worker has bound its queue is not routed.
+    assert wait_until(lambda: redis_client.exists("_kombu.binding.compaction"))
 
     fork = fork_continuation(parent, pending_user_message="next", summarize=False)
 
