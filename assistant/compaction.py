@@ -20,10 +20,10 @@ from django.utils import timezone
 from assistant import llm
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.events import record_compaction, stopwatch
-from assistant.llm.identifiers import extract_identifiers
 from assistant.llm.prompts import render_transcript
 from assistant.metadata import merge_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.salience import key_sentences
 from assistant.tokens import estimate_tokens
 
 logger = logging.getLogger(__name__)
@@ -184,25 +184,19 @@ def _compacted_text(message: Message, config: CompactionConfig) -> tuple[str, st
 
 
 def truncate_tool_result(content: str, config: CompactionConfig | None = None) -> str:
-    """The head of the result, a marker giving the original size, and the
-    identifiers found in the whole of it (ids, paths, URLs, numbers, errors)."""
+    """The head of the result, a marker giving the original size, and the key
+    sentences of the rest: those holding its most specific identifiers (ids,
+    paths, URLs, amounts, errors), so a fact deep in a page is not cut off."""
     config = config or compaction_config()
     head = content[: config.TRUNCATION_KEEP_CHARS]
     marker = (
         f"[Tool result compacted: showing the first {len(head):,} of {len(content):,} "
         "characters. The full original is stored and can be restored.]"
     )
-    details, size = [], 0
-    for item in extract_identifiers(content[len(head) :]):
-        if item in head or len(item) > 200:
-            continue
-        if size + len(item) + 2 > config.TRUNCATION_DETAILS_MAX_CHARS:
-            break
-        details.append(item)
-        size += len(item) + 2
+    details = key_sentences(content[len(head) :], config.TRUNCATION_DETAILS_MAX_CHARS)
     text = f"{marker}\n{head}"
     if details:
-        text += "\n[Key details further in the original: " + "; ".join(details) + "]"
+        text += "\n[Key details further in the original:\n" + "\n".join(details) + "]"
     return text
 
 

@@ -12,6 +12,7 @@ from assistant.emergency import (
 from assistant.exchanges import process_exchange
 from assistant.forking import fork_continuation, fork_from_message, generate_parent_summary
 from assistant.history import add_message, finish_exchange
+from assistant.llm.overflow import context_overflow
 from assistant.summaries import (
     compaction_cutoff_id,
     ensure_context_summary,
@@ -30,6 +31,7 @@ __all__ = [
     "compact_if_flagged",
     "compact_tool_results",
     "compaction_cutoff_id",
+    "context_overflow",
     "context_tokens",
     "emergency_compact",
     "ensure_context_summary",

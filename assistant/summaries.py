@@ -26,6 +26,7 @@ from assistant.llm.identifiers import extract_identifiers
 from assistant.llm.prompts import render_transcript
 from assistant.metadata import merge_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.salience import key_identifiers
 from assistant.tokens import estimate_tokens
 from assistant.window import WindowState, choose_split, load_window, should_shift
 
@@ -139,16 +140,14 @@ def prebuild_window_summary(conversation: Conversation) -> bool:
     state = load_window(conversation.pk)
     if not should_shift(state, config, share=config.SOFT_WATERMARK):
         return False
+    if state.metadata.get(MetadataKeys.PENDING_SUMMARY) and (
+        state.metadata.get(MetadataKeys.PENDING_BASE_MESSAGE_ID) == state.through_id
+    ):
+        return False  # one is ready for the current split: building another wastes a call
     start = choose_split(state.rows, config)
     if start is None:
         return False
     through = state.rows[start - 1].pk
-    metadata = state.metadata
-    if (
-        metadata.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID) == through
-        and metadata.get(MetadataKeys.PENDING_BASE_MESSAGE_ID) == state.through_id
-    ):
-        return False  # already built for this split
     token = claim_summary_lease(conversation.pk)
     if token is None:
         return False  # someone is summarizing this conversation right now
@@ -315,14 +314,17 @@ def _carried(summary: str | None) -> list[str]:
 def _carried_identifiers(
     previous: str | None, messages: Sequence[Message], config: CompactionConfig
 ) -> list[str]:
-    """Identifiers of the summarized messages plus those carried before,
-    within a size cap. When the cap bites, what users and the assistant said
-    outranks what tools returned, and newer outranks older."""
+    """Identifiers of the summarized messages, newest first, then those
+    carried before, within a size cap. From users and the assistant every
+    identifier; from tool results those of their key sentences only, so fifty
+    table rows of dates do not push out the one order number that matters."""
     ranked: list[str] = []
-    for role_group in (("user", "assistant"), ("tool",)):
-        for message in reversed(messages):
-            if message.role in role_group:
-                ranked.extend(extract_identifiers(as_neutral(message)["content"]))
+    for message in reversed(messages):
+        content = as_neutral(message)["content"]
+        if message.role == Message.Role.TOOL:
+            ranked.extend(key_identifiers(content))
+        else:
+            ranked.extend(extract_identifiers(content))
     ranked.extend(_carried(previous))
     kept, seen, size = [], set(), 0
     for item in ranked:

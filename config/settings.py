@@ -178,6 +178,9 @@ ASSISTANT_SUMMARY_FALLBACK = env_bool("ASSISTANT_SUMMARY_FALLBACK", True)
 ASSISTANT_DEFAULT_CONTEXT_WINDOW = env_int("ASSISTANT_DEFAULT_CONTEXT_WINDOW", 200_000, minimum=1)
 LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", 30.0, minimum=0.1)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 2, minimum=0)
+# Gemini's SDK backs off on its own schedule (it ignores retry-after): bound each wait.
+LLM_RETRY_INITIAL_DELAY = env_float("LLM_RETRY_INITIAL_DELAY", 1.0, minimum=0.0)
+LLM_RETRY_MAX_DELAY = env_float("LLM_RETRY_MAX_DELAY", 8.0, minimum=0.0)
 SUMMARY_MAX_OUTPUT_TOKENS = env_int("SUMMARY_MAX_OUTPUT_TOKENS", 2048, minimum=64)
 
 # --- Compaction thresholds: one dict, defaults in assistant/conf.py ------------

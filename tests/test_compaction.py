@@ -145,13 +145,12 @@ def test_min_chars_zero_compacts_every_result(conversation):
     assert Message.objects.get(pk=turn[2].pk).compaction == "truncated"
 
 
-def test_truncation_lists_identifiers_from_beyond_the_head(conversation):
-    tail_fact = "Order ORD-2024-0042 failed with HTTP 503 at /var/log/shop.log"
+def test_truncation_keeps_the_key_sentences_from_beyond_the_head(conversation):
+    tail_fact = "\nOrder ORD-2024-0042 failed with HTTP 503 at /var/log/shop.log"
     result = tool_turn(conversation, "a", [("fetch_url", {"u": 1}, html(5000) + tail_fact)])[2]
 
     compact_tool_results(conversation)
 
     compacted = Message.objects.get(pk=result.pk).compacted_content
-    details = compacted.split("[Key details further in the original: ", 1)[1]
-    assert "ORD-2024-0042" in details
-    assert "/var/log/shop.log" in details
+    details = compacted.split("[Key details further in the original:", 1)[1]
+    assert details == "\nOrder ORD-2024-0042 failed with HTTP 503 at /var/log/shop.log]"
