@@ -490,3 +490,105 @@ def test_unicode_and_control_characters_round_trip(db):
 
     assert Message.objects.get(pk=message.pk).content == text
     assert conversation.messages.count() == 1
+
+
+# --- the provider answering 529 and timing out for a while ------------------------------------
+
+
+def failing(kind: str, count: int):
+    from tests.fake_llm import overloaded, slow
+
+    # A timeout: the reply comes after the client gave up (LLM_TIMEOUT_SECONDS).
+    return [overloaded() if kind == "overloaded" else slow(1.5) for _ in range(count)]
+
+
+ERROR_WORDS = ("overloaded", "Overloaded", "529", "503", "UNAVAILABLE", "timed out", "Timeout")
+
+
+def stored_texts(conversation: Conversation) -> list[str]:
+    conversation.refresh_from_db()
+    texts = [str(conversation.metadata)]
+    texts += [m for m in conversation.messages.values_list("compacted_content", flat=True) if m]
+    return texts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("provider", ["anthropic", "gemini"])
+@pytest.mark.parametrize("failure", ["overloaded", "timeout"])
+def test_a_failing_provider_falls_back_offline_and_stores_no_failure(
+    db, fake_llm, settings, provider, failure
+):
+    from assistant.context import build_context
+    from assistant.exchanges import process_exchange
+    from assistant.llm.offline import OFFLINE_MODEL
+    from assistant.summaries import ensure_context_summary
+
+    getattr(fake_llm, f"use_{provider}")(settings)
+    settings.LLM_TIMEOUT_SECONDS = 0.4
+    settings.LLM_MAX_RETRIES = 1
+    settings.ASSISTANT_COMPACTION = {
+        "TOOL_POLICIES": {"get_blog_post": "summarize"},
+        "MAX_MESSAGES_BEFORE_SUMMARY": 12,
+        "MIN_RECENT_MESSAGES": 4,
+    }
+    kind = "anthropic.messages" if provider == "anthropic" else "gemini.generate"
+    fake_llm.script(kind, *failing(failure, 200))
+    conversation = Conversation.objects.create(title="outage", system_prompt="You help.")
+
+    # Chats go on during the outage: every turn is stored, compacted, summarized.
+    for post in range(4):
+        tool_turn(conversation, f"Read post {post}", [("get_blog_post", {"id": post}, html(3000))])
+        assert process_exchange(conversation.pk) is True
+        ensure_context_summary(conversation)
+        assert build_context(conversation).messages
+    during = fake_llm.count(kind)
+    originals = snapshot(conversation)
+
+    assert during > 0  # the provider was asked, and failed
+    events = CompactionEvent.objects.filter(conversation=conversation)
+    assert set(events.values_list("kind", flat=True)) == {"tool_results", "window_summary"}
+    tool_events = events.filter(kind="tool_results")
+    assert tool_events.count() == 4
+    assert set(tool_events.values_list("summarizer_model", flat=True)) == {OFFLINE_MODEL}
+    assert not [t for t in stored_texts(conversation) if any(w in t for w in ERROR_WORDS)]
+    assert conversation.compaction_summary
+
+    # The provider recovers: the next summaries come from it again.
+    fake_llm.reset()
+    tool_turn(conversation, "Read post 9", [("get_blog_post", {"id": 9}, html(3000))])
+    assert process_exchange(conversation.pk) is True
+
+    # One call for the new tool result, one to pre-build the next window summary.
+    assert fake_llm.count(kind) == 2
+    latest = CompactionEvent.objects.filter(conversation=conversation, kind="tool_results").first()
+    assert latest.summarizer_model == getattr(settings, f"{provider.upper()}_SUMMARY_MODEL")
+    assert snapshot(conversation)[: len(originals)] == originals
+
+
+@pytest.mark.parametrize("failure", ["overloaded", "timeout"])
+def test_without_fallback_a_failed_summary_stores_nothing_and_the_chat_goes_on(
+    db, fake_llm, settings, failure
+):
+    from assistant.context import build_context
+    from assistant.summaries import ensure_context_summary
+
+    fake_llm.use_anthropic(settings)
+    settings.ASSISTANT_SUMMARY_FALLBACK = False
+    settings.LLM_TIMEOUT_SECONDS = 0.4
+    settings.LLM_MAX_RETRIES = 1
+    settings.ASSISTANT_COMPACTION = {"MAX_MESSAGES_BEFORE_SUMMARY": 8, "MIN_RECENT_MESSAGES": 4}
+    fake_llm.script("anthropic.messages", *failing(failure, 50))
+    conversation = Conversation.objects.create(title="no fallback")
+    for turn in range(6):
+        add_message(conversation, "user", f"question {turn}")
+        add_message(conversation, "assistant", f"answer {turn}")
+    metadata_before = dict(Conversation.objects.get(pk=conversation.pk).metadata)
+
+    summary = ensure_context_summary(conversation)
+
+    assert summary is None
+    assert fake_llm.count("anthropic.messages") == 2  # one call, retried once by the SDK
+    conversation.refresh_from_db()
+    assert conversation.metadata == metadata_before
+    assert not CompactionEvent.objects.filter(conversation=conversation).exists()
+    assert len(build_context(conversation).messages) == 12  # the chat goes on, uncompacted
