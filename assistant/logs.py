@@ -56,8 +56,8 @@ def log_event(kind: str, *, level: int = logging.INFO, **fields: Any) -> None:
     """Log one event: `kind` (e.g. "tool_results", "purge_deleted") with
     conversation_id, tokens_before, tokens_after, duration_ms, counts...
     None values are left out."""
+    values = event_fields(kind, **fields)  # refuses content fields even when not logging
     if not logger.isEnabledFor(level):
         return
-    values = event_fields(kind, **fields)
     message = " ".join(f"{name}={_format_value(value)}" for name, value in values.items())
     logger.log(level, message, extra={"event": values})
