@@ -72,13 +72,17 @@ def test_branch_from_a_message_in_a_real_browser(live_server, browser, settings)
     page.fill("#id_username", "browser-staff")
     page.fill("#id_password", "pw-for-tests")
     page.click("input[type=submit]")
-    page.goto(f"{live_server.url}/admin/assistant/conversation/{conversation.pk}/change/")
+    page.goto(f"{live_server.url}/admin/assistant/conversation/")
+    row = page.locator(f"#result_list tr:has(a[href$='/{conversation.pk}/change/'])")
+    assert row.locator("td.field-message_count").inner_text() == "20"
+    OUTPUT_DIR.mkdir(exist_ok=True)
+    page.screenshot(path=str(OUTPUT_DIR / "conversation_list.png"))
+    row.locator("th a").click()
 
     inspector = page.locator("#context-inspector")
     inspector.wait_for()
     assert page.locator("#context-inspector .token-bar span").count() == 4
     assert page.locator("#compaction-events tbody tr").count() == 1
-    OUTPUT_DIR.mkdir(exist_ok=True)
     inspector.screenshot(path=str(OUTPUT_DIR / "context_inspector.png"))
 
     page.click("#branch-from-message")
