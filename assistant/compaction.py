@@ -189,6 +189,11 @@ def truncate_tool_result(content: str, config: CompactionConfig | None = None) -
     paths, URLs, amounts, errors), so a fact deep in a page is not cut off."""
     config = config or compaction_config()
     head = content[: config.TRUNCATION_KEEP_CHARS]
+    if len(content) > len(head):
+        # End the head at a word boundary: a cut identifier misleads the model.
+        boundary = max(head.rfind(" "), head.rfind("\n"), head.rfind(">") + 1)
+        if boundary > len(head) * 3 // 4:
+            head = head[:boundary]
     marker = (
         f"[Tool result compacted: showing the first {len(head):,} of {len(content):,} "
         "characters. The full original is stored and can be restored.]"

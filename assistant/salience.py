@@ -20,6 +20,8 @@ _ERROR = re.compile(r"(?:Error|Exception|failed|errno|HTTP\s?[45]\d\d)", re.I)
 _LETTER_AND_DIGIT = re.compile(r"(?=.*[A-Za-z])(?=.*\d)")
 _DATE_OR_NUMBER = re.compile(r"^[\d\s,./:+\-TZ%]+[A-Za-z%]{0,8}$")
 MAX_SENTENCE_CHARS = 240
+# Two or three capitalized words after a lowercase word: "author is Dmitri Brennan".
+_NAME = re.compile(r"(?<=[a-z,] )[A-Z][a-z]{1,30}(?: [A-Z][a-z]{1,30}){1,2}\b")
 _UPPER = re.compile(r"[A-Z]+")
 _LOWER = re.compile(r"[a-z]+")
 _DIGITS = re.compile(r"\d+")
@@ -89,11 +91,12 @@ def _shape(item: str) -> str:
 
 def key_identifiers(text: str, *, minimum: int = 2) -> list[str]:
     """Identifiers of the key sentences: every identifier of a sentence that
-    holds a specific one (so the date next to an order number comes along),
-    none from sentences of bare dates and numbers."""
+    holds a specific one (so the date next to an order number comes along)
+    and the proper names in it, none from sentences of bare dates and numbers."""
     found: list[str] = []
     for sentence in sentences(text):
         items = extract_identifiers(sentence)
         if items and max(identifier_score(i) for i in items) >= minimum:
             found.extend(items)
+            found.extend(_NAME.findall(sentence))
     return list(dict.fromkeys(found))

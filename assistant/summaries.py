@@ -28,7 +28,13 @@ from assistant.metadata import merge_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.salience import key_identifiers
 from assistant.tokens import estimate_tokens
-from assistant.window import WindowState, choose_split, load_window, should_shift
+from assistant.window import (
+    WindowState,
+    anticipated_keep,
+    choose_split,
+    load_window,
+    should_shift,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +150,7 @@ def prebuild_window_summary(conversation: Conversation) -> bool:
         state.metadata.get(MetadataKeys.PENDING_BASE_MESSAGE_ID) == state.through_id
     ):
         return False  # one is ready for the current split: building another wastes a call
-    start = choose_split(state.rows, config)
+    start = choose_split(state.rows, config, keep_last=anticipated_keep(state, config))
     if start is None:
         return False
     through = state.rows[start - 1].pk

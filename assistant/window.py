@@ -84,6 +84,21 @@ def should_shift(state: WindowState, config: CompactionConfig, share: float = 1.
     )
 
 
+def anticipated_keep(state: WindowState, config: CompactionConfig) -> int:
+    """How many messages to keep when pre-building before the trigger, so
+    that by the time the trigger fires (and the pre-built summary is
+    adopted) about RECENT_FRACTION of the window is verbatim, as a shift at
+    the trigger would leave it."""
+    rows = len(state.rows)
+    progress = max(
+        rows / config.MAX_MESSAGES_BEFORE_SUMMARY,
+        state.context_tokens() / config.CONTEXT_TOKEN_THRESHOLD,
+    )
+    projected = max(rows, math.ceil(rows / progress)) if progress > 0 else rows
+    keep_at_trigger = max(config.MIN_RECENT_MESSAGES, math.ceil(projected * config.RECENT_FRACTION))
+    return max(keep_at_trigger - (projected - rows), 0)
+
+
 def choose_split(
     rows: list[Message],
     config: CompactionConfig | None = None,

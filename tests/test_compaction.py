@@ -37,7 +37,7 @@ def test_it_truncates_large_consumed_results_and_keeps_small_ones(conversation):
     small_result.refresh_from_db()
     assert big_result.compaction == "truncated"
     assert big_result.compacted_content.startswith(
-        "[Tool result compacted: showing the first 800 of 6,000 characters. "
+        "[Tool result compacted: showing the first 799 of 6,000 characters. "
         "The full original is stored and can be restored.]\n<article>Post 42"
     )
     assert big_result.content == big  # the original is intact

@@ -205,7 +205,9 @@ def test_the_worker_prebuilds_and_the_hook_adopts_without_waiting(anthropic, db)
     assert summarizer_calls(anthropic) == 1  # adopted, not regenerated
     metadata = Conversation.objects.get(pk=conversation.pk).metadata
     assert "pending_summary" not in metadata
-    assert metadata["compaction_through_message_id"] == conversation.messages.all()[3].pk
+    # Built at 8 of 10 messages for the shift the trigger would make: keep 4 of
+    # the 10 then, so 2 now; the split lands after message 5.
+    assert metadata["compaction_through_message_id"] == conversation.messages.all()[5].pk
     event = CompactionEvent.objects.get(kind="window_summary")
     assert event.details["prebuilt"] is True
 

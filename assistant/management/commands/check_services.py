@@ -3,12 +3,16 @@ from django.core.management.base import BaseCommand, CommandError
 
 from assistant.health import check_database, check_redis
 
-HOW_TO_START = """\
-Start them, then run this again:
-  - on this machine:  pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start
-                      redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
-  - or with Docker:   docker compose up -d postgres redis
-  - or point the tests elsewhere with TEST_DATABASE_URL and TEST_REDIS_URL."""
+HOW_TO_START = "\n".join(
+    [
+        "Start them, then run this again:",
+        "  - on this machine:",
+        "      pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
+        '      redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no',
+        "  - or with Docker: docker compose up -d postgres redis",
+        "  - or point the tests elsewhere with TEST_DATABASE_URL and TEST_REDIS_URL.",
+    ]
+)
 
 
 class Command(BaseCommand):
