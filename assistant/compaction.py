@@ -198,7 +198,8 @@ def truncate_tool_result(content: str, config: CompactionConfig | None = None) -
         f"[Tool result compacted: showing the first {len(head):,} of {len(content):,} "
         "characters. The full original is stored and can be restored.]"
     )
-    details = key_sentences(content[len(head) :], config.TRUNCATION_DETAILS_MAX_CHARS)
+    # From the whole result, so a sentence cut by the head is kept whole.
+    details = key_sentences(content, config.TRUNCATION_DETAILS_MAX_CHARS, exclude=head)
     text = f"{marker}\n{head}"
     if details:
         text += "\n[Key details further in the original:\n" + "\n".join(details) + "]"

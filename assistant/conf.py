@@ -42,7 +42,7 @@ class CompactionConfig:
     # The summarizer's input is cut into chunks of at most this many tokens.
     SUMMARIZER_MAX_INPUT_TOKENS: int = 60_000
     # Identifiers carried forward from summary to summary, at most this many chars.
-    CARRIED_IDENTIFIERS_MAX_CHARS: int = 8000
+    CARRIED_IDENTIFIERS_MAX_CHARS: int = 10_000
     # Key details listed under a truncated tool result, at most this many chars.
     TRUNCATION_DETAILS_MAX_CHARS: int = 600
     # Cap of the offline summarizer's output.

@@ -22,7 +22,6 @@ from assistant import llm
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.events import log_event, record_compaction, stopwatch
 from assistant.leases import claim_summary_lease, holding, release_summary_lease, wait_for_lease
-from assistant.llm.identifiers import extract_identifiers
 from assistant.llm.prompts import render_transcript
 from assistant.metadata import merge_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
@@ -88,8 +87,8 @@ def summarize_messages(
         calls += 1
         tokens_in += result.usage.prompt_tokens
         tokens_out += result.usage.output_tokens
-    carried = _carried_identifiers(previous_summary, messages, config)
     text = body or ""
+    carried = _carried_identifiers(previous_summary, messages, text, config)
     if carried:
         text = f"{text}\n\n{CARRIED_HEADING}\n" + "; ".join(carried)
     return SummaryOutcome(text, model, tokens_in, tokens_out, fallback, calls)
@@ -318,23 +317,23 @@ def _carried(summary: str | None) -> list[str]:
 
 
 def _carried_identifiers(
-    previous: str | None, messages: Sequence[Message], config: CompactionConfig
+    previous: str | None, messages: Sequence[Message], body: str, config: CompactionConfig
 ) -> list[str]:
-    """Identifiers of the summarized messages, newest first, then those
-    carried before, within a size cap. From users and the assistant every
-    identifier; from tool results those of their key sentences only, so fifty
-    table rows of dates do not push out the one order number that matters."""
+    """Every key identifier seen so far stays either in the summary's body or
+    in the carried list: those of the newly summarized messages (newest
+    first), those the previous body held and this one dropped, and those
+    carried before, within a size cap that drops the oldest first."""
     ranked: list[str] = []
     for message in reversed(messages):
-        content = as_neutral(message)["content"]
-        if message.role == Message.Role.TOOL:
-            ranked.extend(key_identifiers(content))
-        else:
-            ranked.extend(extract_identifiers(content))
+        # From tool output only sentences with specific identifiers: fifty
+        # table rows of dates must not push out the one order number.
+        minimum = 2 if message.role == Message.Role.TOOL else 1
+        ranked.extend(key_identifiers(as_neutral(message)["content"], minimum=minimum))
+    ranked.extend(key_identifiers(_body(previous) if previous else "", minimum=1))
     ranked.extend(_carried(previous))
     kept, seen, size = [], set(), 0
     for item in ranked:
-        if item in seen or len(item) > 200:
+        if item in seen or item in body or len(item) > 200:
             continue
         if size + len(item) + 2 > config.CARRIED_IDENTIFIERS_MAX_CHARS:
             break
