@@ -166,7 +166,7 @@ ASSISTANT_HEALTHZ_CHECK_WORKER = env_bool("ASSISTANT_HEALTHZ_CHECK_WORKER", True
 ANTHROPIC_API_KEY = env_str("ANTHROPIC_API_KEY")
 ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL") or None
 ANTHROPIC_SUMMARY_MODEL = env_str("ANTHROPIC_SUMMARY_MODEL", "claude-haiku-4-5")
-ANTHROPIC_CHAT_MODEL = env_str("ANTHROPIC_CHAT_MODEL", "claude-sonnet-4-5")
+ANTHROPIC_CHAT_MODEL = env_str("ANTHROPIC_CHAT_MODEL", "claude-sonnet-4-6")
 GEMINI_API_KEY = env_str("GEMINI_API_KEY") or env_str("GOOGLE_API_KEY")
 GEMINI_BASE_URL = env_str("GEMINI_BASE_URL") or None
 GEMINI_SUMMARY_MODEL = env_str("GEMINI_SUMMARY_MODEL", "gemini-2.5-flash-lite")
@@ -193,5 +193,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO").upper()},
-    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+    # The SDKs log every request at INFO; keep their warnings and errors.
+    "loggers": {name: {"level": "WARNING"} for name in ("httpx", "httpx2", "httpcore")},
 }

@@ -94,7 +94,7 @@ def test_anthropic_chat_request_keeps_tool_pairs_and_cache_breakpoints(anthropic
 
     (request,) = anthropic_fake.requests_for("anthropic.messages")
     body = request.body
-    assert body["model"] == "claude-sonnet-4-5"
+    assert body["model"] == "claude-sonnet-4-6"
     assert body["max_tokens"] == 300
     assert body["system"] == [
         {"type": "text", "text": "System prompt", "cache_control": {"type": "ephemeral"}},
@@ -172,7 +172,7 @@ def test_token_counts_come_from_each_provider(settings, fake_llm):
     assert get_provider("anthropic").count_tokens("sys", MESSAGES) == 1234
     assert get_provider("gemini").count_tokens("sys", MESSAGES) == 987
     (counted,) = fake_llm.requests_for("anthropic.count_tokens")
-    assert counted.body["model"] == "claude-sonnet-4-5"
+    assert counted.body["model"] == "claude-sonnet-4-6"
     assert counted.body["system"][0]["text"] == "sys"
 
 

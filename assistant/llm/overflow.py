@@ -84,7 +84,7 @@ def model_context_window(model: str) -> int:
         return 1_000_000
     best = max((p for p in _WINDOWS if name.startswith(p)), key=len, default=None)
     if best is None:
-        return int(getattr(settings, "ASSISTANT_DEFAULT_CONTEXT_WINDOW", 200_000))
+        return int(settings.ASSISTANT_DEFAULT_CONTEXT_WINDOW)
     return _WINDOWS[best]
 
 

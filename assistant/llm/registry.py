@@ -17,30 +17,30 @@ PROVIDERS = ("anthropic", "gemini", "offline")
 
 
 def provider_name() -> str:
-    chosen = (getattr(settings, "ASSISTANT_SUMMARIZER", "") or "auto").lower()
+    chosen = (settings.ASSISTANT_SUMMARIZER or "auto").lower()
     if chosen in PROVIDERS:
         return chosen
-    if getattr(settings, "ANTHROPIC_API_KEY", ""):
+    if settings.ANTHROPIC_API_KEY:
         return "anthropic"
-    if getattr(settings, "GEMINI_API_KEY", ""):
+    if settings.GEMINI_API_KEY:
         return "gemini"
     return "offline"
 
 
 def _common() -> tuple[float, int, int]:
     return (
-        float(getattr(settings, "LLM_TIMEOUT_SECONDS", 30.0)),
-        int(getattr(settings, "LLM_MAX_RETRIES", 2)),
-        int(getattr(settings, "SUMMARY_MAX_OUTPUT_TOKENS", 2048)),
+        float(settings.LLM_TIMEOUT_SECONDS),
+        int(settings.LLM_MAX_RETRIES),
+        int(settings.SUMMARY_MAX_OUTPUT_TOKENS),
     )
 
 
 def _anthropic_key() -> tuple:
     return (
         settings.ANTHROPIC_API_KEY,
-        getattr(settings, "ANTHROPIC_BASE_URL", None) or None,
-        getattr(settings, "ANTHROPIC_SUMMARY_MODEL", "claude-haiku-4-5"),
-        getattr(settings, "ANTHROPIC_CHAT_MODEL", "claude-sonnet-4-5"),
+        settings.ANTHROPIC_BASE_URL or None,
+        settings.ANTHROPIC_SUMMARY_MODEL,
+        settings.ANTHROPIC_CHAT_MODEL,
         *_common(),
     )
 
@@ -48,12 +48,12 @@ def _anthropic_key() -> tuple:
 def _gemini_key() -> tuple:
     return (
         settings.GEMINI_API_KEY,
-        getattr(settings, "GEMINI_BASE_URL", None) or None,
-        getattr(settings, "GEMINI_SUMMARY_MODEL", "gemini-2.5-flash-lite"),
-        getattr(settings, "GEMINI_CHAT_MODEL", "gemini-2.5-flash"),
+        settings.GEMINI_BASE_URL or None,
+        settings.GEMINI_SUMMARY_MODEL,
+        settings.GEMINI_CHAT_MODEL,
         *_common(),
-        float(getattr(settings, "LLM_RETRY_INITIAL_DELAY", 1.0)),
-        float(getattr(settings, "LLM_RETRY_MAX_DELAY", 8.0)),
+        float(settings.LLM_RETRY_INITIAL_DELAY),
+        float(settings.LLM_RETRY_MAX_DELAY),
     )
 
 
@@ -96,9 +96,9 @@ def _gemini(
 def get_provider(name: str | None = None) -> Provider:
     """The configured provider (or the one named); offline when its key is missing."""
     name = name or provider_name()
-    if name == "anthropic" and getattr(settings, "ANTHROPIC_API_KEY", ""):
+    if name == "anthropic" and settings.ANTHROPIC_API_KEY:
         return _anthropic(*_anthropic_key())
-    if name == "gemini" and getattr(settings, "GEMINI_API_KEY", ""):
+    if name == "gemini" and settings.GEMINI_API_KEY:
         return _gemini(*_gemini_key())
     return OfflineProvider()
 
@@ -131,7 +131,7 @@ def summarize(
             error.status,
             getattr(error, "reason", None),
         )
-        if not getattr(settings, "ASSISTANT_SUMMARY_FALLBACK", True) or isinstance(
+        if not settings.ASSISTANT_SUMMARY_FALLBACK or isinstance(
             provider, OfflineProvider
         ):
             raise

@@ -24,8 +24,6 @@ from assistant.models import CompactionEvent, Conversation
 from assistant.services import add_message, build_context, ensure_context_summary, finish_exchange
 from bench.workload import generate
 
-CHAT_MODEL = "claude-sonnet-4-5"
-
 
 @contextmanager
 def worker_process(stdout):
@@ -65,7 +63,7 @@ class Command(BaseCommand):
         db = settings.DATABASES["default"]
         self.stdout.write(f"database: {db['ENGINE'].rsplit('.', 1)[-1]} {db['NAME']}")
         workload = generate(turns, name="demo")
-        self.window = model_context_window(CHAT_MODEL)
+        self.window = model_context_window(settings.ANTHROPIC_CHAT_MODEL)
         with worker_process(self.stdout):
             conversation = Conversation.objects.create(
                 title="Demo: blog admin", system_prompt=workload.system_prompt
@@ -114,7 +112,8 @@ class Command(BaseCommand):
             now = build_context(conversation).tokens.total
             progress.write(
                 f"  turn {turn:>3}: {event.get_kind_display().lower()}: "
-                f"{event.messages_affected} messages, {event.tokens_before:,} -> "
+                f"{event.messages_affected} message{'s' if event.messages_affected != 1 else ''}, "
+                f"{event.tokens_before:,} -> "
                 f"{event.tokens_after:,} tokens; context now {now:,} tokens "
                 f"({now / self.window:.1%} of the {self.window:,}-token window)"
             )
