@@ -160,8 +160,14 @@ def prebuild_window_summary(conversation: Conversation) -> bool:
         fresh = load_window(conversation.pk)
         if fresh.through_id != state.through_id:
             return False  # the window shifted meanwhile; the next exchange re-evaluates
-        outcome = _summarize_or_log(conversation.pk, state.rows[:start], state.summary)
-        if outcome is None:
+        try:
+            outcome = summarize_messages(state.rows[:start], previous_summary=state.summary)
+        except llm.ProviderError as exc:
+            if exc.retryable:
+                raise  # off the chat path: the post-exchange task retries with backoff
+            logger.warning(
+                "summary_failed conversation=%s error=%s", conversation.pk, type(exc).__name__
+            )
             return False
         stored = merge_metadata(
             holding(conversation.pk, token),

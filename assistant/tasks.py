@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from assistant import exchanges
+from assistant.llm import ProviderError
 
 logger = logging.getLogger(__name__)
 
@@ -23,9 +25,20 @@ _DB_RETRY = {
 }
 
 
-@shared_task(**_DB_RETRY)
-def post_exchange_task(conversation_id: int) -> None:
-    exchanges.process_exchange(conversation_id)
+@shared_task(bind=True, **_DB_RETRY)
+def post_exchange_task(self, conversation_id: int) -> None:
+    try:
+        exchanges.process_exchange(conversation_id)
+    except ProviderError as exc:
+        # A rate-limited or overloaded summarizer (after the SDK's own retries,
+        # with no fallback configured): try again later, with backoff. When the
+        # retries run out the sweep finds the exchange again.
+        if not exc.retryable:
+            raise
+        delay = settings.ASSISTANT_PROVIDER_RETRY_SECONDS * 2**self.request.retries
+        # A countdown past the visibility timeout would get the task delivered twice.
+        ceiling = min(300, settings.CELERY_BROKER_VISIBILITY_TIMEOUT // 2)
+        raise self.retry(exc=exc, countdown=min(delay, ceiling), max_retries=5) from exc
 
 
 @shared_task(**_DB_RETRY)

@@ -182,6 +182,10 @@ LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 2, minimum=0)
 LLM_RETRY_INITIAL_DELAY = env_float("LLM_RETRY_INITIAL_DELAY", 1.0, minimum=0.0)
 LLM_RETRY_MAX_DELAY = env_float("LLM_RETRY_MAX_DELAY", 8.0, minimum=0.0)
 SUMMARY_MAX_OUTPUT_TOKENS = env_int("SUMMARY_MAX_OUTPUT_TOKENS", 2048, minimum=64)
+# First delay before the post-exchange task retries a rate-limited or
+# overloaded summarizer; doubled at each retry, at most 300 s (far below the
+# broker's visibility timeout).
+ASSISTANT_PROVIDER_RETRY_SECONDS = env_float("ASSISTANT_PROVIDER_RETRY_SECONDS", 10.0, minimum=0.0)
 
 # --- Compaction thresholds: one dict, defaults in assistant/conf.py ------------
 

@@ -107,3 +107,31 @@ def test_the_worker_compacts_and_deduplicates_the_finished_exchange(celery_worke
     assert view[second[2].pk].compaction == "truncated"
     assert conversation.compaction_events.filter(kind="tool_results").count() == 1
     assert conversation.compaction_events.filter(kind="dedup").count() == 1
+
+
+def test_the_worker_retries_an_overloaded_summarizer_later(celery_worker, fake_llm, settings):
+    from tests.builders import chat_turns
+    from tests.fake_llm import ok, overloaded
+
+    fake_llm.use_anthropic(settings)
+    settings.ASSISTANT_SUMMARY_FALLBACK = False
+    settings.ASSISTANT_PROVIDER_RETRY_SECONDS = 0.1
+    settings.ASSISTANT_COMPACTION = {"MAX_MESSAGES_BEFORE_SUMMARY": 10, "MIN_RECENT_MESSAGES": 2}
+    summary = (
+        "## Goal\n- g\n\n## Constraints\n- none\n\n## Progress\n- none\n\n"
+        "## Key decisions\n- none\n\n## Next steps\n- none\n\n## Critical context\n- none"
+    )
+    # One SDK call is 3 attempts (LLM_MAX_RETRIES = 2): all overloaded, then fine.
+    fake_llm.script_anthropic(overloaded(), overloaded(), overloaded(), ok(summary))
+    conversation = Conversation.objects.create(title="t")
+    chat_turns(conversation, 4)  # 8 of 10 messages: past the soft watermark
+
+    finish_exchange(conversation)
+
+    def processed():
+        conversation.refresh_from_db()
+        return conversation.post_exchange_done_at is not None
+
+    assert wait_until(processed)
+    assert fake_llm.count("anthropic.messages") == 4
+    assert conversation.metadata["pending_summary"].startswith(summary)

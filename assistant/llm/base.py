@@ -85,6 +85,17 @@ class ProviderError(Exception):
         self.status = status
         self.overflow = overflow
 
+    @property
+    def retryable(self) -> bool:
+        """Worth trying again later: a rate limit, an overload, a timeout or a
+        dropped connection (no HTTP status), never a bad request or a bad summary."""
+        if self.overflow or isinstance(self, SummaryRejected):
+            return False
+        return self.status is None or self.status in RETRYABLE_STATUSES
+
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
 
 class SummaryRejected(ProviderError):
     """The provider answered, but not with a usable summary."""
