@@ -140,3 +140,33 @@ def test_it_never_loads_originals_of_compacted_messages(conversation):
     message_sql = [q["sql"] for q in captured.captured_queries if "assistant_message" in q["sql"]]
     assert len(message_sql) == 1
     assert message_sql[0].count('"assistant_message"."content"') == 1  # inside COALESCE only
+
+
+def test_it_converts_to_both_providers_with_tool_pairs_and_cache_breakpoints(conversation):
+    chat_turns(conversation, 1)
+    turn = tool_turn(conversation, "read post 7", [("get_blog_post", {"id": 7}, "<p>hi</p>")])
+    set_summary(conversation, "## Goal\nx", turn[0].pk - 1)
+    call_id = turn[1].tool_calls[0]["id"]
+
+    context = build_context(conversation)
+    anthropic = context.to_anthropic()
+    gemini = context.to_gemini()
+
+    assert [b.get("cache_control") for b in anthropic["system"]] == [
+        {"type": "ephemeral"},
+        {"type": "ephemeral"},
+    ]
+    assert anthropic["system"][1]["text"].endswith("## Goal\nx")
+    assert [m["role"] for m in anthropic["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert anthropic["messages"][1]["content"] == [
+        {"type": "tool_use", "id": call_id, "name": "get_blog_post", "input": {"id": 7}}
+    ]
+    assert anthropic["messages"][2]["content"][0] == {
+        "type": "tool_result",
+        "tool_use_id": call_id,
+        "content": "<p>hi</p>",
+    }
+    assert gemini["system_instruction"].startswith("You help.\n\nSummary of the earlier part")
+    assert [c["role"] for c in gemini["contents"]] == ["user", "model", "user", "model"]
+    assert gemini["contents"][1]["parts"][0]["function_call"]["name"] == "get_blog_post"
+    assert gemini["contents"][2]["parts"][0]["function_response"]["id"] == call_id
