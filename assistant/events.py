@@ -3,20 +3,13 @@ compaction. Logs carry ids, kinds, counts and durations, never content."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from assistant.logs import log_event
 from assistant.models import CompactionEvent
-
-logger = logging.getLogger("assistant.events")
-
-
-def log_event(event: str, **fields: object) -> None:
-    """One line of key=value pairs, easy to grep and to parse."""
-    logger.info(" ".join([f"event={event}", *(f"{key}={value}" for key, value in fields.items())]))
 
 
 @dataclass
@@ -59,13 +52,12 @@ def record_compaction(
         details=details or {},
     )
     log_event(
-        "compaction",
-        conversation=conversation_id,
-        kind=kind,
+        kind,
+        conversation_id=conversation_id,
         tokens_before=tokens_before,
         tokens_after=tokens_after,
-        messages=messages_affected,
+        messages_affected=messages_affected,
         duration_ms=duration_ms,
-        summarizer_model=summarizer_model or "-",
+        summarizer_model=summarizer_model or None,
     )
     return event

@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 
 from assistant.compaction import compact_tool_results
-from assistant.events import log_event, stopwatch
+from assistant.events import stopwatch
+from assistant.logs import log_event
 from assistant.models import Conversation
 from assistant.summaries import prebuild_window_summary
 
@@ -18,7 +19,7 @@ def process_exchange(conversation_id: int) -> bool:
     """Returns False when the conversation is gone or soft-deleted."""
     conversation = Conversation.objects.filter(pk=conversation_id, deleted_at__isnull=True).first()
     if conversation is None:
-        log_event("post_exchange_skipped", conversation=conversation_id, reason="missing")
+        log_event("post_exchange_skipped", conversation_id=conversation_id, reason="missing")
         return False
     exchange_stamp = conversation.last_exchange_at
     with stopwatch() as elapsed:
@@ -28,7 +29,7 @@ def process_exchange(conversation_id: int) -> bool:
     Conversation.objects.filter(pk=conversation_id).update(post_exchange_done_at=exchange_stamp)
     log_event(
         "post_exchange_done",
-        conversation=conversation_id,
+        conversation_id=conversation_id,
         compacted=compacted,
         prebuilt=prebuilt,
         duration_ms=elapsed.ms,

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 from assistant import llm
 from assistant.conf import CompactionConfig, compaction_config
-from assistant.events import log_event, record_compaction, stopwatch
+from assistant.events import record_compaction, stopwatch
 from assistant.leases import claim_summary_lease, holding, release_summary_lease, wait_for_lease
 from assistant.llm.prompts import render_transcript
+from assistant.logs import log_event
 from assistant.metadata import merge_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.salience import key_identifiers
@@ -178,7 +179,7 @@ def prebuild_window_summary(conversation: Conversation) -> bool:
             },
         )
         if stored:
-            log_event("summary_prebuilt", conversation=conversation.pk, through=through)
+            log_event("summary_prebuilt", conversation_id=conversation.pk, through=through)
         return bool(stored)
     finally:
         release_summary_lease(conversation.pk, token)
@@ -210,7 +211,9 @@ def _shift(
             state.rows, config, recent_fraction=recent_fraction, keep_last=keep_last
         )
         if start is None:
-            log_event("summary_skipped", conversation=conversation_id, reason="split_cannot_move")
+            log_event(
+                "summary_skipped", conversation_id=conversation_id, reason="split_cannot_move"
+            )
             return state.summary
         return _summarize_and_store(state, start, token)
     finally:
@@ -269,7 +272,7 @@ def _summarize_and_store(state: WindowState, start: int, token) -> str | None:
         remove=PENDING_KEYS,
     )
     if not stored:
-        log_event("summary_discarded", conversation=state.conversation_id, reason="lease_lost")
+        log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")
         return load_window(state.conversation_id).summary
     record_compaction(
         state.conversation_id,

@@ -154,3 +154,23 @@ def test_truncation_keeps_the_key_sentences_from_beyond_the_head(conversation):
     compacted = Message.objects.get(pk=result.pk).compacted_content
     details = compacted.split("[Key details further in the original:", 1)[1]
     assert details == "\nOrder ORD-2024-0042 failed with HTTP 503 at /var/log/shop.log]"
+
+
+def test_each_compaction_logs_one_structured_line_without_content(conversation, caplog):
+    secret_text = "<p>CONFIDENTIAL draft of post 9</p>" * 100
+    tool_turn(conversation, "a", [("get_blog_post", {"id": 9}, secret_text)])
+
+    with caplog.at_level("INFO", logger="assistant.events"):
+        compact_tool_results(conversation)
+
+    (record,) = [r for r in caplog.records if r.name == "assistant.events"]
+    assert record.event == {
+        "event": "tool_results",
+        "conversation_id": conversation.pk,
+        "tokens_before": 875,  # 3,500 chars / 4
+        "tokens_after": record.event["tokens_after"],
+        "messages_affected": 1,
+        "duration_ms": record.event["duration_ms"],
+    }
+    assert record.event["tokens_after"] < 875
+    assert "CONFIDENTIAL" not in caplog.text

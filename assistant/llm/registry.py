@@ -131,9 +131,7 @@ def summarize(
             error.status,
             getattr(error, "reason", None),
         )
-        if not settings.ASSISTANT_SUMMARY_FALLBACK or isinstance(
-            provider, OfflineProvider
-        ):
+        if not settings.ASSISTANT_SUMMARY_FALLBACK or isinstance(provider, OfflineProvider):
             raise
     result = OfflineProvider().summarize(transcript, previous_summary=previous_summary)
     return SummaryResult(
