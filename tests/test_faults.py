@@ -204,11 +204,13 @@ def redis_server(port: int) -> Iterator[subprocess.Popen]:
 
 
 def use_broker(url: str) -> None:
-    """Point publishing at another broker. kombu keeps one connection pool
-    per URL for the whole process: empty it without closing it for good
-    (close_pool=False), or every later publish to that URL fails with
-    "Acquire on closed pool"; and drop the cached producer pool too."""
-    celery_app.pool.force_close_all(close_pool=False)
+    """Point publishing at another broker. Connection and producer pools are
+    built from broker_url on first use and kept in kombu's global registry:
+    drop them all, or a later publish reuses a pool of the other broker."""
+    from kombu import pools
+
+    celery_app.pool.force_close_all()
+    pools.reset()
     celery_app._pool = None
     celery_app.amqp._producer_pool = None
     celery_app.conf.broker_url = url
