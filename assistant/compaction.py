@@ -13,6 +13,7 @@ import logging
 from collections import defaultdict
 from typing import Any
 
+from django.db import transaction
 from django.db.models import F, Max
 from django.db.models.functions import Length
 from django.utils import timezone
@@ -82,7 +83,7 @@ def restore_originals(conversation: Conversation, message_ids: list[int] | None 
     messages = messages.exclude(compaction="")
     if message_ids is not None:
         messages = messages.filter(pk__in=message_ids)
-    with stopwatch() as elapsed:
+    with stopwatch() as elapsed, transaction.atomic():
         rows = list(messages.values_list("id", "token_estimate", "original_token_estimate"))
         ids = [row[0] for row in rows]
         restored = merge_metadata(
@@ -93,8 +94,8 @@ def restore_originals(conversation: Conversation, message_ids: list[int] | None 
             compacted_at=None,
             token_estimate=F("original_token_estimate"),
         )
-    if restored:
-        _mark_context_changed(conversation.pk)
+        if not restored:
+            return 0
         record_compaction(
             conversation.pk,
             CompactionEvent.Kind.RESTORE,
@@ -104,6 +105,7 @@ def restore_originals(conversation: Conversation, message_ids: list[int] | None 
             duration_ms=elapsed.ms,
             details={"message_ids": ids[:100]},
         )
+    _mark_context_changed(conversation.pk)
     return restored
 
 
@@ -119,39 +121,43 @@ def _last_final_answer_id(conversation: Conversation) -> int | None:
 
 
 def _compact_large(conversation_id: int, rows: list[dict], config: CompactionConfig) -> int:
-    if not rows:
-        return 0
-    count, before, after, model = 0, 0, 0, ""
-    with stopwatch() as elapsed:
-        for start in range(0, len(rows), _BATCH):
-            batch = rows[start : start + _BATCH]
+    """Compact in batches. A batch's texts are computed first (a summarize
+    policy calls the LLM: never inside a transaction), then its updates and
+    its audit row commit together, so a killed worker leaves either both or
+    neither and the redelivered task redoes exactly what is missing."""
+    count = 0
+    for start in range(0, len(rows), _BATCH):
+        batch = rows[start : start + _BATCH]
+        with stopwatch() as elapsed:
             originals = Message.objects.in_bulk([row["id"] for row in batch])
-            for row in batch:
-                message = originals[row["id"]]
-                text, kind, used_model = _compacted_text(message, config)
-                tokens = estimate_tokens(text)
-                # Conditional: a concurrent run that got there first wins.
-                updated = Message.objects.filter(pk=message.pk, compaction="").update(
-                    compacted_content=text,
-                    compaction=kind,
-                    compacted_at=timezone.now(),
-                    token_estimate=tokens,
-                )
+            texts = [(row, *_compacted_text(originals[row["id"]], config)) for row in batch]
+            before = after = updated = 0
+            model = ""
+            with transaction.atomic():
+                for row, text, kind, used_model in texts:
+                    tokens = estimate_tokens(text)
+                    # Conditional: a concurrent run that got there first wins.
+                    if Message.objects.filter(pk=row["id"], compaction="").update(
+                        compacted_content=text,
+                        compaction=kind,
+                        compacted_at=timezone.now(),
+                        token_estimate=tokens,
+                    ):
+                        updated += 1
+                        before += row["token_estimate"]
+                        after += tokens
+                        model = used_model or model
                 if updated:
-                    count += 1
-                    before += row["token_estimate"]
-                    after += tokens
-                    model = used_model or model
-    if count:
-        record_compaction(
-            conversation_id,
-            CompactionEvent.Kind.TOOL_RESULTS,
-            tokens_before=before,
-            tokens_after=after,
-            messages_affected=count,
-            duration_ms=elapsed.ms,
-            summarizer_model=model,
-        )
+                    record_compaction(
+                        conversation_id,
+                        CompactionEvent.Kind.TOOL_RESULTS,
+                        tokens_before=before,
+                        tokens_after=after,
+                        messages_affected=updated,
+                        duration_ms=elapsed.ms,
+                        summarizer_model=model,
+                    )
+        count += updated
     return count
 
 
@@ -222,7 +228,7 @@ def _stub_duplicates(conversation_id: int, rows: list[dict], config: CompactionC
         return set()
     ids = [row["id"] for row in older]
     stub_tokens = estimate_tokens(STUB)
-    with stopwatch() as elapsed:
+    with stopwatch() as elapsed, transaction.atomic():
         stubbed = (
             Message.objects.filter(pk__in=ids)
             .exclude(compaction=Message.Compaction.DEDUPLICATED)
@@ -233,15 +239,15 @@ def _stub_duplicates(conversation_id: int, rows: list[dict], config: CompactionC
                 token_estimate=stub_tokens,
             )
         )
-    if stubbed:
-        record_compaction(
-            conversation_id,
-            CompactionEvent.Kind.DEDUP,
-            tokens_before=sum(row["token_estimate"] for row in older),
-            tokens_after=stub_tokens * stubbed,
-            messages_affected=stubbed,
-            duration_ms=elapsed.ms,
-        )
+        if stubbed:
+            record_compaction(
+                conversation_id,
+                CompactionEvent.Kind.DEDUP,
+                tokens_before=sum(row["token_estimate"] for row in older),
+                tokens_after=stub_tokens * stubbed,
+                messages_affected=stubbed,
+                duration_ms=elapsed.ms,
+            )
     return set(ids)
 
 
