@@ -33,20 +33,41 @@ def empty_queues(redis_client: redis.Redis) -> None:
     redis_client.delete(*QUEUES, "unacked", "unacked_index", "unacked_mutex")
 
 
+def reset_broker_pools() -> None:
+    """Drop every pooled broker connection and producer: kombu keeps them in
+    a process-wide registry, so a test that swapped brokers or ran a worker
+    could otherwise hand a later test a closed or exhausted pool."""
+    from kombu import pools
+
+    celery_app.pool.force_close_all()
+    pools.reset()
+    celery_app._pool = None
+    celery_app.amqp._producer_pool = None
+
+
+def use_broker(url: str) -> None:
+    """Point publishing at another broker (a dead port, a second Redis)."""
+    reset_broker_pools()
+    celery_app.conf.broker_url = url
+
+
 @pytest.fixture
 def celery_worker(transactional_db, empty_queues) -> Iterator[None]:
     """A real worker (solo pool, in a thread) consuming the real Redis broker.
     Data must be committed for it to see: hence transactional_db."""
-    with start_worker(
-        celery_app,
-        pool="solo",
-        concurrency=1,
-        queues=QUEUES,
-        perform_ping_check=False,
-        loglevel="WARNING",
-        shutdown_timeout=10,
-    ):
-        yield
+    try:
+        with start_worker(
+            celery_app,
+            pool="solo",
+            concurrency=1,
+            queues=QUEUES,
+            perform_ping_check=False,
+            loglevel="WARNING",
+            shutdown_timeout=10,
+        ):
+            yield
+    finally:
+        reset_broker_pools()
 
 
 def wait_until(

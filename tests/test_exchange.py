@@ -8,7 +8,7 @@ from django.db import transaction
 
 from assistant.models import Conversation
 from assistant.services import add_message, finish_exchange
-from tests.conftest import wait_until
+from tests.conftest import use_broker, wait_until
 
 
 def queued_tasks(redis_client, queue="compaction"):
@@ -54,31 +54,19 @@ def test_a_real_worker_runs_the_post_exchange_task(celery_worker):
     assert conversation.post_exchange_done_at == conversation.last_exchange_at
 
 
-def use_broker(app, url):
-    # Connection and producer pools are built from broker_url on first use and
-    # kept in kombu's global registry: drop them all.
-    from kombu import pools
-
-    app.pool.force_close_all()
-    pools.reset()
-    app._pool = None
-    app.amqp._producer_pool = None
-    app.conf.broker_url = url
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_broker_outage_does_not_break_the_exchange(caplog):
     from config.celery import app
 
     working = app.conf.broker_url
-    use_broker(app, "redis://127.0.0.1:1/0")  # nothing listens there
+    use_broker("redis://127.0.0.1:1/0")  # nothing listens there
     try:
         conversation = Conversation.objects.create(title="t")
         with transaction.atomic():
             add_message(conversation, "user", "hello")
             finish_exchange(conversation)
     finally:
-        use_broker(app, working)
+        use_broker(working)
 
     conversation.refresh_from_db()
     assert conversation.messages.count() == 1

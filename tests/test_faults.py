@@ -32,7 +32,7 @@ from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import add_message, finish_exchange
 from config.celery import app as celery_app
 from tests.builders import html, tool_turn
-from tests.conftest import QUEUES, wait_until
+from tests.conftest import QUEUES, use_broker, wait_until
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 CELERY = str(Path(sys.executable).with_name("celery"))
@@ -201,19 +201,6 @@ def redis_server(port: int) -> Iterator[subprocess.Popen]:
         process.terminate()
         process.wait(timeout=10)
         client.close()
-
-
-def use_broker(url: str) -> None:
-    """Point publishing at another broker. Connection and producer pools are
-    built from broker_url on first use and kept in kombu's global registry:
-    drop them all, or a later publish reuses a pool of the other broker."""
-    from kombu import pools
-
-    celery_app.pool.force_close_all()
-    pools.reset()
-    celery_app._pool = None
-    celery_app.amqp._producer_pool = None
-    celery_app.conf.broker_url = url
 
 
 # --- a worker killed with SIGKILL mid-task -------------------------------------------
