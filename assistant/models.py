@@ -179,6 +179,13 @@ class Message(models.Model):
                 name="assistant_msg_tool_name",
                 condition=models.Q(role="tool"),
             ),
+            # The retention job that drops originals of compacted messages.
+            models.Index(
+                fields=["compacted_at"],
+                name="assistant_msg_compacted",
+                condition=models.Q(original_dropped_at__isnull=True)
+                & models.Q(compacted_content__isnull=False),
+            ),
         ]
         constraints = [
             models.CheckConstraint(

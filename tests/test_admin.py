@@ -231,6 +231,27 @@ def test_the_branch_page_refuses_an_assistant_message(staff_client):
     ]
 
 
+@pytest.mark.parametrize(
+    "bad_id",
+    ["", "abc", "-1", "99999999999999999999", "7 OR 1=1", "٣", "\x00", "other-conversation"],
+)
+def test_the_branch_page_refuses_bad_message_ids_and_changes_nothing(staff_client, bad_id):
+    conversation, _ = tool_heavy_conversation()
+    _, other_rows = tool_heavy_conversation()
+    if bad_id == "other-conversation":
+        bad_id = str(other_rows[0].pk)  # a user message, but of another conversation
+    before = list(Message.objects.order_by("id").values())
+
+    response = run_action(
+        staff_client, "branch_from_message", conversation, post="yes", message_id=bad_id
+    )
+
+    assert response.status_code == 200  # the page again, with the error
+    assert Conversation.objects.count() == 2
+    assert list(Message.objects.order_by("id").values()) == before
+    assert flashed(response)[0].startswith("Could not branch")
+
+
 def test_branching_needs_exactly_one_conversation(staff_client):
     first, _ = tool_heavy_conversation()
     second, _ = tool_heavy_conversation()
