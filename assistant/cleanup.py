@@ -42,6 +42,7 @@ _CACHED_SUMMARY_KEYS = (
             MetadataKeys.PENDING_SUMMARY,
             MetadataKeys.PENDING_THROUGH_MESSAGE_ID,
             MetadataKeys.PENDING_BASE_MESSAGE_ID,
+            MetadataKeys.PENDING_USAGE,
         ),
     ),
 )

@@ -32,8 +32,10 @@ class MetadataKeys:
     # Provider counts reported at or before this message id predate the last
     # compaction of the context, so they no longer describe it.
     CONTEXT_EPOCH_MESSAGE_ID = "context_epoch_message_id"
-    # The split a pending (pre-built) summary was built on top of.
+    # The split a pending (pre-built) summary was built on top of, and what
+    # building it cost (model, input and output tokens) for its audit row.
     PENDING_BASE_MESSAGE_ID = "pending_base_message_id"
+    PENDING_USAGE = "pending_usage"
 
 
 class Conversation(models.Model):

@@ -43,6 +43,7 @@ PENDING_KEYS = (
     MetadataKeys.PENDING_SUMMARY,
     MetadataKeys.PENDING_THROUGH_MESSAGE_ID,
     MetadataKeys.PENDING_BASE_MESSAGE_ID,
+    MetadataKeys.PENDING_USAGE,
 )
 
 
@@ -176,6 +177,11 @@ def prebuild_window_summary(conversation: Conversation) -> bool:
                 MetadataKeys.PENDING_SUMMARY: outcome.text,
                 MetadataKeys.PENDING_THROUGH_MESSAGE_ID: through,
                 MetadataKeys.PENDING_BASE_MESSAGE_ID: state.through_id,
+                MetadataKeys.PENDING_USAGE: {
+                    "model": outcome.model,
+                    "input_tokens": outcome.input_tokens,
+                    "output_tokens": outcome.output_tokens,
+                },
             },
         )
         if stored:
@@ -242,13 +248,17 @@ def _adopt_pending(state: WindowState, token) -> bool:
     )
     if stored:
         kept = [row for row in state.rows if row.pk > through]
+        usage = metadata.get(MetadataKeys.PENDING_USAGE) or {}
         record_compaction(
             state.conversation_id,
             CompactionEvent.Kind.WINDOW_SUMMARY,
             tokens_before=before,
             tokens_after=_context_after(state, pending, kept),
             messages_affected=len(state.rows) - len(kept),
-            duration_ms=0,
+            duration_ms=0,  # built earlier by the worker: the chat did not wait
+            summarizer_model=usage.get("model", ""),
+            summarizer_input_tokens=usage.get("input_tokens", 0),
+            summarizer_output_tokens=usage.get("output_tokens", 0),
             details={"through_message_id": through, "prebuilt": True},
         )
     return bool(stored)

@@ -210,6 +210,8 @@ def test_the_worker_prebuilds_and_the_hook_adopts_without_waiting(anthropic, db)
     assert metadata["compaction_through_message_id"] == conversation.messages.all()[5].pk
     event = CompactionEvent.objects.get(kind="window_summary")
     assert event.details["prebuilt"] is True
+    assert event.summarizer_model == "claude-haiku-4-5"
+    assert event.summarizer_input_tokens > 0
 
 
 @override_settings(ASSISTANT_COMPACTION={**SMALL_WINDOW, "SOFT_WATERMARK": 0.8})
