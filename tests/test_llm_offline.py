@@ -137,3 +137,15 @@ def test_an_empty_transcript_still_gives_a_valid_summary(transcript):
     text = _summary(transcript).text
 
     assert validate_summary(text) == text
+
+
+def test_an_update_keeps_a_previous_summary_that_has_no_sections():
+    from assistant.llm.offline import OfflineProvider
+
+    previous = "Notes from the old system.\nThe refund for ORD-1999-0001 was approved."
+
+    result = OfflineProvider().summarize("[user] and ORD-2024-0042?", previous_summary=previous)
+
+    progress = result.text.split("## Progress", 1)[1].split("## Key decisions", 1)[0]
+    assert "The refund for ORD-1999-0001 was approved." in progress
+    assert "ORD-2024-0042" in result.text

@@ -60,6 +60,11 @@ def _previous_sections(summary: str | None) -> dict[str, list[str]]:
     if not summary:
         return sections
     headings = list(_SECTION_RE.finditer(summary))
+    if not headings:
+        # A summary in another shape (hand-written, an older version): keep
+        # every line of it rather than lose it.
+        sections["Progress"] = [line.strip() for line in summary.splitlines() if line.strip()]
+        return sections
     for match, following in zip(headings, [*headings[1:], None], strict=True):
         name = next((n for n in SECTIONS if n.lower() == match.group(1).lower()), None)
         if name is None:
