@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     step(f"build_context and ensure_context_summary at {', '.join(map(str, sizes))} messages")
     scaling = measures.scaling(
         {size: generate_messages(size, seed=11) for size in sizes},
-        repetitions=5 if args.quick else 15,
+        repetitions=20 if args.quick else 60,
     )
 
     step("8 concurrent callers on one conversation")

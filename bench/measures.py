@@ -226,15 +226,20 @@ def scaling(workloads: dict[int, Workload], repetitions: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     summarizer = FakeSummarizer()
     with use_fake(summarizer):
+        conversations = {}
         for size, workload in workloads.items():
             conversation = bulk_load(workload, f"scaling {size}")
             compact_tool_results(conversation)
             for _ in range(3):  # shift until the window is under the triggers, then warm up
                 ensure_context_summary(conversation)
                 build_context(conversation)
-            timings: dict[str, list[float]] = {"build_context": [], "ensure_context_summary": []}
-            queries: dict[str, int] = {}
-            for _ in range(repetitions):
+            conversations[size] = conversation
+        timings = {size: {"build_context": [], "ensure_context_summary": []} for size in workloads}
+        queries: dict[int, dict[str, int]] = {size: {} for size in workloads}
+        # Sizes interleaved within each repetition: drift in the machine (a
+        # checkpoint, autovacuum after the bulk loads) falls on every size alike.
+        for _ in range(repetitions):
+            for size, conversation in conversations.items():
                 for label, fn in (
                     ("build_context", build_context),
                     ("ensure_context_summary", ensure_context_summary),
@@ -242,13 +247,17 @@ def scaling(workloads: dict[int, Workload], repetitions: int) -> dict[str, Any]:
                     with CaptureQueriesContext(connection) as captured:
                         t0 = time.perf_counter()
                         fn(conversation)
-                        timings[label].append(time.perf_counter() - t0)
-                    queries[label] = len(captured.captured_queries)
+                        timings[size][label].append(time.perf_counter() - t0)
+                    queries[size][label] = len(captured.captured_queries)
+        for size, conversation in conversations.items():
             out[str(size)] = {
-                "messages": workload.message_count,
+                "messages": workloads[size].message_count,
                 "window_messages": len(build_context(conversation).messages),
-                **{f"{k}_ms": round(statistics.median(v) * 1000, 3) for k, v in timings.items()},
-                **{f"{k}_queries": v for k, v in queries.items()},
+                **{
+                    f"{k}_ms": round(statistics.median(v) * 1000, 3)
+                    for k, v in timings[size].items()
+                },
+                **{f"{k}_queries": v for k, v in queries[size].items()},
             }
     return out
 
