@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from assistant import exchanges
+from assistant.deliveries import over_delivery_cap
 from assistant.llm import ProviderError
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,8 @@ _DB_RETRY = {
 
 @shared_task(bind=True, **_DB_RETRY)
 def post_exchange_task(self, conversation_id: int) -> None:
+    if over_delivery_cap(self.name, self.request.id):
+        return  # it keeps killing its worker: stop; the sweep comes back to it
     try:
         exchanges.process_exchange(conversation_id)
     except ProviderError as exc:

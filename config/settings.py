@@ -186,6 +186,9 @@ SUMMARY_MAX_OUTPUT_TOKENS = env_int("SUMMARY_MAX_OUTPUT_TOKENS", 2048, minimum=6
 # overloaded summarizer; doubled at each retry, at most 300 s (far below the
 # broker's visibility timeout).
 ASSISTANT_PROVIDER_RETRY_SECONDS = env_float("ASSISTANT_PROVIDER_RETRY_SECONDS", 10.0, minimum=0.0)
+# Deliveries of one task (first run, retries, redeliveries after a crash)
+# before it is dropped: ends the loop of a task that kills its worker.
+ASSISTANT_MAX_TASK_DELIVERIES = env_int("ASSISTANT_MAX_TASK_DELIVERIES", 20, minimum=1)
 
 # --- Compaction thresholds: one dict, defaults in assistant/conf.py ------------
 

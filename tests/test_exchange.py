@@ -5,6 +5,7 @@ import json
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
 from assistant.models import Conversation
 from assistant.services import add_message, finish_exchange
@@ -123,3 +124,46 @@ def test_the_worker_retries_an_overloaded_summarizer_later(celery_worker, fake_l
     assert wait_until(processed)
     assert fake_llm.count("anthropic.messages") == 4
     assert conversation.metadata["pending_summary"].startswith(summary)
+
+
+@pytest.mark.django_db
+def test_a_task_delivered_past_the_cap_is_dropped(settings, redis_client, caplog):
+    from assistant.deliveries import over_delivery_cap
+
+    settings.ASSISTANT_MAX_TASK_DELIVERIES = 3
+    redis_client.delete("assistant:deliveries:task-1")
+
+    verdicts = [over_delivery_cap("post_exchange_task", "task-1") for _ in range(4)]
+
+    assert verdicts == [False, False, False, True]
+    assert "event=task_dropped task=post_exchange_task task_id=task-1 deliveries=4" in caplog.text
+    assert 0 < redis_client.ttl("assistant:deliveries:task-1") <= 24 * 3600
+
+
+def test_a_crash_looping_task_stops_at_the_cap(celery_worker, settings, redis_client):
+    """Through a real worker: a task id already delivered to the cap is
+    acknowledged without running, so the exchange waits for the sweep."""
+    from assistant.tasks import post_exchange_task
+
+    settings.ASSISTANT_MAX_TASK_DELIVERIES = 2
+    conversation = Conversation.objects.create(title="t")
+    add_message(conversation, "user", "hello")
+    Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
+    redis_client.set("assistant:deliveries:crashed-twice", 2)
+
+    post_exchange_task.apply_async(args=(conversation.pk,), task_id="crashed-twice")
+
+    # A healthy task queued behind it on the one-at-a-time worker: once it is
+    # done, the capped one has been handled too.
+    healthy = Conversation.objects.create(title="healthy")
+    add_message(healthy, "user", "hello")
+    finish_exchange(healthy)
+
+    def healthy_done():
+        healthy.refresh_from_db()
+        return healthy.post_exchange_done_at is not None
+
+    assert wait_until(healthy_done)
+    assert int(redis_client.get("assistant:deliveries:crashed-twice")) == 3
+    conversation.refresh_from_db()
+    assert conversation.post_exchange_done_at is None
