@@ -9,6 +9,7 @@ RUN pip install --no-cache-dir -r requirements/base.txt -c requirements/constrai
     && pip install --no-cache-dir "gunicorn==23.0.0"
 
 COPY . .
+RUN DJANGO_SECRET_KEY=collectstatic python manage.py collectstatic --noinput -v 0
 RUN useradd --create-home --uid 1000 app && mkdir -p /app/var && chown -R app /app/var
 USER app
 
