@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from assistant.conf import compaction_config
-from assistant.forking import read_metadata
-from assistant.metadata import merge_metadata
+from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, MetadataKeys
 
 if TYPE_CHECKING:
@@ -312,7 +311,7 @@ def _summary_if_smaller(conversation: Conversation, regenerate: Callable[[], boo
 
     _refresh(conversation)
     tokens_before = context_tokens(conversation)
-    snapshot = read_metadata(conversation.pk)
+    snapshot = dict(conversation.metadata)
     if not regenerate():
         return False
     _refresh(conversation)

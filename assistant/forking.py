@@ -28,7 +28,8 @@ from django.db import transaction
 from django.db.models.functions import Coalesce
 
 from assistant.conf import compaction_config
-from assistant.metadata import merge_metadata
+from assistant.events import record_compaction
+from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 
 logger = logging.getLogger(__name__)
@@ -267,9 +268,11 @@ def _create_fork(
 def _record_event(
     conversation_id: int, parent: Conversation, summary: ParentSummary, *, deferred: bool
 ) -> None:
-    CompactionEvent.objects.create(
-        conversation_id=conversation_id,
-        kind=CompactionEvent.Kind.FORK_SUMMARY,
+    record_compaction(
+        conversation_id,
+        CompactionEvent.Kind.FORK_SUMMARY,
+        tokens_before=0,
+        tokens_after=0,
         messages_affected=summary.messages_summarized,
         summarizer_model=summary.model[:128],
         summarizer_input_tokens=summary.input_tokens,
@@ -286,12 +289,6 @@ def _last_message_id(conversation: Conversation) -> int | None:
         .values_list("id", flat=True)
         .first()
     )
-
-
-def read_metadata(conversation_id: int) -> dict[str, Any]:
-    """The stored metadata, fresh from the database ({} for a missing row)."""
-    found = Conversation.objects.filter(pk=conversation_id).values_list("metadata", flat=True)
-    return dict(found.first() or {})
 
 
 def _log_refused(conversation: Conversation, reason: str, message_id: Any = None) -> None:

@@ -76,3 +76,12 @@ def merge_metadata(
     if vendor not in ("postgresql", "sqlite"):
         raise NotImplementedError(f"merge_metadata does not support {vendor}")
     return queryset.update(metadata=metadata_expression(set_values, remove), **other_updates)
+
+
+def read_metadata(conversation_id: int) -> dict[str, Any]:
+    """A conversation's metadata, fresh from the database ({} for a missing
+    row): never trust an in-memory copy another process may have outdated."""
+    from assistant.models import Conversation
+
+    found = Conversation.objects.filter(pk=conversation_id).values_list("metadata", flat=True)
+    return dict(found.first() or {})

@@ -24,7 +24,7 @@ from assistant.events import record_compaction, stopwatch
 from assistant.leases import claim_summary_lease, holding, release_summary_lease, wait_for_lease
 from assistant.llm.prompts import render_transcript
 from assistant.logs import log_event
-from assistant.metadata import merge_metadata
+from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.salience import key_identifiers
 from assistant.tokens import estimate_tokens
@@ -114,8 +114,7 @@ def ensure_context_summary(conversation: Conversation) -> str | None:
 
 def compaction_cutoff_id(conversation: Conversation) -> int | None:
     """The id of the last summarized message, read from the database."""
-    metadata = Conversation.objects.values_list("metadata", flat=True).get(pk=conversation.pk)
-    value = (metadata or {}).get(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID)
+    value = read_metadata(conversation.pk).get(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID)
     return int(value) if value is not None else None
 
 
