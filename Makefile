@@ -4,8 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 WORKER_QUEUES := compaction,celery
+# The demo and the local targets run without a deployment's DJANGO_SECRET_KEY
+# (settings refuse to start without one unless DEBUG): a public, local-only key.
+LOCAL_ENV := DJANGO_SECRET_KEY="$${DJANGO_SECRET_KEY:-insecure-local-demo-key-never-deploy}"
 
-.PHONY: demo test bench lint migrate web worker beat services clean browser
+.PHONY: demo test bench lint migrate web worker beat services clean browser wheel
 
 $(VENV)/.base: requirements/base.txt requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,10 +19,15 @@ $(VENV)/.dev: $(VENV)/.base requirements/dev.txt
 	$(PIP) -r requirements/dev.txt -c requirements/constraints.txt
 	touch $@
 
+# The peers the benchmark replays (LangChain, langmem): `make bench` only.
+$(VENV)/.bench: $(VENV)/.dev requirements/bench.txt
+	$(PIP) -r requirements/bench.txt -c requirements/constraints.txt
+	touch $@
+
 ## demo: set up, migrate, start a real worker, replay a tool-heavy conversation
 demo: $(VENV)/.base
-	$(PY) manage.py migrate --noinput -v 0
-	$(PY) manage.py demo
+	$(LOCAL_ENV) $(PY) manage.py migrate --noinput -v 0
+	$(LOCAL_ENV) $(PY) manage.py demo
 
 ## browser: Debian's chromium for the headless admin test (playwright drives it)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -32,25 +40,34 @@ test: $(VENV)/.dev browser
 	$(VENV)/bin/pytest
 
 ## bench: the benchmark suite (prints ratios, writes bench/results/)
-bench: $(VENV)/.dev
+bench: $(VENV)/.bench
 	DJANGO_SETTINGS_MODULE=config.test_settings $(PY) manage.py check_services
 	$(PY) -m bench
 
+## wheel: dist/django_assistant_compaction-<version>-py3-none-any.whl (the assistant app only)
+wheel: $(VENV)/.dev
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
+	rm -rf build *.egg-info
+
+## lint: ruff, and the layering contract of .importlinter (import-linter)
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 migrate: $(VENV)/.base
-	$(PY) manage.py migrate
+	$(LOCAL_ENV) $(PY) manage.py migrate
 
+## web: the admin at http://127.0.0.1:8000/admin/ (static files collected, so it is styled with DEBUG off)
 web: migrate
-	$(PY) manage.py runserver
+	$(LOCAL_ENV) $(PY) manage.py collectstatic --noinput -v 0
+	$(LOCAL_ENV) $(PY) manage.py runserver
 
 worker: $(VENV)/.base
-	$(VENV)/bin/celery -A config worker -Q $(WORKER_QUEUES) --loglevel INFO
+	$(LOCAL_ENV) $(VENV)/bin/celery -A config worker -Q $(WORKER_QUEUES) --loglevel INFO
 
 beat: $(VENV)/.base
-	$(VENV)/bin/celery -A config beat --loglevel INFO
+	$(LOCAL_ENV) $(VENV)/bin/celery -A config beat --loglevel INFO
 
 clean:
 	rm -rf var/broker var/demo.sqlite3*

@@ -5,3 +5,10 @@ class AssistantConfig(AppConfig):
     name = "assistant"
     verbose_name = "Assistant conversations"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from assistant.conf import compaction_config
+
+        # Refuse out-of-range thresholds at start-up (web, worker, commands),
+        # naming the key, not at the first exchange.
+        compaction_config()

@@ -25,7 +25,9 @@ from django.utils import timezone
 
 from assistant.cleanup_conf import CleanupConfig, cleanup_config
 from assistant.logs import log_event
+from assistant.metadata import metadata_expression
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.queue import PARENT_SUMMARY_TASK, POST_EXCHANGE_TASK, enqueue_on_commit
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +92,18 @@ def purgeable_conversations(
         return Conversation.objects.none()
     cutoff = now - timedelta(days=config.PURGE_RETENTION_DAYS)
     # Uses the partial index assistant_conv_deleted.
-    return Conversation.objects.filter(deleted_at__lte=cutoff).exclude(in_use_q(now, config))
+    return (
+        Conversation.objects.filter(deleted_at__lte=cutoff)
+        .exclude(in_use_q(now, config))
+        .filter(~Exists(forks_awaiting_summary().filter(parent_conversation=OuterRef("pk"))))
+    )
+
+
+def forks_awaiting_summary() -> QuerySet[Conversation]:
+    """Forks made with summarize=False whose parent summary is not written
+    yet: their parent must outlive them until it is, or the fork would lose
+    its inherited context for good. Uses assistant_conv_fork_deferred."""
+    return Conversation.objects.filter(**{f"metadata__{MetadataKeys.SUMMARY_DEFERRED}": True})
 
 
 def purge_deleted_conversations(
@@ -184,11 +197,14 @@ def missed_exchanges(
 ) -> QuerySet[Conversation]:
     now, config = _now(now), _config(config)
     cutoff = now - timedelta(seconds=config.SWEEP_GRACE_SECONDS)
-    # Uses the partial index assistant_conv_exchange.
+    # Uses the partial index assistant_conv_unprocessed (same condition).
     return Conversation.objects.filter(
-        deleted_at__isnull=True, last_exchange_at__isnull=False, last_exchange_at__lte=cutoff
-    ).filter(
-        Q(post_exchange_done_at__isnull=True) | Q(post_exchange_done_at__lt=F("last_exchange_at"))
+        Q(deleted_at__isnull=True, last_exchange_at__isnull=False)
+        & (
+            Q(post_exchange_done_at__isnull=True)
+            | Q(post_exchange_done_at__lt=F("last_exchange_at"))
+        ),
+        last_exchange_at__lte=cutoff,
     )
 
 
@@ -224,16 +240,13 @@ def sweep_missed_exchanges(
     last exchange was never processed (the broker was down at commit, a
     worker died for good) and is older than the grace period. The task is
     idempotent, so one enqueued twice does no harm."""
-    from assistant.queue import enqueue_on_commit
-    from assistant.tasks import post_exchange_task
-
     config = _config(config)
     return _enqueue_batch(
         "sweep_missed_exchanges",
         missed_exchanges(now, config),
         after_id,
         config.BATCH_SIZE,
-        lambda pk: enqueue_on_commit(post_exchange_task, pk),
+        lambda pk: enqueue_on_commit(POST_EXCHANGE_TASK, pk, unless_queued=True),
     )
 
 
@@ -246,12 +259,11 @@ def forks_missing_summary(
     now, config = _now(now), _config(config)
     cutoff = now - timedelta(seconds=config.FORK_SUMMARY_GRACE_SECONDS)
     summary = MetadataKeys.PARENT_CONVERSATION_SUMMARY
-    return Conversation.objects.filter(
-        deleted_at__isnull=True,
-        parent_conversation__isnull=False,
-        created_at__lte=cutoff,
-        **{f"metadata__{MetadataKeys.SUMMARY_DEFERRED}": True},
-    ).exclude(metadata__has_key=summary)
+    return (
+        forks_awaiting_summary()
+        .filter(deleted_at__isnull=True, parent_conversation__isnull=False, created_at__lte=cutoff)
+        .exclude(metadata__has_key=summary)
+    )
 
 
 def enqueue_missing_fork_summaries(
@@ -262,16 +274,13 @@ def enqueue_missing_fork_summaries(
 ) -> CleanupResult:
     """Enqueue the deferred parent-summary task for one batch of forks made
     with summarize=False whose summary is still missing."""
-    from assistant.queue import enqueue_on_commit
-    from assistant.tasks import generate_parent_summary_task
-
     config = _config(config)
     return _enqueue_batch(
         "fork_summaries_missing",
         forks_missing_summary(now, config),
         after_id,
         config.BATCH_SIZE,
-        lambda pk: enqueue_on_commit(generate_parent_summary_task, pk),
+        lambda pk: enqueue_on_commit(PARENT_SUMMARY_TASK, pk, unless_queued=True),
     )
 
 
@@ -320,8 +329,6 @@ def clear_stale_summaries(*, config: CleanupConfig | None = None) -> CleanupResu
     split message no longer exists in the conversation, in one UPDATE per
     batch that removes just those keys in SQL (`metadata - 'key'`), so a
     concurrent write of another key is kept."""
-    from assistant.metadata import metadata_expression
-
     config = _config(config)
     batch = config.BATCH_SIZE
     total, remains = 0, False

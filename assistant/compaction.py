@@ -11,20 +11,21 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Max
-from django.db.models.functions import Length
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from assistant import llm
+from assistant.blocks import blocks_tokens, compacted_blocks, has_media
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.events import record_compaction, stopwatch
 from assistant.llm.prompts import render_transcript
-from assistant.metadata import merge_metadata
+from assistant.llm.statements import key_statements
+from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
-from assistant.salience import key_sentences
 from assistant.tokens import estimate_tokens
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,6 @@ logger = logging.getLogger(__name__)
 STUB = "[Already retrieved earlier — omitted to reduce context]"
 # Set on a message whose original was restored: compaction leaves it alone.
 KEEP_VERBATIM = "keep_verbatim"
-_BATCH = 50
 
 
 def canonical_arguments(arguments: Any) -> str:
@@ -46,33 +46,139 @@ def compact_tool_results(
     include_current_turn: bool = False,
     min_chars: int | None = None,
 ) -> int:
-    """Compact tool results of completed exchanges (all of them with
-    `include_current_turn`) of at least `min_chars` characters (default:
-    TOOL_RESULT_CHAR_THRESHOLD), then stub older copies of identical calls.
-    Returns the number of messages compacted or stubbed."""
+    """Compact, now, the tool results of completed exchanges (all consumed
+    results with `include_current_turn`) of at least `min_chars` characters
+    (default: TOOL_RESULT_CHAR_THRESHOLD), and stub older copies of identical
+    calls. A result is only ever replaced by something shorter. Returns the
+    number of messages compacted or stubbed."""
     config = compaction_config()
-    threshold = config.TOOL_RESULT_CHAR_THRESHOLD if min_chars is None else min_chars
-    rows = list(
-        Message.objects.filter(conversation=conversation, role=Message.Role.TOOL)
-        .exclude(compaction=Message.Compaction.DEDUPLICATED)
-        .exclude(metadata__has_key=KEEP_VERBATIM)
-        .annotate(length=Length("content"))
-        .values("id", "tool_name", "tool_arguments", "compaction", "token_estimate", "length")
-        .order_by("id")
+    plan = plan_tool_results(
+        conversation, include_current_turn=include_current_turn, min_chars=min_chars
     )
-    rows = [row for row in rows if config.policy_for(row["tool_name"]) != "keep"]
-    boundary = None if include_current_turn else _last_final_answer_id(conversation)
-    consumed = [row for row in rows if boundary is None or row["id"] < boundary]
-    stubbed = _stub_duplicates(conversation.pk, rows, config)
-    large = [
+    media = compact_old_blocks(conversation.pk, include_current_turn=include_current_turn)
+    return apply_plan(conversation.pk, plan, config) + media
+
+
+def plan_tool_results(
+    conversation: Conversation,
+    *,
+    include_current_turn: bool = False,
+    min_chars: int | None = None,
+) -> CompactionPlan:
+    """The plan compact_tool_results applies (also `compact_conversation --dry-run`'s)."""
+    boundary = _consumed_boundary(conversation.pk, final_answers_only=not include_current_turn)
+    rows = _tool_rows(conversation.pk).filter(id__lt=boundary)
+    return plan_compaction(list(rows), compaction_config(), min_chars=min_chars)
+
+
+def prepare_tool_results(conversation: Conversation) -> int:
+    """Run by the post-exchange worker: compute the compacted form of every
+    consumed tool result not looked at yet (and the dedup stubs) and keep it
+    as *prepared*, leaving what the next request sends unchanged; the
+    pre-call hook applies it when it pays. With COMPACTION_TIMING "eager"
+    the compaction is applied at once. Only messages after the last run are
+    read, so the cost does not grow with the history."""
+    config = compaction_config()
+    metadata = read_metadata(conversation.pk)
+    done = int(metadata.get(MetadataKeys.TOOL_RESULTS_PROCESSED_THROUGH) or 0)
+    boundary = _consumed_boundary(conversation.pk, final_answers_only=False)
+    rows = list(_tool_rows(conversation.pk).filter(id__gt=done, id__lt=boundary))
+    if not rows:
+        return 0
+    rows = _with_older_duplicates(conversation.pk, rows)
+    plan = plan_compaction(rows, config)
+    if config.COMPACTION_TIMING == "eager":
+        changed = apply_plan(conversation.pk, plan, config)
+    else:
+        changed = _store_prepared(plan, config)
+    merge_metadata(
+        Conversation.objects.filter(pk=conversation.pk),
+        {MetadataKeys.TOOL_RESULTS_PROCESSED_THROUGH: max(row.pk for row in rows)},
+    )
+    return changed
+
+
+@dataclass
+class CompactionPlan:
+    """Which tool results to compact and which to stub, and an upper bound
+    of the tokens that frees (prepared texts count at their real size)."""
+
+    compact: list[Message] = field(default_factory=list)
+    stub: list[Message] = field(default_factory=list)
+    most_freed: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.compact or self.stub)
+
+
+def plan_compaction(
+    rows: list[Message],
+    config: CompactionConfig,
+    *,
+    keep_newest: int = 0,
+    min_chars: int | None = None,
+) -> CompactionPlan:
+    """Plan over consumed tool results (`rows`, oldest first, content not
+    needed): the newest `keep_newest` stay verbatim, results the policy keeps
+    or a restore pinned are left alone, older copies of identical calls are
+    stubbed, and the rest at or over the size threshold are compacted."""
+    threshold = config.TOOL_RESULT_CHAR_THRESHOLD if min_chars is None else min_chars
+    eligible = [
         row
-        for row in consumed
-        if not row["compaction"] and row["length"] >= threshold and row["id"] not in stubbed
+        for row in rows
+        if config.policy_for(row.tool_name) != "keep" and KEEP_VERBATIM not in (row.metadata or {})
     ]
-    compacted = _compact_large(conversation.pk, large, config)
-    if compacted or stubbed:
-        _mark_context_changed(conversation.pk)
-    return compacted + len(stubbed)
+    protected = (
+        {row.pk for row in eligible[len(eligible) - keep_newest :]} if keep_newest else set()
+    )
+    plan = CompactionPlan()
+    stub_ids = _older_duplicates(eligible, config) - protected
+    ceiling = compacted_ceiling_tokens(config)
+    stub_tokens = estimate_tokens(STUB)
+    for row in eligible:
+        if row.pk in protected or row.compaction == Message.Compaction.DEDUPLICATED:
+            continue
+        if row.pk in stub_ids:
+            plan.stub.append(row)
+            plan.most_freed += max(row.token_estimate - stub_tokens, 0)
+        elif not row.compaction and row.original_token_estimate * config.CHARS_PER_TOKEN >= max(
+            threshold, 1
+        ):
+            plan.compact.append(row)
+            after = row.prepared_token_estimate or min(ceiling, row.token_estimate)
+            plan.most_freed += max(row.token_estimate - after, 0)
+    return plan
+
+
+def compacted_ceiling_tokens(config: CompactionConfig) -> int:
+    """The most a truncated result can take: head, marker and key details."""
+    return estimate_tokens(
+        "x" * (config.TRUNCATION_KEEP_CHARS + config.TRUNCATION_DETAILS_MAX_CHARS + 400)
+    )
+
+
+def apply_plan(conversation_id: int, plan: CompactionPlan, config: CompactionConfig) -> int:
+    """Make the model see the planned compactions: prepared texts where the
+    worker made them, computed now otherwise; each result committed with its
+    audit row, so an interrupted run keeps what it did and loses nothing."""
+    if not plan:
+        return 0
+    count = _stub(conversation_id, plan.stub)
+    for row in plan.compact:
+        count += _compact_one(conversation_id, row, config)
+    if count:
+        _mark_context_changed(conversation_id)
+    return count
+
+
+def consumed_tool_rows(rows: list[Message]) -> list[Message]:
+    """Tool results the model has read: those an assistant message follows."""
+    last_assistant = max(
+        (row.pk for row in rows if row.role == Message.Role.ASSISTANT), default=None
+    )
+    if last_assistant is None:
+        return []
+    return [row for row in rows if row.role == Message.Role.TOOL and row.pk < last_assistant]
 
 
 def restore_originals(conversation: Conversation, message_ids: list[int] | None = None) -> int:
@@ -80,12 +186,15 @@ def restore_originals(conversation: Conversation, message_ids: list[int] | None 
     from now on). Messages whose original a retention policy dropped stay
     as they are. Returns the number restored."""
     messages = Message.objects.filter(conversation=conversation, original_dropped_at__isnull=True)
-    messages = messages.exclude(compaction="")
+    messages = messages.filter(
+        ~Q(compaction="", prepared_compaction="") | Q(compacted_blocks__isnull=False)
+    )
     if message_ids is not None:
         messages = messages.filter(pk__in=message_ids)
     with stopwatch() as elapsed, transaction.atomic():
         rows = list(messages.values_list("id", "token_estimate", "original_token_estimate"))
         ids = [row[0] for row in rows]
+        _restore_blocks(ids)
         restored = merge_metadata(
             Message.objects.filter(pk__in=ids),
             {KEEP_VERBATIM: True},
@@ -93,6 +202,9 @@ def restore_originals(conversation: Conversation, message_ids: list[int] | None 
             compaction="",
             compacted_at=None,
             token_estimate=F("original_token_estimate"),
+            prepared_content=None,
+            prepared_compaction="",
+            prepared_token_estimate=None,
         )
         if not restored:
             return 0
@@ -109,56 +221,114 @@ def restore_originals(conversation: Conversation, message_ids: list[int] | None 
     return restored
 
 
-def _last_final_answer_id(conversation: Conversation) -> int | None:
-    """Tool results before the latest assistant answer (one without tool
-    calls) belong to completed exchanges: the model has consumed them."""
+def _tool_rows(conversation_id: int):
+    """Tool results, oldest first, without their text (it is loaded only for
+    the results actually compacted)."""
     return (
-        Message.objects.filter(
-            conversation=conversation, role=Message.Role.ASSISTANT, tool_calls__isnull=True
-        ).aggregate(last=Max("id"))["last"]
-        or 0
+        Message.objects.filter(conversation_id=conversation_id, role=Message.Role.TOOL)
+        .defer("content", "compacted_content", "prepared_content", "blocks", "compacted_blocks")
+        .order_by("id")
     )
 
 
-def _compact_large(conversation_id: int, rows: list[dict], config: CompactionConfig) -> int:
-    """Compact in batches. A batch's texts are computed first (a summarize
-    policy calls the LLM: never inside a transaction), then its updates and
-    its audit row commit together, so a killed worker leaves either both or
-    neither and the redelivered task redoes exactly what is missing."""
-    count = 0
-    for start in range(0, len(rows), _BATCH):
-        batch = rows[start : start + _BATCH]
-        with stopwatch() as elapsed:
-            originals = Message.objects.in_bulk([row["id"] for row in batch])
-            texts = [(row, *_compacted_text(originals[row["id"]], config)) for row in batch]
-            before = after = updated = 0
-            model = ""
-            with transaction.atomic():
-                for row, text, kind, used_model in texts:
-                    tokens = estimate_tokens(text)
-                    # Conditional: a concurrent run that got there first wins.
-                    if Message.objects.filter(pk=row["id"], compaction="").update(
-                        compacted_content=text,
-                        compaction=kind,
-                        compacted_at=timezone.now(),
-                        token_estimate=tokens,
-                    ):
-                        updated += 1
-                        before += row["token_estimate"]
-                        after += tokens
-                        model = used_model or model
-                if updated:
-                    record_compaction(
-                        conversation_id,
-                        CompactionEvent.Kind.TOOL_RESULTS,
-                        tokens_before=before,
-                        tokens_after=after,
-                        messages_affected=updated,
-                        duration_ms=elapsed.ms,
-                        summarizer_model=model,
-                    )
-        count += updated
-    return count
+def _consumed_boundary(conversation_id: int, *, final_answers_only: bool) -> int:
+    """Tool results before this id are consumed: before the latest assistant
+    message (the latest final answer, one without tool calls, with
+    `final_answers_only`: results of completed exchanges)."""
+    answers = Message.objects.filter(conversation_id=conversation_id, role=Message.Role.ASSISTANT)
+    if final_answers_only:
+        answers = answers.filter(tool_calls__isnull=True)
+    return answers.aggregate(last=Max("id"))["last"] or 0
+
+
+def _with_older_duplicates(conversation_id: int, rows: list[Message]) -> list[Message]:
+    """`rows` plus the earlier results of the same calls, which a new copy
+    turns into duplicates (jsonb equality ignores key order): one query per
+    distinct new call, never a scan of the whole history."""
+    seen = {row.pk for row in rows}
+    older: list[Message] = []
+    calls = {(row.tool_name, canonical_arguments(row.tool_arguments)): row for row in rows}
+    for row in calls.values():
+        for match in _tool_rows(conversation_id).filter(
+            tool_name=row.tool_name, tool_arguments=row.tool_arguments, id__lt=row.pk
+        ):
+            if match.pk not in seen:
+                seen.add(match.pk)
+                older.append(match)
+    return sorted([*older, *rows], key=lambda row: row.pk)
+
+
+def _older_duplicates(rows: list[Message], config: CompactionConfig) -> set[int]:
+    """For each (tool, canonical arguments) called MIN_CALLS_TO_DEDUP times or
+    more, every result but the newest."""
+    groups: dict[tuple[str, str], list[Message]] = defaultdict(list)
+    for row in rows:
+        groups[(row.tool_name, canonical_arguments(row.tool_arguments))].append(row)
+    return {
+        row.pk
+        for group in groups.values()
+        if len(group) >= config.MIN_CALLS_TO_DEDUP
+        for row in group[:-1]  # rows are in id order: the last is the newest
+    }
+
+
+def _compact_one(conversation_id: int, row: Message, config: CompactionConfig) -> int:
+    """Compact one result (any LLM call happens before the transaction)."""
+    with stopwatch() as elapsed:
+        if row.prepared_compaction and row.prepared_compaction != Message.Compaction.DEDUPLICATED:
+            prepared = Message.objects.values_list("prepared_content", flat=True).get(pk=row.pk)
+            text, kind, model = prepared, row.prepared_compaction, ""
+        else:
+            original = Message.objects.only("content", "tool_name", "tool_call_id").get(pk=row.pk)
+            text, kind, model = _compacted_text(original, config)
+        tokens = estimate_tokens(text) + row.blocks_tokens
+        if tokens >= row.token_estimate:
+            return 0  # never replace a result by something as long or longer
+        with transaction.atomic():
+            # Conditional: a concurrent run that got there first wins.
+            updated = Message.objects.filter(pk=row.pk, compaction="").update(
+                compacted_content=text,
+                compaction=kind,
+                compacted_at=timezone.now(),
+                token_estimate=tokens,
+                prepared_content=None,
+                prepared_compaction="",
+                prepared_token_estimate=None,
+            )
+            if updated:
+                record_compaction(
+                    conversation_id,
+                    CompactionEvent.Kind.TOOL_RESULTS,
+                    tokens_before=row.token_estimate,
+                    tokens_after=tokens,
+                    messages_affected=1,
+                    duration_ms=elapsed.ms,
+                    summarizer_model=model,
+                    details={"message_id": row.pk},
+                )
+    return updated
+
+
+def _store_prepared(plan: CompactionPlan, config: CompactionConfig) -> int:
+    """Keep the planned compactions as prepared (the model still sees the
+    original until the pre-call hook applies them)."""
+    stub_tokens = estimate_tokens(STUB)
+    prepared = Message.objects.filter(pk__in=[row.pk for row in plan.stub], compaction="").update(
+        prepared_content=STUB,
+        prepared_compaction=Message.Compaction.DEDUPLICATED,
+        prepared_token_estimate=stub_tokens + F("blocks_tokens"),
+    )
+    for row in plan.compact:
+        if row.prepared_compaction:
+            continue
+        original = Message.objects.only("content", "tool_name", "tool_call_id").get(pk=row.pk)
+        text, kind, _model = _compacted_text(original, config)
+        tokens = estimate_tokens(text) + row.blocks_tokens
+        if tokens < row.token_estimate:
+            prepared += Message.objects.filter(pk=row.pk, compaction="").update(
+                prepared_content=text, prepared_compaction=kind, prepared_token_estimate=tokens
+            )
+    return prepared
 
 
 def _compacted_text(message: Message, config: CompactionConfig) -> tuple[str, str, str]:
@@ -191,8 +361,9 @@ def _compacted_text(message: Message, config: CompactionConfig) -> tuple[str, st
 
 def truncate_tool_result(content: str, config: CompactionConfig | None = None) -> str:
     """The head of the result, a marker giving the original size, and the key
-    sentences of the rest: those holding its most specific identifiers (ids,
-    paths, URLs, amounts, errors), so a fact deep in a page is not cut off."""
+    statements of the rest: the sentences, rows or lines holding its most specific
+    identifiers (ids, paths, URLs, emails, amounts, errors, names, secrets) with
+    markup stripped, so a fact deep in a page is not cut off."""
     config = config or compaction_config()
     head = content[: config.TRUNCATION_KEEP_CHARS]
     if len(content) > len(head):
@@ -205,50 +376,42 @@ def truncate_tool_result(content: str, config: CompactionConfig | None = None) -
         "characters. The full original is stored and can be restored.]"
     )
     # From the whole result, so a sentence cut by the head is kept whole.
-    details = key_sentences(content, config.TRUNCATION_DETAILS_MAX_CHARS, exclude=head)
+    details = key_statements(content, config.TRUNCATION_DETAILS_MAX_CHARS, exclude=head)
     text = f"{marker}\n{head}"
     if details:
-        text += "\n[Key details further in the original:\n" + "\n".join(details) + "]"
+        text += "\n[Key details further in the original:\n" + "\n".join(details) + "\n]"
     return text
 
 
-def _stub_duplicates(conversation_id: int, rows: list[dict], config: CompactionConfig) -> set[int]:
-    """For each (tool, canonical arguments) called MIN_CALLS_TO_DEDUP times
-    or more, every result but the newest becomes the stub. Returns the ids."""
-    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for row in rows:
-        groups[(row["tool_name"], canonical_arguments(row["tool_arguments"]))].append(row)
-    older = [
-        row
-        for group in groups.values()
-        if len(group) >= config.MIN_CALLS_TO_DEDUP
-        for row in group[:-1]  # rows are in id order: the last is the newest
-    ]
-    if not older:
-        return set()
-    ids = [row["id"] for row in older]
+def _stub(conversation_id: int, rows: list[Message]) -> int:
+    """Replace older copies of identical calls by the stub, with one audit row."""
+    if not rows:
+        return 0
     stub_tokens = estimate_tokens(STUB)
     with stopwatch() as elapsed, transaction.atomic():
         stubbed = (
-            Message.objects.filter(pk__in=ids)
+            Message.objects.filter(pk__in=[row.pk for row in rows])
             .exclude(compaction=Message.Compaction.DEDUPLICATED)
             .update(
                 compacted_content=STUB,
                 compaction=Message.Compaction.DEDUPLICATED,
                 compacted_at=timezone.now(),
-                token_estimate=stub_tokens,
+                token_estimate=stub_tokens + F("blocks_tokens"),
+                prepared_content=None,
+                prepared_compaction="",
+                prepared_token_estimate=None,
             )
         )
         if stubbed:
             record_compaction(
                 conversation_id,
                 CompactionEvent.Kind.DEDUP,
-                tokens_before=sum(row["token_estimate"] for row in older),
+                tokens_before=sum(row.token_estimate for row in rows),
                 tokens_after=stub_tokens * stubbed,
                 messages_affected=stubbed,
                 duration_ms=elapsed.ms,
             )
-    return set(ids)
+    return stubbed
 
 
 def _mark_context_changed(conversation_id: int) -> None:
@@ -259,3 +422,62 @@ def _mark_context_changed(conversation_id: int) -> None:
         Conversation.objects.filter(pk=conversation_id),
         {MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: latest["last"] or 0},
     )
+
+
+def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = False) -> int:
+    """Content blocks of completed exchanges, as the model needs them no more: thinking
+    dropped (Anthropic's API ignores it outside the current turn), each image and
+    document a placeholder naming it. With `include_current_turn` (emergency), images and
+    documents of the current turn too, its thinking kept (the API requires it). The
+    originals stay in `Message.blocks` and `restore_originals` brings them back. Returns
+    the number of messages compacted."""
+    boundary = _consumed_boundary(conversation_id, final_answers_only=True)
+    messages = Message.objects.filter(
+        conversation_id=conversation_id, blocks__isnull=False, compacted_blocks__isnull=True
+    )
+    if not include_current_turn:
+        messages = messages.filter(id__lt=boundary)
+    rows = list(
+        messages.exclude(metadata__has_key=KEEP_VERBATIM)
+        .values("id", "blocks", "blocks_tokens", "token_estimate")
+        .order_by("id")
+    )
+    provider = llm.provider_name()
+    with stopwatch() as elapsed, transaction.atomic():
+        before = after = updated = 0
+        for row in rows:
+            current = row["id"] >= boundary
+            if current and not has_media(row["blocks"]):
+                continue  # only thinking, which the current turn must send
+            kept = compacted_blocks(row["blocks"], keep_thinking=current)
+            kept_tokens = blocks_tokens(kept, provider)
+            tokens = max(row["token_estimate"] - row["blocks_tokens"] + kept_tokens, 0)
+            # Conditional: a concurrent run that got there first wins.
+            if Message.objects.filter(pk=row["id"], compacted_blocks__isnull=True).update(
+                compacted_blocks=kept, blocks_tokens=kept_tokens, token_estimate=tokens
+            ):
+                updated += 1
+                before += row["token_estimate"]
+                after += tokens
+        if updated:
+            record_compaction(
+                conversation_id,
+                CompactionEvent.Kind.MEDIA,
+                tokens_before=before,
+                tokens_after=after,
+                messages_affected=updated,
+                duration_ms=elapsed.ms,
+            )
+    if updated:
+        _mark_context_changed(conversation_id)
+    return updated
+
+
+def _restore_blocks(message_ids: list[int]) -> None:
+    """Verbatim blocks again for these messages (restore_originals), with their estimate."""
+    provider = llm.provider_name()
+    compacted = Message.objects.filter(pk__in=message_ids, compacted_blocks__isnull=False)
+    for pk, blocks in compacted.values_list("id", "blocks"):
+        Message.objects.filter(pk=pk).update(
+            compacted_blocks=None, blocks_tokens=blocks_tokens(blocks, provider)
+        )

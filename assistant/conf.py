@@ -1,94 +1,212 @@
 """The one place for compaction thresholds: `settings.ASSISTANT_COMPACTION`.
 
 A deployment overrides any key (in settings, or as a JSON object in the
-ASSISTANT_COMPACTION environment variable); unknown keys and wrong types are
-refused so a typo cannot silently fall back to a default.
+ASSISTANT_COMPACTION environment variable). Every key declares its type and
+valid range next to its default (`key(default, ...)`); unknown keys, renamed
+keys, wrong types, values out of range and contradicting keys are refused
+with ImproperlyConfigured naming the key, at start-up (AssistantConfig.ready)
+and on every read, so a typo never falls back silently to a default.
+
+Adding a key is one line: `NAME: int = key(10, at_least=1)  # what it does`.
 """
 
+import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 ToolPolicy = Literal["prune", "summarize", "keep"]
+POLICIES = ("prune", "summarize", "keep")
+
+
+@dataclass(frozen=True)
+class Range:
+    """Valid values of a numeric key: bounds inclusive unless `above`/`below`."""
+
+    at_least: float | None = None
+    above: float | None = None
+    at_most: float | None = None
+    below: float | None = None
+
+    def admits(self, value: float) -> bool:
+        return not (
+            (self.at_least is not None and value < self.at_least)
+            or (self.above is not None and value <= self.above)
+            or (self.at_most is not None and value > self.at_most)
+            or (self.below is not None and value >= self.below)
+        )
+
+    def __str__(self) -> str:
+        parts = [
+            f"{word} {bound:g}"
+            for word, bound in (
+                (">=", self.at_least),
+                (">", self.above),
+                ("<=", self.at_most),
+                ("<", self.below),
+            )
+            if bound is not None
+        ]
+        return " and ".join(parts)
+
+
+def key(
+    default: Any,
+    *,
+    at_least: float | None = None,
+    above: float | None = None,
+    at_most: float | None = None,
+    below: float | None = None,
+) -> Any:
+    """A numeric setting with its default and valid range."""
+    return field(default=default, metadata={"range": Range(at_least, above, at_most, below)})
 
 
 @dataclass(frozen=True)
 class CompactionConfig:
     # DESIGN section 6
-    TOOL_RESULT_CHAR_THRESHOLD: int = 1500
-    TRUNCATION_KEEP_CHARS: int = 800
-    CONTEXT_TOKEN_THRESHOLD: int = 50_000
-    MAX_MESSAGES_BEFORE_SUMMARY: int = 40
-    MIN_RECENT_MESSAGES: int = 6
-    RECENT_FRACTION: float = 0.4
-    MAX_RECENT_TOKENS: int = 20_000
-    MIN_CALLS_TO_DEDUP: int = 2
-    MAX_FORK_DEPTH: int = 3
-    CHARS_PER_TOKEN: int = 4
-    # Input limits
-    MAX_CONTENT_BYTES: int = 5 * 1024 * 1024
+    TOOL_RESULT_CHAR_THRESHOLD: int = key(1500, at_least=1)
+    TRUNCATION_KEEP_CHARS: int = key(800, at_least=1)  # < TOOL_RESULT_CHAR_THRESHOLD
+    CONTEXT_TOKEN_THRESHOLD: int = key(50_000, at_least=100)
+    MAX_MESSAGES_BEFORE_SUMMARY: int = key(40, at_least=2)
+    MIN_RECENT_MESSAGES: int = key(6, at_least=1)  # < MAX_MESSAGES_BEFORE_SUMMARY
+    RECENT_FRACTION: float = key(0.4, above=0, below=1)
+    MAX_RECENT_TOKENS: int = key(20_000, at_least=1)  # < CONTEXT_TOKEN_THRESHOLD
+    MIN_CALLS_TO_DEDUP: int = key(2, at_least=2)
+    MAX_FORK_DEPTH: int = key(3, at_least=0)
+    CHARS_PER_TOKEN: int = key(4, at_least=1, at_most=16)
+    # Input limits (add_message refuses more, with a ValidationError)
+    MAX_CONTENT_BYTES: int = key(5 * 1024 * 1024, at_least=1)
+    MAX_TOOL_CALLS: int = key(256, at_least=1)  # tool calls in one assistant message
+    MAX_TOOL_CALLS_BYTES: int = key(5 * 1024 * 1024, at_least=1)  # one message's calls, JSON
+    MAX_METADATA_BYTES: int = key(256 * 1024, at_least=1)  # one message's metadata, as JSON
+    MAX_JSON_DEPTH: int = key(64, at_least=1, at_most=500)  # nesting of arguments, metadata
     # Per-tool policy: "prune" (summarize or truncate past the threshold, dedup),
     # "summarize" (always summarize past the threshold), "keep" (never touch).
     TOOL_POLICIES: dict[str, ToolPolicy] = field(default_factory=dict)
     DEFAULT_TOOL_POLICY: ToolPolicy = "prune"
     # Pre-build the next window summary in the worker past this share of the trigger.
-    SOFT_WATERMARK: float = 0.8
+    SOFT_WATERMARK: float = key(0.8, above=0, at_most=1)
     # A summary lease older than this is considered abandoned (its holder died).
-    SUMMARY_LEASE_SECONDS: int = 120
+    SUMMARY_LEASE_SECONDS: int = key(120, at_least=1)
     # How long a pre-exchange caller waits for another process's summary.
-    SUMMARY_WAIT_SECONDS: float = 30.0
+    SUMMARY_WAIT_SECONDS: float = key(30.0, at_least=0)
     # The summarizer's input is cut into chunks of at most this many tokens.
-    SUMMARIZER_MAX_INPUT_TOKENS: int = 60_000
-    # Identifiers carried forward from summary to summary, at most this many chars.
-    CARRIED_IDENTIFIERS_MAX_CHARS: int = 10_000
+    SUMMARIZER_MAX_INPUT_TOKENS: int = key(60_000, at_least=500)
+    # Fact statements carried forward from summary to summary, at most this many tokens.
+    CARRIED_FACTS_MAX_TOKENS: int = key(1500, at_least=0, at_most=10_000)
     # Key details listed under a truncated tool result, at most this many chars.
-    TRUNCATION_DETAILS_MAX_CHARS: int = 600
+    TRUNCATION_DETAILS_MAX_CHARS: int = key(600, at_least=0)
     # Cap of the offline summarizer's output.
-    OFFLINE_SUMMARY_MAX_CHARS: int = 6000
+    OFFLINE_SUMMARY_MAX_CHARS: int = key(6000, at_least=100)
     # Emergency level 1 keeps this share of the usual recent window.
-    EMERGENCY_RECENT_FRACTION: float = 0.2
+    EMERGENCY_RECENT_FRACTION: float = key(0.2, above=0, below=1)
+    # Inside a turn (agent loops): past this share of the token trigger the
+    # pre-call hook compacts consumed tool results, except the newest few,
+    # and only in batches that free at least COMPACT_MIN_FREE_TOKENS.
+    COMPACT_WATERMARK: float = key(0.3, above=0, at_most=1)
+    KEEP_NEWEST_TOOL_RESULTS: int = key(3, at_least=0)
+    COMPACT_MIN_FREE_TOKENS: int = key(3000, at_least=0)
+    # What a first window summary is expected to take, to judge an early shift.
+    SUMMARY_ESTIMATE_TOKENS: int = key(2000, at_least=1)
+    # When compaction prepared by the worker is applied: "cache_aware" (near
+    # the token trigger, or once the provider's prompt cache has expired) or
+    # "eager" (right away, for providers or deployments without prompt caching).
+    COMPACTION_TIMING: Literal["cache_aware", "eager"] = "cache_aware"
+    # The provider's prompt-cache lifetime: 300 (Anthropic's default), 3600 for its 1-hour cache.
+    CACHE_TTL_SECONDS: int = key(300, at_least=1)
+    # A failed summary (or one that would not shrink the context) is retried
+    # for the same split only after this delay, doubled at each failure.
+    SUMMARY_RETRY_SECONDS: int = key(60, at_least=1)
 
     def policy_for(self, tool_name: str | None) -> ToolPolicy:
         return self.TOOL_POLICIES.get(tool_name or "", self.DEFAULT_TOOL_POLICY)
 
 
-_POLICIES = {"prune", "summarize", "keep"}
+# Keys that were renamed: the old name is refused, naming the new one.
+RENAMED: dict[str, str] = {"CARRIED_IDENTIFIERS_MAX_CHARS": "CARRIED_FACTS_MAX_TOKENS"}
+
+# (smaller key, larger key, why): the first must stay below the second.
+_BELOW = (
+    (
+        "MAX_RECENT_TOKENS",
+        "CONTEXT_TOKEN_THRESHOLD",
+        "the verbatim tail alone would reach the trigger, so every request would shift",
+    ),
+    (
+        "TRUNCATION_KEEP_CHARS",
+        "TOOL_RESULT_CHAR_THRESHOLD",
+        "a truncated result would be as long as the results left whole",
+    ),
+    (
+        "MIN_RECENT_MESSAGES",
+        "MAX_MESSAGES_BEFORE_SUMMARY",
+        "a shift would have to keep every message, so the window could never shift",
+    ),
+)
 
 
-def _coerce(name: str, expected: Any, value: Any) -> Any:
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+def _typed(name: str, declared: Any, value: Any) -> Any:
+    label = f"ASSISTANT_COMPACTION[{name!r}]"
+    if get_origin(declared) is Literal and value not in get_args(declared):
+        raise ImproperlyConfigured(f"{label} must be {'|'.join(get_args(declared))}, got {value!r}")
+    if declared in ("int", int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ImproperlyConfigured(f"{label} must be int, got {value!r}")
+        return value
+    if declared in ("float", float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            raise ImproperlyConfigured(f"{label} must be float, got {value!r}")
         return float(value)
-    if expected in (int, float) and (isinstance(value, bool) or not isinstance(value, expected)):
-        raise ImproperlyConfigured(f"ASSISTANT_COMPACTION[{name!r}] must be {expected.__name__}")
     return value
+
+
+def _check_policies(values: dict[str, Any]) -> None:
+    policies = values.get("TOOL_POLICIES", {})
+    if (
+        not isinstance(policies, dict)
+        or not all(isinstance(tool, str) for tool in policies)
+        or not set(policies.values()) <= set(POLICIES)
+    ):
+        raise ImproperlyConfigured(
+            "ASSISTANT_COMPACTION['TOOL_POLICIES'] must map tool names to prune|summarize|keep"
+        )
+
+
+def validated_config(overrides: dict[str, Any]) -> CompactionConfig:
+    """Defaults merged with `overrides`, every key checked (see the module doc)."""
+    if not isinstance(overrides, dict):
+        raise ImproperlyConfigured("ASSISTANT_COMPACTION must be a dict (a JSON object)")
+    for old in sorted(set(overrides) & set(RENAMED)):
+        raise ImproperlyConfigured(
+            f"ASSISTANT_COMPACTION[{old!r}] was renamed: use {RENAMED[old]!r} instead"
+        )
+    known = {f.name: f for f in fields(CompactionConfig)}
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        raise ImproperlyConfigured(f"Unknown ASSISTANT_COMPACTION keys: {', '.join(unknown)}")
+    values = {name: _typed(name, known[name].type, value) for name, value in overrides.items()}
+    _check_policies(values)
+    config = CompactionConfig(**values)
+    for spec in fields(CompactionConfig):
+        valid = spec.metadata.get("range")
+        value = getattr(config, spec.name)
+        if valid and isinstance(value, int | float) and not valid.admits(value):
+            raise ImproperlyConfigured(
+                f"ASSISTANT_COMPACTION[{spec.name!r}] must be {valid}, got {value!r}"
+            )
+    for smaller, larger, why in _BELOW:
+        if getattr(config, smaller) >= getattr(config, larger):
+            raise ImproperlyConfigured(
+                f"ASSISTANT_COMPACTION[{smaller!r}] ({getattr(config, smaller)}) must be below "
+                f"{larger!r} ({getattr(config, larger)}): {why}"
+            )
+    return config
 
 
 def compaction_config() -> CompactionConfig:
     """Defaults merged with settings.ASSISTANT_COMPACTION; read on each call so
     `override_settings` and per-test settings take effect."""
-    overrides = dict(getattr(settings, "ASSISTANT_COMPACTION", None) or {})
-    known = {f.name: f for f in fields(CompactionConfig)}
-    unknown = sorted(set(overrides) - set(known))
-    if unknown:
-        raise ImproperlyConfigured(f"Unknown ASSISTANT_COMPACTION keys: {', '.join(unknown)}")
-    values: dict[str, Any] = {}
-    for name, value in overrides.items():
-        declared = known[name].type
-        if declared in ("int", int):
-            values[name] = _coerce(name, int, value)
-        elif declared in ("float", float):
-            values[name] = _coerce(name, float, value)
-        else:
-            values[name] = value
-    policies = values.get("TOOL_POLICIES", {})
-    if not isinstance(policies, dict) or not set(policies.values()) <= _POLICIES:
-        raise ImproperlyConfigured(
-            "ASSISTANT_COMPACTION['TOOL_POLICIES'] must map tool names to prune|summarize|keep"
-        )
-    if values.get("DEFAULT_TOOL_POLICY", "prune") not in _POLICIES:
-        raise ImproperlyConfigured(
-            "ASSISTANT_COMPACTION['DEFAULT_TOOL_POLICY'] must be prune|summarize|keep"
-        )
-    return CompactionConfig(**values)
+    return validated_config(dict(getattr(settings, "ASSISTANT_COMPACTION", None) or {}))

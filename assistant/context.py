@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from assistant.llm import convert
 from assistant.models import Conversation, Message
 from assistant.summaries import as_neutral
 from assistant.tokens import estimate_tokens
@@ -46,6 +47,8 @@ class Context:
     messages: list[dict[str, Any]] = field(default_factory=list)
     message_ids: list[int] = field(default_factory=list)
     tokens: TokenBreakdown = field(default_factory=lambda: TokenBreakdown(0, 0, 0, 0))
+    # Tool calls still waiting for their results (only with allow_pending=True).
+    pending_calls: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def summaries(self) -> list[str]:
@@ -67,25 +70,24 @@ class Context:
         return "\n\n".join([self.system, *self.summaries])
 
     def to_anthropic(self) -> dict[str, Any]:
-        from assistant.llm.convert import to_anthropic
-
-        return to_anthropic(self.system, self.summaries, self.messages)
+        # A context built with pending calls is for staff to look at, never to send.
+        check = not self.pending_calls
+        return convert.to_anthropic(self.system, self.summaries, self.messages, check=check)
 
     def to_gemini(self) -> dict[str, Any]:
-        from assistant.llm.convert import to_gemini
+        check = not self.pending_calls
+        return convert.to_gemini(self.system, self.summaries, self.messages, check=check)
 
-        return to_gemini(self.system, self.summaries, self.messages)
 
-
-def build_context(conversation: Conversation) -> Context:
+def build_context(conversation: Conversation, *, allow_pending: bool = False) -> Context:
     """The context for the next request. Two queries with a warm cache,
-    whatever the length of the conversation."""
+    whatever the length of the conversation. Tool calls still waiting for
+    their results raise IncompleteToolCall, unless `allow_pending` (the
+    inspectors): then they are listed in `pending_calls`."""
     state = load_window(conversation.pk)
-    rows = _repaired(state)
-    system_parts = [state.system_prompt] + [r.model_content for r in rows if r.role == "system"]
-    system = "\n\n".join(part for part in system_parts if part)
-    chat_rows = [row for row in rows if row.role != Message.Role.SYSTEM]
-    messages = _with_missing_results([as_neutral(row) for row in chat_rows])
+    chat_rows = _repaired(state)
+    system = state.system
+    messages = _with_missing_results([as_neutral(row) for row in chat_rows], allow_pending)
     tokens = TokenBreakdown(
         system=estimate_tokens(system),
         summaries=estimate_tokens(state.parent_summary or "")
@@ -102,6 +104,7 @@ def build_context(conversation: Conversation) -> Context:
         messages=messages,
         message_ids=[row.pk for row in chat_rows],
         tokens=tokens,
+        pending_calls=_pending_calls(messages) if allow_pending else [],
     )
 
 
@@ -112,11 +115,12 @@ def context_tokens(conversation: Conversation) -> int:
 
 
 def _repaired(state: WindowState) -> list[Message]:
-    """The window, starting at a user message and with no tool result whose
-    call fell before the cutoff. Repairs move the cutoff back to an earlier
-    user turn (the model sees a little twice and loses nothing); only when
-    there is no earlier user message does it move forward past the replies."""
-    rows = state.rows
+    """The window, starting at a user message (the turn's anchor when the
+    split falls inside a turn) and with no tool result whose call fell before
+    the cutoff. Repairs move the cutoff back to an earlier user turn (the
+    model sees a little twice and loses nothing); only when there is no
+    earlier user message does it move forward past the replies."""
+    rows = state.verbatim
     while rows and (rows[0].role != Message.Role.USER or _orphaned_results(rows)):
         user_before = (
             Message.objects.filter(
@@ -138,38 +142,81 @@ def _repaired(state: WindowState) -> list[Message]:
 
 
 def _orphaned_results(rows: list[Message]) -> bool:
+    """Is there a tool result whose call is not in `rows`? A result names the
+    assistant message it answers (a call id alone can be reused); results
+    stored before that link existed fall back to the id."""
+    messages: set[int] = set()
     calls: set[str] = set()
     for row in rows:
+        messages.add(row.pk)
         calls.update(call["id"] for call in row.tool_calls or ())
-        if row.role == Message.Role.TOOL and row.tool_call_id not in calls:
+        if row.role != Message.Role.TOOL:
+            continue
+        if row.tool_call_message_id is not None:
+            if row.tool_call_message_id not in messages:
+                return True
+        elif row.tool_call_id not in calls:
             return True
     return False
 
 
-def _with_missing_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every tool call must be answered before the conversation goes on. A
-    call whose result was never recorded gets a placeholder in the context
-    (not in the history); calls still pending at the end are an error."""
-    answered = {m["tool_call_id"] for m in messages if m["role"] == "tool"}
+def _pending_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The calls of the last assistant turn that have no result yet."""
+    last = next((i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] != "tool"), -1)
+    if last < 0:
+        return []
+    answered = {m["tool_call_id"] for m in messages[last + 1 :] if m["role"] == "tool"}
+    return [c for c in messages[last].get("tool_calls") or () if c["id"] not in answered]
+
+
+def _with_missing_results(
+    messages: list[dict[str, Any]], allow_pending: bool = False
+) -> list[dict[str, Any]]:
+    """Every tool call must be answered before the conversation goes on, and
+    its result must follow it. Each result answers the latest earlier call
+    with its id that has none yet (ids can be reused) and is placed right
+    after that call's message; a call whose result was never recorded gets a
+    placeholder in the context (not in the history); a result that answers
+    no call is left out; calls still pending at the end are an error, unless
+    `allow_pending` (the inspectors show them as they are)."""
+    results: dict[int, list[dict[str, Any]]] = {}
+    open_calls: dict[str, list[int]] = {}
+    for index, message in enumerate(messages):
+        if message["role"] == "tool":
+            waiting = open_calls.get(message["tool_call_id"])
+            if waiting:
+                results.setdefault(waiting.pop(), []).append(message)
+            continue
+        for call in message.get("tool_calls") or ():
+            open_calls.setdefault(call["id"], []).append(index)
+
+    last_turn = max((i for i, m in enumerate(messages) if m["role"] != "tool"), default=-1)
     repaired: list[dict[str, Any]] = []
-    owed: list[dict[str, Any]] = []
-    for message in messages:
-        if message["role"] != "tool" and owed:
-            repaired.extend(
-                {
-                    "role": "tool",
-                    "content": MISSING_RESULT,
-                    "tool_call_id": call["id"],
-                    "tool_name": call["name"],
-                }
-                for call in owed
-            )
-            owed = []
+    for index, message in enumerate(messages):
+        if message["role"] == "tool":
+            continue
         repaired.append(message)
-        owed.extend(c for c in message.get("tool_calls", ()) if c["id"] not in answered)
-    if owed:
-        raise IncompleteToolCall(
-            "The last assistant message has tool calls without results "
-            f"({', '.join(c['id'] for c in owed)}); add them before building the context."
+        calls = message.get("tool_calls") or ()
+        if not calls:
+            continue
+        answers = results.get(index, [])
+        repaired.extend(answers)
+        answered = {answer["tool_call_id"] for answer in answers}
+        missing = [call for call in calls if call["id"] not in answered]
+        if missing and index == last_turn:
+            if allow_pending:
+                continue
+            raise IncompleteToolCall(
+                "The last assistant message has tool calls without results "
+                f"({', '.join(c['id'] for c in missing)}); add them before building the context."
+            )
+        repaired.extend(
+            {
+                "role": "tool",
+                "content": MISSING_RESULT,
+                "tool_call_id": call["id"],
+                "tool_name": call["name"],
+            }
+            for call in missing
         )
     return repaired

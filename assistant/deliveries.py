@@ -1,46 +1,59 @@
-"""A cap on how often one task is delivered.
+"""A cap on how often the same work is delivered.
 
 With late acks and reject-on-worker-lost, a task whose run kills its worker
 (out of memory on a huge input, a segfault in a library) comes back after
-every crash, forever. Counting deliveries per task id in Redis and dropping
-the task past a cap ends that loop; the sweep still finds the exchange later,
-at the sweep's own pace.
+every crash, forever; and the sweep re-enqueues unprocessed work under new
+task ids. So deliveries are counted per piece of work, not per task id: per
+exchange (conversation and its last-exchange stamp) for the post-exchange
+task, per fork for the deferred parent summary. Past the cap the task is
+dropped; a new exchange starts a new count.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 
 import redis
-from django.conf import settings
 
+from assistant.app_settings import app_setting
 from assistant.logs import log_event
+from assistant.models import Conversation
+from assistant.queue import POST_EXCHANGE_TASK, redis_client, uses_redis
 
 logger = logging.getLogger(__name__)
 
-_TTL_SECONDS = 24 * 3600
+# Long enough that a sweep every few minutes keeps meeting the count.
+_TTL_SECONDS = 7 * 24 * 3600
 
 
-@functools.lru_cache(maxsize=4)
-def _client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+def work_key(task_name: str, conversation_id: int) -> str:
+    """Which piece of work a delivery is: the exchange for the post-exchange
+    task (a later exchange is new work), the conversation otherwise."""
+    key = f"assistant:deliveries:{task_name}:{conversation_id}"
+    if task_name == POST_EXCHANGE_TASK:
+        stamp = (
+            Conversation.objects.filter(pk=conversation_id)
+            .values_list("last_exchange_at", flat=True)
+            .first()
+        )
+        key += f":{stamp.timestamp() if stamp else 0}"
+    return key
 
 
-def over_delivery_cap(task_name: str, task_id: str | None) -> bool:
-    """Count this delivery; True when the task has now been delivered more
-    than ASSISTANT_MAX_TASK_DELIVERIES times (retries included). Without a
-    Redis broker, or when Redis does not answer, nothing is capped."""
-    url = settings.CELERY_BROKER_URL
-    if not task_id or not url.startswith(("redis://", "rediss://", "unix://")):
+def over_delivery_cap(task_name: str, conversation_id: int) -> bool:
+    """Count this delivery; True when this work has now been delivered more
+    than ASSISTANT_MAX_TASK_DELIVERIES times (retries, redeliveries after a
+    crash and sweeps included). Without a Redis broker, or when Redis does
+    not answer, nothing is capped."""
+    if not uses_redis():
         return False
-    key = f"assistant:deliveries:{task_id}"
+    key = work_key(task_name, conversation_id)
     try:
-        with _client(url).pipeline() as pipe:
+        with redis_client().pipeline() as pipe:
             count, _ = pipe.incr(key).expire(key, _TTL_SECONDS).execute()
     except redis.RedisError:
         return False
-    if count > settings.ASSISTANT_MAX_TASK_DELIVERIES:
-        log_event("task_dropped", task=task_name, task_id=task_id, deliveries=count)
+    if count > app_setting("ASSISTANT_MAX_TASK_DELIVERIES"):
+        log_event("task_dropped", task=task_name, conversation_id=conversation_id, deliveries=count)
         return True
     return False

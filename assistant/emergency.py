@@ -1,39 +1,38 @@
-"""Emergency compaction and overflow recovery (strategy 3 of DESIGN section 6).
+"""Emergency compaction (strategy 3 of DESIGN section 6): the levels that
+shrink a context the provider refused, and how an overflow is recognised in
+a response. `assistant.hooks.call_with_overflow_recovery` applies them level
+by level and retries. Nothing is ever destroyed: both levels are views over
+the append-only history (compacted text beside the original, a window
+summary in metadata) and can be undone with `restore_originals`.
 
-When a provider rejects a request as too large, `call_with_overflow_recovery`
-compacts harder, level by level, and retries only when a level made the
-context smaller (and, when the provider said by how much it was over, only
-when the smaller context can fit). When nothing helps it raises
-`ContextTooLarge`, which offers a fork. Nothing is ever destroyed: both levels
-are views over the append-only history (compacted text beside the original,
-a window summary in metadata) and can be undone with `restore_originals`.
+- Level 1: every consumed tool result is compacted whatever its size (only
+  where its compacted form is shorter), the current turn's too, and the
+  window summary is regenerated with a tighter recent window
+  (EMERGENCY_RECENT_FRACTION).
+- Level 2: everything but the current turn's user message and the newest
+  step is summarized, and every consumed tool result is compacted.
 
-- Level 1: every tool result is compacted whatever its size, the current
-  turn's too, and the window summary is regenerated with a tighter recent
-  window (EMERGENCY_RECENT_FRACTION).
-- Level 2: everything but the last 2 messages is summarized (never splitting
-  a tool call from its result) and every tool result is compacted.
+A summary that would not make the context smaller is never stored
+(assistant.summaries), so a level cannot make things worse.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
+from assistant.compaction import compact_tool_results
 from assistant.conf import compaction_config
+from assistant.events import record_compaction
+from assistant.llm.overflow import OVERFLOW_STOP_REASON, model_context_window
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, MetadataKeys
-
-if TYPE_CHECKING:
-    from assistant.context import Context
+from assistant.summaries import regenerate_window_summary
+from assistant.window import load_window
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 LEVELS = (1, 2)
 _EVENT_KINDS = {1: CompactionEvent.Kind.EMERGENCY_1, 2: CompactionEvent.Kind.EMERGENCY_2}
 
@@ -77,45 +76,37 @@ def emergency_compact(conversation: Conversation, level: int = 1) -> bool:
 
 
 def apply_emergency_level(conversation: Conversation, level: int) -> EmergencyOutcome:
-    """`emergency_compact` with the measurements (context tokens before and after)."""
+    """`emergency_compact` with the measurements: the estimated context before
+    and after (estimates on both sides, so they compare like with like)."""
     if level not in LEVELS:
         raise ValueError(f"Emergency compaction level must be 1 or 2, not {level!r}.")
-    from assistant.compaction import compact_tool_results
-    from assistant.context import context_tokens
-    from assistant.summaries import regenerate_window_summary
-
     started = time.monotonic()
-    before = context_tokens(conversation)
+    before = load_window(conversation.pk).estimated_tokens()
     compacted, regenerated = 0, False
     try:
         if level == 1:
             compacted = compact_tool_results(conversation, include_current_turn=True, min_chars=0)
-            regenerated = _summary_if_smaller(
-                conversation,
-                lambda: regenerate_window_summary(
-                    conversation, recent_fraction=compaction_config().EMERGENCY_RECENT_FRACTION
-                ),
+            regenerated = regenerate_window_summary(
+                conversation, recent_fraction=compaction_config().EMERGENCY_RECENT_FRACTION
             )
         else:
-            regenerated = _summary_if_smaller(
-                conversation, lambda: regenerate_window_summary(conversation, keep_last=2)
-            )
+            regenerated = regenerate_window_summary(conversation, newest_step_only=True)
             compacted = compact_tool_results(conversation, include_current_turn=True, min_chars=0)
-        _refresh(conversation)
-        after = context_tokens(conversation)
+        after = load_window(conversation.pk).estimated_tokens()
     except Exception:
         logger.exception("emergency_failed conversation=%s level=%s", conversation.pk, level)
         return EmergencyOutcome(level, before, before, failed=True)
-    outcome = EmergencyOutcome(level, before, after, compacted, bool(regenerated))
+    conversation.metadata = read_metadata(conversation.pk)
+    outcome = EmergencyOutcome(level, before, after, compacted, regenerated)
     if outcome.shrank:
-        CompactionEvent.objects.create(
-            conversation_id=conversation.pk,
-            kind=_EVENT_KINDS[level],
+        record_compaction(
+            conversation.pk,
+            _EVENT_KINDS[level],
             tokens_before=before,
             tokens_after=after,
             messages_affected=compacted,
             duration_ms=int((time.monotonic() - started) * 1000),
-            details={"level": level, "summary_regenerated": bool(regenerated)},
+            details={"level": level, "summary_regenerated": regenerated},
         )
     logger.info(
         "emergency_compact conversation=%s level=%s tokens_before=%s tokens_after=%s "
@@ -125,104 +116,9 @@ def apply_emergency_level(conversation: Conversation, level: int) -> EmergencyOu
         before,
         after,
         compacted,
-        bool(regenerated),
+        regenerated,
     )
     return outcome
-
-
-def call_with_overflow_recovery(
-    conversation: Conversation,
-    call: Callable[[Context], T],
-    *,
-    window_tokens: int | None = None,
-) -> T:
-    """Run `call(build_context(conversation))`. On a context-overflow error
-    apply emergency level 1 and retry, then level 2 and retry, then raise
-    ContextTooLarge. A level that did not shrink the context is not retried,
-    nor one whose smaller context still cannot fit by the provider's own
-    count. Any other error passes through untouched. A successful response
-    that reports more input tokens than `window_tokens` marks the conversation
-    for emergency compaction before its next exchange."""
-    from assistant.context import build_context
-    from assistant.llm.overflow import context_overflow
-
-    try:
-        result = call(build_context(conversation))
-    except Exception as exc:
-        if not context_overflow(exc):
-            raise
-        error: BaseException = exc
-    else:
-        note_response(conversation, result, window_tokens=window_tokens)
-        return result
-
-    applied: list[int] = []
-    # Our estimate of the context the failing request carried: the provider's
-    # count in `error` describes that request, so a retry is judged against it.
-    tokens_sent: int | None = None
-    for level in LEVELS:
-        outcome = apply_emergency_level(conversation, level)
-        if tokens_sent is None:
-            tokens_sent = outcome.tokens_before
-        if not outcome.shrank:
-            logger.info("overflow_level_skipped conversation=%s level=%s", conversation.pk, level)
-            continue
-        applied.append(level)
-        if not retry_can_fit(error, tokens_sent, outcome.tokens_after):
-            logger.info("overflow_retry_skipped conversation=%s level=%s", conversation.pk, level)
-            continue
-        try:
-            result = call(build_context(conversation))
-        except Exception as exc:
-            if not context_overflow(exc):
-                raise
-            error, tokens_sent = exc, outcome.tokens_after
-            continue
-        note_response(conversation, result, window_tokens=window_tokens)
-        return result
-    raise ContextTooLarge(conversation.pk, levels_applied=tuple(applied)) from error
-
-
-def retry_can_fit(error: BaseException, tokens_before: int, tokens_after: int) -> bool:
-    """Whether a retry after shrinking the context from `tokens_before` to
-    `tokens_after` (our estimates) can fit, by the counts in the provider's
-    overflow message scaled by the same ratio. True when the error gives no
-    counts: then only the provider can tell."""
-    counts = overflow_token_counts(error)
-    if counts is None or tokens_before <= 0:
-        return True
-    sent, limit = counts
-    return sent * tokens_after / tokens_before <= limit
-
-
-# (tokens sent, maximum) as each provider words its overflow.
-_COUNT_PATTERNS = (
-    # Anthropic: "prompt is too long: 208310 tokens > 200000 maximum"
-    (re.compile(r"(\d+)\s*tokens\s*>\s*(\d+)\s*maximum"), 1, 2),
-    # Gemini: "The input token count (1200293) exceeds the maximum number of
-    # tokens allowed (1048576)"
-    (re.compile(r"input token count \((\d+)\) exceeds the maximum .*? allowed \((\d+)\)"), 1, 2),
-    # OpenAI: "maximum context length is 8192 tokens. However, your messages
-    # resulted in 9000 tokens"
-    (re.compile(r"maximum context length is (\d+) tokens.*?resulted in (\d+) tokens", re.S), 2, 1),
-)
-
-
-def overflow_token_counts(error: BaseException) -> tuple[int, int] | None:
-    """(tokens sent, model maximum) from an overflow error or any error in its
-    cause chain, when the provider's message states them."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        texts = [str(current), str(getattr(current, "message", "") or "")]
-        for text in texts:
-            for pattern, sent_group, limit_group in _COUNT_PATTERNS:
-                match = pattern.search(text)
-                if match:
-                    return int(match.group(sent_group)), int(match.group(limit_group))
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def reported_prompt_tokens(response: Any) -> int | None:
@@ -252,8 +148,6 @@ def note_response(
     response shows the context no longer fits: more input tokens reported than
     the window (`window_tokens`, else the window of the model that answered),
     or Anthropic's `model_context_window_exceeded` stop reason."""
-    from assistant.llm.overflow import OVERFLOW_STOP_REASON, model_context_window
-
     over = getattr(response, "stop_reason", None) == OVERFLOW_STOP_REASON
     prompt = reported_prompt_tokens(response)
     if window_tokens is None:
@@ -292,46 +186,3 @@ def compact_if_flagged(conversation: Conversation) -> bool:
         return False
     conversation.metadata.pop(MetadataKeys.NEEDS_EMERGENCY_COMPACTION, None)
     return emergency_compact(conversation, level=1)
-
-
-# Keys a summary regeneration must not be blamed for (written by others).
-_NOT_SUMMARY_KEYS = {
-    MetadataKeys.NEEDS_EMERGENCY_COMPACTION,
-    MetadataKeys.PARENT_CONVERSATION_SUMMARY,
-    MetadataKeys.FORK_MESSAGE_ID,
-    MetadataKeys.TOOL_SERVICES,
-    MetadataKeys.SUMMARY_DEFERRED,
-}
-
-
-def _summary_if_smaller(conversation: Conversation, regenerate: Callable[[], bool]) -> bool:
-    """Regenerate the window summary, and put the previous one back when the
-    new one did not make the context smaller (applied only if it shrinks)."""
-    from assistant.context import context_tokens
-
-    _refresh(conversation)
-    tokens_before = context_tokens(conversation)
-    snapshot = dict(conversation.metadata)
-    if not regenerate():
-        return False
-    _refresh(conversation)
-    if context_tokens(conversation) < tokens_before:
-        return True
-    changed = {
-        key: snapshot.get(key)
-        for key in set(snapshot) | set(conversation.metadata)
-        if key not in _NOT_SUMMARY_KEYS and snapshot.get(key) != conversation.metadata.get(key)
-    }
-    if changed:
-        merge_metadata(
-            Conversation.objects.filter(pk=conversation.pk),
-            {key: value for key, value in changed.items() if value is not None},
-            remove=[key for key, value in changed.items() if value is None],
-        )
-        _refresh(conversation)
-    logger.info("emergency_summary_reverted conversation=%s", conversation.pk)
-    return False
-
-
-def _refresh(conversation: Conversation) -> None:
-    conversation.metadata = read_metadata(conversation.pk)

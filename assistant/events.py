@@ -1,15 +1,45 @@
 """The audit trail: a CompactionEvent row and one structured log line per
-compaction. Logs carry ids, kinds, counts and durations, never content."""
+compaction. Logs carry ids, kinds, counts and durations, never content.
+
+Who asked for a compaction is carried by a context variable rather than
+threaded through every strategy: `with acting_as(user): ...` around a service
+call (the admin, a command, a worker task run for a staff user) makes each
+event recorded inside it name that user; automatic work names nobody.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from assistant.logs import log_event
 from assistant.models import CompactionEvent
+
+_acting_user_id: ContextVar[int | None] = ContextVar("assistant_acting_user_id", default=None)
+
+
+@contextmanager
+def acting_as(user: Any) -> Iterator[None]:
+    """Attribute the compaction events recorded inside the block to `user`
+    (a user or a user id). None keeps whoever an enclosing block acts for."""
+    user_id = getattr(user, "pk", user)
+    if user_id is None:
+        yield
+        return
+    token = _acting_user_id.set(int(user_id))
+    try:
+        yield
+    finally:
+        _acting_user_id.reset(token)
+
+
+def acting_user_id() -> int | None:
+    """The id of the user the current block acts for, if any."""
+    return _acting_user_id.get()
 
 
 @dataclass
@@ -39,8 +69,10 @@ def record_compaction(
     summarizer_output_tokens: int = 0,
     details: dict | None = None,
 ) -> CompactionEvent:
+    user_id = acting_user_id()
     event = CompactionEvent.objects.create(
         conversation_id=conversation_id,
+        acting_user_id=user_id,
         kind=kind,
         tokens_before=tokens_before,
         tokens_after=tokens_after,
@@ -59,5 +91,6 @@ def record_compaction(
         messages_affected=messages_affected,
         duration_ms=duration_ms,
         summarizer_model=summarizer_model or None,
+        acting_user_id=user_id,
     )
     return event

@@ -29,8 +29,10 @@ from django.db.models.functions import Coalesce
 
 from assistant.conf import compaction_config
 from assistant.events import record_compaction
+from assistant.history import add_message
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.queue import PARENT_SUMMARY_TASK, enqueue_on_commit
 
 logger = logging.getLogger(__name__)
 
@@ -243,10 +245,6 @@ def _create_fork(
     else:
         metadata[MetadataKeys.SUMMARY_DEFERRED] = True
 
-    from assistant.history import add_message
-    from assistant.queue import enqueue_on_commit
-    from assistant.tasks import generate_parent_summary_task
-
     with transaction.atomic():
         fork = Conversation.objects.create(
             user_id=parent.user_id,
@@ -260,7 +258,7 @@ def _create_fork(
         if summary is not None and summary.called_summarizer:
             _record_event(fork.pk, parent, summary, deferred=False)
         if summary is None:
-            enqueue_on_commit(generate_parent_summary_task, fork.pk)
+            enqueue_on_commit(PARENT_SUMMARY_TASK, fork.pk)
     logger.info("fork_created parent=%s fork=%s deferred=%s", parent.pk, fork.pk, summary is None)
     return fork
 

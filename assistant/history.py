@@ -8,18 +8,40 @@ provider conversion) never has to defend against a malformed row.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import JSONField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from assistant import llm
+from assistant.blocks import blocks_tokens, has_media, validate_blocks
 from assistant.conf import compaction_config
-from assistant.models import Conversation, Message
+from assistant.llm.base import new_tool_call_id
+from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
+from assistant.queue import POST_EXCHANGE_TASK, enqueue_on_commit
 from assistant.tokens import estimate_message_tokens
 
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-_FIELDS = {"tool_calls", "tool_call_id", "tool_name", "tool_arguments", "metadata", *_USAGE_FIELDS}
+_CALL_KEYS = {"id", "name", "arguments"}
+_CALL_WITH_ID = (
+    "jsonb_path_query_first(tool_calls, '$[*] ? (@.id == $id)', jsonb_build_object('id', %s::text))"
+)
+# The columns' own limits: PositiveIntegerField on PostgreSQL, CharField(max_length=255).
+_MAX_COUNT = 2**31 - 1
+_MAX_NAME_CHARS = Message._meta.get_field("tool_call_id").max_length
+_FIELDS = {
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "tool_arguments",
+    "metadata",
+    "blocks",
+    *_USAGE_FIELDS,
+}
 
 
 def add_message(conversation: Conversation, role: str, content: str = "", **fields: Any) -> Message:
@@ -36,34 +58,61 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
     _validate_content(content)
     metadata = _validated_metadata(fields.get("metadata"))
     tool_calls = _validated_tool_calls(role, fields.get("tool_calls"))
+    blocks = validate_blocks(role, fields.get("blocks"), compaction_config().MAX_CONTENT_BYTES)
+    if (
+        role != Message.Role.TOOL
+        and not content.strip()
+        and not tool_calls
+        and not has_media(blocks)
+    ):
+        # Providers refuse an empty turn; the converters would have to drop it, and a
+        # request could then start with the assistant.
+        raise ValidationError(
+            f"An empty {role} message (no text, no tool calls, no image or document) "
+            "cannot be stored.",
+            code="empty_message",
+        )
     usage = {name: _validated_count(name, fields.get(name)) for name in _USAGE_FIELDS}
 
-    with transaction.atomic():
-        tool_fields = _tool_result_fields(conversation, role, fields) if role == "tool" else {}
-        estimate = estimate_message_tokens(content, tool_calls)
-        message = Message.objects.create(
-            conversation=conversation,
-            role=role,
-            content=content,
-            tool_calls=tool_calls,
-            metadata=metadata,
-            token_estimate=estimate,
-            original_token_estimate=estimate,
-            **tool_fields,
-            **usage,
-        )
-        Conversation.objects.filter(pk=conversation.pk).update(updated_at=timezone.now())
+    try:
+        with transaction.atomic():
+            tool_fields = _tool_result_fields(conversation, fields) if role == "tool" else {}
+            media_tokens = blocks_tokens(blocks, llm.provider_name())
+            estimate = estimate_message_tokens(content, tool_calls) + media_tokens
+            message = Message.objects.create(
+                conversation=conversation,
+                role=role,
+                content=content,
+                tool_calls=tool_calls,
+                blocks=blocks,
+                blocks_tokens=media_tokens,
+                metadata=metadata,
+                token_estimate=estimate,
+                original_token_estimate=estimate,
+                **tool_fields,
+                **usage,
+            )
+            # Last, so the row lock is held briefly; a soft-deleted (or purged)
+            # conversation matches nothing and the insert is rolled back.
+            live = Conversation.objects.filter(pk=conversation.pk, deleted_at__isnull=True)
+            if not live.update(updated_at=timezone.now()):
+                raise ValidationError(
+                    f"Conversation {conversation.pk} is deleted; nothing can be added to it.",
+                    code="conversation_deleted",
+                )
+    except IntegrityError as error:
+        # Another writer stored this call's result between our check and our insert.
+        if role == "tool" and _is_duplicate_result(error):
+            raise _duplicate_result(fields["tool_call_id"]) from None
+        raise
     return message
 
 
 def finish_exchange(conversation: Conversation) -> None:
     """Mark an exchange complete and enqueue the post-exchange work once the
     surrounding transaction commits (nothing is enqueued on rollback)."""
-    from assistant.queue import enqueue_on_commit
-    from assistant.tasks import post_exchange_task
-
     Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
-    enqueue_on_commit(post_exchange_task, conversation.pk)
+    enqueue_on_commit(POST_EXCHANGE_TASK, conversation.pk)
 
 
 def _validate_content(content: Any) -> None:
@@ -72,26 +121,8 @@ def _validate_content(content: Any) -> None:
             f"Message content must be a string, got {type(content).__name__}.",
             code="invalid_content",
         )
-    if "\x00" in content:
-        raise ValidationError(
-            "Message content contains a NUL byte (\\x00), which cannot be stored; "
-            "encode binary tool output (for example as base64) before adding it.",
-            code="nul_byte",
-        )
-    try:
-        size = len(content.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValidationError(
-            "Message content is not valid Unicode (it contains a lone surrogate).",
-            code="invalid_unicode",
-        ) from None
-    limit = compaction_config().MAX_CONTENT_BYTES
-    if size > limit:
-        raise ValidationError(
-            f"Message content is {size} bytes, over the {limit}-byte maximum "
-            "(ASSISTANT_COMPACTION['MAX_CONTENT_BYTES']).",
-            code="content_too_large",
-        )
+    size = _checked_text("Message content", content)
+    _check_size("Message content", size, "MAX_CONTENT_BYTES", "content_too_large")
 
 
 def _validated_metadata(metadata: Any) -> dict[str, Any]:
@@ -102,20 +133,18 @@ def _validated_metadata(metadata: Any) -> dict[str, Any]:
             f"Message metadata must be a JSON object, got {type(metadata).__name__}.",
             code="invalid_metadata",
         )
-    try:
-        json.dumps(metadata, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(
-            f"Message metadata is not JSON-serializable: {exc}.", code="invalid_metadata"
-        ) from None
+    size = _checked_json("Message metadata", metadata, "invalid_metadata")
+    _check_size("Message metadata", size, "MAX_METADATA_BYTES", "metadata_too_large")
     return metadata
 
 
 def _validated_count(name: str, value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValidationError(f"{name} must be a non-negative integer.", code="invalid_usage")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
+        raise ValidationError(
+            f"{name} must be an integer from 0 to {_MAX_COUNT}.", code="invalid_usage"
+        )
     return value
 
 
@@ -130,28 +159,35 @@ def _validated_tool_calls(role: str, tool_calls: Any) -> list[dict[str, Any]] | 
         raise ValidationError(
             "tool_calls must be a list of {id, name, arguments} objects.", code="invalid_tool_calls"
         )
-    normalized, seen = [], set()
+    limit = compaction_config().MAX_TOOL_CALLS
+    if len(tool_calls) > limit:
+        raise ValidationError(
+            f"{len(tool_calls)} tool calls in one message, over the maximum of {limit} "
+            "(ASSISTANT_COMPACTION['MAX_TOOL_CALLS']).",
+            code="too_many_tool_calls",
+        )
+    normalized, seen, size = [], set(), 0
     for index, call in enumerate(tool_calls):
-        if not isinstance(call, dict) or set(call) != {"id", "name", "arguments"}:
+        if not isinstance(call, dict) or not {"name", "arguments"} <= set(call) <= _CALL_KEYS:
             raise ValidationError(
-                f"tool_calls[{index}] must be an object with exactly id, name and arguments.",
+                f"tool_calls[{index}] must be an object with id, name and arguments.",
                 code="invalid_tool_calls",
             )
-        call_id, name = call["id"], call["name"]
-        if not isinstance(call_id, str) or not call_id.strip():
-            raise ValidationError(
-                f"tool_calls[{index}].id must be a non-empty string.", code="invalid_tool_calls"
-            )
-        if not isinstance(name, str) or not name.strip():
-            raise ValidationError(
-                f"tool_calls[{index}].name must be a non-empty string.", code="invalid_tool_calls"
-            )
+        # A Gemini function call may come without an id: give it one, so its
+        # result can name it (the caller reads it back from message.tool_calls).
+        call_id = _checked_name(f"tool_calls[{index}].id", call.get("id") or new_tool_call_id())
+        name = _checked_name(f"tool_calls[{index}].name", call["name"])
         if call_id in seen:
             raise ValidationError(
                 f"tool_calls has a duplicate id {call_id!r}.", code="duplicate_tool_call_id"
             )
         seen.add(call_id)
-        normalized.append({"id": call_id, "name": name, "arguments": _parse_arguments(index, call)})
+        arguments = _parse_arguments(index, call)
+        where = f"tool_calls[{index}].arguments"
+        size += _checked_json(where, arguments, "invalid_tool_arguments")
+        size += len(call_id.encode()) + len(name.encode())
+        normalized.append({"id": call_id, "name": name, "arguments": arguments})
+    _check_size("tool_calls", size, "MAX_TOOL_CALLS_BYTES", "tool_calls_too_large")
     return normalized
 
 
@@ -166,6 +202,8 @@ def _parse_arguments(index: int, call: dict[str, Any]) -> dict[str, Any]:
                 f"tool_calls[{index}].arguments is not valid JSON: {exc.msg}.",
                 code="invalid_tool_arguments",
             ) from None
+        except RecursionError:
+            raise _too_deep(f"tool_calls[{index}].arguments") from None
     if not isinstance(arguments, dict):
         raise ValidationError(
             f"tool_calls[{index}].arguments must be a JSON object.", code="invalid_tool_arguments"
@@ -173,45 +211,156 @@ def _parse_arguments(index: int, call: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
-def _tool_result_fields(
-    conversation: Conversation, role: str, fields: dict[str, Any]
-) -> dict[str, Any]:
-    """A tool result must answer an earlier tool call of this conversation,
-    once; its tool name and arguments are taken from that call."""
+# --- Field checks: what PostgreSQL would refuse, refused first with our error ---------
+
+
+def _checked_name(what: str, value: Any) -> str:
+    """An id or a name: a non-blank string that fits its column."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(f"{what} must be a non-empty string.", code="invalid_tool_calls")
+    _checked_text(what, value)
+    if len(value) > _MAX_NAME_CHARS:
+        raise ValidationError(
+            f"{what} is {len(value)} characters, over the maximum of {_MAX_NAME_CHARS}.",
+            code="value_too_long",
+        )
+    return value
+
+
+def _checked_text(what: str, text: str) -> int:
+    """Its size in UTF-8 bytes, once it is known to be storable: no NUL, no lone surrogate."""
+    if "\x00" in text:
+        raise ValidationError(
+            f"{what} contains a NUL byte (\\x00), which cannot be stored; "
+            "encode binary data (for example as base64) before adding it.",
+            code="nul_byte",
+        )
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError(
+            f"{what} is not valid Unicode (it contains a lone surrogate).",
+            code="invalid_unicode",
+        ) from None
+
+
+def _checked_json(what: str, value: Any, code: str) -> int:
+    """The size of `value` as JSON in UTF-8 bytes, once every string in it (keys too) is
+    storable, every number finite and its nesting within the configured depth. Walks
+    without recursion, so no input can raise RecursionError."""
+    max_depth = compaction_config().MAX_JSON_DEPTH
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list | tuple) and depth > max_depth:
+            raise _too_deep(what)
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise ValidationError(
+                        f"{what} has a key that is not a string: {key!r}.", code=code
+                    )
+                _checked_text(f"A key in {what}", key)
+                pending.append((child, depth + 1))
+        elif isinstance(item, list | tuple):
+            pending.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str):
+            _checked_text(f"A string in {what}", item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ValidationError(
+                f"{what} contains {item!r}, which JSON cannot represent.", code=code
+            )
+        elif item is not None and not isinstance(item, bool | int | float):
+            raise ValidationError(
+                f"{what} is not JSON: it contains a {type(item).__name__}.", code=code
+            )
+    return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+
+
+def _check_size(what: str, size: int, setting: str, code: str) -> None:
+    limit = getattr(compaction_config(), setting)
+    if size > limit:
+        raise ValidationError(
+            f"{what} is {size} bytes, over the {limit}-byte maximum "
+            f"(ASSISTANT_COMPACTION['{setting}']).",
+            code=code,
+        )
+
+
+def _too_deep(what: str) -> ValidationError:
+    limit = compaction_config().MAX_JSON_DEPTH
+    return ValidationError(
+        f"{what} is nested more than {limit} levels deep (ASSISTANT_COMPACTION['MAX_JSON_DEPTH']).",
+        code="too_deeply_nested",
+    )
+
+
+def _tool_result_fields(conversation: Conversation, fields: dict[str, Any]) -> dict[str, Any]:
+    """A tool result answers the latest call of this conversation with its id
+    that has no result yet (a model may reuse an id once its first call was
+    answered); its tool name and arguments are taken from that call."""
     call_id = fields.get("tool_call_id") or ""
     if not isinstance(call_id, str) or not call_id.strip():
         raise ValidationError("A tool message needs a tool_call_id.", code="missing_tool_call_id")
-    call = _find_tool_call(conversation, call_id)
-    if call is None:
+    _checked_name("tool_call_id", call_id)
+    calls = _calls_with_id(conversation, call_id)
+    if not calls:
         raise ValidationError(
             f"tool_call_id {call_id!r} matches no earlier assistant tool call "
             "in this conversation.",
             code="unknown_tool_call_id",
         )
-    if Message.objects.filter(
-        conversation=conversation, role=Message.Role.TOOL, tool_call_id=call_id
-    ).exists():
-        raise ValidationError(
-            f"Tool call {call_id!r} already has a result.", code="duplicate_tool_result"
-        )
+    answered = set(
+        Message.objects.filter(
+            tool_call_message_id__in=[message_id for message_id, _ in calls], tool_call_id=call_id
+        ).values_list("tool_call_message_id", flat=True)
+    )
+    unanswered = [(message_id, call) for message_id, call in calls if message_id not in answered]
+    if not unanswered:
+        raise _duplicate_result(call_id)
+    message_id, call = unanswered[0]
     tool_name = fields.get("tool_name") or call["name"]
     if tool_name != call["name"]:
         raise ValidationError(
             f"tool_name {tool_name!r} does not match the call's name {call['name']!r}.",
             code="tool_name_mismatch",
         )
-    return {"tool_call_id": call_id, "tool_name": tool_name, "tool_arguments": call["arguments"]}
+    return {
+        "tool_call_id": call_id,
+        "tool_call_message_id": message_id,
+        "tool_name": tool_name,
+        "tool_arguments": call["arguments"],
+    }
 
 
-def _find_tool_call(conversation: Conversation, call_id: str) -> dict[str, Any] | None:
-    calls = Message.objects.filter(
+def _calls_with_id(conversation: Conversation, call_id: str) -> list[tuple[int, dict[str, Any]]]:
+    """(assistant message id, call) for every call with this id, newest first."""
+    messages = Message.objects.filter(
         conversation=conversation, role=Message.Role.ASSISTANT, tool_calls__isnull=False
     ).order_by("-id")
-    if connection.features.supports_json_field_contains:
-        calls = calls.filter(tool_calls__contains=[{"id": call_id}])
-    # Newest first: a result nearly always answers the latest assistant turn.
-    for tool_calls in calls.values_list("tool_calls", flat=True).iterator():
-        for call in tool_calls:
-            if call["id"] == call_id:
-                return call
-    return None
+    if connection.vendor == "postgresql":
+        # Only the matching call leaves the database, not a message's whole list of calls
+        # (up to MAX_TOOL_CALLS_BYTES, read again for every one of its results).
+        matching = messages.filter(tool_calls__contains=[{"id": call_id}]).annotate(
+            call=RawSQL(_CALL_WITH_ID, (call_id,), output_field=JSONField())
+        )
+        return list(matching.values_list("id", "call"))
+    return [
+        (message_id, call)
+        for message_id, tool_calls in messages.values_list("id", "tool_calls").iterator()
+        for call in tool_calls
+        if call["id"] == call_id
+    ]
+
+
+def _duplicate_result(call_id: str) -> ValidationError:
+    return ValidationError(
+        f"Tool call {call_id!r} already has a result.", code="duplicate_tool_result"
+    )
+
+
+def _is_duplicate_result(error: IntegrityError) -> bool:
+    diag = getattr(error.__cause__, "diag", None)
+    if diag is not None:  # PostgreSQL names the constraint
+        return diag.constraint_name == ONE_RESULT_PER_CALL
+    return "tool_call_message_id" in str(error)  # SQLite names its columns

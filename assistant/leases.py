@@ -1,72 +1,154 @@
 """The summary lease: one summary generation per conversation at a time.
 
-Claimed with a conditional UPDATE (free or expired), held with no open
-transaction and no row lock while the LLM runs, and honoured on write: the
-result is stored only WHERE the token is still ours. It survives a killed
-holder (it expires) and a Redis restart (it lives in PostgreSQL).
+`summary_lease(conversation_id)` is a context manager. Claimed with a
+conditional UPDATE (free, expired, or held by a process that is gone), held
+with no open transaction and no row lock while the LLM runs, renewed by the
+holder between summarizer calls, and honoured on write: a result is stored
+only `WHERE` the token is still ours.
+
+Time comes from the database clock, never from an app server's, so two
+machines whose clocks disagree cannot both think they hold the lease. On
+PostgreSQL the holder's backend pid is recorded too: a holder whose
+connection is gone (a killed worker, a terminated connection) has no backend
+left, so its lease is taken over at once instead of after it expires.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db.models import Q
-from django.utils import timezone
+from django.db import connection
+from django.db.models import BooleanField, DateTimeField, ExpressionWrapper, Q, QuerySet
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Now
 
 from assistant.conf import compaction_config
 from assistant.models import Conversation
 
 
-def claim_summary_lease(conversation_id: int, seconds: int | None = None) -> uuid.UUID | None:
-    token = uuid.uuid4()
-    now = timezone.now()
-    duration = seconds or compaction_config().SUMMARY_LEASE_SECONDS
-    claimed = Conversation.objects.filter(
-        Q(summary_lease_token__isnull=True) | Q(summary_lease_expires_at__lt=now),
-        pk=conversation_id,
-    ).update(summary_lease_token=token, summary_lease_expires_at=now + timedelta(seconds=duration))
-    return token if claimed == 1 else None
+class SummaryInTransaction(RuntimeError):
+    """A summary lease was needed inside the caller's transaction: its row lock
+    would be held for the whole LLM call, blocking every other caller."""
 
 
-def holding(conversation_id: int, token: uuid.UUID):
-    """The conversation row, only while `token` still holds its lease."""
-    return Conversation.objects.filter(pk=conversation_id, summary_lease_token=token)
+@dataclass(frozen=True)
+class Lease:
+    conversation_id: int
+    token: uuid.UUID
 
+    def holding(self) -> QuerySet[Conversation]:
+        """The conversation row, only while this lease still holds it."""
+        return Conversation.objects.filter(pk=self.conversation_id, summary_lease_token=self.token)
 
-def release_summary_lease(conversation_id: int, token: uuid.UUID) -> bool:
-    return (
-        holding(conversation_id, token).update(
-            summary_lease_token=None, summary_lease_expires_at=None
+    def renew(self) -> bool:
+        """Extend the lease from now (database clock); False if it was lost."""
+        return self.holding().update(**_lease_columns(self.token)) == 1
+
+    def release(self) -> bool:
+        return (
+            self.holding().update(
+                summary_lease_token=None,
+                summary_lease_expires_at=None,
+                summary_lease_holder_pid=None,
+            )
+            == 1
         )
-        == 1
+
+
+@contextmanager
+def summary_lease(conversation_id: int) -> Iterator[Lease | None]:
+    """Hold the conversation's summary lease for the block; yields None when
+    a live holder has it. Refuses to run inside the caller's transaction."""
+    refuse_inside_transaction()
+    lease = claim(conversation_id)
+    try:
+        yield lease
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+def claim(conversation_id: int) -> Lease | None:
+    token = uuid.uuid4()
+    claimable = Q(summary_lease_token__isnull=True) | Q(summary_lease_expires_at__lt=Now())
+    if connection.vendor == "postgresql":
+        claimable |= Q(_holder_gone())
+    claimed = Conversation.objects.filter(claimable, pk=conversation_id).update(
+        **_lease_columns(token)
     )
+    return Lease(conversation_id, token) if claimed == 1 else None
 
 
-def wait_for_lease(conversation_id: int, timeout: float | None = None) -> bool:
-    """Wait until nobody holds a live lease on the conversation; True if free."""
+def held_by_live_holder(conversation_id: int) -> bool:
+    rows = Conversation.objects.filter(
+        pk=conversation_id,
+        summary_lease_token__isnull=False,
+        summary_lease_expires_at__gte=Now(),
+    )
+    if connection.vendor == "postgresql":
+        rows = rows.exclude(_holder_gone())
+    return rows.exists()
+
+
+def wait_for_release(conversation_id: int, timeout: float | None = None) -> bool:
+    """Wait while a live holder summarizes this conversation; True once free.
+    A dead holder (expired, or its database session gone) is not waited on."""
     deadline = time.monotonic() + (
         compaction_config().SUMMARY_WAIT_SECONDS if timeout is None else timeout
     )
     delay = 0.05
-    while True:
-        busy = Conversation.objects.filter(
-            pk=conversation_id,
-            summary_lease_token__isnull=False,
-            summary_lease_expires_at__gte=timezone.now(),
-        ).exists()
-        if not busy:
-            return True
+    while held_by_live_holder(conversation_id):
         if time.monotonic() >= deadline:
             return False
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
+    return True
 
 
-def release_expired_leases() -> int:
-    """Clear leases whose holder died; claiming already ignores them, this
-    keeps the columns honest for the admin and reports."""
-    return Conversation.objects.filter(
-        summary_lease_token__isnull=False, summary_lease_expires_at__lt=timezone.now()
-    ).update(summary_lease_token=None, summary_lease_expires_at=None)
+def refuse_inside_transaction() -> None:
+    # Test cases wrap each test in an atomic block of their own; those are
+    # not the caller's transaction (Django marks them for its durability check).
+    if any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks):
+        raise SummaryInTransaction(
+            "The summary lease must not be claimed inside a transaction: its row lock would "
+            "be held for the whole LLM call. Call the pre-call hook outside transaction.atomic() "
+            "(with ATOMIC_REQUESTS, decorate the chat view with transaction.non_atomic_requests)."
+        )
+
+
+def _holder_gone() -> RawSQL:
+    """The holder's backend has exited: its lease is dead whatever its expiry says."""
+    return RawSQL(
+        "summary_lease_holder_pid IS NOT NULL AND NOT EXISTS "
+        "(SELECT 1 FROM pg_stat_activity WHERE pid = summary_lease_holder_pid)",
+        [],
+        output_field=BooleanField(),
+    )
+
+
+def _lease_columns(token: uuid.UUID) -> dict:
+    seconds = compaction_config().SUMMARY_LEASE_SECONDS
+    return {
+        "summary_lease_token": token,
+        "summary_lease_expires_at": ExpressionWrapper(
+            Now() + timedelta(seconds=seconds), output_field=DateTimeField()
+        ),
+        "summary_lease_holder_pid": _backend_pid(),
+    }
+
+
+def _backend_pid() -> int | None:
+    if connection.vendor != "postgresql":
+        return None
+    return connection.connection.info.backend_pid if connection.connection else _query_pid()
+
+
+def _query_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]

@@ -36,6 +36,17 @@ class MetadataKeys:
     # building it cost (model, input and output tokens) for its audit row.
     PENDING_BASE_MESSAGE_ID = "pending_base_message_id"
     PENDING_USAGE = "pending_usage"
+    # Tool results up to this id have been looked at by the post-exchange worker.
+    TOOL_RESULTS_PROCESSED_THROUGH = "tool_results_processed_through"
+    # When the split falls inside a turn: that turn's user message, sent
+    # verbatim ahead of the kept steps (and the same for a pending summary).
+    COMPACTION_ANCHOR_MESSAGE_ID = "compaction_anchor_message_id"
+    PENDING_ANCHOR_MESSAGE_ID = "pending_anchor_message_id"
+    # A summary attempt that failed or did not shrink the context: which split,
+    # how many attempts, and when the next one may run (epoch seconds).
+    SUMMARY_FAILURE = "summary_failure"
+    # What compaction has saved under prompt caching (assistant.cache_ledger).
+    CACHE_LEDGER = "cache_ledger"
 
 
 class Conversation(models.Model):
@@ -64,6 +75,8 @@ class Conversation(models.Model):
     # claimed with a conditional UPDATE, never held across a transaction.
     summary_lease_token = models.UUIDField(null=True, blank=True)
     summary_lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The holder's PostgreSQL backend: once it is gone the lease is dead.
+    summary_lease_holder_pid = models.IntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-updated_at"]
@@ -80,11 +93,44 @@ class Conversation(models.Model):
                 name="assistant_conv_deleted",
                 condition=models.Q(deleted_at__isnull=False),
             ),
-            # Sweep for exchanges whose post-exchange task never ran.
+            # Sweep for exchanges whose post-exchange task never ran: only
+            # those rows, a handful, whatever the number of conversations.
             models.Index(
-                fields=["last_exchange_at"],
-                name="assistant_conv_exchange",
-                condition=models.Q(last_exchange_at__isnull=False),
+                fields=["id"],
+                name="assistant_conv_unprocessed",
+                condition=models.Q(deleted_at__isnull=True, last_exchange_at__isnull=False)
+                & (
+                    models.Q(post_exchange_done_at__isnull=True)
+                    | models.Q(post_exchange_done_at__lt=models.F("last_exchange_at"))
+                ),
+            ),
+            # The other scheduled cleanup queries and the admin's metadata
+            # filters: partial indexes holding only the rows each one looks
+            # at (a query whose WHERE repeats the condition can use them).
+            models.Index(
+                fields=["summary_lease_expires_at"],
+                name="assistant_conv_lease",
+                condition=models.Q(summary_lease_expires_at__isnull=False),
+            ),
+            models.Index(
+                fields=["id"],
+                name="assistant_conv_through",
+                condition=models.Q(metadata__has_key=MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID),
+            ),
+            models.Index(
+                fields=["id"],
+                name="assistant_conv_pending",
+                condition=models.Q(metadata__has_key=MetadataKeys.PENDING_THROUGH_MESSAGE_ID),
+            ),
+            models.Index(
+                fields=["id"],
+                name="assistant_conv_fork_deferred",
+                condition=models.Q(**{f"metadata__{MetadataKeys.SUMMARY_DEFERRED}": True}),
+            ),
+            models.Index(
+                fields=["-updated_at"],
+                name="assistant_conv_summarized",
+                condition=models.Q(metadata__has_key=MetadataKeys.COMPACTION_SUMMARY),
             ),
         ]
 
@@ -116,14 +162,22 @@ class Conversation(models.Model):
         return list(self.metadata.get(MetadataKeys.TOOL_SERVICES) or [])
 
 
+ONE_RESULT_PER_CALL = "assistant_msg_one_result_per_call"
+
+
 class MessageQuerySet(models.QuerySet):
     def model_view(self) -> MessageQuerySet:
         """Messages as the model sees them, in order, without loading the
         originals of compacted messages: `model_content` is the compacted
         text where there is one, else the original."""
         return (
-            self.defer("content", "compacted_content")
-            .annotate(model_content=Coalesce("compacted_content", "content"))
+            self.defer(
+                "content", "compacted_content", "prepared_content", "blocks", "compacted_blocks"
+            )
+            .annotate(
+                model_content=Coalesce("compacted_content", "content"),
+                model_blocks=Coalesce("compacted_blocks", "blocks"),
+            )
             .order_by("id")
         )
 
@@ -150,10 +204,39 @@ class Message(models.Model):
     compacted_content = models.TextField(null=True, blank=True)  # noqa: DJ001 (NULL = verbatim)
     compaction = models.CharField(max_length=16, choices=Compaction.choices, blank=True, default="")
     compacted_at = models.DateTimeField(null=True, blank=True)
+    # Content blocks besides the text (assistant.blocks), verbatim: thinking on assistant
+    # messages, images and documents on user messages and tool results.
+    blocks = models.JSONField(null=True, blank=True)
+    # What the model sees of them once the exchange is over: thinking dropped, images and
+    # documents as placeholders naming them. NULL = verbatim.
+    compacted_blocks = models.JSONField(null=True, blank=True)
+    # The part of token_estimate the blocks the model sees take (they are not loaded to
+    # re-estimate a message whose text is compacted).
+    blocks_tokens = models.PositiveIntegerField(default=0)
+    # Compaction the worker prepared but the model does not see yet: the
+    # pre-call hook applies it when it pays (DESIGN 6), copying these three
+    # into compacted_content, compaction and token_estimate.
+    prepared_content = models.TextField(null=True, blank=True)  # noqa: DJ001 (NULL = none)
+    prepared_compaction = models.CharField(
+        max_length=16, choices=Compaction.choices, blank=True, default=""
+    )
+    prepared_token_estimate = models.PositiveIntegerField(null=True, blank=True)
     # Set when a retention policy dropped the original of a compacted message.
     original_dropped_at = models.DateTimeField(null=True, blank=True)
     tool_calls = models.JSONField(null=True, blank=True)
     tool_call_id = models.CharField(max_length=255, blank=True, default="")
+    # On a tool result: the assistant message whose call it answers. A model
+    # may reuse a call id once its first call was answered, so the id alone
+    # does not name the call. DO_NOTHING keeps the purge's bulk delete one
+    # query; messages are append-only and go with their whole conversation.
+    tool_call_message = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        related_name="tool_results",
+        db_index=False,  # the one-result-per-call constraint's index leads with it
+    )
     tool_name = models.CharField(max_length=255, blank=True, default="")
     tool_arguments = models.JSONField(null=True, blank=True)
     # Usage reported by the provider for the call that produced this message.
@@ -181,6 +264,12 @@ class Message(models.Model):
                 name="assistant_msg_tool_name",
                 condition=models.Q(role="tool"),
             ),
+            # The pre-call hook applying what the worker prepared.
+            models.Index(
+                fields=["conversation", "id"],
+                name="assistant_msg_prepared",
+                condition=~models.Q(prepared_compaction=""),
+            ),
             # The retention job that drops originals of compacted messages.
             models.Index(
                 fields=["compacted_at"],
@@ -197,6 +286,12 @@ class Message(models.Model):
             models.CheckConstraint(
                 condition=~models.Q(role="tool") | ~models.Q(tool_call_id=""),
                 name="assistant_msg_tool_has_call_id",
+            ),
+            # One result per call, whatever the number of concurrent writers.
+            # Its index also answers add_message's "is this call answered?".
+            models.UniqueConstraint(
+                fields=["tool_call_message", "tool_call_id"],
+                name=ONE_RESULT_PER_CALL,
             ),
         ]
 
@@ -225,6 +320,7 @@ class CompactionEvent(models.Model):
         EMERGENCY_2 = "emergency_2", "Emergency compaction, level 2"
         FORK_SUMMARY = "fork_summary", "Fork summary"
         RESTORE = "restore", "Originals restored"
+        MEDIA = "media", "Old images, documents and thinking compacted"
 
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="compaction_events"
@@ -238,6 +334,15 @@ class CompactionEvent(models.Model):
     summarizer_output_tokens = models.PositiveIntegerField(default=0)
     duration_ms = models.PositiveIntegerField(default=0)
     details = models.JSONField(default=dict, blank=True, db_default={})
+    # The staff user who asked for it (admin action, command run as a user);
+    # NULL for the automatic work of the chat path and the worker.
+    acting_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

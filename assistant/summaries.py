@@ -4,8 +4,9 @@ The summary of everything up to a split point is cached in the
 conversation's metadata with the id of the last summarized message. It is
 regenerated only when the split moves, and then incrementally: the
 summarizer reads the previous summary plus the newly old messages only.
-Identifiers from the summarized messages are carried forward
-deterministically, so a lossy summarizer cannot erode them update by update.
+Fact statements of the summarized messages are carried forward
+deterministically (assistant.facts), so a lossy summarizer cannot erode them
+update by update.
 
 One generation per conversation at a time: a lease on the conversation row
 (assistant.leases), the LLM called with no transaction open, the result
@@ -15,18 +16,19 @@ written only while the lease is still ours.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from assistant import llm
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.events import record_compaction, stopwatch
-from assistant.leases import claim_summary_lease, holding, release_summary_lease, wait_for_lease
+from assistant.facts import summary_body, with_carried_facts, without_markers
+from assistant.leases import Lease, summary_lease, wait_for_release
 from assistant.llm.prompts import render_transcript
 from assistant.logs import log_event
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
-from assistant.salience import key_identifiers
 from assistant.tokens import estimate_tokens
 from assistant.window import (
     WindowState,
@@ -34,16 +36,18 @@ from assistant.window import (
     choose_split,
     load_window,
     should_shift,
+    split_parts,
+    verbatim_budget,
 )
 
 logger = logging.getLogger(__name__)
 
-CARRIED_HEADING = "## Identifiers carried forward"
 PENDING_KEYS = (
     MetadataKeys.PENDING_SUMMARY,
     MetadataKeys.PENDING_THROUGH_MESSAGE_ID,
     MetadataKeys.PENDING_BASE_MESSAGE_ID,
     MetadataKeys.PENDING_USAGE,
+    MetadataKeys.PENDING_ANCHOR_MESSAGE_ID,
 )
 
 
@@ -65,6 +69,11 @@ def as_neutral(message: Message) -> dict:
     if content is None:
         content = message.content
     neutral: dict = {"role": message.role, "content": content}
+    blocks = getattr(message, "model_blocks", None)
+    if blocks is None and not hasattr(message, "model_blocks"):  # not loaded through model_view()
+        blocks = message.blocks if message.compacted_blocks is None else message.compacted_blocks
+    if blocks:
+        neutral["blocks"] = blocks
     if message.tool_calls:
         neutral["tool_calls"] = message.tool_calls
     if message.role == Message.Role.TOOL:
@@ -74,42 +83,36 @@ def as_neutral(message: Message) -> dict:
 
 
 def summarize_messages(
-    messages: Sequence[Message], *, previous_summary: str | None = None
+    messages: Sequence[Message],
+    *,
+    previous_summary: str | None = None,
+    on_chunk: Callable[[], object] | None = None,
 ) -> SummaryOutcome:
     """Summarize `messages` (merging into `previous_summary`), in chunks the
     summarizer can take. No database writes; raises if the provider fails
     and no fallback is configured."""
     config = compaction_config()
-    body = _body(previous_summary) if previous_summary else None
+    # The summarizer reads the previous summary whole, carried facts included: it can
+    # merge them back into its text, and they are carried again only if it does not.
+    body = previous_summary or None
     model, fallback, calls, tokens_in, tokens_out = "", False, 0, 0, 0
     for chunk in _chunks(messages, config, previous_summary):
-        result = llm.summarize(render_transcript(chunk), previous_summary=body)
-        body = _body(result.text)
+        if on_chunk is not None:
+            on_chunk()  # e.g. renew the summary lease before each summarizer call
+        transcript = without_markers(render_transcript(chunk))
+        result = llm.summarize(transcript, previous_summary=body)
+        body = without_markers(summary_body(result.text))
         model, fallback = result.model, fallback or result.fallback
         calls += 1
         tokens_in += result.usage.prompt_tokens
         tokens_out += result.usage.output_tokens
-    text = body or ""
-    carried = _carried_identifiers(previous_summary, messages, text, config)
-    if carried:
-        text = f"{text}\n\n{CARRIED_HEADING}\n" + "; ".join(carried)
+    text = with_carried_facts(
+        body or "",
+        [as_neutral(message) for message in messages],
+        previous_summary,
+        config.CARRIED_FACTS_MAX_TOKENS,
+    )
     return SummaryOutcome(text, model, tokens_in, tokens_out, fallback, calls)
-
-
-def ensure_context_summary(conversation: Conversation) -> str | None:
-    """The pre-exchange hook: shift the window if the context reached a
-    trigger (using a pre-built summary when one is ready) and return the
-    summary the next request carries."""
-    config = compaction_config()
-    state = load_window(conversation.pk)
-    if state.metadata.get(MetadataKeys.NEEDS_EMERGENCY_COMPACTION):
-        from assistant.emergency import compact_if_flagged
-
-        compact_if_flagged(conversation)
-        state = load_window(conversation.pk)
-    if not should_shift(state, config):
-        return state.summary
-    return _shift(conversation.pk, config)
 
 
 def compaction_cutoff_id(conversation: Conversation) -> int | None:
@@ -123,19 +126,79 @@ def regenerate_window_summary(
     *,
     recent_fraction: float | None = None,
     keep_last: int | None = None,
+    newest_step_only: bool = False,
 ) -> bool:
     """Shift the window now, whatever the triggers say, keeping
-    `recent_fraction` of the window (or the last `keep_last` messages,
-    extended back to the start of their user turn). True if it stored one."""
+    `recent_fraction` of the window (or the last `keep_last` messages, or only
+    the newest step and its turn's user message). True if it stored one."""
     before = compaction_cutoff_id(conversation)
-    _shift(
+    shift_window(
         conversation.pk,
         compaction_config(),
         force=True,
         recent_fraction=recent_fraction,
         keep_last=keep_last,
+        newest_step_only=newest_step_only,
     )
     return compaction_cutoff_id(conversation) != before
+
+
+def shift_window(
+    conversation_id: int,
+    config: CompactionConfig,
+    *,
+    force: bool = False,
+    count: bool = True,
+    share: float = 1.0,
+    recent_fraction: float | None = None,
+    keep_last: int | None = None,
+    newest_step_only: bool = False,
+) -> str | None:
+    """Move the split forward when the context reaches `share` of a trigger
+    (always with `force`),
+    adopting a pre-built summary when one fits, and return the summary the
+    next request carries. One process at a time: a caller that finds another
+    one summarizing waits for it, then uses what it stored."""
+    for attempt in range(2):
+        with summary_lease(conversation_id) as lease:
+            if lease is not None:
+                return _shift_holding(
+                    lease,
+                    config,
+                    force=force,
+                    count=count,
+                    share=share,
+                    recent_fraction=recent_fraction,
+                    keep_last=keep_last,
+                    newest_step_only=newest_step_only,
+                )
+        if attempt == 0 and not wait_for_release(conversation_id):
+            break
+    return load_window(conversation_id).summary
+
+
+def _shift_holding(
+    lease: Lease, config: CompactionConfig, *, force: bool, count: bool, share: float, **split
+):
+    state = load_window(lease.conversation_id)  # re-read under the lease
+    if not force:
+        if not should_shift(state, config, share, count=count):
+            return state.summary  # another process shifted it meanwhile
+        if adopt_pending(state, lease):
+            state = load_window(lease.conversation_id)
+            if not should_shift(state, config, share, count=count):
+                return state.summary
+        if failure_blocks(state):
+            log_event("summary_skipped", conversation_id=state.conversation_id, reason="backoff")
+            return state.summary
+    budget = verbatim_budget(state, config, early=share < 1.0 and not force)
+    start = choose_split(state.rows, config, budget=budget, **split)
+    if start is None:
+        log_event(
+            "summary_skipped", conversation_id=state.conversation_id, reason="split_cannot_move"
+        )
+        return state.summary
+    return _summarize_and_store(state, start, lease, config)
 
 
 def prebuild_window_summary(conversation: Conversation) -> bool:
@@ -144,38 +207,53 @@ def prebuild_window_summary(conversation: Conversation) -> bool:
     path adopts it instead of waiting on the summarizer."""
     config = compaction_config()
     state = load_window(conversation.pk)
-    if not should_shift(state, config, share=config.SOFT_WATERMARK):
+    # With cache-aware timing the count trigger waits for a cold cache, which
+    # may never come: a summary built for it would be paid for and thrown away.
+    count = config.COMPACTION_TIMING == "eager"
+    if not should_shift(state, config, share=config.SOFT_WATERMARK, count=count):
         return False
     if state.metadata.get(MetadataKeys.PENDING_SUMMARY) and (
         state.metadata.get(MetadataKeys.PENDING_BASE_MESSAGE_ID) == state.through_id
     ):
         return False  # one is ready for the current split: building another wastes a call
-    start = choose_split(state.rows, config, keep_last=anticipated_keep(state, config))
+    if failure_blocks(state):
+        return False
+    start = choose_split(
+        state.rows,
+        config,
+        keep_last=anticipated_keep(state, config),
+        budget=verbatim_budget(state, config),
+    )
     if start is None:
         return False
-    through = state.rows[start - 1].pk
-    token = claim_summary_lease(conversation.pk)
-    if token is None:
-        return False  # someone is summarizing this conversation right now
-    try:
-        fresh = load_window(conversation.pk)
-        if fresh.through_id != state.through_id:
+    newly_old, anchor = split_parts(state, start)
+    if not newly_old:
+        return False
+    through = newly_old[-1].pk
+    with summary_lease(conversation.pk) as lease:
+        if lease is None:
+            return False  # someone is summarizing this conversation right now
+        if load_window(conversation.pk).through_id != state.through_id:
             return False  # the window shifted meanwhile; the next exchange re-evaluates
         try:
-            outcome = summarize_messages(state.rows[:start], previous_summary=state.summary)
+            outcome = summarize_messages(
+                newly_old, previous_summary=state.summary, on_chunk=lease.renew
+            )
         except llm.ProviderError as exc:
             if exc.retryable:
                 raise  # off the chat path: the post-exchange task retries with backoff
             logger.warning(
                 "summary_failed conversation=%s error=%s", conversation.pk, type(exc).__name__
             )
+            record_failure(lease, state)
             return False
         stored = merge_metadata(
-            holding(conversation.pk, token),
+            lease.holding(),
             {
                 MetadataKeys.PENDING_SUMMARY: outcome.text,
                 MetadataKeys.PENDING_THROUGH_MESSAGE_ID: through,
                 MetadataKeys.PENDING_BASE_MESSAGE_ID: state.through_id,
+                MetadataKeys.PENDING_ANCHOR_MESSAGE_ID: anchor.pk if anchor else None,
                 MetadataKeys.PENDING_USAGE: {
                     "model": outcome.model,
                     "input_tokens": outcome.input_tokens,
@@ -183,76 +261,49 @@ def prebuild_window_summary(conversation: Conversation) -> bool:
                 },
             },
         )
-        if stored:
-            log_event("summary_prebuilt", conversation_id=conversation.pk, through=through)
-        return bool(stored)
-    finally:
-        release_summary_lease(conversation.pk, token)
+    if stored:
+        log_event("summary_prebuilt", conversation_id=conversation.pk, through=through)
+    return bool(stored)
 
 
-def _shift(
-    conversation_id: int,
-    config: CompactionConfig,
-    *,
-    force: bool = False,
-    recent_fraction: float | None = None,
-    keep_last: int | None = None,
-) -> str | None:
-    token = claim_summary_lease(conversation_id)
-    if token is None:
-        # Another process is summarizing this conversation: use its result,
-        # never summarize the same split a second time.
-        wait_for_lease(conversation_id)
-        return load_window(conversation_id).summary
-    try:
-        state = load_window(conversation_id)  # re-read under the lease
-        if not force and not should_shift(state, config):
-            return state.summary
-        if not force and _adopt_pending(state, token):
-            state = load_window(conversation_id)
-            if not should_shift(state, config):
-                return state.summary
-        start = choose_split(
-            state.rows, config, recent_fraction=recent_fraction, keep_last=keep_last
-        )
-        if start is None:
-            log_event(
-                "summary_skipped", conversation_id=conversation_id, reason="split_cannot_move"
-            )
-            return state.summary
-        return _summarize_and_store(state, start, token)
-    finally:
-        release_summary_lease(conversation_id, token)
+def has_pending_summary(state: WindowState) -> bool:
+    """A pre-built summary is ready for the current split."""
+    return bool(state.metadata.get(MetadataKeys.PENDING_SUMMARY)) and (
+        state.metadata.get(MetadataKeys.PENDING_BASE_MESSAGE_ID) == state.through_id
+    )
 
 
-def _adopt_pending(state: WindowState, token) -> bool:
+def adopt_pending_summary(conversation_id: int) -> bool:
+    """Take the pre-built summary now (the pre-call hook, when the cache is
+    cold anyway); False when none fits or another process holds the lease."""
+    with summary_lease(conversation_id) as lease:
+        return lease is not None and adopt_pending(load_window(conversation_id), lease)
+
+
+def adopt_pending(state: WindowState, lease: Lease) -> bool:
     """Compare and swap: take the pre-built summary only if it was built on
-    the split that is still current."""
+    the split that is still current and makes the context smaller."""
     metadata = state.metadata
     pending = metadata.get(MetadataKeys.PENDING_SUMMARY)
     through = metadata.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
-    if not pending or metadata.get(MetadataKeys.PENDING_BASE_MESSAGE_ID) != state.through_id:
+    if not has_pending_summary(state) or through not in {row.pk for row in state.rows}:
         return False
-    if through not in {row.pk for row in state.rows}:
+    kept = [row for row in state.rows if row.pk > through]
+    anchor_id = metadata.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
+    anchor = next((row for row in [*state.rows, state.anchor] if row and row.pk == anchor_id), None)
+    before = state.estimated_tokens()
+    after = _context_after(state, pending, [anchor, *kept] if anchor else kept)
+    if after >= before:
+        merge_metadata(lease.holding(), remove=PENDING_KEYS)
         return False
-    before = state.context_tokens()
-    stored = merge_metadata(
-        holding(state.conversation_id, token),
-        {
-            MetadataKeys.COMPACTION_SUMMARY: pending,
-            MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: through,
-            MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: state.rows[-1].pk,
-        },
-        remove=PENDING_KEYS,
-    )
+    stored = _store_window(lease, pending, through, anchor, state)
     if stored:
-        kept = [row for row in state.rows if row.pk > through]
         usage = metadata.get(MetadataKeys.PENDING_USAGE) or {}
         record_compaction(
             state.conversation_id,
             CompactionEvent.Kind.WINDOW_SUMMARY,
             tokens_before=before,
-            tokens_after=_context_after(state, pending, kept),
+            tokens_after=after,
             messages_affected=len(state.rows) - len(kept),
             duration_ms=0,  # built earlier by the worker: the chat did not wait
             summarizer_model=usage.get("model", ""),
@@ -263,31 +314,74 @@ def _adopt_pending(state: WindowState, token) -> bool:
     return bool(stored)
 
 
-def _summarize_and_store(state: WindowState, start: int, token) -> str | None:
-    newly_old, kept = state.rows[:start], state.rows[start:]
-    through = newly_old[-1].pk
-    before = state.context_tokens()
-    with stopwatch() as elapsed:
-        outcome = _summarize_or_log(state.conversation_id, newly_old, state.summary)
-    if outcome is None:
-        return state.summary  # the cached summary stays exactly as it was
-    stored = merge_metadata(
-        holding(state.conversation_id, token),
+def failure_blocks(state: WindowState) -> bool:
+    """A summary for the current split failed lately: wait before the next try."""
+    failure = state.metadata.get(MetadataKeys.SUMMARY_FAILURE) or {}
+    return failure.get("base") == state.through_id and time.time() < failure.get("retry_at", 0)
+
+
+def record_failure(lease: Lease, state: WindowState) -> None:
+    """Remember a failed summary of the current split, with a doubling delay."""
+    failure = state.metadata.get(MetadataKeys.SUMMARY_FAILURE) or {}
+    attempts = failure.get("attempts", 0) + 1 if failure.get("base") == state.through_id else 1
+    delay = compaction_config().SUMMARY_RETRY_SECONDS * 2 ** min(attempts - 1, 10)
+    merge_metadata(
+        lease.holding(),
         {
-            MetadataKeys.COMPACTION_SUMMARY: outcome.text,
-            MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: through,
-            MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: state.rows[-1].pk,
+            MetadataKeys.SUMMARY_FAILURE: {
+                "base": state.through_id,
+                "attempts": attempts,
+                "retry_at": time.time() + delay,
+            }
         },
-        remove=PENDING_KEYS,
     )
-    if not stored:
+    log_event("summary_failure_recorded", conversation_id=state.conversation_id, attempts=attempts)
+
+
+def _store_window(
+    lease: Lease, summary: str, through: int, anchor: Message | None, state: WindowState
+) -> bool:
+    """Store a new split and its summary, while the lease is still ours."""
+    values = {
+        MetadataKeys.COMPACTION_SUMMARY: summary,
+        MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: through,
+        MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: state.rows[-1].pk,
+    }
+    remove = [*PENDING_KEYS, MetadataKeys.SUMMARY_FAILURE]
+    if anchor is None:
+        remove.append(MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID)
+    else:
+        values[MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID] = anchor.pk
+    return bool(merge_metadata(lease.holding(), values, remove=remove))
+
+
+def _summarize_and_store(
+    state: WindowState, start: int, lease: Lease, config: CompactionConfig
+) -> str | None:
+    newly_old, anchor = split_parts(state, start)
+    if not newly_old:
+        return state.summary
+    kept = state.rows[start:]
+    through = newly_old[-1].pk
+    before = state.estimated_tokens()
+    with stopwatch() as elapsed:
+        outcome = _summarize_or_log(state.conversation_id, newly_old, state.summary, lease)
+    if outcome is None:
+        record_failure(lease, state)
+        return state.summary  # the cached summary stays exactly as it was
+    after = _context_after(state, outcome.text, [anchor, *kept] if anchor else kept)
+    if after >= before:
+        log_event("summary_discarded", conversation_id=state.conversation_id, reason="not_smaller")
+        record_failure(lease, state)
+        return state.summary
+    if not _store_window(lease, outcome.text, through, anchor, state):
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")
         return load_window(state.conversation_id).summary
     record_compaction(
         state.conversation_id,
         CompactionEvent.Kind.WINDOW_SUMMARY,
         tokens_before=before,
-        tokens_after=_context_after(state, outcome.text, kept),
+        tokens_after=after,
         messages_affected=len(newly_old),
         duration_ms=elapsed.ms,
         summarizer_model=outcome.model,
@@ -303,10 +397,10 @@ def _summarize_and_store(state: WindowState, start: int, token) -> str | None:
 
 
 def _summarize_or_log(
-    conversation_id: int, messages: Sequence[Message], previous: str | None
+    conversation_id: int, messages: Sequence[Message], previous: str | None, lease: Lease
 ) -> SummaryOutcome | None:
     try:
-        return summarize_messages(messages, previous_summary=previous)
+        return summarize_messages(messages, previous_summary=previous, on_chunk=lease.renew)
     except Exception as exc:  # a failed summary never breaks the chat or the history
         logger.warning(
             "summary_failed conversation=%s error=%s", conversation_id, type(exc).__name__
@@ -316,49 +410,11 @@ def _summarize_or_log(
 
 def _context_after(state: WindowState, summary: str, kept: Sequence[Message]) -> int:
     return (
-        estimate_tokens(state.system_prompt)
+        estimate_tokens(state.system)
         + estimate_tokens(state.parent_summary or "")
         + estimate_tokens(summary)
         + sum(row.token_estimate for row in kept)
     )
-
-
-def _body(summary: str) -> str:
-    return summary.split(f"\n{CARRIED_HEADING}", 1)[0].rstrip()
-
-
-def _carried(summary: str | None) -> list[str]:
-    if not summary or CARRIED_HEADING not in summary:
-        return []
-    tail = summary.split(CARRIED_HEADING, 1)[1]
-    return [item.strip() for item in tail.split(";") if item.strip()]
-
-
-def _carried_identifiers(
-    previous: str | None, messages: Sequence[Message], body: str, config: CompactionConfig
-) -> list[str]:
-    """Every key identifier seen so far stays either in the summary's body or
-    in the carried list: those of the newly summarized messages (newest
-    first), those the previous body held and this one dropped, and those
-    carried before, within a size cap that drops the oldest first."""
-    ranked: list[str] = []
-    for message in reversed(messages):
-        # From tool output only sentences with specific identifiers: fifty
-        # table rows of dates must not push out the one order number.
-        minimum = 2 if message.role == Message.Role.TOOL else 1
-        ranked.extend(key_identifiers(as_neutral(message)["content"], minimum=minimum))
-    ranked.extend(key_identifiers(_body(previous) if previous else "", minimum=1))
-    ranked.extend(_carried(previous))
-    kept, seen, size = [], set(), 0
-    for item in ranked:
-        if item in seen or item in body or len(item) > 200:
-            continue
-        if size + len(item) + 2 > config.CARRIED_IDENTIFIERS_MAX_CHARS:
-            break
-        seen.add(item)
-        kept.append(item)
-        size += len(item) + 2
-    return kept
 
 
 def _chunks(

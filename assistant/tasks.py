@@ -5,12 +5,16 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from assistant import exchanges
+from assistant import cleanup, hooks, staff_actions
+from assistant.app_settings import app_setting
 from assistant.deliveries import over_delivery_cap
+from assistant.forking import generate_parent_summary
 from assistant.llm import ProviderError
+from assistant.logs import log_event
+from assistant.models import Conversation
+from assistant.queue import PARENT_SUMMARY_TASK, POST_EXCHANGE_TASK, task_started
 
 logger = logging.getLogger(__name__)
 
@@ -26,36 +30,58 @@ _DB_RETRY = {
 }
 
 
-@shared_task(bind=True, **_DB_RETRY)
+@shared_task(bind=True, name=POST_EXCHANGE_TASK, **_DB_RETRY)
 def post_exchange_task(self, conversation_id: int) -> None:
-    if over_delivery_cap(self.name, self.request.id):
-        return  # it keeps killing its worker: stop; the sweep comes back to it
+    if not _is_row_id(conversation_id):
+        # A malformed message from some other producer: log it and drop it; raising
+        # would only fail the same way on every delivery.
+        log_event(
+            "post_exchange_refused",
+            level=logging.WARNING,
+            conversation_id=repr(conversation_id)[:80],
+            reason="not_an_id",
+        )
+        return
+    task_started(self.name, conversation_id)
+    if over_delivery_cap(self.name, conversation_id):
+        return  # this exchange keeps killing its worker: stop; a new exchange is new work
     try:
-        exchanges.process_exchange(conversation_id)
+        hooks.process_exchange(conversation_id)
     except ProviderError as exc:
         # A rate-limited or overloaded summarizer (after the SDK's own retries,
         # with no fallback configured): try again later, with backoff. When the
         # retries run out the sweep finds the exchange again.
         if not exc.retryable:
             raise
-        delay = settings.ASSISTANT_PROVIDER_RETRY_SECONDS * 2**self.request.retries
+        delay = app_setting("ASSISTANT_PROVIDER_RETRY_SECONDS") * 2**self.request.retries
         # A countdown past the visibility timeout would get the task delivered twice.
-        ceiling = min(300, settings.CELERY_BROKER_VISIBILITY_TIMEOUT // 2)
+        ceiling = min(300, app_setting("CELERY_BROKER_VISIBILITY_TIMEOUT") // 2)
         raise self.retry(exc=exc, countdown=min(delay, ceiling), max_retries=5) from exc
 
 
-@shared_task(**_DB_RETRY)
-def generate_parent_summary_task(conversation_id: int) -> None:
+def _is_row_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
+
+
+@shared_task(bind=True, name=PARENT_SUMMARY_TASK, **_DB_RETRY)
+def generate_parent_summary_task(self, conversation_id: int) -> None:
     """The deferred summary of a fork made with summarize=False; a no-op when
     the fork is gone or already has its summary."""
-    from assistant.forking import generate_parent_summary
-    from assistant.models import Conversation
-
+    task_started(self.name, conversation_id)
+    if over_delivery_cap(self.name, conversation_id):
+        return
     conversation = Conversation.objects.filter(pk=conversation_id).first()
     if conversation is None:
         logger.info("parent_summary_skipped conversation=%s reason=missing", conversation_id)
         return
     generate_parent_summary(conversation)
+
+
+@shared_task(**_DB_RETRY)
+def staff_action_task(action: str, conversation_id: int, user_id: int | None) -> None:
+    """An admin action run on the worker (a model call, or many rows); its
+    result goes to the conversation's admin history."""
+    staff_actions.run_staff_action(action, conversation_id, user_id)
 
 
 # --- Scheduled cleanup (beat; see assistant/cleanup_conf.py) -----------------
@@ -64,8 +90,6 @@ def generate_parent_summary_task(conversation_id: int) -> None:
 
 @shared_task(**_DB_RETRY)
 def purge_deleted_conversations_task() -> int:
-    from assistant import cleanup
-
     result = cleanup.purge_deleted_conversations()
     if result.remains:
         purge_deleted_conversations_task.delay()
@@ -74,8 +98,6 @@ def purge_deleted_conversations_task() -> int:
 
 @shared_task(**_DB_RETRY)
 def drop_compacted_originals_task() -> int:
-    from assistant import cleanup
-
     result = cleanup.drop_compacted_originals()
     if result.remains:
         drop_compacted_originals_task.delay()
@@ -84,8 +106,6 @@ def drop_compacted_originals_task() -> int:
 
 @shared_task(**_DB_RETRY)
 def sweep_missed_exchanges_task(after_id: int = 0) -> int:
-    from assistant import cleanup
-
     result = cleanup.sweep_missed_exchanges(after_id=after_id)
     if result.remains:
         sweep_missed_exchanges_task.delay(result.after_id)
@@ -94,8 +114,6 @@ def sweep_missed_exchanges_task(after_id: int = 0) -> int:
 
 @shared_task(**_DB_RETRY)
 def missing_fork_summaries_task(after_id: int = 0) -> int:
-    from assistant import cleanup
-
     result = cleanup.enqueue_missing_fork_summaries(after_id=after_id)
     if result.remains:
         missing_fork_summaries_task.delay(result.after_id)
@@ -104,8 +122,6 @@ def missing_fork_summaries_task(after_id: int = 0) -> int:
 
 @shared_task(**_DB_RETRY)
 def clear_stale_state_task() -> int:
-    from assistant import cleanup
-
     result = cleanup.clear_stale_state()
     if result.remains:
         clear_stale_state_task.delay()

@@ -1,13 +1,22 @@
-"""HTTP views of the app: `/healthz` for docker-compose and load balancers."""
+"""HTTP views of the app: health endpoints for docker-compose and load balancers.
+
+- `/healthz`: liveness. This process serves requests; it touches nothing
+  else, so it is cheap enough to ask every few seconds and a database or
+  worker outage does not get healthy web processes restarted.
+- `/readyz`: the deep check. The database and Redis answer, and (unless
+  skipped) a worker answered a ping within the last
+  ASSISTANT_HEALTH_WORKER_CACHE_SECONDS: the broadcast is cached, so callers
+  cannot make the workers answer at will.
+"""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from assistant.health import check_database, check_redis, check_worker
+from assistant.app_settings import app_setting
+from assistant.health import Check, cached_worker_check, check_database, check_redis
 
 _FALSE = {"0", "false", "no", "off"}
 
@@ -15,21 +24,36 @@ _FALSE = {"0", "false", "no", "off"}
 @never_cache
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+@never_cache
+@require_GET
+def readyz(request: HttpRequest) -> JsonResponse:
     """200 when the database, Redis and (unless skipped) a worker answer,
     else 503, with one entry per check. `?worker=0` (or the setting
-    ASSISTANT_HEALTHZ_CHECK_WORKER = False) skips the worker ping, for load
-    balancers that only want to know this web process can serve."""
-    check_worker_too = getattr(settings, "ASSISTANT_HEALTHZ_CHECK_WORKER", True)
+    ASSISTANT_HEALTHZ_CHECK_WORKER = False) skips the worker check."""
+    check_worker_too = app_setting("ASSISTANT_HEALTHZ_CHECK_WORKER")
     if "worker" in request.GET:
         check_worker_too = request.GET["worker"].strip().lower() not in _FALSE
     checks = [check_database(), check_redis()]
     if check_worker_too:
         checks.append(
-            check_worker(timeout=getattr(settings, "ASSISTANT_HEALTHZ_WORKER_TIMEOUT", 1.0))
+            cached_worker_check(
+                max_age=app_setting("ASSISTANT_HEALTH_WORKER_CACHE_SECONDS"),
+                timeout=app_setting("ASSISTANT_HEALTHZ_WORKER_TIMEOUT"),
+            )
         )
     ok = all(check.ok for check in checks)
     body = {
         "status": "ok" if ok else "unavailable",
-        "checks": {check.name: {"ok": check.ok, "detail": check.detail} for check in checks},
+        "checks": {check.name: _entry(check) for check in checks},
     }
     return JsonResponse(body, status=200 if ok else 503)
+
+
+def _entry(check: Check) -> dict:
+    entry: dict = {"ok": check.ok, "detail": check.detail}
+    if check.checked_at is not None:
+        entry["checked_at"] = check.checked_at.isoformat()
+    return entry

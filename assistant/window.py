@@ -3,13 +3,26 @@ context is, when it must shift, and where a new split may fall.
 
 Everything here works on one conversation row and the messages after its
 cutoff, so it costs the same two queries however long the conversation is.
+
+A split normally falls at the start of a user turn. When the current turn
+alone is over the budget (an agent answering one request with a hundred tool
+calls), it falls at a step boundary inside the turn (an assistant message,
+before its tool results), and the turn's user message, the *anchor*, is
+still sent verbatim ahead of the newest steps.
+
+System messages are never summarized: wherever they stand, they belong to
+the system part of every request.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
 
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.models import Conversation, Message, MetadataKeys
@@ -21,8 +34,13 @@ class WindowState:
     conversation_id: int
     system_prompt: str
     metadata: dict[str, Any]
-    # The messages after the cutoff, oldest first, as the model sees them.
+    # The messages after the cutoff, oldest first, as the model sees them
+    # (system messages excluded: see `system_rows`).
     rows: list[Message] = field(default_factory=list)
+    # Every system message of the conversation, oldest first.
+    system_rows: list[Message] = field(default_factory=list)
+    # The user message of a turn the split falls inside, sent verbatim.
+    anchor: Message | None = None
 
     @property
     def summary(self) -> str | None:
@@ -38,13 +56,24 @@ class WindowState:
         return self.metadata.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY) or None
 
     @property
+    def system(self) -> str:
+        """The system part: the configured prompt, then every system message."""
+        parts = [self.system_prompt, *(row.model_content for row in self.system_rows)]
+        return "\n\n".join(part for part in parts if part)
+
+    @property
     def fixed_tokens(self) -> int:
-        """System prompt and summaries: the leading part of every request."""
+        """System part and summaries: the leading part of every request."""
         return (
-            estimate_tokens(self.system_prompt)
+            estimate_tokens(self.system)
             + estimate_tokens(self.parent_summary or "")
             + estimate_tokens(self.summary or "")
         )
+
+    @property
+    def verbatim(self) -> list[Message]:
+        """The chat messages the next request carries, in order."""
+        return [self.anchor, *self.rows] if self.anchor is not None else list(self.rows)
 
     @property
     def context_epoch_id(self) -> int:
@@ -60,7 +89,28 @@ class WindowState:
             if row.prompt_tokens is not None and row.pk > self.context_epoch_id:
                 # That prompt produced this message: count it and what follows.
                 return row.prompt_tokens + sum(r.token_estimate for r in self.rows[index:])
-        return self.fixed_tokens + sum(row.token_estimate for row in self.rows)
+        return self.estimated_tokens()
+
+    def estimated_tokens(self) -> int:
+        """The context by our estimates alone (to compare two versions of it
+        like with like; `context_tokens` prefers the provider's count)."""
+        return self.fixed_tokens + sum(row.token_estimate for row in self.verbatim)
+
+    def last_request_at(self):
+        """When the previous model call was made: the arrival of the newest
+        assistant message (None when the window holds none)."""
+        for row in reversed(self.rows):
+            if row.role == Message.Role.ASSISTANT:
+                return row.created_at
+        return None
+
+    def cache_is_cold(self, config: CompactionConfig) -> bool:
+        """The provider's prompt cache has expired since the previous request,
+        so changing the context now costs no cache that still holds."""
+        last = self.last_request_at()
+        if last is None:
+            return False
+        return timezone.now() - last > timedelta(seconds=config.CACHE_TTL_SECONDS)
 
 
 def load_window(conversation_id: int, through_id: int | None = None) -> WindowState:
@@ -69,18 +119,30 @@ def load_window(conversation_id: int, through_id: int | None = None) -> WindowSt
     values = Conversation.objects.values("system_prompt", "metadata").get(pk=conversation_id)
     state = WindowState(conversation_id, values["system_prompt"], values["metadata"] or {})
     cutoff = state.through_id if through_id is None else through_id
+    anchor_id = state.metadata.get(MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID)
     rows = Message.objects.filter(conversation_id=conversation_id)
     if cutoff is not None:
-        rows = rows.filter(id__gt=cutoff)
-    state.rows = list(rows.model_view())
+        wanted = Q(id__gt=cutoff) | Q(role=Message.Role.SYSTEM)
+        if anchor_id is not None and through_id is None:
+            wanted |= Q(id=anchor_id)
+        rows = rows.filter(wanted)
+    for row in rows.model_view():
+        if row.role == Message.Role.SYSTEM:
+            state.system_rows.append(row)
+        elif cutoff is not None and row.pk <= cutoff:
+            state.anchor = row
+        else:
+            state.rows.append(row)
     return state
 
 
-def should_shift(state: WindowState, config: CompactionConfig, share: float = 1.0) -> bool:
-    """True once the context reaches `share` of a trigger (tokens or count)."""
-    return (
-        state.context_tokens() >= share * config.CONTEXT_TOKEN_THRESHOLD
-        or len(state.rows) >= share * config.MAX_MESSAGES_BEFORE_SUMMARY
+def should_shift(
+    state: WindowState, config: CompactionConfig, share: float = 1.0, *, count: bool = True
+) -> bool:
+    """True once the context reaches `share` of the token trigger, or of the
+    message-count trigger when `count` is on."""
+    return state.context_tokens() >= share * config.CONTEXT_TOKEN_THRESHOLD or (
+        count and len(state.rows) >= share * config.MAX_MESSAGES_BEFORE_SUMMARY
     )
 
 
@@ -105,28 +167,89 @@ def choose_split(
     *,
     recent_fraction: float | None = None,
     keep_last: int | None = None,
+    newest_step_only: bool = False,
+    budget: int | None = None,
 ) -> int | None:
     """The index of the first message to keep verbatim, or None when the
-    split cannot move. The kept part always starts at a user message, so no
-    assistant tool call is separated from its results and the history the
-    model sees starts with a user turn; the last user turn is always kept."""
+    split cannot move. The kept part starts at a user message, or, when the
+    last turn alone is over MAX_RECENT_TOKENS, at a step boundary inside that
+    turn (its user message is then sent as the anchor), so no tool call is
+    separated from its results. The newest step is always kept. At most
+    `budget` tokens (default MAX_RECENT_TOKENS) stay verbatim, short of it."""
     config = config or compaction_config()
-    user_indexes = [i for i, row in enumerate(rows) if row.role == Message.Role.USER]
-    if not user_indexes:
+    cap = config.MAX_RECENT_TOKENS if budget is None else budget
+    boundaries = split_boundaries(rows)
+    if not boundaries:
         return None
-    last_user = user_indexes[-1]
+    if newest_step_only:
+        start = boundaries[-1]
+        return start if start > 0 else None
     if keep_last is not None:
         wanted = max(len(rows) - keep_last, 0)
     else:
         fraction = config.RECENT_FRACTION if recent_fraction is None else recent_fraction
         keep = max(config.MIN_RECENT_MESSAGES, math.ceil(len(rows) * fraction))
         wanted = max(len(rows) - keep, 0)
-    # Never keep more than MAX_RECENT_TOKENS verbatim, short of the last user turn.
     suffix = _suffix_tokens(rows)
-    while wanted < last_user and suffix[wanted] > config.MAX_RECENT_TOKENS:
+    # Never keep more than the budget verbatim, short of the newest step.
+    while wanted < boundaries[-1] and suffix[wanted] > cap:
         wanted += 1
-    start = _snap_to_user_turn(wanted, user_indexes, suffix, config.MAX_RECENT_TOKENS)
+    start = _snap(wanted, rows, boundaries, suffix, cap)
     return start if start > 0 else None
+
+
+def verbatim_budget(state: WindowState, config: CompactionConfig, *, early: bool = False) -> int:
+    """How many tokens may stay verbatim after a shift: at most
+    MAX_RECENT_TOKENS, and never so many that the request stays over the
+    trigger (the summary is taken to be about as large as the one it
+    replaces). An `early` shift, before the trigger, keeps about
+    RECENT_FRACTION of the context's tokens, so that it frees what it costs."""
+    room = config.CONTEXT_TOKEN_THRESHOLD - state.fixed_tokens
+    if state.anchor is not None:
+        room -= state.anchor.token_estimate
+    budget = min(config.MAX_RECENT_TOKENS, room)
+    if early:
+        budget = min(budget, math.ceil(config.RECENT_FRACTION * state.estimated_tokens()))
+    return max(budget, 0)
+
+
+def split_boundaries(rows: list[Message]) -> list[int]:
+    """Where a split may fall: the start of every user turn, and inside the
+    last turn the start of every step (an assistant message)."""
+    users = [i for i, row in enumerate(rows) if row.role == Message.Role.USER]
+    last_user = users[-1] if users else -1
+    steps = [
+        i for i, row in enumerate(rows) if i > last_user and row.role == Message.Role.ASSISTANT
+    ]
+    if not users and not steps:
+        return []
+    return [*users, *steps]
+
+
+def split_parts(state: WindowState, start: int) -> tuple[list[Message], Message | None]:
+    """What a split at `start` summarizes, and the anchor it keeps verbatim
+    (the anchor is never summarized: that would only repeat it)."""
+    anchor = anchor_for(state, start)
+    newly_old = [row for row in state.rows[:start] if row is not anchor]
+    if anchor is not None and newly_old and anchor.pk > newly_old[-1].pk:
+        anchor = None  # it directly follows the cutoff: an ordinary turn start
+        newly_old = state.rows[: start - 1]
+    if state.anchor is not None and anchor is not state.anchor:
+        # The split leaves the turn it fell inside: its user message, kept
+        # verbatim until now, is summarized with the rest.
+        newly_old = [state.anchor, *newly_old]
+    return newly_old, anchor
+
+
+def anchor_for(state: WindowState, start: int) -> Message | None:
+    """The user message a split at `start` falls inside the turn of (None
+    when the kept part starts with a user message)."""
+    if state.rows[start].role == Message.Role.USER:
+        return None
+    for row in reversed(state.rows[:start]):
+        if row.role == Message.Role.USER:
+            return row
+    return state.anchor
 
 
 def _suffix_tokens(rows: list[Message]) -> list[int]:
@@ -136,11 +259,19 @@ def _suffix_tokens(rows: list[Message]) -> list[int]:
     return totals
 
 
-def _snap_to_user_turn(wanted: int, user_indexes: list[int], suffix: list[int], cap: int) -> int:
-    """Move the split onto the start of a user turn: back (keeping more) when
-    that stays within the token cap, else forward (never past the last turn)."""
-    before = [i for i in user_indexes if i <= wanted]
-    after = [i for i in user_indexes if i >= wanted]
-    if before and (before[-1] == wanted or suffix[before[-1]] <= cap or not after):
+def _snap(
+    wanted: int, rows: list[Message], boundaries: list[int], suffix: list[int], cap: int
+) -> int:
+    """Move the split onto a boundary: back to a user turn (keeping more)
+    when that stays within the token cap, else forward to the next boundary
+    (never past the newest step)."""
+    before = [i for i in boundaries if i <= wanted]
+    after = [i for i in boundaries if i >= wanted]
+    if before and before[-1] == wanted:
+        return wanted
+    turn_start = [i for i in before if rows[i].role == Message.Role.USER]
+    if turn_start and (suffix[turn_start[-1]] <= cap or not after):
+        return turn_start[-1]
+    if before and suffix[before[-1]] <= cap:
         return before[-1]
-    return after[0]
+    return after[0] if after else before[-1]

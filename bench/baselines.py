@@ -19,7 +19,10 @@ import time
 from typing import Any
 
 from bench.fake_summarizer import FakeSummarizer
+from bench.payload import CostMeter
 from bench.record import Replay
+from bench.sessions import EVERYTHING
+from bench.strategies import PayloadBuilder, Request, Strategy
 from bench.workload import Workload
 
 DEFAULTS = {
@@ -37,6 +40,7 @@ DEDUP_STUB = "[Already retrieved earlier — omitted to reduce context]"
 def send_everything(workload: Workload) -> Replay:
     started = time.perf_counter()
     replay = Replay("send everything", workload.name)
+    meter, builder = CostMeter(), PayloadBuilder()
     history: list[dict[str, Any]] = []
     counts: list[int] = []
     from bench.record import message_tokens
@@ -46,6 +50,7 @@ def send_everything(workload: Workload) -> Replay:
         for message in turn.messages:
             if message["role"] == "assistant":
                 replay.record_call([workload.system_prompt], history, message_token_counts=counts)
+                meter.record(builder.build(Request(workload.system_prompt, [], history)))
                 if first and turn.asks:
                     asked = [workload.facts[f] for f in turn.asks]
                     replay.check_facts(asked, [], history)
@@ -53,6 +58,7 @@ def send_everything(workload: Workload) -> Replay:
             history.append(message)
             counts.append(message_tokens(message))
     replay.seconds = time.perf_counter() - started
+    replay.extra["cost"] = meter.as_dict()
     return replay
 
 
@@ -80,34 +86,70 @@ class _ToolCompaction:
         self.calls: dict[str, dict[str, Any]] = {}  # tool_call_id -> call
 
     def __call__(self, history: list[dict[str, Any]]) -> None:
+        """Rewrites `history` in place, replacing (never mutating) the message
+        dicts it compacts: a payload built before keeps what it sent."""
         from assistant.compaction import truncate_tool_result
 
         threshold = self.config["TOOL_RESULT_CHAR_THRESHOLD"]
-        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for message in history:
+        groups: dict[tuple[str, str], list[int]] = {}
+        for index, message in enumerate(history):
             for call in message.get("tool_calls") or []:
                 self.calls[call["id"]] = call
             if message["role"] != "tool":
                 continue
             call = self.calls[message["tool_call_id"]]
-            groups.setdefault((call["name"], _canonical(call["arguments"])), []).append(message)
+            groups.setdefault((call["name"], _canonical(call["arguments"])), []).append(index)
         stubbed = set()
         for copies in groups.values():
             if len(copies) >= self.config["MIN_CALLS_TO_DEDUP"]:
-                for message in copies[:-1]:
-                    stubbed.add(id(message))
-                    if message["content"] != DEDUP_STUB:
-                        message["content"] = DEDUP_STUB
-                        message["_compacted"] = True
-        for message in history:
+                for index in copies[:-1]:
+                    stubbed.add(index)
+                    if history[index]["content"] != DEDUP_STUB:
+                        history[index] = _rewritten(history[index], DEDUP_STUB)
+        for index, message in enumerate(history):
             if (
                 message["role"] == "tool"
                 and not message.get("_compacted")
-                and id(message) not in stubbed
+                and index not in stubbed
                 and len(message["content"]) >= threshold
             ):
-                message["content"] = truncate_tool_result(message["content"])
-                message["_compacted"] = True
+                history[index] = _rewritten(message, truncate_tool_result(message["content"]))
+
+
+def _rewritten(message: dict[str, Any], content: str) -> dict[str, Any]:
+    fresh = {k: v for k, v in message.items() if k != "_tokens"}
+    return {**fresh, "content": content, "_compacted": True}
+
+
+def _estimate(messages: list[dict[str, Any]], cfg: dict[str, Any]) -> int:
+    chars = sum(
+        len(m["content"]) + (len(json.dumps(m["tool_calls"])) if m.get("tool_calls") else 0)
+        for m in messages
+    )
+    return math.ceil(chars / cfg["CHARS_PER_TOKEN"])
+
+
+def _reference_hook(
+    history: list[dict[str, Any]],
+    split: int,
+    summary: str | None,
+    summarizer: FakeSummarizer,
+    cfg: dict[str, Any],
+) -> tuple[int, str | None]:
+    """The reference's pre-call hook: the new (split, summary)."""
+    n = len(history)
+    context = _estimate(history[split:], cfg) + math.ceil(len(summary or "") / 4)
+    if context <= cfg["CONTEXT_TOKEN_THRESHOLD"] and n <= cfg["MAX_MESSAGES_BEFORE_SUMMARY"]:
+        return split, summary
+    keep = max(cfg["MIN_RECENT_MESSAGES"], round(n * cfg["RECENT_FRACTION"]))
+    wanted = max(0, n - keep)
+    while wanted > 0 and history[wanted]["role"] == "tool":
+        wanted -= 1  # never separate a tool call from its results
+    if wanted <= split:
+        return split, summary
+    # The reference re-reads everything before the split, every time it moves.
+    summary, _, _ = summarizer.summarize_text(_render(history[:wanted]), kind="window")
+    return wanted, summary
 
 
 def reference(
@@ -122,44 +164,28 @@ def reference(
     cfg = {**DEFAULTS, **(config or {})}
     started = time.perf_counter()
     replay = Replay(name, workload.name)
+    meter, builder = CostMeter(), PayloadBuilder()
     compact = _ToolCompaction(cfg)
     history: list[dict[str, Any]] = []
     split = 0
     summary: str | None = None
-
-    def estimate(messages: list[dict[str, Any]]) -> int:
-        chars = sum(
-            len(m["content"]) + (len(json.dumps(m["tool_calls"])) if m.get("tool_calls") else 0)
-            for m in messages
-        )
-        return math.ceil(chars / cfg["CHARS_PER_TOKEN"])
-
-    def hook() -> None:
-        nonlocal split, summary
-        n = len(history)
-        context = estimate(history[split:]) + math.ceil(len(summary or "") / 4)
-        if context <= cfg["CONTEXT_TOKEN_THRESHOLD"] and n <= cfg["MAX_MESSAGES_BEFORE_SUMMARY"]:
-            return
-        keep = max(cfg["MIN_RECENT_MESSAGES"], round(n * cfg["RECENT_FRACTION"]))
-        wanted = max(0, n - keep)
-        while wanted > 0 and history[wanted]["role"] == "tool":
-            wanted -= 1  # never separate a tool call from its results
-        if wanted <= split:
-            return
-        # The reference re-reads everything before the split, every time it moves.
-        summary, _, _ = summarizer.summarize_text(_render(history[:wanted]), kind="window")
-        split = wanted
-        replay.summary_shifts += 1
 
     for turn in workload.turns:
         first = True
         for message in turn.messages:
             if message["role"] == "assistant":
                 if first or hook_every_call:
-                    hook()
+                    moved_from = split
+                    split, summary = _reference_hook(history, split, summary, summarizer, cfg)
+                    replay.summary_shifts += split != moved_from
                 system = [workload.system_prompt] + ([summary] if summary else [])
                 window = history[split:]
                 replay.record_call(system, window)
+                meter.record(
+                    builder.build(
+                        Request(workload.system_prompt, [summary] if summary else [], window)
+                    )
+                )
                 if first and turn.asks:
                     asked = [workload.facts[f] for f in turn.asks]
                     replay.check_facts(asked, [summary or ""], window)
@@ -168,6 +194,7 @@ def reference(
         compact(history)
     replay.summarizer = summarizer.totals()
     replay.seconds = time.perf_counter() - started
+    replay.extra["cost"] = meter.as_dict()
     return replay
 
 
@@ -208,3 +235,49 @@ def reference_ensure_summary(conversation_id: int, summarizer: FakeSummarizer) -
     conversation.metadata[MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID] = through
     conversation.save(update_fields=["metadata"])
     return summary
+
+
+class Everything(Strategy):
+    """Sends the whole history, verbatim, at every model call."""
+
+    name = EVERYTHING
+
+    def __init__(self, system: str) -> None:
+        self.system = system
+
+    def request(self, history: list[dict[str, Any]]) -> Request:
+        return Request(self.system, [], list(history))
+
+
+class Reference(Strategy):
+    """The reference strategy of `reference()`, as a strategy of the real-session
+    replay: its hook before every model call, strategy 1 after each turn."""
+
+    name = "reference"
+
+    def __init__(
+        self, system: str, summarizer: FakeSummarizer, config: dict[str, Any] | None = None
+    ) -> None:
+        self.system = system
+        self.summarizer = summarizer
+        self.cfg = {**DEFAULTS, **(config or {})}
+        self.compact = _ToolCompaction(self.cfg)
+        self.history: list[dict[str, Any]] = []  # copies: strategy 1 rewrites them
+        self.split = 0
+        self.summary: str | None = None
+
+    def _sync(self, history: list[dict[str, Any]]) -> None:
+        self.history.extend(dict(m) for m in history[len(self.history) :])
+
+    def request(self, history: list[dict[str, Any]]) -> Request:
+        self._sync(history)
+        self.split, self.summary = _reference_hook(
+            self.history, self.split, self.summary, self.summarizer, self.cfg
+        )
+        return Request(
+            self.system, [self.summary] if self.summary else [], self.history[self.split :]
+        )
+
+    def end_turn(self, history: list[dict[str, Any]]) -> None:
+        self._sync(history)
+        self.compact(self.history)

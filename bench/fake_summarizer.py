@@ -15,10 +15,12 @@ How it is built (and why it does not flatter our strategy):
   section headings the product asks for, the planted facts the input holds
   (copied verbatim, as the prompt tells a model to), and filler words taken
   from the input, so a summary costs the chat model what a real one would.
-- It knows nothing the input does not hold: a fact is kept only when its
-  sentence is in the transcript or the previous summary. Facts are kept in
-  order of appearance; when they do not fit in the output cap (2,048 tokens,
-  SUMMARY_MAX_OUTPUT_TOKENS) the oldest are dropped.
+- It knows nothing the input does not hold: a fact is kept only as the
+  sentence it was planted in, and only when that sentence is whole in the
+  transcript or the previous summary (a value without its sentence, or a
+  sentence cut in two, is lost). Facts are kept in order of appearance; when
+  they do not fit in the output cap (2,048 tokens, SUMMARY_MAX_OUTPUT_TOKENS)
+  the oldest are dropped.
 - `lossy=True` drops one fact in five at each call, decided by a hash of the
   fact and of the call's input: a fact that survives one update can be lost at
   the next, as with a real model that re-writes its summary.
@@ -37,8 +39,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.workload import PLANTED_SENTENCES
+
 _TOKEN_RE = re.compile(r"[A-Za-z0-9]+|[^\sA-Za-z0-9]")
-_FACT_RE = re.compile(r"FACT-\d{4}: [^\n<>|]*?\.(?=\s|$|<|\|)")
 _WORD_RE = re.compile(r"[a-z]{4,}")
 _CACHE: dict[str, int] = {}
 
@@ -55,7 +58,7 @@ def count_tokens(text: str | None) -> int:
     cached = _CACHE.get(text)
     if cached is not None:
         return cached
-    if len(text) > 20_000:
+    if len(text) > 20_000 and "\n" in text:
         # No token spans a line break: count (and cache) line by line, so a
         # transcript re-read many times costs little to count.
         return sum(count_tokens(line) for line in text.split("\n"))
@@ -71,7 +74,15 @@ def count_tokens(text: str | None) -> int:
 
 
 def facts_in(text: str) -> list[str]:
-    return _FACT_RE.findall(text or "")
+    """The planted fact sentences that stand whole in `text`, in order of appearance."""
+    if not text:
+        return []
+    found = []
+    for sentence in PLANTED_SENTENCES:
+        position = text.find(sentence)
+        if position >= 0:
+            found.append((position, sentence))
+    return [sentence for _, sentence in sorted(found)]
 
 
 @dataclass
@@ -131,7 +142,7 @@ class FakeSummarizer:
         ).hexdigest()
         facts = list(dict.fromkeys(facts_in(previous_summary or "") + facts_in(transcript)))
         if self.lossy:
-            facts = [f for f in facts if _hash(f[:9] + digest) % 5 != 0]
+            facts = [f for f in facts if _hash(f + digest) % 5 != 0]
         fact_tokens = [count_tokens(f) + 2 for f in facts]
         budget = OUTPUT_CAP_TOKENS - 120
         while facts and sum(fact_tokens) > budget:  # drop the oldest past the cap

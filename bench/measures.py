@@ -18,6 +18,7 @@ from typing import Any
 from unittest import mock
 
 from bench.fake_summarizer import FakeSummarizer, make_provider
+from bench.payload import CostMeter
 from bench.record import Replay
 from bench.workload import Workload
 
@@ -150,13 +151,16 @@ def replay_ours(workload: Workload, summarizer: FakeSummarizer, *, name: str = "
     in-process here; the worker is measured on its own)."""
     from django.utils import timezone
 
-    from assistant.context import build_context
-    from assistant.exchanges import process_exchange
-    from assistant.history import add_message
     from assistant.models import Conversation
-    from assistant.summaries import ensure_context_summary
+    from assistant.services import (
+        add_message,
+        build_context,
+        ensure_context_summary,
+        process_exchange,
+    )
 
     replay = Replay(name, workload.name)
+    meter = CostMeter()
     started = time.perf_counter()
     hook_seconds: list[float] = []
     build_seconds: list[float] = []
@@ -184,6 +188,7 @@ def replay_ours(workload: Workload, summarizer: FakeSummarizer, *, name: str = "
                         context.messages,
                         leading=_leading_part(context),
                     )
+                    meter.record(context.to_anthropic())
                     if first and turn.asks:
                         asked = [workload.facts[f] for f in turn.asks]
                         replay.check_facts(asked, context.summaries, context.messages)
@@ -206,6 +211,7 @@ def replay_ours(workload: Workload, summarizer: FakeSummarizer, *, name: str = "
         "hook_ms_median": round(statistics.median(hook_seconds) * 1000, 2),
         "build_context_ms_median": round(statistics.median(build_seconds) * 1000, 2),
         "post_exchange_ms_median": round(statistics.median(post_seconds) * 1000, 2),
+        "cost": meter.as_dict(),
     }
     return replay
 
@@ -219,9 +225,7 @@ def scaling(workloads: dict[int, Workload], repetitions: int) -> dict[str, Any]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from assistant.compaction import compact_tool_results
-    from assistant.context import build_context
-    from assistant.summaries import ensure_context_summary
+    from assistant.services import build_context, compact_tool_results, ensure_context_summary
 
     out: dict[str, Any] = {}
     summarizer = FakeSummarizer()
@@ -297,7 +301,7 @@ def concurrency(workload: Workload, workers: int = 8, latency: float = 0.3) -> d
     window must shift: ours, one caller alone, and the reference's
     check-then-act cache."""
     from assistant.models import Conversation
-    from assistant.summaries import ensure_context_summary
+    from assistant.services import ensure_context_summary
     from bench.baselines import reference_ensure_summary
 
     results: dict[str, Any] = {"workers": workers, "summarizer_latency_s": latency}
@@ -343,8 +347,8 @@ def throughput(workload: Workload, tasks: int, concurrency_: int = 2) -> dict[st
     from django.conf import settings
     from django.utils import timezone
 
-    from assistant.exchanges import process_exchange
     from assistant.models import Conversation
+    from assistant.services import process_exchange
     from assistant.tasks import post_exchange_task
 
     def make(label: str) -> list[int]:

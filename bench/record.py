@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,10 @@ from bench.fake_summarizer import count_tokens
 from bench.workload import Fact
 
 MESSAGE_OVERHEAD_TOKENS = 4  # role and framing, as providers count it
+# A fact is answerable when its value and its label stand this close in one message.
+ANSWERABLE_DISTANCE = 200
+# The section a summary carries forward deterministically (facts, or identifiers before).
+_CARRIED_SECTION = re.compile(r"^## [^\n]*carried forward[^\n]*$", re.M | re.I)
 
 
 def message_tokens(message: dict[str, Any]) -> int:
@@ -52,6 +57,28 @@ def bad_start(messages: list[dict[str, Any]]) -> bool:
     return bool(messages) and messages[0]["role"] in ("assistant", "tool")
 
 
+def answerable(fact: Fact, texts: list[str]) -> bool:
+    """The value and its label within ANSWERABLE_DISTANCE characters of each other in
+    one of `texts` (a message or a summary), in either order and any case: a model
+    asked for the label can find the value."""
+    value, label = fact.value.lower(), fact.label.lower()
+    for text in texts:
+        low = text.lower()
+        start = low.find(value)
+        while start >= 0:
+            lo = max(0, start - ANSWERABLE_DISTANCE - len(label))
+            if label in low[lo : start + len(value) + ANSWERABLE_DISTANCE + len(label)]:
+                return True
+            start = low.find(value, start + 1)
+    return False
+
+
+def carried_tokens(summary: str) -> int:
+    """Tokens of the section a summary carries forward beyond the summarizer's text."""
+    match = _CARRIED_SECTION.search(summary or "")
+    return count_tokens(summary[match.start() :]) if match else 0
+
+
 @dataclass
 class FactCheck:
     fact_id: str
@@ -59,6 +86,8 @@ class FactCheck:
     present: bool  # the value is in the context (verbatim message or summary)
     sentence: bool  # the whole planted sentence is
     verbatim: bool  # in a verbatim message, not only in a summary
+    answerable: bool = False  # value and label close together in one message or summary
+    spot: str = ""  # user, or where in a tool result: beginning, middle, end
 
 
 @dataclass
@@ -74,9 +103,11 @@ class Replay:
     calls_with_bad_start: int = 0
     facts: list[FactCheck] = field(default_factory=list)
     summary_shifts: int = 0  # times the window summary changed
+    carried_tokens: list[int] = field(default_factory=list)  # per distinct summary seen
     summarizer: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    _last_summary: str | None = field(default=None, repr=False)
 
     def record_call(
         self,
@@ -87,6 +118,10 @@ class Replay:
         leading: str | None = None,
     ) -> None:
         tokens = sum(count_tokens(p) for p in system_parts)
+        for part in system_parts[1:]:
+            if part and part != self._last_summary:
+                self._last_summary = part
+                self.carried_tokens.append(carried_tokens(part))
         if message_token_counts is None:
             tokens += sum(message_tokens(m) for m in messages)
         else:
@@ -106,7 +141,8 @@ class Replay:
         messages: list[dict[str, Any]],
     ) -> None:
         summary_text = "\n".join(s for s in summaries if s)
-        verbatim_text = "\n".join(m.get("content") or "" for m in messages)
+        contents = [m.get("content") or "" for m in messages]
+        verbatim_text = "\n".join(contents)
         for fact in facts:
             in_verbatim = fact.value in verbatim_text
             self.facts.append(
@@ -116,6 +152,8 @@ class Replay:
                     present=in_verbatim or fact.value in summary_text,
                     sentence=fact.sentence in verbatim_text or fact.sentence in summary_text,
                     verbatim=in_verbatim,
+                    answerable=answerable(fact, [s for s in summaries if s] + contents),
+                    spot=fact.spot,
                 )
             )
 
@@ -142,7 +180,26 @@ class Replay:
 
     @property
     def fact_retention(self) -> float:
+        """Share of asked facts whose value is anywhere in the request ("present")."""
         return sum(f.present for f in self.facts) / len(self.facts) if self.facts else 1.0
+
+    @property
+    def answerable_share(self) -> float:
+        """Share of asked facts whose value stands next to its label in one message."""
+        return sum(f.answerable for f in self.facts) / len(self.facts) if self.facts else 1.0
+
+    @property
+    def max_carried_tokens(self) -> int:
+        return max(self.carried_tokens, default=0)
+
+    def unanswerable(self) -> dict[str, int]:
+        """Unanswerable asked facts by kind and by spot, to see what is lost."""
+        counts: dict[str, int] = {}
+        for fact in self.facts:
+            if not fact.answerable:
+                for key in (f"kind:{fact.kind}", f"spot:{fact.spot}"):
+                    counts[key] = counts.get(key, 0) + 1
+        return dict(sorted(counts.items()))
 
     @property
     def sentence_retention(self) -> float:
@@ -168,6 +225,10 @@ class Replay:
             "calls_with_bad_start": self.calls_with_bad_start,
             "facts_asked": len(self.facts),
             "fact_retention": round(self.fact_retention, 4),
+            "facts_present": round(self.fact_retention, 4),
+            "facts_answerable": round(self.answerable_share, 4),
+            "unanswerable": self.unanswerable(),
+            "max_carried_tokens": self.max_carried_tokens,
             "sentence_retention": round(self.sentence_retention, 4),
             "cache_stability": round(self.cache_stability, 4),
             "summary_shifts": self.summary_shifts,

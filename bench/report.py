@@ -48,19 +48,24 @@ def _ratio(line: Line) -> str:
     return f"{ratio:.2f}x"
 
 
-def table(lines: list[Line]) -> str:
-    header = ("measure", "ours", "baseline", "ratio", "DESIGN target", "")
+def line_rows(lines: list[Line]) -> tuple[list[str], list[list[str]]]:
+    header = ["measure", "ours", "baseline", "ratio", "DESIGN target", ""]
     rows = [
-        (
+        [
             line.measure,
             _fmt(line.ours, line.unit),
             f"{_fmt(line.baseline, line.unit)} ({line.baseline_name})",
             _ratio(line),
             line.target,
             {True: "pass", False: "MISS", None: "info"}[line.passed],
-        )
+        ]
         for line in lines
     ]
+    return header, rows
+
+
+def table(lines: list[Line]) -> str:
+    header, rows = line_rows(lines)
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     out = []
     for n, row in enumerate([header, *rows]):
@@ -68,6 +73,21 @@ def table(lines: list[Line]) -> str:
         if n == 0:
             out.append("-+-".join("-" * w for w in widths))
     return "\n".join(out)
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table (the README's tables are pasted from it)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_markdown(sections: list[tuple[str, str]], path: Path | None = None) -> Path:
+    """The run's tables as Markdown (title, table), ready for the README."""
+    path = path or RESULTS / "latest.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\n".join(f"{title}\n\n{body}" for title, body in sections) + "\n")
+    return path
 
 
 def write_json(lines: list[Line], details: dict[str, Any], path: Path | None = None) -> Path:
@@ -85,10 +105,14 @@ def write_chart(
     series: dict[str, list[int]],
     trigger: int,
     lines: list[Line],
+    real: dict[str, tuple[float | None, float | None]] | None = None,
+    per_conversation: dict[str, list[float | None]] | None = None,
     path: Path | None = None,
 ) -> Path:
-    """Left: context tokens at each model call of the 300-turn replay. Right:
-    ours as a share of the baseline for the ratio measures."""
+    """Top left: context tokens at each model call of the 300-turn replay. Top
+    right: ours as a share of the baseline for the ratio measures. Bottom
+    (real sessions): each strategy's input tokens and cost under caching as a
+    share of sending everything, and each conversation's cost share."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,16 +120,18 @@ def write_chart(
 
     path = path or RESULTS / "latest.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (left, right) = plt.subplots(
-        1, 2, figsize=(15, 6), width_ratios=(3, 2), layout="constrained"
+    rows = 2 if real else 1
+    fig, axes = plt.subplots(
+        rows, 2, figsize=(15, 6 * rows), width_ratios=(3, 2), layout="constrained", squeeze=False
     )
+    left, right = axes[0]
     for name, values in series.items():
         left.plot(range(1, len(values) + 1), values, label=name, linewidth=1.2)
     left.axhline(trigger, color="grey", linestyle="--", linewidth=1, label=f"trigger ({trigger:,})")
     left.set_yscale("log")
     left.set_xlabel("model call")
     left.set_ylabel("input tokens of the request")
-    left.set_title("Context sent at each model call (300 turns)")
+    left.set_title("Context sent at each model call (synthetic, 300 turns)")
     left.legend(loc="upper left", fontsize=8)
     left.grid(True, which="both", alpha=0.3)
 
@@ -130,6 +156,52 @@ def write_chart(
             va="center",
             fontsize=7,
         )
+    if real:
+        _real_panels(axes[1], real, per_conversation or {})
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _real_panels(
+    axes: Any,
+    real: dict[str, tuple[float | None, float | None]],
+    per_conversation: dict[str, list[float | None]],
+) -> None:
+    strategies, conversations = axes
+    names = list(real)
+    width = 0.4
+    for offset, (label, index) in enumerate((("input tokens", 0), ("cost under caching", 1))):
+        values = [real[name][index] or 0 for name in names]
+        bars = strategies.bar(
+            [i + (offset - 0.5) * width for i in range(len(names))], values, width, label=label
+        )
+        for bar, value in zip(bars, values, strict=True):
+            strategies.text(
+                bar.get_x() + bar.get_width() / 2,
+                value,
+                f"{value:.2f}",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+    strategies.axhline(1.0, color="grey", linewidth=1)
+    strategies.set_xticks(range(len(names)), names, fontsize=7, rotation=15)
+    strategies.set_ylabel("share of sending everything (summed over conversations)")
+    strategies.set_title("Real agent sessions: every strategy, one run")
+    strategies.legend(fontsize=8)
+    strategies.grid(True, axis="y", alpha=0.3)
+
+    for name, values in per_conversation.items():
+        points = [(i, v) for i, v in enumerate(values) if v is not None]
+        conversations.plot(
+            [p[0] for p in points], [p[1] for p in points], "o", label=name, markersize=4
+        )
+    conversations.axhline(1.0, color="grey", linewidth=1)
+    conversations.set_xlabel("conversation (order of the per-conversation table)")
+    conversations.set_ylabel("cost under caching / sending everything")
+    conversations.set_title(
+        "Cost per conversation (above 1: more than sending everything)", fontsize=9
+    )
+    conversations.legend(fontsize=7)
+    conversations.grid(True, alpha=0.3)

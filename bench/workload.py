@@ -8,16 +8,19 @@ their results, and the final assistant answer. Each assistant message is one
 model call.
 
 About 30% of tool calls repeat an earlier call identically (some with the
-JSON keys of their arguments reordered). Facts (`FACT-0042: the coupon code
-is ZEBRA-7731.`) are planted in user messages and inside tool results; later
-user turns ask about them, and `Turn.asks` records which facts those turns
-need.
+JSON keys of their arguments reordered). Facts are planted in user messages
+and at the beginning, middle or end of tool results, each a sentence binding a
+value of a real-world shape (ids with letters and hex digits, UUIDs, emails,
+amounts, paths, URLs, names, plain-word secrets) to a label: "The webhook
+secret for the autumn newsletter is marmalade-sky." Later user turns ask for
+them by label only, and `Turn.asks` records which facts those turns need.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,7 +122,6 @@ _WORDS = [
     "story",
 ]
 
-_ANIMALS = ["ZEBRA", "OTTER", "HERON", "LYNX", "MARTEN", "BISON", "EGRET", "IBEX", "KOALA", "TAPIR"]
 _FIRST = [
     "Margaret",
     "Tomasz",
@@ -133,18 +135,89 @@ _FIRST = [
     "Priya",
 ]
 _LAST = ["Okafor", "Lindqvist", "Moreau", "Castellano", "Nakamura", "Brennan", "Haddad", "Kowalski"]
+_SECRET_WORDS = [
+    "marmalade",
+    "sky",
+    "velvet",
+    "harbor",
+    "copper",
+    "lantern",
+    "quiet",
+    "orchid",
+    "thunder",
+    "pebble",
+    "saffron",
+    "glacier",
+    "meadow",
+    "ember",
+    "violet",
+    "tundra",
+]
+# What a fact is about ("the webhook secret for the autumn newsletter"): a thing of the
+# value's kind and a purpose; every label is used once per workload.
+_THINGS = {
+    "hex_id": ("invoice number", "ticket id", "build tag", "licence key"),
+    "letter_id": ("order reference", "booking reference", "tracking code", "voucher code"),
+    "uuid": ("tenant id", "API client id", "workspace id"),
+    "email": ("contact address", "billing contact", "press contact"),
+    "amount": ("agreed fee", "refund amount", "monthly budget"),
+    "path": ("template file", "export location", "config file"),
+    "url": ("dashboard link", "signup page", "feedback form"),
+    "name": ("guest author", "legal reviewer", "photographer"),
+    "secret": ("webhook secret", "staging password", "preview passphrase"),
+    "hash": ("release commit", "backup checksum"),
+}
+_PURPOSES = (
+    "autumn newsletter",
+    "Lisbon partner",
+    "spring campaign",
+    "podcast launch",
+    "recipe series",
+    "winter sale",
+    "travel guide",
+    "city festival",
+    "coffee column",
+    "garden special",
+    "market report",
+    "river cleanup",
+    "village fair",
+    "mountain issue",
+    "cheese tasting",
+    "wine club",
+)
+_TEMPLATES = (
+    "The {label} is {value}.",
+    "For the record, the {label} is {value}.",
+    "Note that the {label} is now {value}.",
+    "We settled on {value} as the {label}.",
+    "Please use {value} for the {label} from now on.",
+    "Heads up: the {label} changed to {value}.",
+)
+_QUESTIONS = (
+    "What was the {label} again?",
+    "Remind me of the {label}, please, exactly as given.",
+    "Which value did we have for the {label}?",
+)
+_FACT_SPOTS = ("beginning", "middle", "end")
 _STATUSES = ("published", "draft", "scheduled", "archived")
 _DOMAINS = ("example.com", "news.example.org", "partner-blog.example.net", "docs.example.io")
 
 
+# Every fact sentence generated in this process: the fake summarizer recognizes facts by
+# them (as a model would by meaning), never by a shape the engine could be tuned to.
+PLANTED_SENTENCES: set[str] = set()
+
+
 @dataclass(frozen=True)
 class Fact:
-    id: str  # FACT-0042
-    value: str  # what a later turn asks for: the retention check looks for it
-    sentence: str  # the planted text, "FACT-0042: the coupon code is ZEBRA-7731."
-    kind: str  # code, order, url, path, price, date, name
+    id: str  # fact-12: the benchmark's own key, never in the conversation's text
+    value: str  # what a later turn asks for: the retention checks look for it
+    label: str  # what the value is, and how it is asked for: "webhook secret for the ..."
+    sentence: str  # the planted text, "The webhook secret for the ... is marmalade-sky."
+    kind: str  # hex_id, letter_id, uuid, email, amount, path, url, name, secret, hash
     planted_turn: int
     planted_in: str  # "user" or a tool name
+    spot: str = "user"  # where in a tool result: beginning, middle or end
 
 
 @dataclass
@@ -202,6 +275,7 @@ class _Generator:
         self.post_cache: dict[int, str] = {}
         self.facts: dict[str, Fact] = {}
         self.unasked: list[str] = []
+        self.labels: set[str] = set()
         self.pending_asks: dict[int, list[str]] = {}
         # Calls that may be repeated, and every call made (a call whose result
         # holds a fact is made once: the world stays consistent).
@@ -229,38 +303,85 @@ class _Generator:
     # --- facts ------------------------------------------------------------
 
     def _new_fact(self, turn: int, planted_in: str) -> Fact:
-        n = len(self.facts) + 1
-        fid = f"FACT-{n:04d}"
         r = self.rng
-        kind = r.choice(("code", "order", "url", "path", "price", "date", "name", "code"))
-        if kind == "code":
-            value = f"{r.choice(_ANIMALS)}-{r.randint(1000, 9999)}"
-            text = f"the coupon code is {value}"
-        elif kind == "order":
-            value = f"ORD-{r.randint(2019, 2025)}-{r.randint(1, 9999):04d}"
-            text = f"the disputed order is {value}"
-        elif kind == "url":
-            value = f"https://cdn.{r.choice(_DOMAINS)}/img/hero-{r.randint(100, 999)}.png"
-            text = f"the new hero image lives at {value}"
-        elif kind == "path":
-            value = f"/var/www/uploads/{r.randint(2019, 2025)}/{r.randint(1, 12):02d}/b{n}.jpg"
-            text = f"the banner file is {value}"
-        elif kind == "price":
-            value = f"${r.randint(100, 9999):,}.{r.randint(0, 99):02d}"
-            text = f"the sponsorship fee agreed is {value}"
-        elif kind == "date":
-            value = f"{r.randint(2024, 2026)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}"
-            text = f"the embargo lifts on {value}"
-        else:
-            value = f"{r.choice(_FIRST)} {r.choice(_LAST)}"
-            text = f"the guest author for the spring series is {value}"
-        fact = Fact(fid, value, f"{fid}: {text}.", kind, turn, planted_in)
+        kind = r.choice(list(_THINGS))
+        value = self._value(kind)
+        label = self._label(kind)
+        sentence = r.choice(_TEMPLATES).format(label=label, value=value)
+        sentence = sentence[0].upper() + sentence[1:]
+        spot = "user" if planted_in == "user" else r.choice(_FACT_SPOTS)
+        fid = f"fact-{len(self.facts) + 1}"
+        fact = Fact(fid, value, label, sentence, kind, turn, planted_in, spot)
         self.facts[fid] = fact
+        PLANTED_SENTENCES.add(sentence)
         self.unasked.append(fid)
         # Asked 4 to 40 turns later, or 40 to 150 (if the conversation lasts that long).
         delay = r.randint(4, 40) if r.random() < 0.5 else r.randint(40, 150)
         self.pending_asks.setdefault(turn + delay, []).append(fid)
         return fact
+
+    def _label(self, kind: str) -> str:
+        r = self.rng
+        for _ in range(20):
+            label = f"{r.choice(_THINGS[kind])} for the {r.choice(_PURPOSES)}"
+            if label not in self.labels:
+                break
+        else:  # a very long conversation used them all: number the repeats
+            label = f"{label} (number {len(self.labels)})"
+        self.labels.add(label)
+        return label
+
+    def _value(self, kind: str) -> str:
+        r = self.rng
+        upper = "ABCDEFGHJKLMNPQRSTUVWXYZ"
+        if kind == "hex_id":
+            if r.random() < 0.3:
+                return f"0x{r.getrandbits(32):08X}"
+            return f"{r.choice(('INV', 'TCK', 'BLD', 'LIC'))}-{r.getrandbits(20):05X}"
+        if kind == "letter_id":
+            chars = [r.choice(upper) for _ in range(3)] + [str(r.randint(0, 9)) for _ in range(2)]
+            r.shuffle(chars)
+            return f"{r.choice(upper)}{r.choice(upper)}-{''.join(chars)}"
+        if kind == "uuid":
+            return str(uuid.UUID(int=r.getrandbits(128), version=4))
+        if kind == "email":
+            domain = r.choice(_DOMAINS)
+            return f"{r.choice(_FIRST).lower()}.{r.choice(_LAST).lower()}@{domain}"
+        if kind == "amount":
+            amount = r.randint(100, 99_999)
+            cents = r.randint(0, 99)
+            return r.choice(
+                (
+                    f"${amount:,}.{cents:02d}",
+                    f"€{amount:,}",
+                    f"USD {amount:,}",
+                    f"£{amount:,}.{cents:02d}",
+                )
+            )
+        if kind == "path":
+            words = [r.choice(_WORDS) for _ in range(3)]
+            ext = r.choice(("yaml", "mjml", "csv", "json", "tar.gz"))
+            if r.random() < 0.5:
+                return f"/srv/{words[0]}/{words[1]}_{r.randint(1, 99)}/{words[2]}.{ext}"
+            return f"exports/{words[0]}-{words[1]}/{words[2]}-v{r.randint(2, 9)}.{ext}"
+        if kind == "url":
+            words = [r.choice(_WORDS) for _ in range(2)]
+            token = "".join(r.choice("abcdefghjkmnpqrstuvwxyz0123456789") for _ in range(6))
+            return f"https://{r.choice(_DOMAINS)}/{words[0]}/{token}?ref={words[1]}"
+        if kind == "name":
+            return f"{r.choice(_FIRST)} {r.choice(_LAST)}"
+        if kind == "secret":
+            first, second = r.sample(_SECRET_WORDS, 2)
+            return f"{first}-{second}"
+        return "".join(r.choice("0123456789abcdef") for _ in range(r.choice((8, 12, 40))))
+
+    def _spot(self, items: list[str], fact: Fact, first: int = 0) -> int:
+        """Where a fact goes in a list of lines or paragraphs: first, middle or last."""
+        if fact.spot == "beginning":
+            return first
+        if fact.spot == "end":
+            return len(items)
+        return (first + len(items)) // 2
 
     # --- tool calls and results ---------------------------------------------
 
@@ -325,7 +446,7 @@ class _Generator:
     def _post_html(self, post_id: int, fact: Fact | None) -> str:
         paras = self._paragraphs(self.post_sizes[post_id])
         if fact:
-            paras.insert(self.rng.randint(1, len(paras)), fact.sentence)
+            paras.insert(self._spot(paras, fact), fact.sentence)
         body = "\n".join(f'  <p class="body">{p}</p>' for p in paras)
         return (
             f'<article id="post-{post_id}" data-status="published">\n'
@@ -345,13 +466,15 @@ class _Generator:
                 f"{self.rng.randint(1, 28):02d} |"
             )
         if fact:
-            rows.insert(self.rng.randint(2, len(rows)), f"| note | {fact.sentence} | | | |")
+            rows.insert(
+                self._spot(rows, fact, 2), f"| {999 - limit} | {fact.sentence} | draft | 0 | |"
+            )
         return "\n".join(rows) + f"\n({limit} rows)"
 
     def _page(self, url: str, fact: Fact | None) -> str:
         paras = self._paragraphs(self.rng.randint(3_000, 20_000))
         if fact:
-            paras.insert(self.rng.randint(1, len(paras)), fact.sentence)
+            paras.insert(self._spot(paras, fact), fact.sentence)
         body = "\n".join(f"<p>{p}</p>" for p in paras)
         return f"<html><head><title>{url}</title></head><body>\n{body}\n</body></html>"
 
@@ -362,7 +485,7 @@ class _Generator:
             post, comments = self.rng.randint(1, 60), self.rng.randint(0, 40)
             lines.append(f"- post-{post}: {title} ({comments} comments)")
         if fact:
-            lines.insert(self.rng.randint(1, len(lines)), f"- {fact.sentence}")
+            lines.insert(self._spot(lines, fact, 1), f"- {fact.sentence}")
         return "\n".join(lines)
 
     # --- turns ------------------------------------------------------------
@@ -382,7 +505,8 @@ class _Generator:
             turn.plants.append(fact.id)
             user_text = f"Please note for later: {fact.sentence} {user_text}"
         for fid in asks:
-            user_text += f" Also, remind me what {fid} said, exactly?"
+            question = r.choice(_QUESTIONS).format(label=self.facts[fid].label)
+            user_text += f" {question}"
         turn.messages.append(_message("user", user_text))
 
         rounds = r.choices((1, 2, 3), (50, 47, 3))[0]

@@ -7,6 +7,9 @@ deployment sets DATABASE_URL and REDIS_URL / CELERY_BROKER_URL.
 
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
+from assistant.app_settings import default
 from assistant.cleanup_conf import beat_schedule, cleanup_settings
 from config.env import (
     env_bool,
@@ -24,12 +27,30 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("ASSISTANT_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-SECRET_KEY = env_str("DJANGO_SECRET_KEY", "insecure-dev-key-change-me" if DEBUG else "")
+SECRET_KEY = env_str("DJANGO_SECRET_KEY")
 if not SECRET_KEY:
-    # Only the demo and tests run without a configured key; a deployment must set one.
-    SECRET_KEY = "insecure-demo-key-set-DJANGO_SECRET_KEY"
+    if not DEBUG:
+        # A constant key is public: anyone could forge admin sessions with it.
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is false (the demo, "
+            "`make` targets and tests set their own)."
+        )
+    SECRET_KEY = "insecure-debug-only-key"
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+# HTTPS, by environment (README, "Deployment"): all off by default, so the
+# local stack works over plain HTTP; a deployment behind TLS turns them on.
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+# Behind a proxy that terminates TLS: trust its X-Forwarded-Proto header (and
+# only then: a client could send the header itself to a server it reaches directly).
+if env_bool("DJANGO_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -39,6 +60,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "assistant",
+    "demo",  # `manage.py demo`: this repository only, not in the wheel
 ]
 
 MIDDLEWARE = [
@@ -96,6 +118,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on every request otherwise
+# WhiteNoise also serves the apps' own static files (the admin's CSS), so the
+# admin is styled however it runs: `runserver` with DEBUG off, or gunicorn
+# before any `collectstatic`. Collected files in STATIC_ROOT are served too.
+WHITENOISE_USE_FINDERS = True
 
 # --- Redis and Celery -------------------------------------------------------
 
@@ -103,12 +129,12 @@ REDIS_URL = env_url("REDIS_URL", "", {"", "redis", "rediss", "unix"}) or None
 CELERY_BROKER_URL = env_url(
     "CELERY_BROKER_URL", REDIS_URL or "filesystem://", {"redis", "rediss", "filesystem", "amqp"}
 )
-CELERY_BROKER_VISIBILITY_TIMEOUT = env_int("CELERY_BROKER_VISIBILITY_TIMEOUT", 3600, minimum=10)
+CELERY_BROKER_VISIBILITY_TIMEOUT = env_int(
+    "CELERY_BROKER_VISIBILITY_TIMEOUT", default("CELERY_BROKER_VISIBILITY_TIMEOUT"), minimum=10
+)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 240, minimum=1)
 if CELERY_TASK_TIME_LIMIT >= CELERY_BROKER_VISIBILITY_TIMEOUT:
-    from django.core.exceptions import ImproperlyConfigured
-
     # A task still running when the visibility timeout passes is delivered twice.
     raise ImproperlyConfigured(
         "CELERY_TASK_TIME_LIMIT must be below CELERY_BROKER_VISIBILITY_TIMEOUT"
@@ -116,10 +142,13 @@ if CELERY_TASK_TIME_LIMIT >= CELERY_BROKER_VISIBILITY_TIMEOUT:
 if CELERY_BROKER_URL.startswith("filesystem"):
     _broker_dir = VAR_DIR / "broker"
     (_broker_dir / "processed").mkdir(parents=True, exist_ok=True)
+    (_broker_dir / "control").mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir),
         "data_folder_out": str(_broker_dir),
         "processed_folder": str(_broker_dir / "processed"),
+        # kombu's exchange table; its default is ./control in the working directory.
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
         "polling_interval": 0.1,
     }
@@ -161,37 +190,68 @@ CELERY_TIMEZONE = "UTC"
 
 ASSISTANT_CLEANUP = cleanup_settings(env_json_object("ASSISTANT_CLEANUP"))
 CELERY_BEAT_SCHEDULE: dict = beat_schedule(ASSISTANT_CLEANUP)
-# /healthz pings a worker unless this is false (or the request says ?worker=0).
-ASSISTANT_HEALTHZ_CHECK_WORKER = env_bool("ASSISTANT_HEALTHZ_CHECK_WORKER", True)
+# /readyz pings a worker unless this is false (or the request says ?worker=0),
+# at most once per ASSISTANT_HEALTH_WORKER_CACHE_SECONDS per web process.
+ASSISTANT_HEALTHZ_CHECK_WORKER = env_bool(
+    "ASSISTANT_HEALTHZ_CHECK_WORKER", default("ASSISTANT_HEALTHZ_CHECK_WORKER")
+)
+ASSISTANT_HEALTH_WORKER_CACHE_SECONDS = env_float(
+    "ASSISTANT_HEALTH_WORKER_CACHE_SECONDS",
+    default("ASSISTANT_HEALTH_WORKER_CACHE_SECONDS"),
+    minimum=1.0,
+)
 
 # --- LLM providers ----------------------------------------------------------
 
 ANTHROPIC_API_KEY = env_str("ANTHROPIC_API_KEY")
 ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL") or None
-ANTHROPIC_SUMMARY_MODEL = env_str("ANTHROPIC_SUMMARY_MODEL", "claude-haiku-4-5")
-ANTHROPIC_CHAT_MODEL = env_str("ANTHROPIC_CHAT_MODEL", "claude-sonnet-4-6")
+ANTHROPIC_SUMMARY_MODEL = env_str("ANTHROPIC_SUMMARY_MODEL", default("ANTHROPIC_SUMMARY_MODEL"))
+ANTHROPIC_CHAT_MODEL = env_str("ANTHROPIC_CHAT_MODEL", default("ANTHROPIC_CHAT_MODEL"))
 GEMINI_API_KEY = env_str("GEMINI_API_KEY") or env_str("GOOGLE_API_KEY")
 GEMINI_BASE_URL = env_str("GEMINI_BASE_URL") or None
-GEMINI_SUMMARY_MODEL = env_str("GEMINI_SUMMARY_MODEL", "gemini-2.5-flash-lite")
-GEMINI_CHAT_MODEL = env_str("GEMINI_CHAT_MODEL", "gemini-2.5-flash")
+GEMINI_SUMMARY_MODEL = env_str("GEMINI_SUMMARY_MODEL", default("GEMINI_SUMMARY_MODEL"))
+GEMINI_CHAT_MODEL = env_str("GEMINI_CHAT_MODEL", default("GEMINI_CHAT_MODEL"))
 ASSISTANT_SUMMARIZER = env_choice(
-    "ASSISTANT_SUMMARIZER", "auto", {"auto", "anthropic", "gemini", "offline"}
+    "ASSISTANT_SUMMARIZER",
+    default("ASSISTANT_SUMMARIZER"),
+    {"auto", "anthropic", "gemini", "offline"},
 )
-ASSISTANT_SUMMARY_FALLBACK = env_bool("ASSISTANT_SUMMARY_FALLBACK", True)
-ASSISTANT_DEFAULT_CONTEXT_WINDOW = env_int("ASSISTANT_DEFAULT_CONTEXT_WINDOW", 200_000, minimum=1)
-LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", 30.0, minimum=0.1)
-LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 2, minimum=0)
+ASSISTANT_SUMMARY_FALLBACK = env_bool(
+    "ASSISTANT_SUMMARY_FALLBACK", default("ASSISTANT_SUMMARY_FALLBACK")
+)
+ASSISTANT_DEFAULT_CONTEXT_WINDOW = env_int(
+    "ASSISTANT_DEFAULT_CONTEXT_WINDOW", default("ASSISTANT_DEFAULT_CONTEXT_WINDOW"), minimum=1
+)
+LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", default("LLM_TIMEOUT_SECONDS"), minimum=0.1)
+LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", default("LLM_MAX_RETRIES"), minimum=0)
 # Gemini's SDK backs off on its own schedule (it ignores retry-after): bound each wait.
-LLM_RETRY_INITIAL_DELAY = env_float("LLM_RETRY_INITIAL_DELAY", 1.0, minimum=0.0)
-LLM_RETRY_MAX_DELAY = env_float("LLM_RETRY_MAX_DELAY", 8.0, minimum=0.0)
-SUMMARY_MAX_OUTPUT_TOKENS = env_int("SUMMARY_MAX_OUTPUT_TOKENS", 2048, minimum=64)
+LLM_RETRY_INITIAL_DELAY = env_float(
+    "LLM_RETRY_INITIAL_DELAY", default("LLM_RETRY_INITIAL_DELAY"), minimum=0.0
+)
+LLM_RETRY_MAX_DELAY = env_float("LLM_RETRY_MAX_DELAY", default("LLM_RETRY_MAX_DELAY"), minimum=0.0)
+SUMMARY_MAX_OUTPUT_TOKENS = env_int(
+    "SUMMARY_MAX_OUTPUT_TOKENS", default("SUMMARY_MAX_OUTPUT_TOKENS"), minimum=64
+)
 # First delay before the post-exchange task retries a rate-limited or
 # overloaded summarizer; doubled at each retry, at most 300 s (far below the
 # broker's visibility timeout).
-ASSISTANT_PROVIDER_RETRY_SECONDS = env_float("ASSISTANT_PROVIDER_RETRY_SECONDS", 10.0, minimum=0.0)
+ASSISTANT_PROVIDER_RETRY_SECONDS = env_float(
+    "ASSISTANT_PROVIDER_RETRY_SECONDS", default("ASSISTANT_PROVIDER_RETRY_SECONDS"), minimum=0.0
+)
 # Deliveries of one task (first run, retries, redeliveries after a crash)
 # before it is dropped: ends the loop of a task that kills its worker.
-ASSISTANT_MAX_TASK_DELIVERIES = env_int("ASSISTANT_MAX_TASK_DELIVERIES", 20, minimum=1)
+ASSISTANT_MAX_TASK_DELIVERIES = env_int(
+    "ASSISTANT_MAX_TASK_DELIVERIES", default("ASSISTANT_MAX_TASK_DELIVERIES"), minimum=1
+)
+# Each Redis round trip of an enqueue on the chat path (at most two) is bounded by this.
+ASSISTANT_ENQUEUE_TIMEOUT_SECONDS = env_float(
+    "ASSISTANT_ENQUEUE_TIMEOUT_SECONDS", default("ASSISTANT_ENQUEUE_TIMEOUT_SECONDS"), minimum=0.05
+)
+# While a task of a conversation waits in the queue, enqueueing it again is
+# skipped; past this the marker expires and the sweep may enqueue it again.
+ASSISTANT_QUEUED_MARKER_SECONDS = env_int(
+    "ASSISTANT_QUEUED_MARKER_SECONDS", default("ASSISTANT_QUEUED_MARKER_SECONDS"), minimum=1
+)
 
 # --- Compaction thresholds: one dict, defaults in assistant/conf.py ------------
 

@@ -8,6 +8,7 @@ import os
 
 from config.env import env_database, env_str
 
+os.environ.setdefault("DJANGO_SECRET_KEY", "test-settings-key-not-for-any-deployment")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 os.environ.setdefault("CELERY_BROKER_VISIBILITY_TIMEOUT", "30")
 os.environ.setdefault("CELERY_TASK_TIME_LIMIT", "20")

@@ -27,10 +27,12 @@ def redis_client() -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def empty_queues(redis_client: redis.Redis) -> None:
-    """Start with empty queues. Only the message lists go: kombu's binding keys
-    stay, because a producer that declared them once does not declare them
-    again, and a publish to an exchange with no binding is silently dropped."""
-    redis_client.delete(*QUEUES, "unacked", "unacked_index", "unacked_mutex")
+    """Start with empty queues. Only the message lists go (and the markers of
+    queued work, which describe them): kombu's binding keys stay, because a
+    producer that declared them once does not declare them again, and a
+    publish to an exchange with no binding is silently dropped."""
+    markers = list(redis_client.scan_iter("assistant:queued:*"))
+    redis_client.delete(*QUEUES, "unacked", "unacked_index", "unacked_mutex", *markers)
 
 
 def reset_broker_pools() -> None:

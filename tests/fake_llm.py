@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from tests.fake_content import anthropic_content_problem, gemini_content_problem, thinking_block
+
 KINDS = ("anthropic.messages", "anthropic.count_tokens", "gemini.generate", "gemini.count_tokens")
 
 DEFAULT_SUMMARY = """## Goal
@@ -63,6 +65,7 @@ class Reply:
     usage: dict[str, Any] | None = None
     stop_reason: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    thinking: str | None = None  # Anthropic: a signed thinking block opens the answer
     delay: float = 0.0
     retry_after: float | None = None
     status: int = 200
@@ -76,9 +79,17 @@ def ok(
     usage: dict[str, Any] | None = None,
     stop_reason: str | None = None,
     tool_calls: list[dict[str, Any]] | None = None,
+    thinking: str | None = None,
 ) -> Reply:
     """A normal response; `usage` is the provider's raw usage object (wire field names)."""
-    return Reply("ok", text=text, usage=usage, stop_reason=stop_reason, tool_calls=tool_calls or [])
+    return Reply(
+        "ok",
+        text=text,
+        usage=usage,
+        stop_reason=stop_reason,
+        tool_calls=tool_calls or [],
+        thinking=thinking,
+    )
 
 
 def overflow() -> Reply:
@@ -139,11 +150,97 @@ def _gemini_error(code: int, status: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "status": status}}
 
 
+_ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def anthropic_request_problem(body: Any) -> str | None:
+    """What the Messages API would refuse in this request body (its own wording), or None.
+    The checks a converter can get wrong: roles, empty text, tool_use ids and pairs."""
+    messages = (body or {}).get("messages") or []
+    if messages and messages[0].get("role") != "user":
+        return 'messages: first message must use the "user" role'
+    seen: set[str] = set()
+    calls: list[str] = []
+    for index, message in enumerate(messages):
+        blocks = message.get("content")
+        blocks = [{"type": "text", "text": blocks}] if isinstance(blocks, str) else blocks or []
+        if not blocks:
+            return f"messages.{index}: all messages must have non-empty content"
+        for block in blocks:
+            if block.get("type") == "text" and not block.get("text", "").strip():
+                return "messages: text content blocks must contain non-whitespace text"
+        results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
+        stray = [r for r in results if r not in calls]
+        if stray:
+            return (
+                f"messages.{index}.content.0: unexpected `tool_use_id` found in `tool_result` "
+                f"blocks: {stray[0]}. Each `tool_result` block must have a corresponding "
+                "`tool_use` block in the previous message."
+            )
+        unanswered = [c for c in calls if c not in results]
+        if unanswered:
+            return (
+                f"messages.{index - 1}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {unanswered[0]}. Each `tool_use` block must have a "
+                "corresponding `tool_result` block in the next message."
+            )
+        calls = [b["id"] for b in blocks if b.get("type") == "tool_use"]
+        for position, call_id in enumerate(calls):
+            if not _ANTHROPIC_ID.match(call_id):
+                return (
+                    f"messages.{index}.content.{position}.tool_use.id: String should match "
+                    "pattern '^[a-zA-Z0-9_-]+$'"
+                )
+            if call_id in seen:
+                return f"messages.{index}.content.{position}: `tool_use` ids must be unique"
+            seen.add(call_id)
+    if calls:
+        return (
+            f"messages.{len(messages) - 1}: `tool_use` ids were found without `tool_result` "
+            f"blocks immediately after: {calls[0]}."
+        )
+    return None
+
+
+def gemini_request_problem(body: Any) -> str | None:
+    """What generateContent would refuse in this request body (its own wording), or None."""
+    contents = (body or {}).get("contents") or []
+    if contents and contents[0].get("role") != "user":
+        return "Please ensure that multiturn requests alternate between user and model."
+    calls: list[tuple[Any, str]] = []
+    for index, content in enumerate(contents):
+        parts = content.get("parts") or []
+        if not parts:
+            return f"contents.parts must not be empty (contents[{index}])."
+        responses = sorted(
+            (p["functionResponse"].get("id"), p["functionResponse"].get("name", ""))
+            for p in parts
+            if "functionResponse" in p
+        )
+        if responses != sorted(calls, key=str):
+            return (
+                "Please ensure that the number of function response parts is equal to the "
+                "number of function call parts of the function call turn."
+            )
+        calls = [
+            (p["functionCall"].get("id"), p["functionCall"].get("name", ""))
+            for p in parts
+            if "functionCall" in p
+        ]
+        ids = [call_id for call_id, _ in calls if call_id]
+        if len(set(ids)) != len(ids):
+            return "Duplicate function call ids in one turn."
+    return None
+
+
 def _prompt_chars(body: Any) -> int:
     return len(json.dumps(body)) if body is not None else 0
 
 
 def render_anthropic(reply: Reply, kind: str, body: Any) -> tuple[int, dict[str, str], Any]:
+    problem = anthropic_request_problem(body) or anthropic_content_problem(body)
+    if problem:
+        return 400, {}, _anthropic_error(400, "invalid_request_error", problem)
     if reply.kind == "overflow":
         return 400, {}, _anthropic_error(400, "invalid_request_error", ANTHROPIC_OVERFLOW)
     if reply.kind == "rate_limited":
@@ -156,7 +253,7 @@ def render_anthropic(reply: Reply, kind: str, body: Any) -> tuple[int, dict[str,
     if kind == "anthropic.count_tokens":
         tokens = (reply.usage or {}).get("tokens", max(1, _prompt_chars(body) // 4))
         return 200, {}, {"input_tokens": tokens}
-    content: list[dict[str, Any]] = []
+    content: list[dict[str, Any]] = [thinking_block(reply.thinking)] if reply.thinking else []
     if reply.text is not None or not reply.tool_calls:
         content.append(
             {"type": "text", "text": DEFAULT_SUMMARY if reply.text is None else reply.text}
@@ -188,6 +285,9 @@ def render_anthropic(reply: Reply, kind: str, body: Any) -> tuple[int, dict[str,
 def render_gemini(
     reply: Reply, kind: str, body: Any, model: str
 ) -> tuple[int, dict[str, str], Any]:
+    problem = gemini_request_problem(body) or gemini_content_problem(body)
+    if problem:
+        return 400, {}, _gemini_error(400, "INVALID_ARGUMENT", problem)
     if reply.kind == "overflow":
         return 400, {}, _gemini_error(400, "INVALID_ARGUMENT", GEMINI_OVERFLOW)
     if reply.kind == "rate_limited":
@@ -206,9 +306,11 @@ def render_gemini(
     if reply.text is not None or not reply.tool_calls:
         parts.append({"text": DEFAULT_SUMMARY if reply.text is None else reply.text})
     for call in reply.tool_calls:
-        parts.append(
-            {"functionCall": {"id": call["id"], "name": call["name"], "args": call["arguments"]}}
-        )
+        # Gemini may send a function call without an id: leave it out when the script does.
+        function_call = {"name": call["name"], "args": call["arguments"]}
+        if call.get("id"):
+            function_call["id"] = call["id"]
+        parts.append({"functionCall": function_call})
     usage = reply.usage or {
         "promptTokenCount": max(1, _prompt_chars(body) // 4),
         "candidatesTokenCount": 50,

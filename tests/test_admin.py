@@ -1,15 +1,34 @@
-"""The admin through Django's test client, as a logged-in staff user."""
+"""The admin through Django's test client, as logged-in staff users:
+permissions, history entries, refused actions, and what each page shows."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 from django.contrib import messages as django_messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
+from assistant.events import acting_as, acting_user_id
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
-from assistant.services import add_message, fork_continuation
+from assistant.services import (
+    add_message,
+    compact_tool_results,
+    fork_continuation,
+    run_staff_action,
+)
+from assistant.tokens import estimate_tokens
+from tests.builders import html, tool_turn
+from tests.conftest import wait_until
 from tests.scenarios import staff_user, tool_heavy_conversation
 
 pytestmark = pytest.mark.django_db
@@ -18,21 +37,39 @@ CHANGELIST = reverse("admin:assistant_conversation_changelist")
 OUR_ACTIONS = [
     "continue_in_new_conversation",
     "branch_from_message",
+    "compact_tool_results_now",
     "emergency_compact_level_1",
     "emergency_compact_level_2",
-    "compact_tool_results_now",
     "regenerate_window_summary",
+    "restore_compacted_originals",
+    "delete_selected",
+    "restore_deleted_conversations",
 ]
+NOWRAP = "white-space:nowrap;"
+# Every action that works on a conversation's content (all but the restore from deleted).
+CONTENT_ACTIONS = OUR_ACTIONS[:-2]
 
 
 def change_url(conversation: Conversation) -> str:
     return reverse("admin:assistant_conversation_change", args=[conversation.pk])
 
 
+def with_delete(user: User) -> User:
+    user.user_permissions.add(
+        Permission.objects.get(content_type__app_label="assistant", codename="delete_conversation")
+    )
+    return User.objects.get(pk=user.pk)  # drop the permission cache
+
+
 @pytest.fixture
-def staff_client() -> Client:
+def staff() -> User:
+    return with_delete(staff_user())
+
+
+@pytest.fixture
+def staff_client(staff) -> Client:
     client = Client()
-    client.force_login(staff_user())
+    client.force_login(staff)
     return client
 
 
@@ -47,23 +84,81 @@ def flashed(response) -> list[str]:
     return [str(m) for m in django_messages.get_messages(response.wsgi_request)]
 
 
-def test_the_list_shows_counts_tokens_and_parents(staff_client):
+def history(conversation: Conversation) -> list[tuple[int, str]]:
+    entries = LogEntry.objects.filter(object_id=str(conversation.pk)).order_by("id")
+    return [(e.action_flag, e.change_message) for e in entries]
+
+
+# --- the list ---------------------------------------------------------------
+
+
+def test_the_list_shows_ids_counts_context_share_and_fork_depth(staff_client):
     parent, rows = tool_heavy_conversation()
-    fork_continuation(parent, pending_user_message="next")
+    fork = fork_continuation(parent, pending_user_message="next")
+    grandchild = fork_continuation(fork)
 
     response = staff_client.get(CHANGELIST)
 
     assert response.status_code == 200
     shown = {c.pk: c for c in response.context["cl"].result_list}
     assert shown[parent.pk]._message_count == 20
-    expected = sum(m.token_estimate for m in rows) + len("You help.") // 4
+    expected = sum(m.token_estimate for m in rows) + estimate_tokens("You help.")
     assert shown[parent.pk]._context_tokens == expected
+    assert [shown[c.pk]._fork_depth for c in (parent, fork, grandchild)] == [0, 1, 2]
     assert shown[parent.pk]._last_compaction is None
-    (fork_row,) = [c for c in shown.values() if c.parent_conversation_id == parent.pk]
-    assert fork_row._message_count == 1
-    assert (
-        fork_row._last_compaction == CompactionEvent.objects.get(conversation=fork_row).created_at
+    html_text = response.content.decode()
+    share = f"{expected:,} · {round(100 * expected / 50_000)}% · 0%"
+    assert f'<span class="context-ok" style="{NOWRAP}color:inherit;">{share}</span>' in html_text
+    assert f'<td class="field-parent_link"><a href="{change_url(parent)}">#{parent.pk}</a>' in (
+        html_text
     )
+    assert f'<th class="field-id"><a href="{change_url(parent)}">{parent.pk}</a></th>' in html_text
+
+
+def test_the_context_column_is_coloured_past_the_watermark_and_the_trigger(staff_client, settings):
+    settings.ASSISTANT_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 1000, "MAX_RECENT_TOKENS": 500}
+    small = Conversation.objects.create(title="small")
+    add_message(small, "user", "x" * 400)  # 100 tokens: 10% of the trigger
+    near = Conversation.objects.create(title="near")
+    add_message(near, "user", "x" * 3400)  # 850 tokens: past the 80% watermark
+    past = Conversation.objects.create(title="past")
+    add_message(past, "user", "x" * 4400)  # 1,100 tokens: past the trigger
+
+    page = staff_client.get(CHANGELIST + "?o=8").content.decode()
+
+    assert f'<span class="context-ok" style="{NOWRAP}color:inherit;">100 · 10% · 0%' in page
+    assert f'class="context-near" style="{NOWRAP}color:#b45309;font-weight:bold">850 · 85%' in page
+    assert (
+        f'class="context-past-trigger" style="{NOWRAP}color:#dc2626;font-weight:bold">1,100 · 110%'
+        in page
+    )
+    ordered = [c.pk for c in staff_client.get(CHANGELIST + "?o=8").context["cl"].result_list]
+    assert ordered == [small.pk, near.pk, past.pk]  # sortable, ascending
+
+
+def test_the_context_filter_uses_the_figures_not_a_flag(staff_client, settings):
+    settings.ASSISTANT_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 2000, "MAX_RECENT_TOKENS": 1000}
+    quiet, _ = tool_heavy_conversation(title="quiet")
+    Conversation.objects.filter(pk=quiet.pk).update(
+        metadata={MetadataKeys.NEEDS_EMERGENCY_COMPACTION: True}  # a stale flag: ignored
+    )
+    overflowed = Conversation.objects.create(title="overflowed")
+    add_message(overflowed, "user", "Summarize the logs.")
+    # The provider reported a prompt of 250,000 tokens for this answer.
+    add_message(overflowed, "assistant", "Here.", input_tokens=250_000)
+    near = Conversation.objects.create(title="near")
+    add_message(near, "user", "x" * 7000)  # 1,750 tokens: past the 80% watermark
+
+    def listed(query: str) -> set[int]:
+        return {c.pk for c in staff_client.get(CHANGELIST + query).context["cl"].result_list}
+
+    assert listed("?context=over") == {overflowed.pk}
+    assert listed("?context=past") == {overflowed.pk}
+    assert listed("?context=near") == {overflowed.pk, near.pk}
+    row = [
+        c for c in staff_client.get(CHANGELIST).context["cl"].result_list if c.pk == overflowed.pk
+    ]
+    assert row[0]._context_tokens == 250_000 + 2  # the count, plus the answer's estimate
 
 
 def test_the_list_costs_the_same_queries_for_2_and_12_conversations(
@@ -72,37 +167,310 @@ def test_the_list_costs_the_same_queries_for_2_and_12_conversations(
     for _ in range(2):
         tool_heavy_conversation()
     staff_client.get(CHANGELIST)  # warm the session and permission caches
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     with CaptureQueriesContext(connection) as few:
         staff_client.get(CHANGELIST)
     for _ in range(10):
-        tool_heavy_conversation()
+        parent, _ = tool_heavy_conversation()
+        fork_continuation(parent)
 
     with django_assert_num_queries(len(few.captured_queries)):
         response = staff_client.get(CHANGELIST)
-    assert len(response.context["cl"].result_list) == 12
+    assert len(response.context["cl"].result_list) == 22
 
 
 def test_filters_and_search_narrow_the_list(staff_client):
     parent, _ = tool_heavy_conversation(title="Migration notes")
     fork = fork_continuation(parent, pending_user_message="next")
     other, _ = tool_heavy_conversation(title="Comment spam")
-    Conversation.objects.filter(pk=other.pk).update(
-        metadata={MetadataKeys.NEEDS_EMERGENCY_COMPACTION: True}
-    )
+    Conversation.objects.filter(pk=other.pk).update(deleted_at=timezone.now())
 
     def listed(query: str) -> set[int]:
         return {c.pk for c in staff_client.get(CHANGELIST + query).context["cl"].result_list}
 
     assert listed("?origin=fork") == {fork.pk}
     assert listed("?origin=root") == {parent.pk, other.pk}
-    assert listed("?needs_emergency=yes") == {other.pk}
+    assert listed("?status=deleted") == {other.pk}
+    assert listed("?status=live") == {parent.pk, fork.pk}
     assert listed("?q=migration") == {parent.pk, fork.pk}
 
 
-def test_continue_in_a_new_conversation(staff_client):
+# --- soft delete --------------------------------------------------------------
+
+
+def test_delete_selected_asks_then_marks_deleted_and_keeps_everything(staff_client):
+    parent, _rows = tool_heavy_conversation(title="Old session")
+    fork = fork_continuation(parent)
+
+    asked = run_action(staff_client, "delete_selected", parent)
+    assert asked.status_code == 200
+    assert asked.templates[0].name == "admin/assistant/conversation/confirm_action.html"
+    assert "the purge removes them after 30 days" in asked.context["intro"]
+    assert "Their 1 live fork(s) keep working" in asked.context["intro"]
+    assert Conversation.objects.get(pk=parent.pk).deleted_at is None
+
+    done = run_action(staff_client, "delete_selected", parent, post="yes")
+
+    parent.refresh_from_db()
+    assert parent.deleted_at is not None
+    assert Message.objects.filter(conversation=parent).count() == 20
+    assert Conversation.objects.get(pk=fork.pk).parent_conversation_id == parent.pk
+    assert flashed(done) == [
+        f"Marked 1 conversation(s) deleted: “Old session” (#{parent.pk}). The purge removes "
+        "them after 30 days; until then “Restore deleted conversations” brings them back."
+    ]
+    assert history(parent) == [(CHANGE, "Marked deleted (the purge removes them after 30 days).")]
+
+
+def test_the_delete_button_on_the_page_marks_deleted(staff_client):
+    conversation, _ = tool_heavy_conversation()
+    url = reverse("admin:assistant_conversation_delete", args=[conversation.pk])
+
+    page = staff_client.get(url)
+    assert "will be marked deleted. Nothing is removed now" in page.content.decode()
+    staff_client.post(url, {"post": "yes"})
+
+    conversation.refresh_from_db()
+    assert conversation.deleted_at is not None
+    assert Message.objects.filter(conversation=conversation).count() == 20
+    assert history(conversation) == [
+        (CHANGE, "Marked deleted (the purge removes them after 30 days).")
+    ]
+
+
+def test_a_deleted_conversation_is_shown_as_such(staff_client):
+    conversation, _ = tool_heavy_conversation()
+    deleted_at = timezone.now() - timedelta(days=2)
+    Conversation.objects.filter(pk=conversation.pk).update(deleted_at=deleted_at)
+
+    listing = staff_client.get(CHANGELIST).content.decode()
+    page = staff_client.get(change_url(conversation)).content.decode()
+
+    assert (
+        f'<span style="color:#dc2626;white-space:nowrap">deleted {deleted_at:%Y-%m-%d}</span>'
+        in listing
+    )
+    purge = deleted_at + timedelta(days=30)
+    assert (
+        f'<p class="errornote" id="deleted-banner">This conversation was deleted on '
+        f"{deleted_at:%Y-%m-%d %H:%M}.\n  The purge removes it after {purge:%Y-%m-%d %H:%M}"
+    ) in page
+    assert 'id="restore-deleted"' in page
+    assert 'id="branch-from-message"' not in page
+    assert 'name="_save"' not in page  # read-only until restored
+
+
+@pytest.mark.parametrize("action", CONTENT_ACTIONS)
+def test_every_action_refuses_a_deleted_conversation(staff_client, action, settings):
+    settings.ASSISTANT_COMPACTION = {"TOOL_RESULT_CHAR_THRESHOLD": 1500, "MIN_RECENT_MESSAGES": 2}
+    conversation, rows = tool_heavy_conversation(title="Gone")
+    Conversation.objects.filter(pk=conversation.pk).update(deleted_at=timezone.now())
+    before = list(Message.objects.order_by("id").values())
+    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+
+    response = run_action(staff_client, action, conversation, post="yes", message_id=rows[14].pk)
+
+    assert response.status_code == 302
+    assert flashed(response) == [
+        f"Refused for deleted conversation(s) “Gone” (#{conversation.pk}): restore them first "
+        "(“Restore deleted conversations”)."
+    ]
+    assert Conversation.objects.count() == 1
+    assert Conversation.objects.get(pk=conversation.pk).metadata == metadata
+    assert list(Message.objects.order_by("id").values()) == before
+    assert not CompactionEvent.objects.exists()
+
+
+def test_restore_from_deleted_within_the_retention_only(staff_client):
+    recent, _ = tool_heavy_conversation(title="recent")
+    old, _ = tool_heavy_conversation(title="old")
+    live, _ = tool_heavy_conversation(title="live")
+    Conversation.objects.filter(pk=recent.pk).update(deleted_at=timezone.now() - timedelta(days=29))
+    Conversation.objects.filter(pk=old.pk).update(deleted_at=timezone.now() - timedelta(days=31))
+
+    response = run_action(staff_client, "restore_deleted_conversations", recent, old, live)
+
+    assert Conversation.objects.get(pk=recent.pk).deleted_at is None
+    assert Conversation.objects.get(pk=old.pk).deleted_at is not None
+    assert flashed(response) == [
+        f"Restored “recent” (#{recent.pk}).",
+        "Not restored (deleted longer ago than the retention; the purge may remove them at any "
+        f"time): “old” (#{old.pk}).",
+        f"Not deleted, nothing to restore: “live” (#{live.pk}).",
+    ]
+    assert history(recent) == [(CHANGE, "Restored from deleted.")]
+    assert history(old) == []
+
+
+# --- confirmation, worker runs, results -------------------------------------------
+
+
+def test_emergency_level_2_asks_first_naming_what_will_change(staff_client, settings):
+    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
+    conversation, rows = tool_heavy_conversation(title="Busy")
+
+    response = run_action(staff_client, "emergency_compact_level_2", conversation)
+
+    assert response.templates[0].name == "admin/assistant/conversation/confirm_action.html"
+    (row,) = response.context["rows"]
+    assert row["preview"].changes == [
+        "2 tool result(s) compacted, whatever their size",
+        f"messages #{rows[0].pk} to #{rows[17].pk} (18) go into the window summary; 2 stay "
+        "verbatim (kept only if the context shrinks)",
+    ]
+    assert response.context["on_worker"] is True
+    page = response.content.decode()
+    assert 'name="post" value="yes"' in page
+    assert 'id="on-worker"' in page
+    assert not CompactionEvent.objects.exists()
+
+
+def test_the_confirmation_says_when_nothing_would_change(staff_client):
+    tiny = Conversation.objects.create(title="tiny")
+    add_message(tiny, "user", "hi")
+    add_message(tiny, "assistant", "hello")
+
+    response = run_action(staff_client, "regenerate_window_summary", tiny)
+
+    (row,) = response.context["rows"]
+    assert row["preview"].changes == []
+    assert row["preview"].nothing_because == (
+        "the split cannot move: the 2 message(s) after it are all in the last user turn or "
+        "within the messages kept verbatim"
+    )
+    assert "Nothing would change:" in response.content.decode()
+
+
+def test_confirmed_model_calling_runs_go_to_the_worker(
+    staff_client, staff, django_capture_on_commit_callbacks
+):
+    first, _ = tool_heavy_conversation(title="first")
+    second, _ = tool_heavy_conversation(title="second")
+
+    with django_capture_on_commit_callbacks() as published:
+        response = run_action(staff_client, "regenerate_window_summary", first, second, post="yes")
+
+    assert len(published) == 2  # one staff_action_task per conversation, on commit
+    assert flashed(response) == [
+        f"Regenerate window summary: queued on the worker for “first” (#{first.pk}), "
+        f"“second” (#{second.pk}). The result appears in each conversation's History and "
+        "compaction events."
+    ]
+    assert Conversation.objects.get(pk=first.pk).compaction_summary is None
+
+
+def test_many_rows_go_to_the_worker_even_without_a_model_call(
+    staff_client, django_capture_on_commit_callbacks
+):
+    conversations = [tool_heavy_conversation(title=f"c{n}")[0] for n in range(6)]
+
+    with django_capture_on_commit_callbacks() as published:
+        response = run_action(staff_client, "compact_tool_results_now", *conversations)
+
+    assert len(published) == 6
+    assert flashed(response)[0].startswith("Compact tool results: queued on the worker for")
+    assert not CompactionEvent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_run_records_the_user_and_the_result(celery_worker, settings):
+    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
+    staff = with_delete(staff_user("worker-staff"))
+    client = Client()
+    client.force_login(staff)
+    conversation, rows = tool_heavy_conversation(title="Long one")
+    before = conversation_tokens(conversation)
+
+    run_action(client, "regenerate_window_summary", conversation, post="yes")
+
+    assert wait_until(lambda: LogEntry.objects.filter(object_id=str(conversation.pk)).exists())
+    event = CompactionEvent.objects.get(conversation=conversation)
+    assert (event.kind, event.acting_user_id) == (CompactionEvent.Kind.WINDOW_SUMMARY, staff.pk)
+    conversation.refresh_from_db()
+    assert conversation.compaction_through_message_id == rows[11].pk
+    (entry,) = LogEntry.objects.filter(object_id=str(conversation.pk))
+    assert (entry.user_id, entry.action_flag) == (staff.pk, CHANGE)
+    assert entry.change_message == (
+        f"Regenerate window summary: stored a new window summary: {before} → "
+        f"{conversation_tokens(conversation)} tokens."
+    )
+
+
+def conversation_tokens(conversation: Conversation) -> int:
+    from assistant.services import context_tokens
+
+    return context_tokens(conversation)
+
+
+def test_compact_tool_results_inline_records_user_event_and_history(staff_client, staff, settings):
+    settings.ASSISTANT_COMPACTION = {"TOOL_RESULT_CHAR_THRESHOLD": 1500}
+    conversation, rows = tool_heavy_conversation()
+    before = conversation_tokens(conversation)
+
+    response = run_action(staff_client, "compact_tool_results_now", conversation)
+
+    after = conversation_tokens(conversation)
+    message = f"1 tool result(s) compacted or stubbed: {before} → {after} tokens"
+    assert flashed(response) == [
+        f"Compact tool results on “Blog admin session” (#{conversation.pk}): {message}."
+    ]
+    compacted = Message.objects.filter(conversation=conversation).exclude(compaction="")
+    assert list(compacted.values_list("id", flat=True)) == [rows[2].pk]
+    event = CompactionEvent.objects.get(conversation=conversation)
+    assert event.acting_user_id == staff.pk
+    assert history(conversation) == [(CHANGE, f"Compact tool results: {message}.")]
+    page = Client()
+    page.force_login(staff)
+    history_page = page.get(
+        reverse("admin:assistant_conversation_history", args=[conversation.pk])
+    ).content.decode()
+    assert f"Compact tool results: {message}." in history_page
+
+
+def test_a_run_that_changes_nothing_says_why(staff_client):
+    conversation, _ = tool_heavy_conversation()
+    compact_tool_results(conversation)  # the large one is compacted already
+
+    response = run_action(staff_client, "compact_tool_results_now", conversation)
+
+    assert flashed(response) == [
+        f"Compact tool results on “Blog admin session” (#{conversation.pk}): nothing changed: "
+        "none of its 1 verbatim tool result(s) reaches 1500 characters "
+        "(TOOL_RESULT_CHAR_THRESHOLD)."
+    ]
+    assert history(conversation)[-1][1].startswith("Compact tool results: nothing changed:")
+
+
+def test_restore_originals_asks_then_restores_and_names_the_next_request(staff_client, staff):
+    conversation, rows = tool_heavy_conversation()
+    compact_tool_results(conversation)
+    compacted = Message.objects.get(pk=rows[2].pk)
+    before = conversation_tokens(conversation)
+    growth = compacted.original_token_estimate - compacted.token_estimate
+
+    asked = run_action(staff_client, "restore_compacted_originals", conversation)
+    (row,) = asked.context["rows"]
+    assert row["preview"].changes == [
+        f"1 compacted message(s) shown verbatim again ({compacted.token_estimate} → "
+        f"{compacted.original_token_estimate} tokens) and kept verbatim"
+    ]
+    assert row["preview"].next_request_tokens == before + growth
+
+    done = run_action(staff_client, "restore_compacted_originals", conversation, post="yes")
+
+    restored = Message.objects.get(pk=rows[2].pk)
+    assert (restored.compaction, restored.compacted_content) == ("", None)
+    assert flashed(done) == [
+        f"Restore compacted originals on “Blog admin session” (#{conversation.pk}): 1 "
+        f"original(s) restored; the next request is {before + growth} tokens."
+    ]
+    event = CompactionEvent.objects.get(kind=CompactionEvent.Kind.RESTORE)
+    assert event.acting_user_id == staff.pk
+
+
+# --- forks and the branch page ----------------------------------------------------
+
+
+def test_continue_in_a_new_conversation(staff_client, staff):
     parent, _ = tool_heavy_conversation(title="Blog admin session")
     Conversation.objects.filter(pk=parent.pk).update(metadata={"tool_services": ["blog"]})
 
@@ -114,6 +482,10 @@ def test_continue_in_a_new_conversation(staff_client):
     assert fork.tool_services == ["blog"]
     assert fork.parent_conversation_summary
     assert flashed(response) == [f"Created “{fork}” (#{fork.pk})."]
+    assert history(parent) == [(CHANGE, f"Continued in new conversation #{fork.pk}.")]
+    assert history(fork) == [(ADDITION, f"Created as the continuation of #{parent.pk}.")]
+    event = CompactionEvent.objects.get(conversation=fork)
+    assert (event.kind, event.acting_user_id) == (CompactionEvent.Kind.FORK_SUMMARY, staff.pk)
 
 
 def test_continue_reports_a_refused_fork(staff_client):
@@ -129,59 +501,7 @@ def test_continue_reports_a_refused_fork(staff_client):
     assert flashed(response) == [f"Not forked (more than 3 forks deep): “{third}”."]
 
 
-def test_compact_tool_results_now(staff_client, settings):
-    settings.ASSISTANT_COMPACTION = {"TOOL_RESULT_CHAR_THRESHOLD": 1500}
-    conversation, rows = tool_heavy_conversation()
-
-    response = run_action(staff_client, "compact_tool_results_now", conversation)
-
-    assert flashed(response) == ["Compacted or stubbed 1 tool result(s)."]
-    compacted = Message.objects.filter(conversation=conversation).exclude(compaction="")
-    assert list(compacted.values_list("id", flat=True)) == [rows[2].pk]
-
-
-def test_emergency_compaction_levels(staff_client, settings):
-    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
-    first, _ = tool_heavy_conversation()
-    second, _ = tool_heavy_conversation()
-    tiny = Conversation.objects.create(title="tiny")
-    add_message(tiny, "user", "hi")
-    add_message(tiny, "assistant", "hello")
-
-    def shown_after(action: str, conversation: Conversation) -> list[str]:
-        response = run_action(staff_client, action, conversation, follow=True)
-        return [str(m) for m in response.context["messages"]]
-
-    assert shown_after("emergency_compact_level_1", first) == [
-        "Emergency compaction level 1: the context shrank for 1 of 1 conversation(s)."
-    ]
-    assert shown_after("emergency_compact_level_2", second) == [
-        "Emergency compaction level 2: the context shrank for 1 of 1 conversation(s)."
-    ]
-    assert shown_after("emergency_compact_level_2", tiny) == [
-        "Emergency compaction level 2: the context shrank for 0 of 1 conversation(s)."
-    ]
-    events = CompactionEvent.objects.filter(kind__startswith="emergency")
-    assert sorted(events.values_list("conversation_id", "kind")) == [
-        (first.pk, CompactionEvent.Kind.EMERGENCY_1),
-        (second.pk, CompactionEvent.Kind.EMERGENCY_2),
-    ]
-
-
-def test_regenerate_window_summary(staff_client, settings):
-    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
-    conversation, rows = tool_heavy_conversation()
-
-    response = run_action(staff_client, "regenerate_window_summary", conversation)
-
-    conversation.refresh_from_db()
-    assert flashed(response) == ["Regenerated the window summary of 1 of 1 conversation(s)."]
-    assert conversation.compaction_summary
-    # 40% of 20 messages stay verbatim: the split falls before message 12, a user turn.
-    assert conversation.compaction_through_message_id == rows[11].pk
-
-
-def test_the_branch_page_lists_the_user_messages(staff_client):
+def test_the_branch_page_lists_the_user_messages_newest_first(staff_client):
     conversation, rows = tool_heavy_conversation()
 
     response = run_action(staff_client, "branch_from_message", conversation)
@@ -189,31 +509,57 @@ def test_the_branch_page_lists_the_user_messages(staff_client):
     assert response.status_code == 200
     assert response.templates[0].name == "admin/assistant/conversation/branch_from_message.html"
     listed = [m.pk for m in response.context["user_messages"]]
-    assert listed == [m.pk for m in rows if m.role == "user"]
-    html = response.content.decode()
+    assert listed == [m.pk for m in reversed(rows) if m.role == "user"]
+    page = response.content.decode()
     for message in rows:
         radio = f'name="message_id" id="message-{message.pk}" value="{message.pk}"'
-        assert (radio in html) is (message.role == "user")
-    assert 'name="post" value="yes"' in html
+        assert (radio in page) is (message.role == "user")
+    assert '<span id="branch-count">8 user messages.</span>' in page
     assert Conversation.objects.count() == 1
 
 
-def test_the_branch_page_forks_at_the_chosen_message(staff_client):
-    conversation, rows = tool_heavy_conversation(title="Blog admin session")
+def test_the_branch_page_searches_the_user_messages(staff_client):
+    conversation = Conversation.objects.create(title="Long")
+    for n in range(120):
+        add_message(conversation, "user", f"Question {n} about post {n}")
+        add_message(conversation, "assistant", f"Answer {n}")
+
+    everything = run_action(staff_client, "branch_from_message", conversation)
+    found = run_action(staff_client, "branch_from_message", conversation, q="post 7")
+
+    assert len(everything.context["user_messages"]) == 50
+    assert "120 user messages; the newest 50 are shown." in everything.content.decode()
+    texts = [m.model_content for m in found.context["user_messages"]]
+    assert texts == [
+        f"Question {n} about post {n}" for n in (79, 78, 77, 76, 75, 74, 73, 72, 71, 70, 7)
+    ]
+    assert "11 of 120 user messages match." in found.content.decode()
+
+
+def test_the_branch_page_forks_and_the_fork_page_shows_the_whole_message(staff_client, staff):
+    conversation, _rows = tool_heavy_conversation(title="Blog admin session")
+    long_text = "Rewrite the intro of post 42: " + "make it shorter and clearer. " * 40
+    chosen = add_message(conversation, "user", long_text)
+    add_message(conversation, "assistant", "Done.")
 
     response = run_action(
-        staff_client, "branch_from_message", conversation, post="yes", message_id=rows[14].pk
+        staff_client, "branch_from_message", conversation, post="yes", message_id=chosen.pk
     )
 
     fork = Conversation.objects.get(parent_conversation=conversation)
     assert response.status_code == 302
     assert response["Location"] == change_url(fork)
-    assert fork.title == "Blog admin session (fork)"
-    assert fork.fork_message_id == rows[14].pk
+    assert fork.fork_message_id == chosen.pk
     assert flashed(response) == [
-        f"Branched “{conversation}” into “{fork}” (#{fork.pk}). "
-        "Message to edit and resend: Check the URL https://example.org/feed.xml"
+        f"Branched “{conversation}” into “{fork}” (#{fork.pk}). The message to edit and resend "
+        "is shown in full below."
     ]
+    page = staff_client.get(change_url(fork)).content.decode()
+    assert f"<pre>{long_text}</pre>" in page
+    assert history(fork) == [
+        (ADDITION, f"Created as a branch of #{conversation.pk} at message #{chosen.pk}.")
+    ]
+    assert CompactionEvent.objects.get(conversation=fork).acting_user_id == staff.pk
 
 
 def test_the_branch_page_refuses_an_assistant_message(staff_client):
@@ -263,10 +609,15 @@ def test_branching_needs_exactly_one_conversation(staff_client):
     assert Conversation.objects.count() == 2
 
 
-def test_the_change_page_shows_the_context_inspector(staff_client, settings):
+# --- the conversation page ----------------------------------------------------------
+
+
+def test_the_change_page_shows_the_context_inspector_first(staff_client, settings):
     settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
     conversation, rows = tool_heavy_conversation()
-    run_action(staff_client, "regenerate_window_summary", conversation)
+    from assistant.services import regenerate_window_summary
+
+    regenerate_window_summary(conversation)
 
     response = staff_client.get(change_url(conversation))
 
@@ -278,15 +629,89 @@ def test_the_change_page_shows_the_context_inspector(staff_client, settings):
         == Conversation.objects.get(pk=conversation.pk).compaction_summary
     )
     assert [s["key"] for s in inspector["segments"]] == ["system", "summaries", "messages", "tools"]
-    assert sum(s["tokens"] for s in inspector["segments"]) == inspector["total"]
     assert [e.kind for e in inspector["events"]] == [CompactionEvent.Kind.WINDOW_SUMMARY]
-    html = response.content.decode()
-    assert 'id="context-inspector"' in html
-    assert 'class="token-bar"' in html
-    assert 'id="branch-from-message"' in html
-    # The inline shows the model-facing text and whether each message is compacted.
-    inline_ids = [form.instance.pk for form in response.context["inline_admin_formsets"][0].formset]
-    assert inline_ids == [m.pk for m in rows]
+    page = response.content.decode()
+    assert page.index('id="context-inspector"') < page.index('id="id_title"')
+    assert 'id="branch-from-message"' in page
+    messages_link = (
+        f"{reverse('admin:assistant_message_changelist')}?conversation__exact={conversation.pk}"
+    )
+    assert f'<a href="{messages_link}" id="all-messages">All 20 messages, newest first</a>' in page
+    assert response.context["inline_admin_formsets"] == []
+
+
+def test_a_long_conversation_page_stays_light(staff_client):
+    conversation = Conversation.objects.create(title="Long", system_prompt="You help.")
+    for n in range(130):
+        tool_turn(conversation, f"Question {n}", [("read_post", {"id": n}, html(3000, f"p{n}"))])
+    for _ in range(25):
+        CompactionEvent.objects.create(conversation=conversation, kind="dedup")
+
+    response = staff_client.get(change_url(conversation))
+
+    inspector = response.context["inspector"]
+    assert inspector["messages_in_context"] == 520
+    assert len(inspector["messages"]) == 30
+    assert (len(inspector["events"]), inspector["events_total"]) == (20, 25)
+    events_link = (
+        f"{reverse('admin:assistant_compactionevent_changelist')}?conversation__exact="
+        f"{conversation.pk}"
+    )
+    assert f'<a href="{events_link}" id="all-events">All 25 compaction events</a>' in (
+        response.content.decode()
+    )
+    # 30 messages of at most 2,000 characters: far from the 2 MB the page used to be.
+    assert len(response.content) < 150_000
+    listed = staff_client.get(
+        reverse("admin:assistant_message_changelist") + f"?conversation__exact={conversation.pk}"
+    )
+    ids = [m.pk for m in listed.context["cl"].result_list]
+    assert len(ids) == 50
+    assert ids == sorted(ids, reverse=True)
+    assert ids[0] == Message.objects.filter(conversation=conversation).latest("id").pk
+
+
+def test_the_change_page_and_request_body_work_while_a_tool_call_is_pending(staff_client):
+    conversation, _ = tool_heavy_conversation()
+    add_message(conversation, "user", "Read post 7 and 8.")
+    add_message(
+        conversation,
+        "assistant",
+        "",
+        tool_calls=[
+            {"id": "c7", "name": "read_post", "arguments": {"id": 7}},
+            {"id": "c8", "name": "read_post", "arguments": {"id": 8}},
+        ],
+    )
+    add_message(conversation, "tool", "post 7", tool_call_id="c7")
+
+    response = staff_client.get(change_url(conversation))
+
+    assert response.status_code == 200
+    assert [c["id"] for c in response.context["inspector"]["pending_calls"]] == ["c8"]
+    page = response.content.decode()
+    assert '<span class="pending">pending: c8 (read_post)</span>' in page
+    assert "<code>c8</code> (read_post)" in page
+    body = staff_client.get(
+        reverse("admin:assistant_conversation_request", args=[conversation.pk])
+    ).json()
+    assert body["messages"][-1]["role"] == "user"
+    assert body["messages"][-1]["content"][0]["tool_use_id"] == "c7"
+
+
+def test_context_report_shows_pending_calls_instead_of_raising(capsys):
+    conversation, _ = tool_heavy_conversation()
+    add_message(conversation, "user", "Read post 7.")
+    add_message(
+        conversation,
+        "assistant",
+        "",
+        tool_calls=[{"id": "c7", "name": "read_post", "arguments": {"id": 7}}],
+    )
+
+    call_command("context_report", str(conversation.pk))
+
+    assert "Waiting for tool results: c7 (read_post)\n" in capsys.readouterr().out
 
 
 def test_message_and_event_admins_are_read_only(staff_client):
@@ -302,6 +727,9 @@ def test_message_and_event_admins_are_read_only(staff_client):
     assert Message.objects.get(pk=rows[2].pk).content == rows[2].content
 
 
+# --- permissions --------------------------------------------------------------------
+
+
 def test_a_staff_user_without_the_permissions_sees_no_actions_and_gets_403():
     conversation, rows = tool_heavy_conversation()
     client = Client()
@@ -314,16 +742,19 @@ def test_a_staff_user_without_the_permissions_sees_no_actions_and_gets_403():
 
     for action in OUR_ACTIONS:
         assert run_action(client, action, conversation).status_code == 403
+        assert run_action(client, action, conversation, post="yes").status_code == 403
     posted = run_action(
         client, "branch_from_message", conversation, post="yes", message_id=rows[0].pk
     )
     assert posted.status_code == 403
+    assert Conversation.objects.get(pk=conversation.pk).deleted_at is None
     assert Conversation.objects.count() == 1
     assert not CompactionEvent.objects.exists()
     assert not Message.objects.exclude(compaction="").exists()
+    assert not LogEntry.objects.exists()
 
 
-def test_fork_and_compact_permissions_are_separate():
+def test_fork_compact_and_delete_permissions_are_separate():
     conversation, _ = tool_heavy_conversation()
     client = Client()
     client.force_login(staff_user("forker", fork=True, compact=False))
@@ -337,12 +768,14 @@ def test_fork_and_compact_permissions_are_separate():
         "branch_from_message",
     ]
     assert run_action(client, "emergency_compact_level_1", conversation).status_code == 403
+    assert run_action(client, "delete_selected", conversation, post="yes").status_code == 403
+    assert Conversation.objects.get(pk=conversation.pk).deleted_at is None
 
 
-def test_csrf_is_enforced_on_actions():
+def test_csrf_is_enforced_on_actions(staff):
     conversation, _ = tool_heavy_conversation()
     client = Client(enforce_csrf_checks=True)
-    client.force_login(staff_user())
+    client.force_login(staff)
 
     refused = run_action(client, "continue_in_new_conversation", conversation)
     assert refused.status_code == 403
@@ -355,3 +788,91 @@ def test_csrf_is_enforced_on_actions():
     )
     assert accepted.status_code == 302
     assert Conversation.objects.count() == 2
+
+
+# --- the restore_originals command ----------------------------------------------------
+
+
+def test_the_restore_command_restores_and_says_what_the_next_request_is(capsys, staff):
+    conversation, rows = tool_heavy_conversation()
+    compact_tool_results(conversation)
+    before = conversation_tokens(conversation)
+
+    call_command("restore_originals", str(conversation.pk), "--dry-run")
+    dry = capsys.readouterr().out
+    assert Message.objects.get(pk=rows[2].pk).compaction != ""
+    call_command("restore_originals", str(conversation.pk), "--user", staff.username)
+    out = capsys.readouterr().out
+
+    after = conversation_tokens(conversation)
+    assert Message.objects.get(pk=rows[2].pk).compaction == ""
+    tail = (
+        f"the next request will be {after} tokens ({round(100 * after / 50_000)}% of the "
+        f"50000-token trigger, {round(100 * after / 200_000)}% of claude-sonnet-4-6's "
+        "200000-token window).\n"
+    )
+    assert dry.startswith(f"Conversation {conversation.pk}: would restore 1 original(s) (")
+    assert dry.endswith(tail)
+    assert out == (
+        f"Conversation {conversation.pk}: restored 1 original(s); context {before} -> {after} "
+        f"tokens; {tail}"
+    )
+    assert CompactionEvent.objects.get(kind="restore").acting_user_id == staff.pk
+
+
+def test_the_restore_command_refuses_bad_input(capsys):
+    conversation, _rows = tool_heavy_conversation()
+    other, other_rows = tool_heavy_conversation()
+
+    with pytest.raises(CommandError, match=rf"Not messages of conversation {conversation.pk}: "):
+        call_command("restore_originals", str(conversation.pk), "--message", str(other_rows[2].pk))
+    with pytest.raises(CommandError, match="No user named 'nobody'"):
+        call_command("restore_originals", str(conversation.pk), "--user", "nobody")
+    Conversation.objects.filter(pk=other.pk).update(deleted_at=timezone.now())
+    with pytest.raises(CommandError, match="is deleted; restore it from deleted first"):
+        call_command("restore_originals", str(other.pk))
+    call_command("restore_originals", str(conversation.pk))
+    assert capsys.readouterr().out == (
+        f"Conversation {conversation.pk}: nothing restored: none of its messages is compacted.\n"
+    )
+
+
+# --- staff actions and the acting user, below the admin --------------------------------
+
+
+def test_an_emergency_run_says_what_shrank_or_why_nothing_did(staff, settings):
+    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
+    busy, _ = tool_heavy_conversation(title="busy")
+    tiny = Conversation.objects.create(title="tiny")
+    add_message(tiny, "user", "hi")
+    add_message(tiny, "assistant", "hello")
+
+    shrank = run_staff_action("emergency_2", busy.pk, staff.pk)
+    unchanged = run_staff_action("emergency_2", tiny.pk, staff.pk)
+
+    assert shrank.changed is True
+    assert shrank.message.startswith("the context shrank from ")
+    assert (unchanged.changed, unchanged.message) == (
+        False,
+        "nothing changed: no tool result left to compact, and the split cannot move: the 2 "
+        "message(s) after it are all in the last user turn or within the messages kept verbatim",
+    )
+    assert history(tiny) == [(CHANGE, f"Emergency compaction level 2: {unchanged.message}.")]
+
+
+def test_automatic_work_names_nobody_and_staff_calls_name_the_user(staff):
+    first, _ = tool_heavy_conversation()
+    second, _ = tool_heavy_conversation()
+
+    compact_tool_results(first)
+    compact_tool_results(second, acting_user=staff)
+    with acting_as(staff.pk):
+        fork = fork_continuation(first)
+
+    events = CompactionEvent.objects.order_by("id")
+    assert [(e.conversation_id, e.acting_user_id) for e in events] == [
+        (first.pk, None),
+        (second.pk, staff.pk),
+        (fork.pk, staff.pk),
+    ]
+    assert acting_user_id() is None  # the block ended: nobody again

@@ -1,24 +1,36 @@
 """The admin in a real headless browser: Debian's chromium driven by
 playwright (the project installs both: requirements/dev.txt and `make test`).
 
-Open a conversation, run "Branch from a message…", land on the fork, and
-save a screenshot of the context inspector to test-output/.
+Screenshots go to test-output/; the figures (page bytes, pixel heights) are
+printed for the record.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
+from django.contrib.auth.models import Permission
+from django.utils import timezone
 
 from assistant.models import Conversation
+from assistant.services import add_message, compact_tool_results, regenerate_window_summary
+from tests.builders import html, tool_turn
 from tests.scenarios import staff_user, tool_heavy_conversation
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 OUTPUT_DIR = Path(django_settings.BASE_DIR) / "test-output"
+# The admin's header colour (--header-bg) once its stylesheet has loaded.
+STYLED_HEADER = "rgb(65, 118, 144)"
 # Headless as root on a machine with no outside network: no sandbox, no GPU,
 # and none of chromium's background connections.
 CHROMIUM_ARGS = [
@@ -44,13 +56,14 @@ def browser(monkeypatch):
     # Playwright's sync API runs an event loop in this thread; the ORM calls
     # the test makes between browser steps are still plain synchronous calls.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    OUTPUT_DIR.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             profile,
             executable_path=CHROMIUM,
             headless=True,
             args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 900},
+            viewport={"width": 1440, "height": 900},
         )
         context.set_default_timeout(20_000)
         try:
@@ -59,43 +72,216 @@ def browser(monkeypatch):
             context.close()
 
 
-def test_branch_from_a_message_in_a_real_browser(live_server, browser, settings):
-    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
-    staff_user("browser-staff")
-    conversation, rows = tool_heavy_conversation(title="Blog admin session")
-    from assistant.services import regenerate_window_summary
-
-    regenerate_window_summary(conversation)
-    page = browser
-
-    page.goto(f"{live_server.url}/admin/login/")
-    page.fill("#id_username", "browser-staff")
+def log_in(page, base_url: str, username: str) -> None:
+    page.goto(f"{base_url}/admin/login/")
+    page.fill("#id_username", username)
     page.fill("#id_password", "pw-for-tests")
     page.click("input[type=submit]")
-    page.goto(f"{live_server.url}/admin/assistant/conversation/")
-    row = page.locator(f"#result_list tr:has(a[href$='/{conversation.pk}/change/'])")
-    assert row.locator("td.field-message_count").inner_text() == "20"
-    OUTPUT_DIR.mkdir(exist_ok=True)
-    page.screenshot(path=str(OUTPUT_DIR / "conversation_list.png"))
-    row.locator("th a").click()
+    page.wait_for_url(f"{base_url}/admin/")
 
+
+def header_colour(page) -> str:
+    return page.evaluate("getComputedStyle(document.querySelector('#header')).backgroundColor")
+
+
+def figures(page, response, name: str) -> tuple[int, int]:
+    """Bytes of the page's HTML and its full height in pixels, printed."""
+    size = len(response.body())
+    height = page.evaluate("document.documentElement.scrollHeight")
+    print(f"\n{name}: {size} bytes, {height} px")
+    return size, height
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def runserver_debug_off():
+    """`manage.py runserver` as the README runs it: DEBUG off, the default
+    settings, an empty STATIC_ROOT (no collectstatic)."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as var_dir:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DJANGO_DEBUG": "false",
+            "DJANGO_SECRET_KEY": "browser-test-key",
+            "ASSISTANT_VAR_DIR": var_dir,
+        }
+        server = subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+            cwd=django_settings.BASE_DIR,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 60  # a wide bound: only catches a stall
+            while time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.2)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def test_runserver_with_debug_off_serves_a_styled_admin(runserver_debug_off, browser):
+    base_url = runserver_debug_off
+    with urllib.request.urlopen(f"{base_url}/static/admin/css/base.css") as css:
+        assert css.status == 200
+        assert b"--header-bg" in css.read()
+
+    browser.goto(f"{base_url}/admin/login/")
+
+    assert header_colour(browser) == STYLED_HEADER
+    browser.screenshot(path=str(OUTPUT_DIR / "login_debug_off.png"))
+
+
+def test_the_admin_as_an_operator_uses_it(live_server, browser, settings):
+    settings.ASSISTANT_COMPACTION = {
+        "MIN_RECENT_MESSAGES": 2,
+        "CONTEXT_TOKEN_THRESHOLD": 1000,
+        "MAX_RECENT_TOKENS": 500,
+    }
+    staff = staff_user("browser-staff")
+    staff.user_permissions.add(Permission.objects.get(codename="delete_conversation"))
+    conversation, rows = tool_heavy_conversation(title="Blog admin session")
+    compact_tool_results(conversation)
+    regenerate_window_summary(conversation)
+    gone, _ = tool_heavy_conversation(title="Deleted session")
+    Conversation.objects.filter(pk=gone.pk).update(deleted_at=timezone.now())
+    page = browser
+    log_in(page, live_server.url, "browser-staff")
+
+    # The list: danger at a glance.
+    page.goto(f"{live_server.url}/admin/assistant/conversation/")
+    assert header_colour(page) == STYLED_HEADER
+    row = page.locator(f"#result_list tr:has(input.action-select[value='{conversation.pk}'])")
+    assert row.locator("td.field-message_count").inner_text() == "20"
+    assert row.locator("td.field-fork_depth").inner_text() == "0"
+    deleted_row = page.locator(f"#result_list tr:has(input.action-select[value='{gone.pk}'])")
+    assert deleted_row.locator("td.field-status").inner_text().startswith("deleted ")
+    assert deleted_row.locator("span.context-near").count() == 1  # 909 tokens: past 80%
+    page.click("#toggle-nav-sidebar")
+    page.screenshot(path=str(OUTPUT_DIR / "conversation_list.png"), full_page=True)
+
+    # A confirmation page naming what will change.
+    run_from_list(page, conversation, "emergency_compact_level_2")
+    assert "go into the window summary" in page.locator("#confirm-rows").inner_text()
+    assert page.locator("#on-worker").count() == 1
+    page.screenshot(path=str(OUTPUT_DIR / "confirm_emergency_2.png"), full_page=True)
+    page.click("a.cancel-link")
+
+    # The conversation page: the inspector first.
+    page.goto(f"{live_server.url}/admin/assistant/conversation/{conversation.pk}/change/")
     inspector = page.locator("#context-inspector")
     inspector.wait_for()
     assert page.locator("#context-inspector .token-bar span").count() == 4
-    assert page.locator("#compaction-events tbody tr").count() == 1
+    assert page.locator("#compaction-events tbody tr").count() == 2
     inspector.screenshot(path=str(OUTPUT_DIR / "context_inspector.png"))
 
+    # Branch: search, choose, land on the fork that shows the whole message.
     page.click("#branch-from-message")
     page.locator("#branch-form").wait_for()
-    user_rows = [m for m in rows if m.role == "user"]
-    assert page.locator("input[name=message_id]").count() == len(user_rows)
-    page.check(f"#message-{rows[14].pk}")
+    page.fill("#branch-q", "URL")
+    page.click("#branch-search input[type=submit]")
+    page.locator("#branch-form").wait_for()
+    assert page.locator("input[name=message_id]").count() == 1
+    page.screenshot(path=str(OUTPUT_DIR / "branch_search.png"), full_page=True)
     page.click("#branch-form input[type=submit]")
     page.wait_for_url(f"{live_server.url}/admin/assistant/conversation/*/change/")
-
     fork = Conversation.objects.get(parent_conversation=conversation)
-    assert page.url == f"{live_server.url}/admin/assistant/conversation/{fork.pk}/change/"
     assert fork.fork_message_id == rows[14].pk
-    assert "Message to edit and resend: Check the URL" in page.locator(".messagelist").inner_text()
-    assert page.locator("#id_title").input_value() == "Blog admin session (fork)"
+    assert page.locator("#fork-origin pre").inner_text() == rows[14].content
     page.screenshot(path=str(OUTPUT_DIR / "fork_change_page.png"), full_page=True)
+
+    # History: the branch is there, by whom.
+    page.goto(f"{live_server.url}/admin/assistant/conversation/{conversation.pk}/history/")
+    assert f"Branched into #{fork.pk}." in page.locator("#change-history").inner_text()
+    assert "browser-staff" in page.locator("#change-history").inner_text()
+    page.screenshot(path=str(OUTPUT_DIR / "history.png"), full_page=True)
+
+    # A deleted conversation: the banner, and a restore.
+    page.goto(f"{live_server.url}/admin/assistant/conversation/{gone.pk}/change/")
+    assert "This conversation was deleted on" in page.locator("#deleted-banner").inner_text()
+    page.screenshot(path=str(OUTPUT_DIR / "deleted_change_page.png"), full_page=True)
+    page.click("#restore-deleted")
+    page.wait_for_url(f"{live_server.url}/admin/assistant/conversation/")
+    assert f"Restored “Deleted session” (#{gone.pk})." in page.locator(".messagelist").inner_text()
+    assert Conversation.objects.get(pk=gone.pk).deleted_at is None
+
+    # Restore the compacted originals: the confirmation names the next request.
+    run_from_list(page, conversation, "restore_compacted_originals")
+    assert (
+        "1 compacted message(s) shown verbatim again" in page.locator("#confirm-rows").inner_text()
+    )
+    page.screenshot(path=str(OUTPUT_DIR / "confirm_restore_originals.png"), full_page=True)
+    page.click("input[type=submit][value^=Yes]")
+    page.wait_for_url(f"{live_server.url}/admin/assistant/conversation/")
+    assert (
+        "1 original(s) restored; the next request is" in page.locator(".messagelist").inner_text()
+    )
+
+    # Delete the fork: marked deleted, its messages kept.
+    run_from_list(page, fork, "delete_selected")
+    page.click("input[type=submit][value^=Yes]")
+    page.wait_for_url(f"{live_server.url}/admin/assistant/conversation/")
+    assert "Marked 1 conversation(s) deleted" in page.locator(".messagelist").inner_text()
+    assert Conversation.objects.get(pk=fork.pk).deleted_at is not None
+    page.screenshot(path=str(OUTPUT_DIR / "after_delete.png"), full_page=True)
+
+
+def run_from_list(page, conversation: Conversation, action: str) -> None:
+    page.goto(f"{page.url.split('/admin/')[0]}/admin/assistant/conversation/")
+    page.locator(f"#result_list input.action-select[value='{conversation.pk}']").check()
+    page.select_option("select[name=action]", action)
+    page.click("button[name=index]")
+    page.locator("#confirm-rows").wait_for()
+
+
+def test_a_long_conversation_page_and_its_branch_page_stay_light(live_server, browser):
+    staff_user("browser-staff")
+    conversation = Conversation.objects.create(title="Long", system_prompt="You help.")
+    for n in range(130):
+        tool_turn(
+            conversation,
+            f"Question {n} about post {n}",
+            [
+                ("read_post", {"id": n}, html(3000, f"p{n}")),
+                ("read_post", {"id": n + 1000}, html(400)),
+            ],
+            f"Answer {n}",
+        )
+    add_message(conversation, "user", "One more question.")
+    page = browser
+    log_in(page, live_server.url, "browser-staff")
+
+    change_page = f"{live_server.url}/admin/assistant/conversation/{conversation.pk}/change/"
+    response = page.goto(change_page)
+    size, height = figures(page, response, "change page, 651 messages")
+    page.screenshot(path=str(OUTPUT_DIR / "long_change_page.png"))
+    assert page.locator("#inspector-messages tbody tr").count() == 30
+    # Before: 2.0 MB and 139,000 px (200 inline messages plus every verbatim one).
+    assert size < 150_000
+    assert height < 20_000
+
+    page.click("#all-messages")
+    page.wait_for_url("**/admin/assistant/message/?conversation__exact=*")
+    first_id = page.locator("#result_list tbody tr th a").first.inner_text()
+    assert first_id == str(conversation.messages.latest("id").pk)
+    page.screenshot(path=str(OUTPUT_DIR / "message_list.png"))
+
+    page.goto(change_page)
+    page.click("#branch-from-message")
+    page.locator("#branch-form").wait_for()
+    assert page.locator("input[name=message_id]").count() == 50
+    height = page.evaluate("document.documentElement.scrollHeight")
+    print(f"branch page, 131 user messages: {len(page.content().encode())} bytes, {height} px")
+    page.screenshot(path=str(OUTPUT_DIR / "branch_page.png"))

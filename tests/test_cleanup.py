@@ -113,6 +113,32 @@ def test_a_fork_outlives_its_purged_parent():
     assert fork.messages.count() == 2
 
 
+@pytest.mark.django_db
+def test_a_parent_is_kept_while_a_fork_still_lacks_its_deferred_summary():
+    parent = make_conversation("parent", deleted_at=NOW - 31 * DAY)
+    waiting = make_conversation(
+        "fork made with summarize=False", parent_conversation=parent,
+        metadata={MetadataKeys.SUMMARY_DEFERRED: True},
+    )  # fmt: skip
+
+    kept = cleanup.purge_deleted_conversations(now=NOW)
+    counted = cleanup.pending_counts(now=NOW)["purge_deleted"]
+    # The summary arrives (generate_parent_summary clears the flag): now it may go.
+    Conversation.objects.filter(pk=waiting.pk).update(
+        metadata={
+            MetadataKeys.SUMMARY_DEFERRED: False,
+            MetadataKeys.PARENT_CONVERSATION_SUMMARY: "Goal: ...",
+        }
+    )
+    purged = cleanup.purge_deleted_conversations(now=NOW)
+
+    assert (kept.count, counted, purged.count) == (0, 0, 1)
+    assert not Conversation.objects.filter(pk=parent.pk).exists()
+    waiting.refresh_from_db()
+    assert waiting.parent_conversation_id is None
+    assert waiting.parent_conversation_summary == "Goal: ..."
+
+
 # --- drop originals --------------------------------------------------------------
 
 
@@ -199,6 +225,39 @@ def test_the_sweep_pages_with_a_cursor(
     assert (first.count, first.remains, first.after_id) == (2, True, ids[1])
     assert (second.count, second.remains, second.after_id) == (1, False, ids[2])
     assert [args for _, args in queued(redis_client, "compaction")] == [f"({i},)" for i in ids]
+
+
+@pytest.mark.django_db
+def test_the_sweep_does_not_enqueue_work_already_queued(
+    empty_queues, redis_client, django_capture_on_commit_callbacks
+):
+    """During a backlog every sweep finds the same unprocessed exchanges:
+    each is queued once, however many sweeps run, until its task starts."""
+    from assistant.history import finish_exchange
+    from assistant.queue import POST_EXCHANGE_TASK, task_started
+
+    ids = [
+        make_conversation(f"c{i}", last_exchange_at=NOW - timedelta(hours=1)).pk for i in range(3)
+    ]
+    chatted = make_conversation("queued by the chat path")
+    with django_capture_on_commit_callbacks(execute=True):
+        finish_exchange(chatted)
+    Conversation.objects.filter(pk=chatted.pk).update(last_exchange_at=NOW - timedelta(hours=1))
+
+    for _ in range(3):
+        with django_capture_on_commit_callbacks(execute=True):
+            cleanup.sweep_missed_exchanges(now=NOW)
+    task_started(POST_EXCHANGE_TASK, ids[0])  # a worker took the first one; it failed for good
+    with django_capture_on_commit_callbacks(execute=True):
+        cleanup.sweep_missed_exchanges(now=NOW)
+
+    assert [args for _, args in queued(redis_client, "compaction")] == [
+        f"({chatted.pk},)",
+        f"({ids[0]},)",
+        f"({ids[1]},)",
+        f"({ids[2]},)",
+        f"({ids[0]},)",
+    ]
 
 
 def test_a_real_worker_runs_the_sweep_and_the_work_it_finds(celery_worker):

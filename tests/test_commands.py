@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import add_message
-from tests.builders import html, tool_turn
+from tests.builders import chat_turns, html, tool_turn
 
 
 def run(*args, **options) -> str:
@@ -59,10 +59,62 @@ def test_compact_conversation_refuses_an_unknown_level(tool_heavy):
 def test_compact_conversation_dry_run_changes_nothing(tool_heavy):
     output = run("compact_conversation", str(tool_heavy.pk), dry_run=True)
 
-    assert "2 uncompacted tool result(s) of at least 1500 chars" in output
-    assert "Nothing was changed." in output
+    assert "2 tool result(s) would be compacted, 0 repeated result(s) stubbed" in output
+    assert "window summary: not due. Nothing was changed." in output
     assert Message.objects.exclude(compaction="").count() == 0
     assert CompactionEvent.objects.count() == 0
+
+
+def cutoff(conversation) -> int | None:
+    conversation.refresh_from_db()
+    return conversation.compaction_through_message_id
+
+
+@pytest.mark.django_db
+def test_the_dry_run_says_what_the_real_run_then_does(settings):
+    """Before: the dry run counted every message of the conversation, not
+    those after the cutoff, and announced a summary the real run never made."""
+    settings.ASSISTANT_COMPACTION = {
+        "MAX_MESSAGES_BEFORE_SUMMARY": 10,
+        "MIN_RECENT_MESSAGES": 2,
+        "COMPACTION_TIMING": "eager",  # the count trigger counts at once
+    }
+    conversation = Conversation.objects.create(title="long chat")
+    chat_turns(conversation, 6, size=1500)  # 12 messages: the count trigger is reached
+
+    due = run("compact_conversation", str(conversation.pk), dry_run=True)
+    run("compact_conversation", str(conversation.pk))
+    first_cutoff = cutoff(conversation)
+    chat_turns(conversation, 1, size=1500, prefix="later ")  # 14: a few after the cutoff
+    not_due = run("compact_conversation", str(conversation.pk), dry_run=True)
+    run("compact_conversation", str(conversation.pk))
+
+    summarized = Message.objects.filter(conversation=conversation, id__lte=first_cutoff).count()
+    assert f"window summary: due: {summarized} message(s) would be summarized" in due
+    assert first_cutoff is not None
+    assert "window summary: not due." in not_due
+    assert cutoff(conversation) == first_cutoff  # the real run changed nothing either
+
+
+@pytest.mark.django_db
+def test_the_dry_run_counts_tokens_as_the_compacted_window_would_have_them(settings):
+    """The token trigger is reached only before the tool results are
+    compacted: the real run compacts first and then finds no shift due."""
+    settings.ASSISTANT_COMPACTION = {
+        "CONTEXT_TOKEN_THRESHOLD": 3000,
+        "MAX_RECENT_TOKENS": 2000,
+        "MIN_RECENT_MESSAGES": 2,
+    }
+    conversation = Conversation.objects.create(title="tools")
+    tool_turn(conversation, "Read post 42", [("get_blog_post", {"id": 42}, html(14000, "P42"))])
+    tool_turn(conversation, "Thanks", [])
+
+    plan = run("compact_conversation", str(conversation.pk), dry_run=True)
+    run("compact_conversation", str(conversation.pk))
+
+    assert "1 tool result(s) would be compacted" in plan
+    assert "window summary: not due." in plan
+    assert cutoff(conversation) is None
 
 
 @pytest.mark.django_db
@@ -129,6 +181,18 @@ def test_export_transcript_writes_the_full_uncompacted_history(tool_heavy, tmp_p
     assert [m["content"] for m in messages] == [m.content for m in stored]
     assert [m["compacted_content"] for m in messages] == [m.compacted_content for m in stored]
     assert messages[-1]["content"] == "unicode: 日本語 ✓ \u2028 done"
+
+
+@pytest.mark.django_db
+def test_export_transcript_to_a_directory_is_a_clear_error_even_with_force(tool_heavy, tmp_path):
+    with pytest.raises(CommandError, match=r"is a directory; give a file name"):
+        run("export_transcript", str(tool_heavy.pk), output=str(tmp_path), force=True)
+
+
+@pytest.mark.django_db
+def test_context_report_refuses_a_negative_event_count(tool_heavy):
+    with pytest.raises(CommandError, match=r"^--events must be 0 or more, got -1\.$"):
+        run("context_report", str(tool_heavy.pk), events=-1)
 
 
 @pytest.mark.django_db

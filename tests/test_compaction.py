@@ -65,6 +65,10 @@ def test_it_leaves_the_results_of_an_unfinished_turn_alone(conversation):
     in_progress.refresh_from_db()
     assert in_progress.compaction == ""
 
+    # Never read by the model yet (no assistant message after it): untouched.
+    assert compact_tool_results(conversation, include_current_turn=True) == 0
+    add_message(conversation, "assistant", "Reading it.")
+
     assert compact_tool_results(conversation, include_current_turn=True) == 1
     in_progress.refresh_from_db()
     assert in_progress.compaction == "truncated"
@@ -138,11 +142,15 @@ def test_a_summarize_policy_stores_a_summary_marked_as_such(conversation):
     assert result.content == page
 
 
-def test_min_chars_zero_compacts_every_result(conversation):
-    turn = tool_turn(conversation, "a", [("run_sql", {"q": "x"}, "tiny")])
+def test_min_chars_zero_compacts_every_result_that_gets_shorter(conversation):
+    turn = tool_turn(
+        conversation, "a", [("run_sql", {"q": "x"}, "tiny"), ("run_sql", {"q": "y"}, html(1200))]
+    )
 
     assert compact_tool_results(conversation, min_chars=0) == 1
-    assert Message.objects.get(pk=turn[2].pk).compaction == "truncated"
+    # A result shorter than the kept head would only grow with a marker: left alone.
+    assert Message.objects.get(pk=turn[2].pk).compaction == ""
+    assert Message.objects.get(pk=turn[3].pk).compaction == "truncated"
 
 
 def test_truncation_keeps_the_key_sentences_from_beyond_the_head(conversation):
@@ -153,7 +161,7 @@ def test_truncation_keeps_the_key_sentences_from_beyond_the_head(conversation):
 
     compacted = Message.objects.get(pk=result.pk).compacted_content
     details = compacted.split("[Key details further in the original:", 1)[1]
-    assert details == "\nOrder ORD-2024-0042 failed with HTTP 503 at /var/log/shop.log]"
+    assert details == "\nOrder ORD-2024-0042 failed with HTTP 503 at /var/log/shop.log\n]"
 
 
 def test_each_compaction_logs_one_structured_line_without_content(conversation, caplog):
@@ -174,3 +182,54 @@ def test_each_compaction_logs_one_structured_line_without_content(conversation, 
     }
     assert record.event["tokens_after"] < 875
     assert "CONFIDENTIAL" not in caplog.text
+
+
+class Killed(BaseException):
+    """Stands for the worker being killed (not an Exception: nothing catches it)."""
+
+
+@override_settings(ASSISTANT_COMPACTION={"TOOL_POLICIES": {"fetch_url": "summarize"}})
+def test_a_summarize_policy_commits_each_result_so_a_killed_run_keeps_its_work(
+    conversation, monkeypatch
+):
+    turn = tool_turn(
+        conversation, "a", [("fetch_url", {"u": n}, html(3000, f"page {n}")) for n in range(3)]
+    )
+    calls = []
+
+    def summarize(transcript, **kwargs):
+        calls.append(transcript)
+        if len(calls) == 3:
+            raise Killed
+        from assistant.llm.offline import OfflineProvider
+
+        return OfflineProvider().summarize(transcript)
+
+    monkeypatch.setattr("assistant.compaction.llm.summarize", summarize)
+
+    with pytest.raises(Killed):
+        compact_tool_results(conversation)
+
+    kinds = [Message.objects.get(pk=m.pk).compaction for m in turn[2:5]]
+    assert kinds == ["summarized", "summarized", ""]
+    assert CompactionEvent.objects.filter(conversation=conversation).count() == 2
+
+
+def test_the_worker_reads_only_results_it_has_not_looked_at(conversation):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from assistant.compaction import prepare_tool_results
+
+    for n in range(30):
+        tool_turn(conversation, f"q{n}", [("get_blog_post", {"id": n}, html(3000))])
+    assert prepare_tool_results(conversation) == 30
+
+    tool_turn(conversation, "one more", [("get_blog_post", {"id": 99}, html(3000))])
+    with CaptureQueriesContext(connection) as queries:
+        assert prepare_tool_results(conversation) == 1
+
+    # Only the new result's text is read, and no query measures every result.
+    texts = [q["sql"] for q in queries.captured_queries if '"content"' in q["sql"]]
+    assert len(texts) == 1
+    assert not any("LENGTH(" in q["sql"].upper() for q in queries.captured_queries)

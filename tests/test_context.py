@@ -128,6 +128,51 @@ def test_pending_calls_at_the_end_are_an_error(conversation):
         build_context(conversation)
 
 
+def test_a_pending_call_that_reuses_an_answered_id_is_an_error(conversation):
+    call = {"id": "a", "name": "x", "arguments": {}}
+    add_message(conversation, "user", "go")
+    add_message(conversation, "assistant", "", tool_calls=[call])
+    add_message(conversation, "tool", "first", tool_call_id="a")
+    add_message(conversation, "assistant", "", tool_calls=[call])
+
+    with pytest.raises(IncompleteToolCall, match=r"\(a\)"):
+        build_context(conversation)
+
+
+def test_a_result_stored_after_a_later_message_is_sent_right_after_its_call(conversation):
+    calls = [{"id": "a", "name": "x", "arguments": {}}, {"id": "b", "name": "x", "arguments": {}}]
+    add_message(conversation, "user", "go")
+    add_message(conversation, "assistant", "", tool_calls=calls)
+    add_message(conversation, "tool", "A", tool_call_id="a")
+    add_message(conversation, "user", "and b?")
+    add_message(conversation, "tool", "B", tool_call_id="b")
+
+    context = build_context(conversation)
+
+    assert [(m["role"], m["content"]) for m in context.messages] == [
+        ("user", "go"),
+        ("assistant", ""),
+        ("tool", "A"),
+        ("tool", "B"),
+        ("user", "and b?"),
+    ]
+
+
+def test_a_cutoff_between_a_reused_call_and_its_result_moves_back(conversation):
+    call = {"id": "a", "name": "x", "arguments": {}}
+    add_message(conversation, "user", "go")
+    add_message(conversation, "assistant", "", tool_calls=[call])
+    add_message(conversation, "tool", "first", tool_call_id="a")
+    add_message(conversation, "user", "again")
+    add_message(conversation, "assistant", "", tool_calls=[call])
+    second = add_message(conversation, "tool", "second", tool_call_id="a")
+    set_summary(conversation, "## Goal\nx", second.pk - 1)
+
+    context = build_context(conversation)
+
+    assert [m["content"] for m in context.messages] == ["again", "", "second"]
+
+
 def test_it_never_loads_originals_of_compacted_messages(conversation):
     turn = tool_turn(conversation, "read", [("get_blog_post", {"id": 1}, "ORIGINAL" * 500)])
     Message.objects.filter(pk=turn[2].pk).update(

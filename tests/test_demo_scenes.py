@@ -5,8 +5,8 @@ import io
 import pytest
 from django.core.management.base import OutputWrapper
 
-from assistant.demo_scenes import DEMO_WINDOW_TOKENS, run_overflow_and_fork_demo
 from assistant.models import CompactionEvent, Conversation
+from demo.scenes import DEMO_WINDOW_TOKENS, run_overflow_and_fork_demo
 
 pytestmark = pytest.mark.django_db
 

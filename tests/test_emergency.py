@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from assistant import emergency
+from assistant import emergency, hooks
 from assistant.compaction import restore_originals
 from assistant.context import build_context, context_tokens
+from assistant.llm.overflow import overflow_token_counts
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import emergency_compact
 from tests.scenarios import BIG_RESULT, SMALL_RESULT, tool_heavy_conversation
@@ -45,8 +46,8 @@ def test_level_1_compacts_every_tool_result_and_tightens_the_window():
     assert emergency_compact(conversation, level=1) is True
 
     conversation.refresh_from_db()
-    # Both tool results, the 20-character one too.
-    assert compacted_ids(conversation) == [rows[2].pk, rows[16].pk]
+    # Every tool result that gets shorter; the 20-character one would only grow.
+    assert compacted_ids(conversation) == [rows[2].pk]
     # 20% of 20 messages is 4, snapped back to the start of that user turn.
     assert conversation.compaction_through_message_id == rows[13].pk
     assert build_context(conversation).message_ids == [m.pk for m in rows[14:]]
@@ -56,12 +57,12 @@ def test_level_1_compacts_every_tool_result_and_tightens_the_window():
         context_tokens(conversation),
     )
     assert event.tokens_after < event.tokens_before
-    assert event.messages_affected == 2
+    assert event.messages_affected == 1
     assert event.details == {"level": 1, "summary_regenerated": True}
     assert originals(conversation) == before_originals
 
 
-def test_level_2_keeps_only_the_last_two_messages_verbatim():
+def test_level_2_keeps_only_the_turns_user_message_and_the_newest_step():
     conversation, rows = tool_heavy_conversation()
     before_originals = originals(conversation)
 
@@ -70,7 +71,7 @@ def test_level_2_keeps_only_the_last_two_messages_verbatim():
     conversation.refresh_from_db()
     assert conversation.compaction_through_message_id == rows[17].pk
     assert build_context(conversation).message_ids == [rows[18].pk, rows[19].pk]
-    assert compacted_ids(conversation) == [rows[2].pk, rows[16].pk]
+    assert compacted_ids(conversation) == [rows[2].pk]
     event = CompactionEvent.objects.get(kind=CompactionEvent.Kind.EMERGENCY_2)
     assert event.details == {"level": 2, "summary_regenerated": True}
     assert originals(conversation) == before_originals
@@ -113,7 +114,7 @@ def test_every_original_can_be_restored_after_both_levels():
     emergency_compact(conversation, level=1)
     emergency_compact(conversation, level=2)
 
-    assert restore_originals(conversation) == 2
+    assert restore_originals(conversation) == 1
 
     assert compacted_ids(conversation) == []
     contents = dict(originals(conversation))
@@ -129,7 +130,7 @@ def test_a_failure_returns_false_and_loses_nothing(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("summarizer exploded")
 
-    monkeypatch.setattr("assistant.summaries.regenerate_window_summary", broken)
+    monkeypatch.setattr("assistant.emergency.regenerate_window_summary", broken)
 
     assert emergency_compact(conversation, level=2) is False
     assert originals(conversation) == before
@@ -199,12 +200,37 @@ def test_a_response_within_the_window_marks_nothing():
     ],
 )
 def test_overflow_token_counts_reads_each_providers_wording(message, counts):
-    assert emergency.overflow_token_counts(RuntimeError(message)) == counts
+    assert overflow_token_counts(RuntimeError(message)) == counts
 
 
 def test_a_retry_is_only_worth_it_when_the_smaller_context_fits():
     error = RuntimeError("prompt is too long: 208310 tokens > 200000 maximum")
 
-    assert emergency.retry_can_fit(error, tokens_before=1000, tokens_after=960) is True
-    assert emergency.retry_can_fit(error, tokens_before=1000, tokens_after=961) is False
-    assert emergency.retry_can_fit(RuntimeError("too long"), 1000, 999) is True
+    assert hooks.retry_can_fit(error, tokens_before=1000, tokens_after=960) is True
+    assert hooks.retry_can_fit(error, tokens_before=1000, tokens_after=961) is False
+    assert hooks.retry_can_fit(RuntimeError("too long"), 1000, 999) is True
+
+
+def test_shrank_compares_estimates_never_a_provider_count_with_estimates():
+    conversation = Conversation.objects.create(title="tiny", system_prompt="You help.")
+    from assistant.services import add_message
+
+    add_message(conversation, "user", "hi")
+    # The provider counted a far larger prompt than our estimates (another tokenizer).
+    add_message(conversation, "assistant", "hello", input_tokens=100_000)
+
+    assert emergency_compact(conversation, level=1) is False
+    assert not CompactionEvent.objects.filter(kind__startswith="emergency").exists()
+
+
+def test_a_level_never_stores_a_summary_that_makes_the_context_larger():
+    conversation, _ = tool_heavy_conversation()
+    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+
+    # Tiny messages: any summary of them is longer than they are.
+    Message.objects.filter(conversation=conversation).update(token_estimate=1)
+    emergency_compact(conversation, level=2)
+
+    stored = Conversation.objects.get(pk=conversation.pk).metadata
+    assert "compaction_summary" not in stored
+    assert {k: v for k, v in stored.items() if k != "summary_failure"} == metadata

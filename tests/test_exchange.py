@@ -2,13 +2,14 @@
 real worker on the real Redis broker runs it."""
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.db import transaction
 from django.utils import timezone
 
 from assistant.models import Conversation
-from assistant.services import add_message, finish_exchange
+from assistant.services import add_message, ensure_context_summary, finish_exchange
 from tests.conftest import use_broker, wait_until
 
 
@@ -91,6 +92,17 @@ def test_the_worker_compacts_and_deduplicates_the_finished_exchange(celery_worke
         return conversation.post_exchange_done_at is not None
 
     assert wait_until(processed)
+    # Prepared, not applied: the next request still reads what the cache holds.
+    view = {m.pk: m for m in conversation.messages.model_view()}
+    assert view[first[2].pk].model_content == html(4000)
+    assert view[first[2].pk].prepared_compaction == "deduplicated"
+    assert view[second[2].pk].prepared_compaction == "truncated"
+    assert not conversation.compaction_events.exists()
+
+    # Once the provider's cache has expired, the pre-call hook applies both.
+    conversation.messages.update(created_at=timezone.now() - timedelta(minutes=6))
+    ensure_context_summary(conversation)
+
     view = {m.pk: m for m in conversation.messages.model_view()}
     assert view[first[2].pk].model_content == STUB
     assert view[second[2].pk].compaction == "truncated"
@@ -105,7 +117,11 @@ def test_the_worker_retries_an_overloaded_summarizer_later(celery_worker, fake_l
     fake_llm.use_anthropic(settings)
     settings.ASSISTANT_SUMMARY_FALLBACK = False
     settings.ASSISTANT_PROVIDER_RETRY_SECONDS = 0.1
-    settings.ASSISTANT_COMPACTION = {"MAX_MESSAGES_BEFORE_SUMMARY": 10, "MIN_RECENT_MESSAGES": 2}
+    settings.ASSISTANT_COMPACTION = {
+        "MAX_MESSAGES_BEFORE_SUMMARY": 10,
+        "MIN_RECENT_MESSAGES": 2,
+        "COMPACTION_TIMING": "eager",  # the worker pre-builds for the count trigger
+    }
     summary = (
         "## Goal\n- g\n\n## Constraints\n- none\n\n## Progress\n- none\n\n"
         "## Key decisions\n- none\n\n## Next steps\n- none\n\n## Critical context\n- none"
@@ -127,31 +143,49 @@ def test_the_worker_retries_an_overloaded_summarizer_later(celery_worker, fake_l
 
 
 @pytest.mark.django_db
-def test_a_task_delivered_past_the_cap_is_dropped(settings, redis_client, caplog):
-    from assistant.deliveries import over_delivery_cap
+def test_deliveries_are_capped_per_exchange_not_per_task_id(settings, redis_client, caplog):
+    """The sweep re-enqueues under new task ids: the count follows the
+    exchange, and a new exchange starts a new count."""
+    from assistant.deliveries import over_delivery_cap, work_key
+    from assistant.queue import POST_EXCHANGE_TASK
 
     settings.ASSISTANT_MAX_TASK_DELIVERIES = 3
-    redis_client.delete("assistant:deliveries:task-1")
+    conversation = Conversation.objects.create(title="t")
+    finish_exchange(conversation)
+    first_key = work_key(POST_EXCHANGE_TASK, conversation.pk)
+    redis_client.delete(first_key)
 
-    verdicts = [over_delivery_cap("post_exchange_task", "task-1") for _ in range(4)]
+    verdicts = [over_delivery_cap(POST_EXCHANGE_TASK, conversation.pk) for _ in range(4)]
+    finish_exchange(conversation)  # the next exchange
+    after_new_exchange = over_delivery_cap(POST_EXCHANGE_TASK, conversation.pk)
 
     assert verdicts == [False, False, False, True]
-    assert "event=task_dropped task=post_exchange_task task_id=task-1 deliveries=4" in caplog.text
-    assert 0 < redis_client.ttl("assistant:deliveries:task-1") <= 24 * 3600
+    assert after_new_exchange is False
+    assert work_key(POST_EXCHANGE_TASK, conversation.pk) != first_key
+    assert (
+        f"event=task_dropped task={POST_EXCHANGE_TASK} conversation_id={conversation.pk} "
+        "deliveries=4" in caplog.text
+    )
+    assert 0 < redis_client.ttl(first_key) <= 7 * 24 * 3600
 
 
-def test_a_crash_looping_task_stops_at_the_cap(celery_worker, settings, redis_client):
-    """Through a real worker: a task id already delivered to the cap is
-    acknowledged without running, so the exchange waits for the sweep."""
+def test_a_crash_looping_exchange_stops_at_the_cap_whatever_the_task_id(
+    celery_worker, settings, redis_client
+):
+    """Through a real worker: an exchange already delivered to the cap is
+    acknowledged without running, even under a fresh task id (as the sweep
+    would send it)."""
+    from assistant.deliveries import work_key
     from assistant.tasks import post_exchange_task
 
     settings.ASSISTANT_MAX_TASK_DELIVERIES = 2
     conversation = Conversation.objects.create(title="t")
     add_message(conversation, "user", "hello")
     Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
-    redis_client.set("assistant:deliveries:crashed-twice", 2)
+    key = work_key(post_exchange_task.name, conversation.pk)
+    redis_client.set(key, 2)
 
-    post_exchange_task.apply_async(args=(conversation.pk,), task_id="crashed-twice")
+    post_exchange_task.apply_async(args=(conversation.pk,), task_id="a-fresh-id-from-the-sweep")
 
     # A healthy task queued behind it on the one-at-a-time worker: once it is
     # done, the capped one has been handled too.
@@ -164,6 +198,6 @@ def test_a_crash_looping_task_stops_at_the_cap(celery_worker, settings, redis_cl
         return healthy.post_exchange_done_at is not None
 
     assert wait_until(healthy_done)
-    assert int(redis_client.get("assistant:deliveries:crashed-twice")) == 3
+    assert int(redis_client.get(key)) == 3
     conversation.refresh_from_db()
     assert conversation.post_exchange_done_at is None

@@ -8,6 +8,7 @@ product code. Every wait is bounded."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -36,6 +37,16 @@ from tests.conftest import QUEUES, use_broker, wait_until
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 CELERY = str(Path(sys.executable).with_name("celery"))
+
+
+# These tests are about faults, not about when compaction pays: the worker
+# applies what it prepares at once, and the message-count trigger counts.
+EAGER = {"COMPACTION_TIMING": "eager"}
+
+
+@pytest.fixture(autouse=True)
+def compaction_applied_at_once(settings):
+    settings.ASSISTANT_COMPACTION = dict(EAGER)
 
 
 # --- helpers -----------------------------------------------------------------------
@@ -133,7 +144,7 @@ def assert_compacted_once(conversation: Conversation, originals: list[tuple]) ->
         CompactionEvent.objects.filter(conversation=conversation).values_list(
             "kind", "messages_affected"
         )
-    ) == [("tool_results", 2)]
+    ) == [("tool_results", 1), ("tool_results", 1)]  # one audit row per result, each once
 
 
 def processed(conversation: Conversation) -> bool:
@@ -147,6 +158,7 @@ def worker_process(name: str, log_dir: Path) -> Iterator[subprocess.Popen]:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.test_settings",
+        "ASSISTANT_COMPACTION": json.dumps(EAGER),
         "TEST_DATABASE_URL": database_url(),
     }
     log = (log_dir / f"worker-{name}.log").open("w")
@@ -305,6 +317,59 @@ def test_exchanges_during_a_redis_outage_are_compacted_by_the_sweep(settings, ca
         assert_compacted_once(conversation, before)
 
 
+# --- Redis hung (SIGSTOP: connections accepted, never answered) ---------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_hung_redis_costs_finish_exchange_about_a_second_and_the_sweep_recovers(settings, caplog):
+    """Before the bound, the first finish_exchange against a hung Redis took
+    40 s and each later one 10 s (the broker's retry policy times the socket
+    timeout), then 7.5 s with short socket timeouts alone (kombu's reconnect
+    backoff). Now each fails after the enqueue timeout (0.5 s)."""
+    settings.ASSISTANT_CLEANUP = {"SWEEP_GRACE_SECONDS": 0}
+    port = free_port()
+    working = celery_app.conf.broker_url
+    use_broker(f"redis://127.0.0.1:{port}/0")
+    try:
+        with redis_server(port) as server:
+            conversations = [tool_heavy_conversation(f"c{index}") for index in range(4)]
+            finish_exchange(conversations[0])  # published while Redis answers
+            os.kill(server.pid, signal.SIGSTOP)
+            try:
+                for conversation in conversations[1:]:
+                    done = threading.Event()
+
+                    def finish(conversation=conversation, done=done):
+                        with transaction.atomic():  # as a view would
+                            add_message(conversation, "user", "And now?")
+                            add_message(conversation, "assistant", "Here.")
+                            finish_exchange(conversation)
+                        done.set()
+
+                    thread = threading.Thread(target=finish, daemon=True)
+                    thread.start()
+                    # One 0.5 s timeout; 4 s only guards against a stall.
+                    assert done.wait(timeout=4), "finish_exchange stalled on a hung Redis"
+                    thread.join()
+                assert caplog.text.count("enqueue_failed task=assistant.tasks.post_exchange") == 3
+            finally:
+                os.kill(server.pid, signal.SIGCONT)
+
+            with start_worker(
+                celery_app, pool="solo", concurrency=1, queues=QUEUES,
+                perform_ping_check=False, loglevel="WARNING", shutdown_timeout=10,
+            ):  # fmt: skip
+                assert wait_until(lambda: processed(conversations[0]), timeout=30)
+                # A publish that timed out was sent all the same: Redis may
+                # apply it once it wakes, so the sweep finds the rest.
+                result = cleanup.sweep_missed_exchanges()
+                assert result.count <= 3
+                for conversation in conversations:
+                    assert wait_until(lambda c=conversation: processed(c), timeout=30)
+    finally:
+        use_broker(working)
+
+
 # --- cleanup racing live traffic -----------------------------------------------------------
 
 
@@ -322,7 +387,10 @@ def test_cleanup_never_purges_a_conversation_in_use_by_a_live_transaction():
     def chat() -> None:
         try:
             with transaction.atomic():
-                add_message(live, "user", "still typing")
+                # add_message refuses a soft-deleted conversation (test_history); any other
+                # writer (the admin's restore, a migration script) touches it like this.
+                Message.objects.create(conversation=live, role="user", content="still typing")
+                Conversation.objects.filter(pk=live.pk).update(updated_at=timezone.now())
                 writing.set()
                 assert release.wait(timeout=30)
         except BaseException as exc:  # surfaced below
@@ -461,7 +529,7 @@ def test_a_five_megabyte_tool_result_is_stored_whole_and_compacted(db):
     tool_turn(conversation, "Dump the table", [("run_sql", {"sql": "select *"}, big)])
 
     finish_exchange(conversation)
-    from assistant.exchanges import process_exchange
+    from assistant.hooks import process_exchange
 
     assert process_exchange(conversation.pk) is True
 
@@ -508,14 +576,14 @@ def test_a_failing_provider_falls_back_offline_and_stores_no_failure(
     db, fake_llm, settings, provider, failure
 ):
     from assistant.context import build_context
-    from assistant.exchanges import process_exchange
+    from assistant.hooks import ensure_context_summary, process_exchange
     from assistant.llm.offline import OFFLINE_MODEL
-    from assistant.summaries import ensure_context_summary
 
     getattr(fake_llm, f"use_{provider}")(settings)
     settings.LLM_TIMEOUT_SECONDS = 0.4
     settings.LLM_MAX_RETRIES = 1
     settings.ASSISTANT_COMPACTION = {
+        **EAGER,
         "TOOL_POLICIES": {"get_blog_post": "summarize"},
         "MAX_MESSAGES_BEFORE_SUMMARY": 12,
         "MIN_RECENT_MESSAGES": 4,
@@ -559,13 +627,17 @@ def test_without_fallback_a_failed_summary_stores_nothing_and_the_chat_goes_on(
     db, fake_llm, settings, failure
 ):
     from assistant.context import build_context
-    from assistant.summaries import ensure_context_summary
+    from assistant.hooks import ensure_context_summary
 
     fake_llm.use_anthropic(settings)
     settings.ASSISTANT_SUMMARY_FALLBACK = False
     settings.LLM_TIMEOUT_SECONDS = 0.4
     settings.LLM_MAX_RETRIES = 1
-    settings.ASSISTANT_COMPACTION = {"MAX_MESSAGES_BEFORE_SUMMARY": 8, "MIN_RECENT_MESSAGES": 4}
+    settings.ASSISTANT_COMPACTION = {
+        **EAGER,
+        "MAX_MESSAGES_BEFORE_SUMMARY": 8,
+        "MIN_RECENT_MESSAGES": 4,
+    }
     fake_llm.script("anthropic.messages", *failing(failure, 50))
     conversation = Conversation.objects.create(title="no fallback")
     for turn in range(6):
@@ -578,6 +650,9 @@ def test_without_fallback_a_failed_summary_stores_nothing_and_the_chat_goes_on(
     assert summary is None
     assert fake_llm.count("anthropic.messages") == 2  # one call, retried once by the SDK
     conversation.refresh_from_db()
+    # No summary stored; only the failure is remembered, so the next try waits.
+    failure = conversation.metadata.pop("summary_failure")
     assert conversation.metadata == metadata_before
+    assert failure["attempts"] == 1
     assert not CompactionEvent.objects.filter(conversation=conversation).exists()
     assert len(build_context(conversation).messages) == 12  # the chat goes on, uncompacted

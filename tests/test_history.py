@@ -1,10 +1,17 @@
 """add_message validates at the door and saves nothing on bad input."""
 
+import json
+import re
+import threading
+from pathlib import Path
+
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import IntegrityError, connection
 from django.test import override_settings
+from django.utils import timezone
 
-from assistant.models import Message
+from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
 from assistant.services import add_message
 
 CALL = {"id": "call_1", "name": "get_blog_post", "arguments": {"post_id": 7}}
@@ -28,6 +35,20 @@ def test_it_stores_a_tool_exchange_with_estimates_and_call_details(with_tool_cal
     assert result.token_estimate == 102  # ceil(408 / 4)
     assert result.original_token_estimate == 102
     assert result.compacted_content is None
+
+
+def test_an_assistant_message_with_empty_text_beside_tool_calls_is_stored(conversation):
+    add_message(conversation, "user", "Show me post 7")
+
+    message = add_message(conversation, "assistant", "\n", tool_calls=[CALL])
+
+    assert (message.content, len(message.tool_calls)) == ("\n", 1)
+
+
+def test_an_empty_tool_result_is_stored(with_tool_call):
+    result = add_message(with_tool_call, "tool", "", tool_call_id="call_1")
+
+    assert result.content == ""
 
 
 def test_it_parses_string_arguments_into_an_object(conversation):
@@ -62,9 +83,9 @@ BAD_INPUT = [
         id="tool-call-missing-arguments",
     ),
     pytest.param(
-        {"role": "assistant", "tool_calls": [{"id": "", "name": "x", "arguments": {}}]},
+        {"role": "assistant", "tool_calls": [{"id": "  ", "name": "x", "arguments": {}}]},
         "invalid_tool_calls",
-        id="tool-call-empty-id",
+        id="tool-call-blank-id",
     ),
     pytest.param(
         {
@@ -104,6 +125,14 @@ BAD_INPUT = [
         "invalid_metadata",
         id="metadata-not-json",
     ),
+    pytest.param({"role": "user", "content": ""}, "empty_message", id="empty-user-message"),
+    pytest.param({"role": "user", "content": " \n\t"}, "empty_message", id="blank-user-message"),
+    pytest.param(
+        {"role": "assistant", "content": "", "tool_calls": []},
+        "empty_message",
+        id="empty-assistant-message",
+    ),
+    pytest.param({"role": "system", "content": ""}, "empty_message", id="empty-system-message"),
     pytest.param({"role": "user", "content": "nul\x00byte"}, "nul_byte", id="nul-byte"),
     pytest.param(
         {"role": "user", "content": "bad \ud800 surrogate"}, "invalid_unicode", id="lone-surrogate"
@@ -115,6 +144,87 @@ BAD_INPUT = [
         id="negative-usage",
     ),
 ]
+
+
+def _nested(levels: int) -> dict:
+    value: dict = {}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+def _call(**overrides) -> dict:
+    return {"role": "assistant", "tool_calls": [{**CALL, "id": "c2", **overrides}]}
+
+
+# Every field is capped and checked for what the database would refuse (issue 16, items 9-10).
+BAD_FIELDS = [
+    pytest.param(
+        {"role": "assistant", "tool_calls": [{**CALL, "id": f"c{i}"} for i in range(257)]},
+        "too_many_tool_calls",
+        id="257-tool-calls",
+    ),
+    pytest.param(_call(id="c" * 256), "value_too_long", id="call-id-over-255"),
+    pytest.param(_call(name="n" * 256), "value_too_long", id="call-name-over-255"),
+    pytest.param(
+        {"role": "tool", "content": "rows", "tool_call_id": "c" * 256},
+        "value_too_long",
+        id="result-call-id-over-255",
+    ),
+    pytest.param(
+        _call(arguments={"x": float("nan")}), "invalid_tool_arguments", id="nan-in-arguments"
+    ),
+    pytest.param(
+        _call(arguments='{"x": NaN}'), "invalid_tool_arguments", id="nan-in-argument-string"
+    ),
+    pytest.param(_call(arguments={"x": "a\x00b"}), "nul_byte", id="nul-in-arguments"),
+    pytest.param(_call(arguments='{"x": "a\\u0000b"}'), "nul_byte", id="nul-in-argument-string"),
+    pytest.param(
+        _call(arguments={"x\ud800": 1}), "invalid_unicode", id="surrogate-in-argument-key"
+    ),
+    pytest.param(_call(arguments=_nested(5000)), "too_deeply_nested", id="5000-level-arguments"),
+    pytest.param(
+        _call(arguments='{"x": ' + "[" * 5000 + "]" * 5000 + "}"),
+        "too_deeply_nested",
+        id="5000-level-argument-string",
+    ),
+    pytest.param(
+        {"role": "user", "content": "hi", "metadata": {"x": float("inf")}},
+        "invalid_metadata",
+        id="infinity-in-metadata",
+    ),
+    pytest.param(
+        {"role": "user", "content": "hi", "metadata": {"x": ["\x00"]}},
+        "nul_byte",
+        id="nul-in-metadata",
+    ),
+    pytest.param(
+        {"role": "user", "content": "hi", "metadata": {"x": "\udfff"}},
+        "invalid_unicode",
+        id="surrogate-in-metadata",
+    ),
+    pytest.param(
+        {"role": "user", "content": "hi", "metadata": _nested(5000)},
+        "too_deeply_nested",
+        id="5000-level-metadata",
+    ),
+    pytest.param(
+        {"role": "user", "content": "hi", "metadata": {"blob": "x" * (256 * 1024)}},
+        "metadata_too_large",
+        id="metadata-over-256-kib",
+    ),
+    pytest.param(
+        {"role": "assistant", "content": "ok", "input_tokens": 2**31},
+        "invalid_usage",
+        id="input-tokens-2-to-the-31",
+    ),
+    pytest.param(
+        {"role": "assistant", "content": "ok", "cache_read_tokens": 2**40},
+        "invalid_usage",
+        id="cache-read-tokens-over-the-column",
+    ),
+]
+BAD_INPUT += BAD_FIELDS
 
 
 @pytest.mark.parametrize(("kwargs", "code"), BAD_INPUT)
@@ -180,3 +290,159 @@ def test_it_keeps_unicode_content_verbatim(conversation):
 def test_unknown_fields_are_a_programming_error(conversation):
     with pytest.raises(TypeError, match="tool_cals"):
         add_message(conversation, "assistant", tool_cals=[])
+
+
+# --- Reused tool-call ids and one result per call ------------------------------------
+
+REAL = Path(__file__).resolve().parent.parent / "bench" / "data" / "real"
+
+
+def test_a_reused_call_id_is_stored_and_its_result_answers_the_new_call(with_tool_call):
+    first_result = add_message(with_tool_call, "tool", "post 7", tool_call_id="call_1")
+    add_message(with_tool_call, "assistant", "Post 7 again, fresh.", tool_calls=[CALL])
+
+    second = with_tool_call.messages.filter(role="assistant").last()
+    second_result = add_message(with_tool_call, "tool", "post 7 (fresh)", tool_call_id="call_1")
+
+    first_call = with_tool_call.messages.filter(role="assistant").first()
+    assert first_result.tool_call_message_id == first_call.pk
+    assert second_result.tool_call_message_id == second.pk
+    assert second_result.tool_arguments == {"post_id": 7}
+
+
+def test_a_third_result_for_a_reused_id_is_a_duplicate(with_tool_call):
+    add_message(with_tool_call, "tool", "post 7", tool_call_id="call_1")
+    add_message(with_tool_call, "assistant", "", tool_calls=[CALL])
+    add_message(with_tool_call, "tool", "post 7 again", tool_call_id="call_1")
+
+    with pytest.raises(ValidationError) as raised:
+        add_message(with_tool_call, "tool", "post 7 once more", tool_call_id="call_1")
+
+    assert raised.value.code == "duplicate_tool_result"
+    assert Message.objects.filter(role="tool").count() == 2
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        {"name": "search", "arguments": {}},
+        {"id": None, "name": "search", "arguments": {}},
+        {"id": "", "name": "search", "arguments": {}},
+    ],
+    ids=["missing", "none", "empty"],
+)
+def test_a_call_without_an_id_gets_one_its_result_can_name(conversation, call):
+    add_message(conversation, "user", "Find post 7")
+    message = add_message(conversation, "assistant", "", tool_calls=[call])
+
+    (stored,) = Message.objects.get(pk=message.pk).tool_calls
+    assert re.fullmatch(r"call_[0-9a-f]{24}", stored["id"])
+    result = add_message(conversation, "tool", "found", tool_call_id=stored["id"])
+    assert result.tool_call_message_id == message.pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_six_concurrent_results_for_one_call_store_exactly_one():
+    conversation = Conversation.objects.create(title="race")
+    add_message(conversation, "user", "Show me post 7")
+    add_message(conversation, "assistant", "", tool_calls=[CALL])
+    start = threading.Barrier(6)
+    codes: list[str] = []
+
+    def store(index: int) -> None:
+        start.wait()
+        try:
+            add_message(conversation, "tool", f"result {index}", tool_call_id="call_1")
+            codes.append("stored")
+        except ValidationError as error:
+            codes.append(error.code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=store, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert sorted(codes) == ["duplicate_tool_result"] * 5 + ["stored"]
+    assert conversation.messages.filter(role="tool").count() == 1
+
+
+@pytest.mark.django_db
+def test_the_database_refuses_a_second_result_for_one_call():
+    conversation = Conversation.objects.create()
+    call = Message.objects.create(conversation=conversation, role="assistant", tool_calls=[CALL])
+    Message.objects.create(
+        conversation=conversation, role="tool", tool_call_id="call_1", tool_call_message=call
+    )
+
+    with pytest.raises(IntegrityError, match=ONE_RESULT_PER_CALL):
+        Message.objects.create(
+            conversation=conversation, role="tool", tool_call_id="call_1", tool_call_message=call
+        )
+
+
+@pytest.mark.parametrize("path", sorted(REAL.glob("*.jsonl")), ids=lambda p: p.stem)
+def test_every_real_conversation_replays_through_add_message(conversation, path):
+    lines = path.read_text().splitlines()
+
+    for line in lines:
+        message = json.loads(line)
+        fields = {key: message[key] for key in ("tool_calls", "tool_call_id") if message.get(key)}
+        add_message(conversation, message["role"], message["content"], **fields)
+
+    assert conversation.messages.count() == len(lines)
+    results = conversation.messages.filter(role="tool")
+    assert results.filter(tool_call_message__isnull=True).count() == 0
+
+
+@override_settings(ASSISTANT_COMPACTION={"MAX_TOOL_CALLS_BYTES": 2000})
+def test_it_refuses_tool_calls_over_the_configured_size(conversation):
+    add_message(conversation, "user", "Write both files")
+    calls = [{"id": f"c{i}", "name": "write", "arguments": {"text": "x" * 900}} for i in range(3)]
+
+    with pytest.raises(ValidationError) as raised:
+        add_message(conversation, "assistant", "", tool_calls=calls)
+
+    assert raised.value.code == "tool_calls_too_large"
+    assert conversation.messages.count() == 1
+
+
+def test_the_limits_themselves_are_accepted(with_tool_call):
+    deepest = _nested(64)  # MAX_JSON_DEPTH
+    add_message(with_tool_call, "tool", "rows", tool_call_id="call_1", metadata=deepest)
+    message = add_message(
+        with_tool_call,
+        "assistant",
+        "ok",
+        tool_calls=[{"id": "c" * 255, "name": "n" * 255, "arguments": {"x": 1}}],
+        input_tokens=2**31 - 1,
+    )
+
+    message.refresh_from_db()
+    assert (message.input_tokens, len(message.tool_calls[0]["id"])) == (2**31 - 1, 255)
+    with pytest.raises(ValidationError) as raised:
+        add_message(with_tool_call, "user", "hi", metadata={"deeper": deepest})
+    assert raised.value.code == "too_deeply_nested"
+
+
+def test_a_result_for_a_long_id_is_stored_as_well_as_its_call(conversation):
+    add_message(conversation, "user", "go")
+    add_message(conversation, "assistant", "", tool_calls=[{**CALL, "id": "c" * 255}])
+
+    result = add_message(conversation, "tool", "rows", tool_call_id="c" * 255)
+
+    assert result.tool_call_id == "c" * 255
+
+
+@pytest.mark.parametrize("role", ["user", "tool"])
+def test_nothing_is_added_to_a_deleted_conversation(with_tool_call, role):
+    type(with_tool_call).objects.filter(pk=with_tool_call.pk).update(deleted_at=timezone.now())
+    before = with_tool_call.messages.count()
+
+    with pytest.raises(ValidationError) as raised:
+        add_message(with_tool_call, role, "late", tool_call_id="call_1" if role == "tool" else "")
+
+    assert raised.value.code == "conversation_deleted"
+    assert with_tool_call.messages.count() == before

@@ -2,7 +2,9 @@
 
 import json
 
-from assistant.llm.convert import MAX_CACHE_BREAKPOINTS, to_anthropic, to_gemini
+import pytest
+
+from assistant.llm.convert import MAX_CACHE_BREAKPOINTS, InvalidRequest, to_anthropic, to_gemini
 
 EPHEMERAL = {"type": "ephemeral"}
 
@@ -73,6 +75,7 @@ def test_anthropic_system_and_summary_blocks_carry_cache_breakpoints():
 
 def test_anthropic_puts_tool_results_before_text_when_a_user_message_follows_them():
     messages = [
+        MESSAGES[0],
         MESSAGES[1],
         {"role": "tool", "content": "post 7", "tool_call_id": "call_1", "tool_name": "t"},
         {"role": "user", "content": "and?"},
@@ -135,3 +138,75 @@ def test_empty_messages_are_left_out():
         ],
     }
     assert to_gemini("", [], messages)["contents"] == [{"role": "user", "parts": [{"text": "hi"}]}]
+
+
+CALL_A = {"id": "a", "name": "search", "arguments": {}}
+RESULT_A = {"role": "tool", "content": "found", "tool_call_id": "a", "tool_name": "search"}
+BROKEN = {
+    "an empty first user message": [
+        {"role": "user", "content": ""},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Fix post 42"},
+    ],
+    "a result without its call": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "On it."},
+        RESULT_A,
+    ],
+    "a call without its result at the end": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL_A]},
+    ],
+    "a result after a later turn": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL_A]},
+        {"role": "user", "content": "Anything?"},
+        {"role": "assistant", "content": "Still waiting."},
+        RESULT_A,
+    ],
+}
+
+
+@pytest.mark.parametrize("messages", BROKEN.values(), ids=BROKEN.keys())
+def test_a_request_a_provider_would_refuse_is_never_built(messages):
+    with pytest.raises(InvalidRequest):
+        to_anthropic("", [], messages)
+    with pytest.raises(InvalidRequest):
+        to_gemini("", [], messages)
+
+
+def test_whitespace_beside_tool_calls_is_left_out_and_the_request_stays_valid():
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "\n\n", "tool_calls": [CALL_A]},
+        RESULT_A,
+    ]
+
+    anthropic = to_anthropic("", [], messages)["messages"]
+    gemini = to_gemini("", [], messages)["contents"]
+
+    assert [b["type"] for b in anthropic[1]["content"]] == ["tool_use"]
+    assert [list(p) for p in gemini[1]["parts"]] == [["function_call"]]
+
+
+def test_a_reused_id_is_renamed_in_the_call_and_its_result_alike():
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL_A]},
+        RESULT_A,
+        {"role": "assistant", "content": "", "tool_calls": [CALL_A, {**CALL_A, "id": "a_2"}]},
+        RESULT_A,
+        {**RESULT_A, "tool_call_id": "a_2"},
+    ]
+
+    request = to_anthropic("", [], messages)["messages"]
+
+    ids = [(b["type"], b.get("id") or b.get("tool_use_id")) for m in request for b in m["content"]]
+    assert ids[1:] == [
+        ("tool_use", "a"),
+        ("tool_result", "a"),
+        ("tool_use", "a_2"),
+        ("tool_use", "a_2_2"),
+        ("tool_result", "a_2"),
+        ("tool_result", "a_2_2"),
+    ]

@@ -1,4 +1,4 @@
-"""The offline summarizer: deterministic, sectioned, identifiers kept within its cap."""
+"""The offline summarizer: deterministic, readable, its Critical context made of fact statements."""
 
 import pytest
 
@@ -50,25 +50,73 @@ def test_the_conversation_plants_every_identifier():
     assert [p for p in PLANTED if p in text] == PLANTED
 
 
-def test_it_keeps_every_planted_identifier_within_its_cap():
+def _critical(text):
+    return text.split("## Critical context\n", 1)[1].splitlines()
+
+
+def test_its_critical_context_states_every_specific_value(settings):
+    settings.ASSISTANT_COMPACTION = {"OFFLINE_SUMMARY_MAX_CHARS": 12_000}
+
     result = _summary(render_transcript(_conversation()))
 
-    assert [p for p in PLANTED if p not in result.text] == []
+    critical = "\n".join(_critical(result.text))
+    # sizes, numbers and dates only the assistant or a tool mentioned are not facts to
+    # carry (a user's are); every other value is stated
+    assert [p for p in PLANTED if p not in critical] == [
+        "99.95%", "350 ms", "2024-03-05", "2025-11-30", "3.11.7", "4.2.1", "1,500 words",
+        "2024-12-24T10:30:00Z",
+    ]  # fmt: skip
+    assert f"- {FILLER} turn a note post-1001 here." in critical
+
+
+def test_the_default_cap_holds_and_every_line_is_whole():
+    result = _summary(render_transcript(_conversation()))
+
     assert len(result.text) <= 6000
+    for line in _critical(result.text):
+        assert line.startswith(f"- {FILLER} turn ") and line.endswith(" here.")
 
 
 def test_the_cap_comes_from_settings(settings):
     settings.ASSISTANT_COMPACTION = {"OFFLINE_SUMMARY_MAX_CHARS": 1500}
-    noisy = [{"role": "tool", "content": f"row post-{n} at /srv/{n}/x.json", "tool_call_id": "c",
-              "tool_name": "sql"} for n in range(2000)]  # fmt: skip
+    noisy = [{"role": "tool", "content": f"row post-{n} is stored at /srv/{n}/x.json",
+              "tool_call_id": "c", "tool_name": "sql"} for n in range(2000)]  # fmt: skip
     messages = [{"role": "user", "content": "Audit order ORD-2024-0042 please."}, *noisy]
 
     result = _summary(render_transcript(messages))
 
     assert len(result.text) <= 1500
-    assert "ORD-2024-0042" in result.text  # the user's identifiers are kept first
-    assert "post-1999" in result.text  # then the newest
-    assert "post-0" not in result.text.split("## Critical context")[1]
+    critical = _critical(result.text)
+    assert critical[0] == "- Audit order ORD-2024-0042 please."  # the user's come first
+    assert critical[-1] == "- row post-1999 is stored at /srv/1999/x.json"  # then the newest
+    assert "- row post-0 is stored at /srv/0/x.json" not in critical
+
+
+def test_it_reads_as_a_summary_whole_words_and_no_markers():
+    long_goal = "Please migrate the newsletter archive " + "and the related templates " * 12
+    compacted = (
+        "[Tool result compacted: showing the first 800 of 18,017 characters. "
+        "The full original is stored and can be restored.]\n<p>Archive ready.</p>\n"
+        "[Key details further in the original:\nThe export lives at /srv/exports/news.tar.gz "
+        "for the team.]"
+    )
+    transcript = render_transcript(
+        [
+            {"role": "user", "content": long_goal},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "fetch"}]},
+            {"role": "tool", "content": compacted, "tool_call_id": "c1", "tool_name": "fetch"},
+            {"role": "assistant", "content": "The archive is ready."},
+        ]
+    )
+
+    text = _summary(transcript).text
+
+    goal = text.split("## Goal\n- ", 1)[1].split("\n", 1)[0]
+    assert goal.endswith("…") and len(goal) <= 200
+    assert goal[:-1].split()[-1] in {"and", "the", "related", "templates"}  # a whole word
+    assert "## Progress\n- The archive is ready.\n- Called fetch once." in text
+    assert _critical(text) == ["- The export lives at /srv/exports/news.tar.gz for the team."]
+    assert "Tool result compacted" not in text and "characters" not in text
 
 
 def test_it_writes_the_six_sections_and_passes_validation():
@@ -104,8 +152,7 @@ def test_an_update_carries_the_previous_critical_context_forward():
         previous=first.text,
     )
 
-    critical = second.text.split("## Critical context\n")[1]
-    assert critical == "- post-17\n- #88\n- ORD-2024-0042"
+    assert _critical(second.text) == ["- Restore post-17 from #88.", "- Now check ORD-2024-0042."]
     assert "## Goal\n- Restore post-17 from #88." in second.text
 
 

@@ -3,7 +3,11 @@
 import pytest
 
 from assistant.llm import ProviderError, Usage, context_overflow, get_provider
-from assistant.llm.overflow import model_context_window, response_overflowed
+from assistant.llm.overflow import (
+    model_context_window,
+    overflow_token_counts,
+    response_overflowed,
+)
 from tests.fake_llm import fake_llm, ok, overflow, overloaded, raw
 
 __all__ = ["fake_llm"]  # the fixture, until conftest loads tests.fake_llm as a plugin
@@ -77,6 +81,156 @@ OVERFLOWS = {
     ),
 }
 
+
+def _server_error(message, **extra):
+    """The {"error": {...}} body most OpenAI-compatible servers send."""
+    return {"error": {"message": message, "code": 400, **extra}}
+
+
+ANTHROPIC_INPUT_AND_MAX_TOKENS = (
+    "input length and `max_tokens` exceed context limit: 195000 + 8192 > 200000, "
+    "decrease input length or `max_tokens` and try again"
+)
+# Other servers users put behind OpenAI-compatible endpoints, in their own words.
+OVERFLOWS |= {
+    "anthropic input length and max_tokens": (
+        "anthropic",
+        raw(400, _anthropic_error("invalid_request_error", ANTHROPIC_INPUT_AND_MAX_TOKENS)),
+    ),
+    "vllm input tokens": (
+        "anthropic",
+        raw(
+            400,
+            _server_error(
+                "This model's maximum context length is 32768 tokens. However, your request "
+                "has 33000 input tokens. Please reduce the length of the input messages.",
+                type="BadRequestError",
+            ),
+        ),
+    ),
+    "llama.cpp server": (
+        "anthropic",
+        raw(
+            400,
+            _server_error(
+                "request (4476 tokens) exceeds the available context size (4096 tokens)",
+                type="exceed_context_size_error",
+                n_prompt_tokens=4476,
+                n_ctx=4096,
+            ),
+        ),
+    ),
+    "ollama": (
+        "anthropic",
+        raw(400, {"error": "prompt too long; exceeded max context length by 4096 tokens"}),
+    ),
+    "mistral": (
+        "anthropic",
+        raw(
+            400,
+            {
+                "object": "error",
+                "message": "Prompt contains 300000 tokens, too large for model with 131072 "
+                "maximum context length",
+                "type": "invalid_request_error",
+            },
+        ),
+    ),
+    "openrouter": (
+        "anthropic",
+        raw(
+            400,
+            _server_error(
+                "This endpoint's maximum context length is 65536 tokens. However, you "
+                "requested about 92208 tokens (60833 of text input, 10042 of tool input, 21333 "
+                'in the output). Please reduce the length of either one, or use the "middle-out"'
+                " transform to compress your prompt automatically."
+            ),
+        ),
+    ),
+    "deepseek": (
+        "anthropic",
+        raw(
+            400,
+            _openai_error(
+                "This model's maximum context length is 65536 tokens. However, you requested "
+                "70000 tokens (70000 in the messages, 0 in the completion). Please reduce the "
+                "length of the messages or completion."
+            ),
+        ),
+    ),
+    "azure openai": (
+        "anthropic",
+        raw(
+            400,
+            _openai_error(
+                "This model's maximum context length is 128000 tokens. However, your messages "
+                "resulted in 204308 tokens. Please reduce the length of the messages.",
+                code="context_length_exceeded",
+            ),
+        ),
+    ),
+    "openai responses": (
+        "anthropic",
+        raw(
+            400,
+            _openai_error(
+                "Your input exceeds the context window of this model. Please adjust your input "
+                "and try again.",
+                code="context_length_exceeded",
+            ),
+        ),
+    ),
+    "xai": (
+        "anthropic",
+        raw(
+            400,
+            _server_error(
+                "This model's maximum prompt length is 131072 but the request contains 537812 "
+                "tokens."
+            ),
+        ),
+    ),
+    "together": (
+        "anthropic",
+        raw(
+            400,
+            _server_error(
+                "The input (265330 tokens) is longer than the model's context length (262144 "
+                "tokens)."
+            ),
+        ),
+    ),
+    "huggingface tgi": (
+        "anthropic",
+        raw(
+            422,
+            {
+                "error": "Input validation error: `inputs` tokens + `max_new_tokens` must be "
+                "<= 2048. Given: 1244 `inputs` tokens and 1000 `max_new_tokens`",
+                "error_type": "validation",
+            },
+        ),
+    ),
+    "kimi": (
+        "anthropic",
+        raw(
+            400,
+            _server_error("Your request exceeded model token limit: 262144 (requested: 300000)"),
+        ),
+    ),
+    "lm studio": (
+        "anthropic",
+        raw(
+            400,
+            _server_error(
+                "The number of tokens to keep from the initial prompt is greater than the "
+                "context length."
+            ),
+        ),
+    ),
+}
+
 LOOK_ALIKES = {
     "anthropic 429 token rate limit": (
         "anthropic",
@@ -146,6 +300,39 @@ LOOK_ALIKES = {
         raw(500, _anthropic_error("api_error", "prompt is too long to log")),
     ),
     "gemini 503 unavailable": ("gemini", overloaded()),
+    "bedrock throttle worded as too many tokens": (
+        "anthropic",
+        raw(
+            400, {"message": "Throttling error: Too many tokens, please wait before trying again."}
+        ),
+    ),
+    "proxy token limit for this minute": (
+        "anthropic",
+        raw(400, _server_error("Rate limit reached: too many tokens for this minute")),
+    ),
+    "openai output cap": (
+        "anthropic",
+        raw(
+            400,
+            _openai_error(
+                "max_tokens is too large: 100000. This model supports at most 16384 completion "
+                "tokens, whereas you provided 100000."
+            ),
+        ),
+    ),
+    "groq 413 tokens per minute": (
+        "anthropic",
+        raw(
+            413,
+            _openai_error(
+                "Request too large for model `llama-3.3-70b-versatile` on tokens per minute "
+                "(TPM): Limit 6000, Requested 7000, please reduce your message size and try "
+                "again.",
+                code="rate_limit_exceeded",
+                kind="tokens",
+            ),
+        ),
+    ),
     "anthropic unrelated 400": (
         "anthropic",
         raw(400, _anthropic_error("invalid_request_error", "messages: roles must alternate")),
@@ -272,3 +459,73 @@ def test_an_unknown_model_gets_the_configured_default(settings):
     settings.ASSISTANT_DEFAULT_CONTEXT_WINDOW = 32_000
 
     assert model_context_window("my-local-llama") == 32_000
+
+
+@pytest.mark.parametrize(
+    ("message", "counts"),
+    [
+        ("prompt is too long: 208310 tokens > 200000 maximum", (208310, 200000)),
+        (ANTHROPIC_INPUT_AND_MAX_TOKENS, (195000, 191808)),
+        (
+            "The input token count (1200293) exceeds the maximum number of tokens allowed "
+            "(1048576).",
+            (1200293, 1048576),
+        ),
+        (
+            "This model's maximum context length is 8192 tokens. However, your messages "
+            "resulted in 9000 tokens. Please reduce the length of the messages.",
+            (9000, 8192),
+        ),
+        (
+            "This model's maximum context length is 4097 tokens, however you requested 4231 "
+            "tokens (3975 in your prompt; 256 for the completion).",
+            (3975, 3841),
+        ),
+        (
+            "This endpoint's maximum context length is 65536 tokens. However, you requested "
+            "about 92208 tokens (60833 of text input, 10042 of tool input, 21333 in the output).",
+            (70875, 44203),
+        ),
+        (
+            "This model's maximum context length is 32768 tokens. However, your request has "
+            "33000 input tokens.",
+            (33000, 32768),
+        ),
+        (
+            "'max_tokens' or 'max_completion_tokens' is too large: 2000. This model's maximum "
+            "context length is 4096 tokens and your request has 2104 input tokens "
+            "(2000 > 4096 - 2104).",
+            (2104, 2096),
+        ),
+        ("request (4476 tokens) exceeds the available context size (4096 tokens)", (4476, 4096)),
+        (
+            "Prompt contains 300,000 tokens, too large for model with 131,072 maximum context "
+            "length",
+            (300000, 131072),
+        ),
+        (
+            "This model's maximum prompt length is 131072 but the request contains 537812 tokens",
+            (537812, 131072),
+        ),
+        ("Your request exceeded model token limit: 262144 (requested: 300000)", (300000, 262144)),
+        (
+            "`inputs` tokens + `max_new_tokens` must be <= 2048. Given: 1244 `inputs` tokens and "
+            "1000 `max_new_tokens`",
+            (1244, 1048),
+        ),
+        ("prompt too long; exceeded max context length by 4096 tokens", None),
+        ("Rate limit reached for tokens per min", None),
+    ],
+)
+def test_overflow_token_counts_reads_each_servers_wording(message, counts):
+    assert overflow_token_counts(RuntimeError(message)) == counts
+
+
+def test_the_counts_of_anthropics_input_and_max_tokens_overflow_come_through_the_sdk(
+    fake_llm, settings
+):
+    reply = raw(400, _anthropic_error("invalid_request_error", ANTHROPIC_INPUT_AND_MAX_TOKENS))
+
+    error = _sdk_error(fake_llm, settings, "anthropic", reply)
+
+    assert (error.overflow, overflow_token_counts(error)) == (True, (195000, 191808))

@@ -1,12 +1,16 @@
 """The real SDKs against the loopback fake: request bodies, usage, retries, fallback."""
 
+import json
 import logging
+import re
+from pathlib import Path
 
 import pytest
 
 from assistant.llm import ProviderError, SummaryRejected, Usage, get_provider, summarize
 from assistant.llm.anthropic_provider import AnthropicProvider
 from assistant.llm.gemini_provider import GeminiProvider
+from assistant.services import add_message, build_context
 from tests.fake_llm import fake_llm, malformed, ok, overflow, overloaded, rate_limited, slow
 
 __all__ = ["fake_llm"]  # the fixture, until conftest loads tests.fake_llm as a plugin
@@ -22,6 +26,7 @@ MESSAGES = [
     {"role": "user", "content": "Summarize it"},
 ]
 TOOLS = [{"name": "get_blog_post", "description": "Read a post", "parameters": {"type": "object"}}]
+REAL = Path(__file__).resolve().parent.parent / "bench" / "data" / "real"
 TRANSCRIPT = "[user] Restore post-17 please.\n[assistant] Restored post-17."
 
 
@@ -336,3 +341,132 @@ def test_a_bad_summary_is_raised_without_fallback(settings, provider_fake, bad):
         summarize(TRANSCRIPT)
 
     assert provider_fake.count(provider_fake.kind) == 1
+
+
+# --- Reused tool-call ids and calls without ids, through the real SDKs ------------------
+
+SEARCH = {"id": "call_A", "name": "search", "arguments": {"q": "HAT001"}}
+REUSED = [
+    {"role": "user", "content": "Is flight HAT001 still available?"},
+    {"role": "assistant", "content": "", "tool_calls": [SEARCH]},
+    {"role": "tool", "content": "3 seats", "tool_call_id": "call_A", "tool_name": "search"},
+    {"role": "assistant", "content": "Checking again.", "tool_calls": [SEARCH]},
+    {"role": "tool", "content": "2 seats", "tool_call_id": "call_A", "tool_name": "search"},
+    {"role": "user", "content": "Book it."},
+]
+
+
+def test_anthropic_gets_unique_tool_use_ids_each_result_following_its_call(anthropic_fake):
+    get_provider().chat("sys", [], REUSED, max_tokens=100)
+
+    (request,) = anthropic_fake.requests_for("anthropic.messages")
+    blocks = [
+        (b["type"], b.get("id") or b.get("tool_use_id"))
+        for m in request.body["messages"]
+        for b in m["content"]
+        if b["type"] != "text"
+    ]
+    assert blocks == [
+        ("tool_use", "call_A"),
+        ("tool_result", "call_A"),
+        ("tool_use", "call_A_2"),
+        ("tool_result", "call_A_2"),
+    ]
+
+
+def test_gemini_gets_unique_function_call_ids_each_response_following_its_call(gemini_fake):
+    get_provider().chat("sys", [], REUSED, max_tokens=100)
+
+    (request,) = gemini_fake.requests_for("gemini.generate")
+    parts = [
+        (kind, p[kind]["id"])
+        for c in request.body["contents"]
+        for p in c["parts"]
+        for kind in p
+        if kind != "text"
+    ]
+    assert parts == [
+        ("functionCall", "call_A"),
+        ("functionResponse", "call_A"),
+        ("functionCall", "call_A_2"),
+        ("functionResponse", "call_A_2"),
+    ]
+
+
+def test_anthropic_gets_call_ids_in_the_characters_it_accepts(anthropic_fake):
+    messages = [
+        {"role": "user", "content": "Look it up"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "functions.search:0", "name": "search", "arguments": {}}],
+        },
+        {
+            "role": "tool",
+            "content": "ok",
+            "tool_call_id": "functions.search:0",
+            "tool_name": "search",
+        },
+    ]
+
+    get_provider().chat("sys", [], messages, max_tokens=100)
+
+    (request,) = anthropic_fake.requests_for("anthropic.messages")
+    assert request.body["messages"][1]["content"][0]["id"] == "functions_search_0"
+    assert request.body["messages"][2]["content"][0]["tool_use_id"] == "functions_search_0"
+
+
+def test_a_gemini_function_call_without_an_id_gets_one_that_goes_back_with_its_result(
+    gemini_fake, conversation
+):
+    gemini_fake.script_gemini(
+        ok(text="", tool_calls=[{"name": "search", "arguments": {"q": "x"}}]), ok(text="Done.")
+    )
+    provider = get_provider()
+    add_message(conversation, "user", "Find x")
+
+    reply = provider.chat("sys", [], build_context(conversation).messages, max_tokens=100)
+    (call,) = reply.tool_calls
+    add_message(conversation, "assistant", reply.text, tool_calls=reply.tool_calls)
+    add_message(conversation, "tool", "x is 42", tool_call_id=call["id"])
+    provider.chat("sys", [], build_context(conversation).messages, max_tokens=100)
+
+    assert re.fullmatch(r"call_[0-9a-f]{24}", call["id"])
+    second = gemini_fake.requests_for("gemini.generate")[1].body["contents"]
+    assert second[1]["parts"] == [
+        {"functionCall": {"id": call["id"], "name": "search", "args": {"q": "x"}}}
+    ]
+    assert second[2]["parts"][0]["functionResponse"]["id"] == call["id"]
+
+
+@pytest.mark.parametrize("path", sorted(REAL.glob("taubench-*.jsonl")), ids=lambda p: p.stem)
+def test_a_real_conversation_with_reused_ids_is_accepted_by_both_providers(
+    fake_llm, settings, conversation, path
+):
+    for line in path.read_text().splitlines():
+        message = json.loads(line)
+        fields = {key: message[key] for key in ("tool_calls", "tool_call_id") if message.get(key)}
+        add_message(conversation, message["role"], message["content"], **fields)
+    context = build_context(conversation)
+
+    fake_llm.use_anthropic(settings)
+    anthropic_reply = get_provider().chat(
+        context.system, context.summaries, context.messages, max_tokens=100
+    )
+    fake_llm.use_gemini(settings)
+    gemini_reply = get_provider().chat(
+        context.system, context.summaries, context.messages, max_tokens=100
+    )
+
+    assert (anthropic_reply.stop_reason, gemini_reply.stop_reason) == ("end_turn", "STOP")
+    anthropic_ids = [
+        b["id"]
+        for m in fake_llm.requests_for("anthropic.messages")[0].body["messages"]
+        for b in m["content"]
+        if b["type"] == "tool_use"
+    ]
+    assert (
+        len(anthropic_ids)
+        == len(set(anthropic_ids))
+        == sum(len(m.get("tool_calls") or []) for m in context.messages)
+    )

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from assistant.emergency import ContextTooLarge, call_with_overflow_recovery
+from assistant.emergency import ContextTooLarge
+from assistant.hooks import call_with_overflow_recovery
 from assistant.llm import get_provider
 from assistant.llm.base import ProviderError
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys

@@ -1,10 +1,17 @@
-"""Malformed configuration fails loudly, naming the variable."""
+"""Malformed configuration fails loudly, naming the variable; a deployment
+cannot start insecurely by omission."""
+
+import os
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from assistant.conf import compaction_config
+from assistant.conf import RENAMED, CompactionConfig, compaction_config
 from config import env
 
 
@@ -64,6 +71,31 @@ def test_compaction_defaults_match_the_design():
         ({"TOOL_RESULT_CHAR_TRESHOLD": 10}, "Unknown ASSISTANT_COMPACTION keys"),
         ({"CONTEXT_TOKEN_THRESHOLD": "50k"}, "must be int"),
         ({"TOOL_POLICIES": {"run_sql": "shred"}}, "prune|summarize|keep"),
+        ({"RECENT_FRACTION": True}, "'RECENT_FRACTION'\\] must be float"),
+        # Before the ranges: 57 summarizer calls in 60 turns instead of 4.
+        ({"CONTEXT_TOKEN_THRESHOLD": 0}, r"'CONTEXT_TOKEN_THRESHOLD'\] must be >= 100, got 0"),
+        # Before the ranges: the window never shifted.
+        ({"RECENT_FRACTION": 1.5}, r"'RECENT_FRACTION'\] must be > 0 and < 1, got 1.5"),
+        ({"RECENT_FRACTION": 0}, r"'RECENT_FRACTION'\] must be > 0 and < 1, got 0.0"),
+        ({"SOFT_WATERMARK": 1.2}, r"'SOFT_WATERMARK'\] must be > 0 and <= 1, got 1.2"),
+        ({"MIN_CALLS_TO_DEDUP": 1}, r"'MIN_CALLS_TO_DEDUP'\] must be >= 2, got 1"),
+        ({"MAX_FORK_DEPTH": -1}, r"'MAX_FORK_DEPTH'\] must be >= 0, got -1"),
+        (
+            {"MAX_RECENT_TOKENS": 60_000},
+            r"'MAX_RECENT_TOKENS'\] \(60000\) must be below 'CONTEXT_TOKEN_THRESHOLD' \(50000\)",
+        ),
+        (
+            {"CONTEXT_TOKEN_THRESHOLD": 10_000},
+            r"'MAX_RECENT_TOKENS'\] \(20000\) must be below 'CONTEXT_TOKEN_THRESHOLD' \(10000\)",
+        ),
+        (
+            {"TRUNCATION_KEEP_CHARS": 1500},
+            r"'TRUNCATION_KEEP_CHARS'\] \(1500\) must be below 'TOOL_RESULT_CHAR_THRESHOLD'",
+        ),
+        (
+            {"MIN_RECENT_MESSAGES": 40},
+            r"'MIN_RECENT_MESSAGES'\] \(40\) must be below 'MAX_MESSAGES_BEFORE_SUMMARY'",
+        ),
     ],
 )
 def test_bad_compaction_settings_are_refused(overrides, message):
@@ -76,10 +108,132 @@ def test_bad_compaction_settings_are_refused(overrides, message):
 
 def test_compaction_overrides_apply():
     with override_settings(
-        ASSISTANT_COMPACTION={"RECENT_FRACTION": 1, "TOOL_POLICIES": {"a": "keep"}}
+        ASSISTANT_COMPACTION={"SOFT_WATERMARK": 1, "TOOL_POLICIES": {"a": "keep"}}
     ):
         config = compaction_config()
 
-    assert config.RECENT_FRACTION == 1.0
+    assert config.SOFT_WATERMARK == 1.0
     assert config.policy_for("a") == "keep"
     assert config.policy_for("b") == "prune"
+
+
+def test_every_numeric_compaction_key_declares_a_range():
+    numeric = [f for f in fields(CompactionConfig) if f.type in (int, float)]
+
+    assert "CONTEXT_TOKEN_THRESHOLD" in {f.name for f in numeric}
+    assert [f.name for f in numeric if not str(f.metadata.get("range", ""))] == []
+
+
+def test_a_renamed_compaction_key_is_refused_naming_the_new_one(monkeypatch):
+    monkeypatch.setitem(RENAMED, "TOOL_RESULT_CHARS", "TOOL_RESULT_CHAR_THRESHOLD")
+
+    with (
+        override_settings(ASSISTANT_COMPACTION={"TOOL_RESULT_CHARS": 2000}),
+        pytest.raises(
+            ImproperlyConfigured,
+            match=r"'TOOL_RESULT_CHARS'\] was renamed: use 'TOOL_RESULT_CHAR_THRESHOLD' instead",
+        ),
+    ):
+        compaction_config()
+
+
+# --- start-up and deployment settings (subprocesses: settings load once per process) ---------
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+PRODUCTION = {
+    # What README "Deployment" documents for a deployment behind a TLS proxy.
+    "DJANGO_SECRET_KEY": "k3y-" + "x7Qp9vL2mZ8rT4wN6yB1cF5hJ0dG3sK" * 2,
+    "DJANGO_DEBUG": "false",
+    "DJANGO_ALLOWED_HOSTS": "chat.example.com",
+    "DJANGO_BEHIND_TLS_PROXY": "true",
+    "DJANGO_SECURE_SSL_REDIRECT": "true",
+    "DJANGO_SECURE_COOKIES": "true",
+    "DJANGO_SECURE_HSTS_SECONDS": "31536000",
+    "DJANGO_SECURE_HSTS_PRELOAD": "true",
+}
+
+
+def run_with(env: dict[str, str], tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    inherited = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DJANGO_", "ASSISTANT_", "DATABASE_", "CELERY_", "REDIS_"))
+    }
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=BASE_DIR,
+        env={
+            **inherited,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "ASSISTANT_VAR_DIR": str(tmp_path),
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_without_a_secret_key_outside_debug_the_app_refuses_to_start(tmp_path):
+    env = {key: value for key, value in PRODUCTION.items() if key != "DJANGO_SECRET_KEY"}
+
+    refused = run_with(env, tmp_path, "check")
+    in_debug = run_with({"DJANGO_DEBUG": "true"}, tmp_path, "check")
+
+    assert refused.returncode != 0
+    assert "ImproperlyConfigured: DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is false" in (
+        refused.stderr
+    )
+    assert in_debug.returncode == 0, in_debug.stderr
+
+
+def test_check_deploy_is_clean_with_the_documented_production_settings(tmp_path):
+    clean = run_with(PRODUCTION, tmp_path, "check", "--deploy", "--fail-level", "WARNING")
+    plain = {key: PRODUCTION[key] for key in ("DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS")}
+    bare = run_with(plain, tmp_path, "check", "--deploy", "--fail-level", "WARNING")
+
+    assert clean.returncode == 0, clean.stderr
+    assert "System check identified no issues" in clean.stdout
+    # Without them, Django names what is missing.
+    for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):
+        assert warning in bare.stderr
+
+
+def test_the_production_settings_come_from_the_environment(tmp_path):
+    script = (
+        "from django.conf import settings as s; print(s.SECURE_PROXY_SSL_HEADER, "
+        "s.SECURE_SSL_REDIRECT, s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, "
+        "s.SECURE_HSTS_SECONDS, s.SECURE_HSTS_INCLUDE_SUBDOMAINS)"
+    )
+
+    result = run_with(PRODUCTION, tmp_path, "shell", "-c", script)
+
+    assert result.stdout.strip().splitlines()[-1] == (
+        "('HTTP_X_FORWARDED_PROTO', 'https') True True True 31536000 True"
+    )
+
+
+def test_docker_compose_requires_a_secret_key_and_probes_liveness():
+    compose = (BASE_DIR / "docker-compose.yml").read_text()
+
+    assert "DJANGO_SECRET_KEY: ${DJANGO_SECRET_KEY:?" in compose
+    assert "change-me" not in compose
+    assert "http://127.0.0.1:8000/healthz'" in compose
+
+
+def test_the_demo_broker_keeps_its_control_folder_under_var(tmp_path):
+    script = "from django.conf import settings as s; print(s.CELERY_BROKER_TRANSPORT_OPTIONS)"
+
+    result = run_with({"DJANGO_DEBUG": "true"}, tmp_path, "shell", "-c", script)
+
+    assert f"'control_folder': '{tmp_path / 'broker' / 'control'}'" in result.stdout
+    assert (tmp_path / "broker" / "control").is_dir()
+
+
+def test_an_out_of_range_threshold_stops_the_app_at_start_up(tmp_path):
+    env = {"DJANGO_DEBUG": "true", "ASSISTANT_COMPACTION": '{"RECENT_FRACTION": 1.5}'}
+
+    result = run_with(env, tmp_path, "check")
+
+    assert result.returncode != 0
+    assert "ASSISTANT_COMPACTION['RECENT_FRACTION'] must be > 0 and < 1, got 1.5" in result.stderr

@@ -1,6 +1,7 @@
 """Strategy 2: the window summary is generated once per split, across
 objects, processes and concurrent callers, and updated incrementally."""
 
+import json
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 from django.db import connection, connections
 from django.test import override_settings
 
+from assistant.facts import CARRIED_HEADING, carried_facts
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import (
     build_context,
@@ -17,11 +19,16 @@ from assistant.services import (
     ensure_context_summary,
     process_exchange,
 )
-from assistant.summaries import CARRIED_HEADING
 from tests.builders import chat_turns, tool_turn
 from tests.fake_llm import ok, overloaded, slow
 
-SMALL_WINDOW = {"MAX_MESSAGES_BEFORE_SUMMARY": 10, "MIN_RECENT_MESSAGES": 4}
+# These tests are about the summary itself, so its timing is eager (the
+# count trigger fires at once); tests/test_timing.py covers the cache-aware timing.
+SMALL_WINDOW = {
+    "MAX_MESSAGES_BEFORE_SUMMARY": 10,
+    "MIN_RECENT_MESSAGES": 4,
+    "COMPACTION_TIMING": "eager",
+}
 SUMMARY = (
     "## Goal\n- {goal}\n\n## Constraints\n- none\n\n## Progress\n- none\n\n"
     "## Key decisions\n- none\n\n## Next steps\n- none\n\n## Critical context\n- {ids}"
@@ -45,7 +52,8 @@ def anthropic(fake_llm, settings):
 @pytest.fixture
 def long_conversation(db):
     conversation = Conversation.objects.create(title="long", system_prompt="You help.")
-    chat_turns(conversation, 5)  # 10 messages: the count trigger
+    # 10 messages (the count trigger), long enough that a summary is shorter.
+    chat_turns(conversation, 5, size=400)
     return conversation
 
 
@@ -70,7 +78,7 @@ def test_it_summarizes_once_per_split(anthropic, long_conversation):
 @override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
 def test_another_process_uses_the_cached_summary(anthropic):
     conversation = Conversation.objects.create(title="long", system_prompt="You help.")
-    chat_turns(conversation, 5)
+    chat_turns(conversation, 5, size=400)
     anthropic.script_anthropic(ok(summary_text()))
     summary = ensure_context_summary(conversation)
     env = {
@@ -78,7 +86,7 @@ def test_another_process_uses_the_cached_summary(anthropic):
         **anthropic.env(),
         "DJANGO_SETTINGS_MODULE": "config.test_settings",
         "TEST_DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
-        "ASSISTANT_COMPACTION": '{"MAX_MESSAGES_BEFORE_SUMMARY": 10, "MIN_RECENT_MESSAGES": 4}',
+        "ASSISTANT_COMPACTION": json.dumps(SMALL_WINDOW),
     }
     script = (
         "import django; django.setup()\n"
@@ -100,7 +108,7 @@ def test_another_process_uses_the_cached_summary(anthropic):
 @override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
 def test_eight_concurrent_callers_cause_one_summarizer_call(anthropic):
     conversation = Conversation.objects.create(title="busy", system_prompt="You help.")
-    chat_turns(conversation, 5)
+    chat_turns(conversation, 5, size=400)
     anthropic.script_anthropic(slow(0.5, then=ok(summary_text())))
     barrier = threading.Barrier(8)
     results, errors = [], []
@@ -166,10 +174,17 @@ def test_a_failing_summarizer_leaves_everything_as_it_was(anthropic, long_conver
     summary = ensure_context_summary(long_conversation)
 
     assert summary == first
-    assert Conversation.objects.get(pk=long_conversation.pk).metadata == metadata
+    stored = Conversation.objects.get(pk=long_conversation.pk).metadata
+    failure = stored.pop("summary_failure")
+    assert stored == metadata
+    assert (failure["base"], failure["attempts"]) == (metadata["compaction_through_message_id"], 1)
     assert list(long_conversation.messages.values()) == messages
     assert CompactionEvent.objects.filter(kind="window_summary").count() == 1
     assert "summary_failed" in caplog.text
+    # The failure is remembered: the next requests do not call the summarizer again.
+    calls = summarizer_calls(anthropic)
+    assert ensure_context_summary(long_conversation) == first
+    assert summarizer_calls(anthropic) == calls
     assert "test-key-anthropic" not in caplog.text
     lease = Conversation.objects.values_list("summary_lease_token", flat=True)
     assert lease.get(pk=long_conversation.pk) is None
@@ -182,7 +197,11 @@ def test_a_rejected_summary_is_never_stored(anthropic, long_conversation, settin
 
     assert ensure_context_summary(long_conversation) is None
 
-    assert Conversation.objects.get(pk=long_conversation.pk).metadata == {}
+    metadata = Conversation.objects.get(pk=long_conversation.pk).metadata
+    assert list(metadata) == ["summary_failure"]
+    # Not called again on every request for the same split (issue 11, item 4).
+    assert ensure_context_summary(long_conversation) is None
+    assert summarizer_calls(anthropic) == 1
 
 
 @override_settings(ASSISTANT_COMPACTION={**SMALL_WINDOW, "SOFT_WATERMARK": 0.8})
@@ -235,10 +254,17 @@ def test_a_prebuilt_summary_is_ignored_once_the_split_has_moved(anthropic, db):
     assert summarizer_calls(anthropic) == 2
 
 
-@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 500, "MIN_RECENT_MESSAGES": 2})
+@override_settings(
+    ASSISTANT_COMPACTION={
+        "CONTEXT_TOKEN_THRESHOLD": 500,
+        "MAX_RECENT_TOKENS": 400,
+        "MIN_RECENT_MESSAGES": 2,
+    }
+)
 def test_a_tail_over_the_trigger_does_not_loop(anthropic, conversation):
-    chat_turns(conversation, 2)
-    tool_turn(conversation, "huge", [("get_blog_post", {"id": 1}, "x" * 8000)])
+    chat_turns(conversation, 2, size=400)
+    # The last user message alone is over the trigger: nothing can shrink it.
+    tool_turn(conversation, "huge " + "x" * 8000, [])
 
     ensure_context_summary(conversation)
     calls = summarizer_calls(anthropic)
@@ -247,7 +273,7 @@ def test_a_tail_over_the_trigger_does_not_loop(anthropic, conversation):
 
     assert calls == 1
     assert summarizer_calls(anthropic) == 1
-    assert build_context(conversation).messages[0]["content"] == "huge"
+    assert build_context(conversation).messages[0]["content"].startswith("huge x")
 
 
 @override_settings(ASSISTANT_COMPACTION={**SMALL_WINDOW, "SUMMARIZER_MAX_INPUT_TOKENS": 1500})
@@ -268,22 +294,61 @@ def test_input_larger_than_the_summarizer_takes_is_summarized_in_chunks(anthropi
 
 
 @override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
-def test_identifiers_survive_a_summarizer_that_drops_them(anthropic, db):
+def test_facts_survive_a_summarizer_that_drops_them(anthropic, db):
     conversation = Conversation.objects.create(title="ids", system_prompt="")
     from assistant.services import add_message
 
     add_message(conversation, "user", "Remember coupon ZEBRA-7731 and /var/www/post-42.html")
     add_message(conversation, "assistant", "Noted.")
-    chat_turns(conversation, 4)
+    chat_turns(conversation, 4, size=400)
     anthropic.script_anthropic(ok(summary_text("lossy", ids="none")))
 
     summary = ensure_context_summary(conversation)
 
-    carried = summary.split(CARRIED_HEADING, 1)[1]
-    assert "ZEBRA-7731" in carried
-    assert "/var/www/post-42.html" in carried
+    assert carried_facts(summary) == ["Remember coupon ZEBRA-7731 and /var/www/post-42.html"]
     # The next update carries them again, even if the summarizer drops them again.
-    chat_turns(conversation, 3)
+    chat_turns(conversation, 3, size=400)
     anthropic.script_anthropic(ok(summary_text("lossy again", ids="none")))
     summary = ensure_context_summary(conversation)
-    assert "ZEBRA-7731" in summary.split(CARRIED_HEADING, 1)[1]
+    assert carried_facts(summary) == ["Remember coupon ZEBRA-7731 and /var/www/post-42.html"]
+    # The summarizer read them: it can merge them into its own text.
+    update = anthropic.requests_for("anthropic.messages")[-1].body["messages"][0]["content"]
+    assert "- Remember coupon ZEBRA-7731 and /var/www/post-42.html" in update
+
+
+@override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
+def test_a_summary_without_some_headings_is_stored(anthropic, long_conversation):
+    renamed = "## Goal\n- fix the blog\n\n## Details\n- The feed lives at /srv/feed.xml now."
+    anthropic.script_anthropic(ok(renamed))
+
+    summary = ensure_context_summary(long_conversation)
+
+    assert summary == renamed
+    assert summarizer_calls(anthropic) == 1
+    assert compaction_cutoff_id(long_conversation) == long_conversation.messages.all()[5].pk
+
+
+@override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
+def test_summaries_never_contain_our_truncation_markers(anthropic, db):
+    conversation = Conversation.objects.create(title="big tool", system_prompt="")
+    page = "<p>Nothing to see in this part of the page.</p>\n" * 100
+    page += "<p>The export for the autumn newsletter is at /srv/exports/autumn.tar.gz today.</p>"
+    tool_turn(conversation, "fetch it", [("fetch_url", {"u": 1}, page)])
+    chat_turns(conversation, 4)
+    from assistant.services import compact_tool_results
+
+    assert compact_tool_results(conversation) == 1
+    # a model copying the marker it read does not bring it into the summary
+    copied = "[Tool result compacted: showing the first 800 of 5,077 characters.]"
+    anthropic.script_anthropic(ok(summary_text("fetch", ids=copied)))
+
+    summary = ensure_context_summary(conversation)
+
+    sent = anthropic.requests_for("anthropic.messages")[0].body["messages"][0]["content"]
+    assert "Tool result compacted" not in sent
+
+    assert carried_facts(summary) == [
+        "The export for the autumn newsletter is at /srv/exports/autumn.tar.gz today."
+    ]
+    for marker in ("Tool result compacted", "characters", "Key details further", "]"):
+        assert marker not in summary

@@ -59,14 +59,28 @@ def test_the_token_cap_moves_the_split_forward_to_a_later_user_turn(conversation
 
 
 @override_settings(ASSISTANT_COMPACTION={"MAX_RECENT_TOKENS": 10})
-def test_the_last_user_turn_is_always_kept(conversation):
+def test_a_turn_over_the_budget_splits_at_its_newest_step_never_past_it(conversation):
     chat_turns(conversation, 3)
-    tool_turn(conversation, "big", [("get_blog_post", {"id": 1}, html(8000))])
+    turn = tool_turn(conversation, "big", [("get_blog_post", {"id": 1}, html(8000))])
 
     rows = rows_of(conversation)
     start = choose_split(rows)
 
-    assert rows[start].content == "big"  # the last user message, never past it
+    # The turn alone is over the cap: the split falls at a step boundary
+    # inside it, the newest step (the final answer), never past it.
+    assert rows[start].pk == turn[-1].pk
+
+
+@override_settings(ASSISTANT_COMPACTION={"MAX_RECENT_TOKENS": 3000})
+def test_a_turn_that_fits_is_kept_whole_from_its_user_message(conversation):
+    chat_turns(conversation, 3)
+    turn = tool_turn(conversation, "big", [("get_blog_post", {"id": 1}, html(8000))])
+
+    rows = rows_of(conversation)
+    start = choose_split(rows)
+
+    assert rows[start].role == "user"
+    assert rows[start].pk <= turn[0].pk
 
 
 def test_keep_last_extends_back_to_the_start_of_the_user_turn(conversation):
@@ -95,7 +109,7 @@ def test_the_message_count_triggers_a_shift(conversation):
     assert should_shift(load_window(conversation.pk), compaction_config())
 
 
-@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 1000})
+@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 1000, "MAX_RECENT_TOKENS": 800})
 def test_a_fresh_provider_count_outweighs_the_estimate(conversation):
     chat_turns(conversation, 1)
     state = load_window(conversation.pk)
@@ -144,7 +158,12 @@ def test_any_split_keeps_tool_pairs_together(shapes, fraction, min_recent, cap, 
 
     if start is not None:
         kept = rows[start:]
-        assert kept[0].role == Message.Role.USER
+        last_user = max(i for i, row in enumerate(rows) if row.role == Message.Role.USER)
+        # A user turn's start, or a step boundary inside the last turn
+        # (whose user message is then sent ahead of it as the anchor).
+        assert kept[0].role == Message.Role.USER or (
+            kept[0].role == Message.Role.ASSISTANT and start > last_user
+        )
         calls = {c["id"] for row in kept for c in row.tool_calls or ()}
         results = {row.tool_call_id for row in kept if row.role == "tool"}
         assert calls == results

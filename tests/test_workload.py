@@ -35,11 +35,34 @@ def test_planted_facts_are_asked_later_and_present_when_planted():
             planted_at[fact_id] = turn.index
         for fact_id in turn.asks:
             assert planted_at[fact_id] < turn.index
-            assert fact_id in turn.messages[0]["content"]
-            assert workload.facts[fact_id].value not in text
+            fact = workload.facts[fact_id]
+            assert fact.label in turn.messages[0]["content"]  # asked for by label only
+            assert fact.value not in text
 
     asked = [fact_id for turn in workload.turns for fact_id in turn.asks]
     assert len(asked) == len(set(asked)) >= 50
+
+
+def test_facts_come_in_varied_shapes_places_and_labels():
+    workload = generate(300)
+    facts = list(workload.facts.values())
+
+    assert {f.kind for f in facts} == {
+        "hex_id",
+        "letter_id",
+        "uuid",
+        "email",
+        "amount",
+        "path",
+        "url",
+        "name",
+        "secret",
+        "hash",
+    }
+    assert {f.spot for f in facts} == {"user", "beginning", "middle", "end"}
+    assert len({f.label for f in facts}) == len(facts)
+    assert all(f.value in f.sentence and f.label in f.sentence for f in facts)
+    assert not any("FACT-" in f.sentence for f in facts)
 
 
 def test_it_has_the_sizes_of_the_design_workload():

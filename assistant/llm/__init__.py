@@ -13,6 +13,7 @@ from assistant.llm.offline import OfflineProvider
 from assistant.llm.overflow import (
     context_overflow,
     model_context_window,
+    overflow_token_counts,
     response_overflowed,
 )
 from assistant.llm.prompts import build_summary_prompt, render_transcript, validate_summary
@@ -31,6 +32,7 @@ __all__ = [
     "extract_identifiers",
     "get_provider",
     "model_context_window",
+    "overflow_token_counts",
     "provider_name",
     "render_transcript",
     "response_overflowed",

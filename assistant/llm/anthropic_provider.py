@@ -8,6 +8,7 @@ from typing import Any
 import anthropic
 import httpx2
 
+from assistant.blocks import THINKING_TYPES
 from assistant.llm import convert
 from assistant.llm.base import ChatResult, Provider, ProviderError, SummaryResult, Usage
 from assistant.llm.overflow import OVERFLOW_STOP_REASON, context_overflow, model_context_window
@@ -138,10 +139,16 @@ class AnthropicProvider(Provider):
         *,
         max_tokens: int,
         tools: list[dict[str, Any]] | None = None,
+        thinking: dict[str, Any] | None = None,
     ) -> ChatResult:
+        """`thinking`: Anthropic's extended-thinking setting, e.g.
+        {"type": "enabled", "budget_tokens": 2048}; the answer's thinking blocks come back
+        in `ChatResult.blocks`."""
         request = convert.to_anthropic(system, summaries, messages)
         if tools:
             request["tools"] = convert.anthropic_tools(tools)
+        if thinking:
+            request["thinking"] = thinking
         response = self._create(self.chat_model, max_tokens=max_tokens, **request)
         calls = [
             {"id": b.id, "name": b.name, "arguments": dict(b.input or {})}
@@ -154,4 +161,9 @@ class AnthropicProvider(Provider):
             model=response.model or self.chat_model,
             stop_reason=response.stop_reason,
             tool_calls=calls,
+            blocks=[
+                b.model_dump(include={"type", "thinking", "signature", "data"})
+                for b in response.content
+                if b.type in THINKING_TYPES
+            ],
         )

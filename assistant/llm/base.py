@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import abc
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+
+def new_tool_call_id() -> str:
+    """An id for a tool call the provider sent without one (Gemini may)."""
+    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 def _int(value: Any) -> int:
@@ -65,6 +71,9 @@ class ChatResult:
     model: str
     stop_reason: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {id, name, arguments}
+    # Thinking and redacted_thinking blocks, verbatim: store them with the answer
+    # (add_message(..., blocks=result.blocks)) so the turn can send them back.
+    blocks: list[dict[str, Any]] = field(default_factory=list)
 
 
 class ProviderError(Exception):

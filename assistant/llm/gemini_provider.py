@@ -10,7 +10,14 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from assistant.llm import convert
-from assistant.llm.base import ChatResult, Provider, ProviderError, SummaryResult, Usage
+from assistant.llm.base import (
+    ChatResult,
+    Provider,
+    ProviderError,
+    SummaryResult,
+    Usage,
+    new_tool_call_id,
+)
 from assistant.llm.overflow import context_overflow, model_context_window
 from assistant.llm.prompts import build_summary_prompt, validate_summary
 
@@ -145,7 +152,11 @@ class GeminiProvider(Provider):
             self.chat_model, request["system_instruction"], request["contents"], max_tokens, **extra
         )
         calls = [
-            {"id": c.id or "", "name": c.name or "", "arguments": dict(c.args or {})}
+            {
+                "id": c.id or new_tool_call_id(),
+                "name": c.name or "",
+                "arguments": dict(c.args or {}),
+            }
             for c in response.function_calls or []
         ]
         finish = response.candidates[0].finish_reason if response.candidates else None

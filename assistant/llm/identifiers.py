@@ -1,9 +1,14 @@
 """Deterministic extraction of what later turns need verbatim: ids, paths, URLs, numbers...
 
+Nothing here knows a workload: ids are recognized by shape (letters and digits in either
+case, hex, UUIDs, hashes, dashed or underscored codes), as are emails, URLs, paths,
+amounts with a currency, error codes and lines, code names and people's names.
+
 Runs in workers over large tool results, so it avoids regexes that try every position of
-the text: the full-text patterns start with a literal (which `re` scans for quickly), and
-the rest runs only on whitespace-separated tokens that contain a digit, `/`, `#` or `$`.
-Quantifiers are bounded so pathological input stays linear.
+the text: the full-text patterns start with a literal or a narrow character set (which `re`
+scans for quickly), and the rest runs only on whitespace-separated tokens that contain a
+digit, `/`, `\\`, `_`, `#` or a currency sign. Quantifiers are bounded so pathological
+input stays linear.
 """
 
 from __future__ import annotations
@@ -25,13 +30,24 @@ _EMAIL_LOCAL = re.compile(r"[\w.+-]{1,64}\Z")
 _MONTH_DATE = re.compile(rf"{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}\b")
 _QUOTED = re.compile(r"\"([A-Z0-9][^\"\n]{1,148}[^\"\s])\"|“([^”\n]{2,150})”")
 _SQL_TABLE = re.compile(r"(?:FROM|INTO|UPDATE|JOIN)\s{1,20}[`\"\[]?([A-Za-z_][\w.]{0,100})")
+# POSIX errno names (ENOENT) and constant-like error codes (ERR_CONNECTION_REFUSED).
+_ERRNO_NAMES = (
+    "ENOENT|EACCES|EPERM|EEXIST|EISDIR|ENOTDIR|ENOTEMPTY|EINVAL|EAGAIN|EBUSY|EBADF|EPIPE"
+    "|ENOSPC|EMFILE|ENOMEM|EROFS|EXDEV|ELOOP|ENAMETOOLONG|ECONNREFUSED|ECONNRESET"
+    "|ECONNABORTED|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|EADDRINUSE|EADDRNOTAVAIL|ENOTFOUND"
+    "|EAI_AGAIN|ENOTCONN|EINTR|EIO|ENOSYS|ENOTSUP|EPROTO|ESRCH|ECHILD|EDEADLK"
+)
+_ERROR_CODE = re.compile(rf"\b(?:{_ERRNO_NAMES}|ERR_[A-Z0-9_]{{2,40}})\b")
+# Two or three capitalized words after a lowercase word or a comma: "author is Dmitri Brennan".
+_NAME = re.compile(r"(?<=[a-z,] )[A-Z][a-z]{1,30}(?: [A-Z][a-z]{1,30}){1,2}\b")
 _ERROR_WORD = re.compile(
     r"(?:Error|Exception|failed|errno|ERRNO|HTTP\s?[45]\d\d"
     r"|[45]\d\d (?:Bad|Not|Internal|Service|Too|Unauthorized|Forbidden|Gateway))\b"
 )
 
 # On candidate tokens only, first alternative wins.
-_CANDIDATE = re.compile(r"[\d/#$€£]")
+_CANDIDATE = re.compile(r"[\d/\\#$€£_]|[a-z][A-Z]")
+_CURRENCY_CODES = frozenset({"USD", "EUR", "GBP", "CHF", "JPY", "CAD", "AUD", "CNY", "INR", "SEK"})
 _IN_TOKEN = re.compile(
     "|".join(
         [
@@ -41,14 +57,28 @@ _IN_TOKEN = re.compile(
             # absolute or ~/./.. paths with two or more segments; relative ones need an extension
             r"(?<![\w/.])(?:~|\.{1,2})?(?:/[\w.@%+-]{1,100}){2,30}/?",
             r"\b[\w.-]{1,100}(?:/[\w.-]{1,100}){1,30}\.[A-Za-z]\w{0,5}\b",
-            # ids: post-1234, ORD-2024-0042, call_1, user_42
-            r"\b[A-Za-z][A-Za-z0-9]{0,40}(?:[-_][A-Za-z0-9]{1,40}){0,6}[-_]\d{1,20}\b",
+            r"[A-Za-z]:\\(?:[\w.@%+-]{1,100}\\){1,30}[\w.@%+-]{0,100}",
+            # hex with a prefix, in either case: 0xDEADBEEF, 0x1f
+            r"\b0[xX][0-9a-fA-F]{2,64}\b",
+            # ids of dashed, dotted or underscored parts holding a digit, in either case:
+            # post-1234, ORD-2024-0042, ORD-7F3A, FACT-1F9D6, call_1, spotter-gqc.1, ORA-00942
+            r"\b(?=[\w.:-]{0,160}\d)(?=[\w.:-]{0,160}[A-Za-z])"
+            r"[A-Za-z0-9]{1,40}(?:[-_.:][A-Za-z0-9]{1,40}){1,6}\b",
             r"(?<![\w&])#\d{1,20}\b",
+            # hashes and hex ids (a letter and a digit, one case): a3f9c2e1, 9F86D081884C
             r"\b(?=[0-9a-f]{0,63}[a-f])(?=[0-9a-f]{0,63}\d)[0-9a-f]{7,64}\b",
+            r"\b(?=[0-9A-F]{0,63}[A-F])(?=[0-9A-F]{0,63}\d)[0-9A-F]{7,64}\b",
+            # codes of capitals and digits: Q7ZL4, X9KD2P
+            r"\b(?=[A-Z0-9]{0,39}[A-Z])(?=[A-Z0-9]{0,39}\d)[A-Z0-9]{5,40}\b",
+            # code names: snake_case and camelCase of 8 or more characters
+            r"\b[A-Za-z][a-z0-9]{0,40}(?:_[A-Za-z0-9]{1,40}){1,8}\b(?<=\w{8})",
+            r"\b[a-z]{1,40}(?:[A-Z][a-z0-9]{1,40}){1,8}\b",
             r"[$€£]\d[\d,]{0,30}(?:\.\d{1,10})?(?:[kKmMbB]n?\b)?",
             rf"\b\d[\d,]{{0,30}}(?:\.\d{{1,10}})?{_UNIT}(?!\w)",
             r"\b\d{1,20}(?:\.\d{1,20}){1,4}\b",
             r"\b\d{1,3}(?:,\d{3}){1,10}\b",
+            # long numbers are ids: accounts, orders, phone numbers, all-digit hashes
+            r"\b\d{5,40}\b",
         ]
     )
 )
@@ -107,6 +137,9 @@ def _token_identifiers(text: str) -> list[tuple[int, str]]:
             continue  # URLs and emails come from the full-text patterns
         # "300 ms", "2,048 rows": a bare number followed by a unit token
         bare = token.rstrip(_TRAILING)
+        if index and tokens[index - 1] in _CURRENCY_CODES and _NUMBER.fullmatch(bare):
+            found.append((position, f"{tokens[index - 1]} {bare}"))  # "USD 3,200"
+            continue
         if index + 1 < len(tokens) and _NUMBER.fullmatch(bare):
             unit = _UNIT_TOKEN.fullmatch(tokens[index + 1])
             if unit:
@@ -123,16 +156,32 @@ def extract_identifiers(text: str) -> list[str]:
     found: list[tuple[int, str]] = [(m.start(), m.group()) for m in _URL.finditer(text)]
     found += _emails(text)
     found += [(m.start(), m.group()) for m in _MONTH_DATE.finditer(text)]
-    found += [(m.start(), m.group(1) or m.group(2)) for m in _QUOTED.finditer(text)]
+    found += [(m.start(m.lastindex), m.group(m.lastindex)) for m in _QUOTED.finditer(text)]
     found += [(m.start(1), m.group(1)) for m in _SQL_TABLE.finditer(text)]
+    found += [(m.start(), m.group()) for m in _ERROR_CODE.finditer(text)]
+    found += [(m.start(), m.group()) for m in _NAME.finditer(text) if _after_lowercase(text, m)]
     found += _token_identifiers(text)
     found += _error_lines(text)
-    found.sort(key=lambda item: item[0])
+    # Longest first at a position; an item inside an earlier one (the id in an error line,
+    # the name in a quoted title) is already there verbatim.
+    found.sort(key=lambda item: (item[0], -len(item[1])))
     seen: set[str] = set()
     result = []
-    for _, raw in found:
+    covered = 0
+    for start, raw in found:
         value = raw.strip().rstrip(_TRAILING)
+        end = start + len(raw)
+        if end <= covered:
+            continue
+        covered = max(covered, end)
         if len(value) > 1 and value not in seen:
             seen.add(value)
             result.append(value)
     return result
+
+
+def _after_lowercase(text: str, match: re.Match[str]) -> bool:
+    """A name follows a lowercase word ("changed to Tomasz Nakamura"), not a capitalized
+    one ("The Big Launch"), so sentence starts and titles are not taken for names."""
+    before = text[max(0, match.start() - 32) : match.start()].split()
+    return bool(before) and (before[-1].islower() or before[-1].endswith(","))

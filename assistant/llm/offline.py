@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from assistant.conf import compaction_config
 from assistant.llm.base import ChatResult, Provider, SummaryResult, Usage
-from assistant.llm.identifiers import extract_identifiers
 from assistant.llm.prompts import HEADINGS, SECTIONS
+from assistant.llm.statements import message_facts, plain_text
 
 OFFLINE_MODEL = "offline-summarizer"
-_MESSAGE_START = re.compile(r"^\[(user|assistant|tool|system)\b[^\]\n]*\] ?", re.M)
+_MESSAGE_START = re.compile(r"^\[(user|assistant|tool|system)\b([^\]\n]*)\] ?", re.M)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _DECISION = re.compile(r"\b(decided?|decision|chose|choose|will|agreed?|use|going with)\b", re.I)
 _CONSTRAINT = re.compile(
@@ -32,23 +33,34 @@ _NEWEST_TURNS = 6
 class _Message:
     role: str
     text: str
+    tool: str = ""
 
 
 def parse_transcript(transcript: str) -> list[_Message]:
-    """Back from render_transcript's `[role ...] text` lines to (role, text)."""
+    """Back from render_transcript's `[role ...] text` lines to (role, text, tool name),
+    the text without markup or our own compaction markers."""
     starts = list(_MESSAGE_START.finditer(transcript))
     if not starts:
-        return [_Message("user", transcript)] if transcript.strip() else []
+        text = plain_text(transcript).strip()
+        return [_Message("user", text)] if text else []
     messages = []
     for match, following in zip(starts, [*starts[1:], None], strict=True):
         end = following.start() if following else len(transcript)
-        messages.append(_Message(match.group(1), transcript[match.end() : end].strip()))
+        role, detail = match.group(1), match.group(2).strip()
+        tool = detail.split("#", 1)[0] if role == "tool" else ""
+        text = plain_text(transcript[match.end() : end]).strip()
+        messages.append(_Message(role, text, tool))
     return messages
 
 
-def _clip(text: str) -> str:
+def _clip(text: str, limit: int = _ITEM_CHARS) -> str:
+    """The text on one line, cut at a word boundary when longer than `limit`."""
     text = " ".join(text.split())
-    return text if len(text) <= _ITEM_CHARS else text[: _ITEM_CHARS - 1].rstrip() + "…"
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit - 1)
+    cut = cut if cut > limit // 2 else limit - 1
+    return text[:cut].rstrip(",;:-") + "…"
 
 
 def _sentences(text: str) -> list[str]:
@@ -68,7 +80,7 @@ def _previous_sections(summary: str | None) -> dict[str, list[str]]:
     for match, following in zip(headings, [*headings[1:], None], strict=True):
         name = next((n for n in SECTIONS if n.lower() == match.group(1).lower()), None)
         if name is None:
-            continue
+            continue  # a section of another writer (the carried facts): it keeps its own
         body = summary[match.end() : following.start() if following else len(summary)]
         items = [line.strip().removeprefix("- ").strip() for line in body.splitlines()]
         sections[name] = [i for i in items if i and i != "none"]
@@ -77,6 +89,18 @@ def _previous_sections(summary: str | None) -> dict[str, list[str]]:
 
 def _dedupe(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
+
+
+def _tool_use(messages: list[_Message]) -> list[str]:
+    """One short sentence: which tools ran, and how often."""
+    counts = Counter(m.tool or "a tool" for m in messages if m.role == "tool")
+    if not counts:
+        return []
+    parts = [
+        f"{name} {'once' if n == 1 else 'twice' if n == 2 else f'{n} times'}"
+        for name, n in counts.items()
+    ]
+    return [f"Called {', '.join(parts)}."]
 
 
 def _prose_sections(
@@ -90,9 +114,11 @@ def _prose_sections(
     constraints = previous["Constraints"] + [
         _clip(s) for m in users for s in _sentences(m.text) if _CONSTRAINT.search(s)
     ]
-    progress = previous["Progress"] + [
-        _clip(_sentences(m.text)[0] if _sentences(m.text) else m.text) for m in assistants
-    ]
+    progress = (
+        previous["Progress"]
+        + [_clip(_sentences(m.text)[0] if _sentences(m.text) else m.text) for m in assistants]
+        + _tool_use(messages)
+    )
     decisions = previous["Key decisions"] + [
         _clip(s) for m in users + assistants for s in _sentences(m.text) if _DECISION.search(s)
     ]
@@ -129,20 +155,22 @@ def _render(sections: dict[str, list[str]]) -> str:
     return "\n\n".join(parts)
 
 
-def _ranked_identifiers(messages: list[_Message], carried: list[str]) -> list[str]:
-    """Identifiers in the order they are given room when the cap bites: the user's first,
-    then those carried forward from the previous summary, then the rest newest first."""
+def _ranked_statements(facts: list[tuple[_Message, list[str]]], carried: list[str]) -> list[str]:
+    """Fact statements in the order they are given room when the cap bites: the user's
+    first, then those carried forward from the previous summary, then the rest newest
+    first."""
     from_user: list[str] = []
     from_others: list[str] = []
-    for message in reversed(messages):
-        target = from_user if message.role == "user" else from_others
-        target.extend(extract_identifiers(message.text))
+    for message, statements in reversed(facts):
+        (from_user if message.role == "user" else from_others).extend(statements)
     return _dedupe([*from_user, *carried, *from_others])
 
 
 def offline_summary(
     transcript: str, previous_summary: str | None = None, max_chars: int = 6000
 ) -> str:
+    """A summary a person can read: short sentences per section, whole words, and a
+    Critical context made of statements that say what each value is."""
     messages = parse_transcript(transcript)
     previous = _previous_sections(previous_summary)
     prose = _prose_sections(messages, previous)
@@ -154,23 +182,22 @@ def offline_summary(
             prose[longest][1:] if longest not in ("Goal", "Constraints") else prose[longest][:-1]
         )
 
-    # Within the budget, keep the highest-ranked identifiers, then list them in the order
+    # Within the budget, keep the highest-ranked statements, then list them in the order
     # they appeared (carried-forward ones first) so the section reads naturally.
-    ranked = _ranked_identifiers(messages, previous["Critical context"])
-    base = len(_render({**prose, "Critical context": []})) - len("- none")
-    budget = max_chars - base
+    facts = [(m, [_clip(s.text) for s in message_facts(m.text, m.role)]) for m in messages]
+    ranked = _ranked_statements(facts, previous["Critical context"])
+    budget = max_chars - (len(_render({**prose, "Critical context": []})) - len("- none"))
     kept: set[str] = set()
     for item in ranked:
         cost = len(item) + 3  # "- " and newline
         if cost <= budget:
             kept.add(item)
             budget -= cost
-    order = _dedupe(
-        [*previous["Critical context"], *(i for m in messages for i in extract_identifiers(m.text))]
-    )
-    critical = [i for i in order if i in kept]
-    text = _render({**prose, "Critical context": critical})
-    return text[:max_chars]
+    order = _dedupe([*previous["Critical context"], *(s for _, found in facts for s in found)])
+    text = _render({**prose, "Critical context": [i for i in order if i in kept]})
+    if len(text) > max_chars:  # a cap smaller than the headings: end on a whole line
+        text = text[: text.rfind("\n", 0, max_chars)].rstrip()
+    return text
 
 
 class OfflineProvider(Provider):

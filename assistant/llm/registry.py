@@ -5,8 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 
-from django.conf import settings
-
+from assistant.app_settings import app_setting
 from assistant.llm.base import Provider, ProviderError, SummaryResult
 from assistant.llm.offline import OfflineProvider
 from assistant.llm.prompts import validate_summary
@@ -17,43 +16,43 @@ PROVIDERS = ("anthropic", "gemini", "offline")
 
 
 def provider_name() -> str:
-    chosen = (settings.ASSISTANT_SUMMARIZER or "auto").lower()
+    chosen = (app_setting("ASSISTANT_SUMMARIZER") or "auto").lower()
     if chosen in PROVIDERS:
         return chosen
-    if settings.ANTHROPIC_API_KEY:
+    if app_setting("ANTHROPIC_API_KEY"):
         return "anthropic"
-    if settings.GEMINI_API_KEY:
+    if app_setting("GEMINI_API_KEY"):
         return "gemini"
     return "offline"
 
 
 def _common() -> tuple[float, int, int]:
     return (
-        float(settings.LLM_TIMEOUT_SECONDS),
-        int(settings.LLM_MAX_RETRIES),
-        int(settings.SUMMARY_MAX_OUTPUT_TOKENS),
+        float(app_setting("LLM_TIMEOUT_SECONDS")),
+        int(app_setting("LLM_MAX_RETRIES")),
+        int(app_setting("SUMMARY_MAX_OUTPUT_TOKENS")),
     )
 
 
 def _anthropic_key() -> tuple:
     return (
-        settings.ANTHROPIC_API_KEY,
-        settings.ANTHROPIC_BASE_URL or None,
-        settings.ANTHROPIC_SUMMARY_MODEL,
-        settings.ANTHROPIC_CHAT_MODEL,
+        app_setting("ANTHROPIC_API_KEY"),
+        app_setting("ANTHROPIC_BASE_URL") or None,
+        app_setting("ANTHROPIC_SUMMARY_MODEL"),
+        app_setting("ANTHROPIC_CHAT_MODEL"),
         *_common(),
     )
 
 
 def _gemini_key() -> tuple:
     return (
-        settings.GEMINI_API_KEY,
-        settings.GEMINI_BASE_URL or None,
-        settings.GEMINI_SUMMARY_MODEL,
-        settings.GEMINI_CHAT_MODEL,
+        app_setting("GEMINI_API_KEY"),
+        app_setting("GEMINI_BASE_URL") or None,
+        app_setting("GEMINI_SUMMARY_MODEL"),
+        app_setting("GEMINI_CHAT_MODEL"),
         *_common(),
-        float(settings.LLM_RETRY_INITIAL_DELAY),
-        float(settings.LLM_RETRY_MAX_DELAY),
+        float(app_setting("LLM_RETRY_INITIAL_DELAY")),
+        float(app_setting("LLM_RETRY_MAX_DELAY")),
     )
 
 
@@ -96,9 +95,9 @@ def _gemini(
 def get_provider(name: str | None = None) -> Provider:
     """The configured provider (or the one named); offline when its key is missing."""
     name = name or provider_name()
-    if name == "anthropic" and settings.ANTHROPIC_API_KEY:
+    if name == "anthropic" and app_setting("ANTHROPIC_API_KEY"):
         return _anthropic(*_anthropic_key())
-    if name == "gemini" and settings.GEMINI_API_KEY:
+    if name == "gemini" and app_setting("GEMINI_API_KEY"):
         return _gemini(*_gemini_key())
     return OfflineProvider()
 
@@ -131,7 +130,7 @@ def summarize(
             error.status,
             getattr(error, "reason", None),
         )
-        if not settings.ASSISTANT_SUMMARY_FALLBACK or isinstance(provider, OfflineProvider):
+        if not app_setting("ASSISTANT_SUMMARY_FALLBACK") or isinstance(provider, OfflineProvider):
             raise
     result = OfflineProvider().summarize(transcript, previous_summary=previous_summary)
     return SummaryResult(

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,105 +14,214 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Conversation',
+            name="Conversation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('title', models.CharField(blank=True, default='', max_length=255)),
-                ('metadata', models.JSONField(blank=True, db_default={}, default=dict)),
-                ('system_prompt', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('deleted_at', models.DateTimeField(blank=True, null=True)),
-                ('last_exchange_at', models.DateTimeField(blank=True, null=True)),
-                ('post_exchange_done_at', models.DateTimeField(blank=True, null=True)),
-                ('summary_lease_token', models.UUIDField(blank=True, null=True)),
-                ('summary_lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('parent_conversation', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='forks', to='assistant.conversation')),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='assistant_conversations', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("title", models.CharField(blank=True, default="", max_length=255)),
+                ("metadata", models.JSONField(blank=True, db_default={}, default=dict)),
+                ("system_prompt", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("deleted_at", models.DateTimeField(blank=True, null=True)),
+                ("last_exchange_at", models.DateTimeField(blank=True, null=True)),
+                ("post_exchange_done_at", models.DateTimeField(blank=True, null=True)),
+                ("summary_lease_token", models.UUIDField(blank=True, null=True)),
+                ("summary_lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "parent_conversation",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="forks",
+                        to="assistant.conversation",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="assistant_conversations",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-updated_at'],
-                'permissions': [('fork_conversation', 'Can fork or branch a conversation'), ('compact_conversation', 'Can compact a conversation')],
+                "ordering": ["-updated_at"],
+                "permissions": [
+                    ("fork_conversation", "Can fork or branch a conversation"),
+                    ("compact_conversation", "Can compact a conversation"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='CompactionEvent',
+            name="CompactionEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('tool_results', 'Tool results compacted'), ('dedup', 'Duplicate tool results stubbed'), ('window_summary', 'Window summary'), ('emergency_1', 'Emergency compaction, level 1'), ('emergency_2', 'Emergency compaction, level 2'), ('fork_summary', 'Fork summary'), ('restore', 'Originals restored')], max_length=32)),
-                ('tokens_before', models.PositiveIntegerField(default=0)),
-                ('tokens_after', models.PositiveIntegerField(default=0)),
-                ('messages_affected', models.PositiveIntegerField(default=0)),
-                ('summarizer_model', models.CharField(blank=True, default='', max_length=128)),
-                ('summarizer_input_tokens', models.PositiveIntegerField(default=0)),
-                ('summarizer_output_tokens', models.PositiveIntegerField(default=0)),
-                ('duration_ms', models.PositiveIntegerField(default=0)),
-                ('details', models.JSONField(blank=True, db_default={}, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('conversation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='compaction_events', to='assistant.conversation')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("tool_results", "Tool results compacted"),
+                            ("dedup", "Duplicate tool results stubbed"),
+                            ("window_summary", "Window summary"),
+                            ("emergency_1", "Emergency compaction, level 1"),
+                            ("emergency_2", "Emergency compaction, level 2"),
+                            ("fork_summary", "Fork summary"),
+                            ("restore", "Originals restored"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("tokens_before", models.PositiveIntegerField(default=0)),
+                ("tokens_after", models.PositiveIntegerField(default=0)),
+                ("messages_affected", models.PositiveIntegerField(default=0)),
+                ("summarizer_model", models.CharField(blank=True, default="", max_length=128)),
+                ("summarizer_input_tokens", models.PositiveIntegerField(default=0)),
+                ("summarizer_output_tokens", models.PositiveIntegerField(default=0)),
+                ("duration_ms", models.PositiveIntegerField(default=0)),
+                ("details", models.JSONField(blank=True, db_default={}, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "conversation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="compaction_events",
+                        to="assistant.conversation",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Message',
+            name="Message",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('system', 'System'), ('user', 'User'), ('assistant', 'Assistant'), ('tool', 'Tool')], max_length=16)),
-                ('content', models.TextField(blank=True, default='')),
-                ('compacted_content', models.TextField(blank=True, null=True)),
-                ('compaction', models.CharField(blank=True, choices=[('summarized', 'Summarized'), ('truncated', 'Truncated'), ('deduplicated', 'Deduplicated')], default='', max_length=16)),
-                ('compacted_at', models.DateTimeField(blank=True, null=True)),
-                ('original_dropped_at', models.DateTimeField(blank=True, null=True)),
-                ('tool_calls', models.JSONField(blank=True, null=True)),
-                ('tool_call_id', models.CharField(blank=True, default='', max_length=255)),
-                ('tool_name', models.CharField(blank=True, default='', max_length=255)),
-                ('tool_arguments', models.JSONField(blank=True, null=True)),
-                ('input_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('output_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('cache_read_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('cache_write_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('token_estimate', models.PositiveIntegerField(default=0)),
-                ('original_token_estimate', models.PositiveIntegerField(default=0)),
-                ('metadata', models.JSONField(blank=True, db_default={}, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('conversation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='messages', to='assistant.conversation')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[
+                            ("system", "System"),
+                            ("user", "User"),
+                            ("assistant", "Assistant"),
+                            ("tool", "Tool"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("content", models.TextField(blank=True, default="")),
+                ("compacted_content", models.TextField(blank=True, null=True)),
+                (
+                    "compaction",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("summarized", "Summarized"),
+                            ("truncated", "Truncated"),
+                            ("deduplicated", "Deduplicated"),
+                        ],
+                        default="",
+                        max_length=16,
+                    ),
+                ),
+                ("compacted_at", models.DateTimeField(blank=True, null=True)),
+                ("original_dropped_at", models.DateTimeField(blank=True, null=True)),
+                ("tool_calls", models.JSONField(blank=True, null=True)),
+                ("tool_call_id", models.CharField(blank=True, default="", max_length=255)),
+                ("tool_name", models.CharField(blank=True, default="", max_length=255)),
+                ("tool_arguments", models.JSONField(blank=True, null=True)),
+                ("input_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("output_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("cache_read_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("cache_write_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("token_estimate", models.PositiveIntegerField(default=0)),
+                ("original_token_estimate", models.PositiveIntegerField(default=0)),
+                ("metadata", models.JSONField(blank=True, db_default={}, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "conversation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="messages",
+                        to="assistant.conversation",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.AddIndex(
-            model_name='conversation',
-            index=models.Index(fields=['user', '-updated_at'], name='assistant_conv_user_recent'),
+            model_name="conversation",
+            index=models.Index(fields=["user", "-updated_at"], name="assistant_conv_user_recent"),
         ),
         migrations.AddIndex(
-            model_name='conversation',
-            index=models.Index(condition=models.Q(('deleted_at__isnull', False)), fields=['deleted_at'], name='assistant_conv_deleted'),
+            model_name="conversation",
+            index=models.Index(
+                condition=models.Q(("deleted_at__isnull", False)),
+                fields=["deleted_at"],
+                name="assistant_conv_deleted",
+            ),
         ),
         migrations.AddIndex(
-            model_name='conversation',
-            index=models.Index(condition=models.Q(('last_exchange_at__isnull', False)), fields=['last_exchange_at'], name='assistant_conv_exchange'),
+            model_name="conversation",
+            index=models.Index(
+                condition=models.Q(("last_exchange_at__isnull", False)),
+                fields=["last_exchange_at"],
+                name="assistant_conv_exchange",
+            ),
         ),
         migrations.AddIndex(
-            model_name='compactionevent',
-            index=models.Index(fields=['conversation', '-created_at'], name='assistant_event_conv'),
+            model_name="compactionevent",
+            index=models.Index(fields=["conversation", "-created_at"], name="assistant_event_conv"),
         ),
         migrations.AddIndex(
-            model_name='message',
-            index=models.Index(fields=['conversation', 'id'], name='assistant_msg_conv_id'),
+            model_name="message",
+            index=models.Index(fields=["conversation", "id"], name="assistant_msg_conv_id"),
         ),
         migrations.AddIndex(
-            model_name='message',
-            index=models.Index(condition=models.Q(('role', 'tool')), fields=['conversation', 'tool_name', 'id'], name='assistant_msg_tool_name'),
+            model_name="message",
+            index=models.Index(
+                condition=models.Q(("role", "tool")),
+                fields=["conversation", "tool_name", "id"],
+                name="assistant_msg_tool_name",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='message',
-            constraint=models.CheckConstraint(condition=models.Q(('role__in', ['system', 'user', 'assistant', 'tool'])), name='assistant_msg_role_valid'),
+            model_name="message",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("role__in", ["system", "user", "assistant", "tool"])),
+                name="assistant_msg_role_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='message',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('role', 'tool'), _negated=True), models.Q(('tool_call_id', ''), _negated=True), _connector='OR'), name='assistant_msg_tool_has_call_id'),
+            model_name="message",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("role", "tool"), _negated=True),
+                    models.Q(("tool_call_id", ""), _negated=True),
+                    _connector="OR",
+                ),
+                name="assistant_msg_tool_has_call_id",
+            ),
         ),
     ]

@@ -4,14 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('assistant', '0001_initial'),
+        ("assistant", "0001_initial"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='message',
-            index=models.Index(condition=models.Q(('original_dropped_at__isnull', True), ('compacted_content__isnull', False)), fields=['compacted_at'], name='assistant_msg_compacted'),
+            model_name="message",
+            index=models.Index(
+                condition=models.Q(
+                    ("original_dropped_at__isnull", True), ("compacted_content__isnull", False)
+                ),
+                fields=["compacted_at"],
+                name="assistant_msg_compacted",
+            ),
         ),
     ]

@@ -1,11 +1,9 @@
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db.models.functions import Length
 
-from assistant.conf import compaction_config
 from assistant.management.commands._common import get_conversation
-from assistant.models import Message
+from assistant.planning import plan_run
 
 LEVELS = (0, 1, 2)
 
@@ -39,11 +37,11 @@ class Command(BaseCommand):
 
         before = context_tokens(conversation)
         if options["dry_run"]:
-            self._report_plan(conversation, level, before)
+            self._report_plan(conversation, level)
             return
         if level == 0:
             from assistant.compaction import compact_tool_results
-            from assistant.summaries import ensure_context_summary
+            from assistant.hooks import ensure_context_summary
 
             changed = compact_tool_results(conversation)
             ensure_context_summary(conversation)
@@ -58,21 +56,5 @@ class Command(BaseCommand):
             f"Conversation {conversation.pk}: {what}; context {before} -> {after} tokens."
         )
 
-    def _report_plan(self, conversation, level: int, tokens: int) -> None:
-        config = compaction_config()
-        tool_results = Message.objects.filter(
-            conversation=conversation, role=Message.Role.TOOL, compaction=""
-        )
-        threshold = 1 if level else config.TOOL_RESULT_CHAR_THRESHOLD
-        large = tool_results.annotate(length=Length("content")).filter(length__gte=threshold)
-        messages = Message.objects.filter(conversation=conversation).count()
-        summary_due = level > 0 or (
-            tokens >= config.CONTEXT_TOKEN_THRESHOLD
-            or messages >= config.MAX_MESSAGES_BEFORE_SUMMARY
-        )
-        self.stdout.write(
-            f"Dry run, conversation {conversation.pk} (level {level}): context {tokens} tokens, "
-            f"{messages} messages; {large.count()} uncompacted tool result(s) of at least "
-            f"{threshold} chars; window summary {'due' if summary_due else 'not due'}. "
-            "Nothing was changed."
-        )
+    def _report_plan(self, conversation, level: int) -> None:
+        self.stdout.write(plan_run(conversation, level).describe(conversation.pk))

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count, Q
 
 from assistant.management.commands._common import get_conversation
@@ -26,7 +26,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         conversation = get_conversation(options["conversation_id"])
-        report = context_report(conversation, events=max(options["events"], 0))
+        if options["events"] < 0:
+            raise CommandError(f"--events must be 0 or more, got {options['events']}.")
+        report = context_report(conversation, events=options["events"])
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2, default=str))
             return
@@ -36,7 +38,7 @@ class Command(BaseCommand):
 def context_report(conversation: Conversation, *, events: int = 20) -> dict[str, Any]:
     from assistant.context import build_context
 
-    context = build_context(conversation)
+    context = build_context(conversation, allow_pending=True)
     counts = Message.objects.filter(conversation=conversation).aggregate(
         total=Count("id"),
         compacted=Count("id", filter=~Q(compaction="")),
@@ -58,6 +60,10 @@ def context_report(conversation: Conversation, *, events: int = 20) -> dict[str,
         },
         "summary_through_message_id": context.cutoff_id,
         "messages_in_context": len(context.message_ids),
+        # Calls of the last assistant turn still waiting for their results.
+        "pending_tool_calls": [
+            {"id": call["id"], "name": call["name"]} for call in context.pending_calls
+        ],
         "messages": counts,
         "events": [
             {
@@ -85,8 +91,11 @@ def format_report(report: dict[str, Any]) -> str:
         f"Summary covers messages through id: {report['summary_through_message_id'] or '-'}",
         f"Messages: {counts['total']} stored, {report['messages_in_context']} in the context, "
         f"{counts['compacted']} compacted, {counts['originals_dropped']} originals dropped",
-        f"Compaction history ({len(report['events'])} shown, newest first):",
     ]
+    if report["pending_tool_calls"]:
+        waiting = ", ".join(f"{c['id']} ({c['name']})" for c in report["pending_tool_calls"])
+        lines.append(f"Waiting for tool results: {waiting}")
+    lines.append(f"Compaction history ({len(report['events'])} shown, newest first):")
     if not report["events"]:
         lines.append("  none")
     for event in report["events"]:

@@ -52,6 +52,10 @@ class Command(BaseCommand):
             export_transcript(conversation, self.stdout, progress=False)
             return
         path = Path(output)
+        if path.is_dir():
+            raise CommandError(
+                f"{path} is a directory; give a file name, for example {path}/c.jsonl."
+            )
         if path.exists() and not options["force"]:
             raise CommandError(f"{path} exists; pass --force to overwrite it.")
         if not path.parent.is_dir():

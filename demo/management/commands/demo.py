@@ -23,6 +23,7 @@ from assistant.llm.overflow import model_context_window
 from assistant.models import CompactionEvent, Conversation
 from assistant.services import add_message, build_context, ensure_context_summary, finish_exchange
 from bench.workload import generate
+from demo.scenes import run_overflow_and_fork_demo
 
 
 @contextmanager
@@ -121,8 +122,6 @@ class Command(BaseCommand):
         return last_event
 
     def scenes(self) -> None:
-        from assistant.demo_scenes import run_overflow_and_fork_demo
-
         run_overflow_and_fork_demo(self.stdout)
 
     def report(self, conversation: Conversation, totals: dict[str, int]) -> None:

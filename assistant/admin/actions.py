@@ -1,0 +1,359 @@
+"""The conversation list's actions. Each is thin: it refuses deleted
+conversations, asks for confirmation where it changes what the model sees
+(the shape of Django's `delete_selected`), calls a service, and reports what
+happened, or why nothing did. Runs that call the summarizer, or cover many
+conversations, go to the worker; their results land in each conversation's
+History."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from assistant import services
+from assistant.conf import compaction_config
+from assistant.deletion import purge_after
+from assistant.models import Conversation, Message
+from assistant.previews import emergency_preview, regenerate_preview
+from assistant.staff_actions import (
+    CALLS_THE_MODEL,
+    COMPACT_TOOL_RESULTS,
+    EMERGENCY_1,
+    EMERGENCY_2,
+    LABELS,
+    REGENERATE_SUMMARY,
+    RESTORE_ORIGINALS,
+)
+
+# A run over more conversations than this goes to the worker.
+INLINE_LIMIT = 5
+BRANCH_MESSAGES_SHOWN = 50
+
+Confirmed = Callable[[HttpRequest, list[Conversation]], None]
+
+
+def describe(conversations: list[Conversation]) -> str:
+    return ", ".join(f"“{c}” (#{c.pk})" for c in conversations)
+
+
+def live_only(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> list:
+    """The selected conversations that are not deleted; the others are named
+    in a warning and left alone."""
+    chosen = sorted(queryset, key=lambda c: c.pk)
+    deleted = [c for c in chosen if c.deleted_at is not None]
+    if deleted:
+        modeladmin.message_user(
+            request,
+            f"Refused for deleted conversation(s) {describe(deleted)}: restore them first "
+            "(“Restore deleted conversations”).",
+            messages.WARNING,
+        )
+    return [c for c in chosen if c.deleted_at is None]
+
+
+def log(request: HttpRequest, conversations: list[Conversation], message: str, flag=CHANGE):
+    LogEntry.objects.log_actions(request.user.pk, conversations, flag, message)
+
+
+def _confirmation(
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    *,
+    action: str,
+    title: str,
+    intro: str,
+    rows: list[dict[str, Any]],
+    on_worker: bool,
+) -> TemplateResponse:
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": title,
+        "intro": intro,
+        "rows": rows,
+        "action": action,
+        "on_worker": on_worker,
+        "opts": modeladmin.model._meta,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "media": modeladmin.media,
+    }
+    request.current_app = modeladmin.admin_site.name
+    return TemplateResponse(request, "admin/assistant/conversation/confirm_action.html", context)
+
+
+def _run(modeladmin, request: HttpRequest, action: str, conversations: list[Conversation]) -> None:
+    """Inline for a few conversations when no model is called, else on the worker."""
+    if action in CALLS_THE_MODEL or len(conversations) > INLINE_LIMIT:
+        for conversation in conversations:
+            services.queue_staff_action(action, conversation.pk, acting_user=request.user)
+        modeladmin.message_user(
+            request,
+            f"{LABELS[action]}: queued on the worker for {describe(conversations)}. "
+            "The result appears in each conversation's History and compaction events.",
+            messages.INFO,
+        )
+        return
+    for conversation in conversations:
+        outcome = services.run_staff_action(action, conversation.pk, request.user.pk)
+        modeladmin.message_user(
+            request,
+            f"{LABELS[action]} on “{conversation}” (#{conversation.pk}): {outcome.message}.",
+            messages.SUCCESS if outcome.changed else messages.WARNING,
+        )
+
+
+def _preview_rows(conversations: list[Conversation], preview) -> list[dict[str, Any]]:
+    return [{"conversation": c, "preview": preview(c)} for c in conversations]
+
+
+def _confirmed_run(
+    modeladmin, request, queryset, action: str, intro: str, preview
+) -> HttpResponse | None:
+    conversations = live_only(modeladmin, request, queryset)
+    if not conversations:
+        return None
+    if request.POST.get("post") == "yes":
+        _run(modeladmin, request, action, conversations)
+        return None
+    return _confirmation(
+        modeladmin,
+        request,
+        action=request.POST["action"],
+        title=f"{LABELS[action]}: confirm",
+        intro=intro,
+        rows=_preview_rows(conversations, preview),
+        on_worker=action in CALLS_THE_MODEL or len(conversations) > INLINE_LIMIT,
+    )
+
+
+@admin.action(permissions=["compact"], description="Emergency compact, level 1…")
+def emergency_compact_level_1(modeladmin, request, queryset):
+    return _confirmed_run(
+        modeladmin,
+        request,
+        queryset,
+        EMERGENCY_1,
+        "Level 1 compacts every tool result, whatever its size, and regenerates the window "
+        f"summary keeping {compaction_config().EMERGENCY_RECENT_FRACTION:.0%} of the window "
+        "verbatim. Originals are kept; “Restore compacted originals” undoes the tool-result part.",
+        lambda c: emergency_preview(c, 1),
+    )
+
+
+@admin.action(permissions=["compact"], description="Emergency compact, level 2…")
+def emergency_compact_level_2(modeladmin, request, queryset):
+    return _confirmed_run(
+        modeladmin,
+        request,
+        queryset,
+        EMERGENCY_2,
+        "Level 2 summarizes everything but the current turn's user message and the newest "
+        "step (never splitting a tool call from its result) and compacts every tool result. "
+        "Originals are kept.",
+        lambda c: emergency_preview(c, 2),
+    )
+
+
+@admin.action(permissions=["compact"], description="Regenerate window summary…")
+def regenerate_window_summary(modeladmin, request, queryset):
+    return _confirmed_run(
+        modeladmin,
+        request,
+        queryset,
+        REGENERATE_SUMMARY,
+        "Shifts the window now, whatever the triggers say: the older messages go into a new "
+        "window summary and the recent ones stay verbatim.",
+        regenerate_preview,
+    )
+
+
+@admin.action(permissions=["compact"], description="Restore compacted originals…")
+def restore_compacted_originals(modeladmin, request, queryset):
+    return _confirmed_run(
+        modeladmin,
+        request,
+        queryset,
+        RESTORE_ORIGINALS,
+        "The model is shown the verbatim originals of compacted messages again, and they stay "
+        "verbatim from now on. Originals dropped by retention cannot come back.",
+        services.restore_preview,
+    )
+
+
+@admin.action(permissions=["compact"], description="Compact tool results now")
+def compact_tool_results_now(modeladmin, request, queryset):
+    conversations = live_only(modeladmin, request, queryset)
+    if conversations:
+        _run(modeladmin, request, COMPACT_TOOL_RESULTS, conversations)
+
+
+@admin.action(permissions=["fork"], description="Continue in a new conversation")
+def continue_in_new_conversation(modeladmin, request, queryset):
+    created, refused = [], []
+    for conversation in live_only(modeladmin, request, queryset):
+        fork = services.fork_continuation(
+            conversation, tool_services=conversation.tool_services, acting_user=request.user
+        )
+        if fork is None:
+            refused.append(conversation)
+            continue
+        created.append(fork)
+        log(request, [conversation], f"Continued in new conversation #{fork.pk}.")
+        log(request, [fork], f"Created as the continuation of #{conversation.pk}.", ADDITION)
+    if created:
+        modeladmin.message_user(request, f"Created {describe(created)}.", messages.SUCCESS)
+    if refused:
+        modeladmin.message_user(
+            request,
+            f"Not forked (more than {compaction_config().MAX_FORK_DEPTH} forks deep): "
+            + ", ".join(f"“{c}”" for c in refused)
+            + ".",
+            messages.WARNING,
+        )
+
+
+@admin.action(permissions=["fork"], description="Branch from a message…")
+def branch_from_message(modeladmin, request, queryset) -> HttpResponse | None:
+    """The first POST shows the conversation's user messages (newest first,
+    searchable); the confirming POST forks at the one chosen."""
+    if queryset.count() != 1:
+        modeladmin.message_user(
+            request, "Select exactly one conversation to branch.", messages.ERROR
+        )
+        return None
+    conversations = live_only(modeladmin, request, queryset)
+    if not conversations:
+        return None
+    conversation = conversations[0]
+    if request.POST.get("post") == "yes":
+        result = services.fork_from_message(
+            conversation, request.POST.get("message_id"), acting_user=request.user
+        )
+        if result is not None:
+            fork, _text = result
+            log(request, [conversation], f"Branched into #{fork.pk}.")
+            log(
+                request,
+                [fork],
+                f"Created as a branch of #{conversation.pk} at message #{fork.fork_message_id}.",
+                ADDITION,
+            )
+            modeladmin.message_user(
+                request,
+                f"Branched “{conversation}” into “{fork}” (#{fork.pk}). The message to edit "
+                "and resend is shown in full below.",
+                messages.SUCCESS,
+            )
+            return HttpResponseRedirect(
+                reverse("admin:assistant_conversation_change", args=[fork.pk])
+            )
+        modeladmin.message_user(
+            request,
+            "Could not branch: choose one of this conversation's user messages "
+            f"(and forks stop at {compaction_config().MAX_FORK_DEPTH} levels).",
+            messages.ERROR,
+        )
+    search = request.POST.get("q", "").strip()
+    user_messages = Message.objects.filter(conversation=conversation, role=Message.Role.USER)
+    total = user_messages.count()
+    if search:
+        user_messages = user_messages.filter(content__icontains=search)
+    matching = user_messages.count()
+    shown = list(user_messages.model_view().order_by("-id")[:BRANCH_MESSAGES_SHOWN])
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": "Branch from a message",
+        "subtitle": str(conversation),
+        "conversation": conversation,
+        "user_messages": shown,
+        "search": search,
+        "total": total,
+        "matching": matching,
+        "queryset": queryset,
+        "opts": modeladmin.model._meta,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "media": modeladmin.media,
+    }
+    request.current_app = modeladmin.admin_site.name
+    return TemplateResponse(
+        request, "admin/assistant/conversation/branch_from_message.html", context
+    )
+
+
+@admin.action(permissions=["delete"], description="Delete selected conversations…")
+def delete_selected(modeladmin, request, queryset) -> HttpResponse | None:
+    """The admin's delete marks conversations deleted: the purge job removes
+    them after the retention (with its in-use checks); until then they can be
+    restored."""
+    conversations = live_only(modeladmin, request, queryset)
+    if not conversations:
+        return None
+    if request.POST.get("post") == "yes":
+        count = services.mark_deleted(c.pk for c in conversations)
+        log(request, conversations, f"Marked deleted ({retention_words()}).")
+        modeladmin.message_user(
+            request,
+            f"Marked {count} conversation(s) deleted: {describe(conversations)}. "
+            f"{retention_words().capitalize()}; until then “Restore deleted conversations” "
+            "brings them back.",
+            messages.SUCCESS,
+        )
+        return None
+    forks = Conversation.objects.filter(
+        parent_conversation__in=conversations, deleted_at__isnull=True
+    ).count()
+    return _confirmation(
+        modeladmin,
+        request,
+        action="delete_selected",
+        title="Delete: confirm",
+        intro=(
+            f"These conversations will be marked deleted; {retention_words()}, with their "
+            "messages and compaction events, unless still in use. "
+            + (
+                f"Their {forks} live fork(s) keep working: each keeps the summary it carries."
+                if forks
+                else ""
+            )
+        ),
+        rows=[{"conversation": c, "preview": None} for c in conversations],
+        on_worker=False,
+    )
+
+
+@admin.action(permissions=["delete"], description="Restore deleted conversations")
+def restore_deleted_conversations(modeladmin, request, queryset):
+    result = services.restore_deleted(c.pk for c in queryset)
+    by_id = {c.pk: c for c in queryset}
+    restored = [by_id[pk] for pk in result.restored]
+    if restored:
+        log(request, restored, "Restored from deleted.")
+        modeladmin.message_user(request, f"Restored {describe(restored)}.", messages.SUCCESS)
+    if result.expired:
+        modeladmin.message_user(
+            request,
+            f"Not restored (deleted longer ago than the retention; the purge may remove them "
+            f"at any time): {describe([by_id[pk] for pk in result.expired])}.",
+            messages.ERROR,
+        )
+    if result.not_deleted:
+        live = describe([by_id[pk] for pk in result.not_deleted])
+        modeladmin.message_user(
+            request,
+            f"Not deleted, nothing to restore: {live}.",
+            messages.WARNING,
+        )
+
+
+def retention_words() -> str:
+    keep = purge_after()
+    if keep is None:
+        return "the purge never removes them (PURGE_RETENTION_DAYS is null)"
+    return f"the purge removes them after {keep.days} days"

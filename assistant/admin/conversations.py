@@ -1,0 +1,238 @@
+"""The conversation list (danger at a glance) and the conversation page
+(inspector first, light however long the conversation)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, JsonResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from assistant import services
+from assistant.admin import actions
+from assistant.admin.filters import ContextFilter, DeletedFilter, ForkFilter, SummaryFilter
+from assistant.admin.inspector import context_inspector, request_body
+from assistant.admin.listing import with_list_figures
+from assistant.deletion import purge_date
+from assistant.limits import current_limits
+from assistant.models import Conversation, Message
+
+FORK_PERMISSION = "assistant.fork_conversation"
+COMPACT_PERMISSION = "assistant.compact_conversation"
+LEVEL_COLOURS = {
+    "ok": "inherit",
+    "near": "#b45309",
+    "past-trigger": "#dc2626",
+    "over-window": "#7f1d1d",
+}
+
+
+@admin.register(Conversation)
+class ConversationAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "__str__",
+        "user",
+        "status",
+        "parent_link",
+        "fork_depth",
+        "message_count",
+        "context_size",
+        "last_compaction",
+    )
+    list_display_links = ("id", "__str__")
+    list_filter = (DeletedFilter, ContextFilter, ForkFilter, SummaryFilter, "updated_at")
+    search_fields = ("title", "user__username", "user__email", "=id")
+    list_select_related = ("user", "parent_conversation")
+    raw_id_fields = ("user", "parent_conversation")
+    list_per_page = 50
+    readonly_fields = (
+        "deleted_at",
+        "metadata_pretty",
+        "created_at",
+        "updated_at",
+        "last_exchange_at",
+        "post_exchange_done_at",
+        "summary_lease_token",
+        "summary_lease_expires_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("title", "user", "parent_conversation", "system_prompt")}),
+        ("Bookkeeping", {"classes": ("collapse",), "fields": readonly_fields}),
+    )
+    change_form_template = "admin/assistant/conversation/change_form.html"
+    delete_confirmation_template = "admin/assistant/conversation/delete_confirmation.html"
+    # Our delete_selected (a soft delete) replaces Django's site-wide one of that name.
+    actions = (
+        actions.continue_in_new_conversation,
+        actions.branch_from_message,
+        actions.compact_tool_results_now,
+        actions.emergency_compact_level_1,
+        actions.emergency_compact_level_2,
+        actions.regenerate_window_summary,
+        actions.restore_compacted_originals,
+        actions.delete_selected,
+        actions.restore_deleted_conversations,
+    )
+
+    # --- permissions --------------------------------------------------------
+
+    def has_fork_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(FORK_PERMISSION)
+
+    def has_compact_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(COMPACT_PERMISSION)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A deleted conversation is read-only until restored.
+        if obj is not None and obj.deleted_at is not None:
+            return False
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.deleted_at is not None:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None):
+        # Django would answer a posted action the user may not run with
+        # "No action selected"; refuse it outright instead.
+        if request.method == "POST" and "action" in request.POST:
+            self._check_action_permission(request, request.POST["action"])
+        extra_context = {**(extra_context or {}), "limits": current_limits()}
+        return super().changelist_view(request, extra_context)
+
+    def _check_action_permission(self, request: HttpRequest, name: str) -> None:
+        # Every declared action, before Django filters out those the user lacks.
+        found = [func for func, action_name, _ in self._get_base_actions() if action_name == name]
+        for permission in getattr(found[0], "allowed_permissions", ()) if found else ():
+            if not getattr(self, f"has_{permission}_permission")(request):
+                raise PermissionDenied
+
+    # --- delete: soft ---------------------------------------------------------
+
+    def delete_model(self, request: HttpRequest, obj: Conversation) -> None:
+        services.mark_deleted([obj.pk])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        services.mark_deleted(queryset.values_list("pk", flat=True))
+
+    def log_deletions(self, request: HttpRequest, queryset) -> None:
+        actions.log(request, list(queryset), f"Marked deleted ({actions.retention_words()}).")
+
+    def get_deleted_objects(self, objs, request: HttpRequest):
+        # Nothing is removed now: list the conversations, not every message.
+        return [str(obj) for obj in objs], {"conversations": len(objs)}, set(), []
+
+    def response_delete(self, request, obj_display, obj_id):
+        response = super().response_delete(request, obj_display, obj_id)
+        self.message_user(request, f"It is marked deleted: {actions.retention_words()}.")
+        return response
+
+    # --- list ---------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
+        return with_list_figures(super().get_queryset(request))
+
+    @admin.display(description="deleted", ordering="deleted_at")
+    def status(self, obj: Conversation) -> str:
+        if obj.deleted_at is None:
+            return "—"
+        return format_html(
+            '<span style="color:#dc2626;white-space:nowrap">deleted {}</span>',
+            obj.deleted_at.strftime("%Y-%m-%d"),
+        )
+
+    @admin.display(description="parent", ordering="parent_conversation")
+    def parent_link(self, obj: Conversation) -> str:
+        if obj.parent_conversation_id is None:
+            return "—"
+        url = reverse("admin:assistant_conversation_change", args=[obj.parent_conversation_id])
+        at = obj.fork_message_id
+        return format_html(
+            '<a href="{}">#{}</a>{}',
+            url,
+            obj.parent_conversation_id,
+            f" at message #{at}" if at else " (continued)",
+        )
+
+    @admin.display(description="fork depth", ordering="_fork_depth")
+    def fork_depth(self, obj: Conversation) -> int:
+        return obj._fork_depth
+
+    @admin.display(description="messages", ordering="_message_count")
+    def message_count(self, obj: Conversation) -> int:
+        return obj._message_count
+
+    @admin.display(description="context · % trigger · % window", ordering="_context_tokens")
+    def context_size(self, obj: Conversation) -> str:
+        limits = current_limits()
+        tokens = obj._context_tokens
+        level = limits.level(tokens)
+        return format_html(
+            '<span class="context-{}" style="white-space:nowrap;color:{};{}">{} · {}% · {}%</span>',
+            level,
+            LEVEL_COLOURS[level],
+            "font-weight:bold" if level != "ok" else "",
+            f"{tokens:,}",
+            round(100 * tokens / limits.trigger),
+            round(100 * tokens / limits.window),
+        )
+
+    @admin.display(description="last compaction", ordering="_last_compaction")
+    def last_compaction(self, obj: Conversation):
+        return obj._last_compaction
+
+    @admin.display(description="metadata")
+    def metadata_pretty(self, obj: Conversation) -> str:
+        return format_html("<pre>{}</pre>", json.dumps(obj.metadata, indent=2, ensure_ascii=False))
+
+    # --- change page ----------------------------------------------------------
+
+    def get_urls(self):
+        return [
+            path(
+                "<path:object_id>/request.json",
+                self.admin_site.admin_view(self.request_json_view),
+                name="assistant_conversation_request",
+            ),
+            *super().get_urls(),
+        ]
+
+    def request_json_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
+        obj = self.get_object(request, object_id)
+        if obj is None or not self.has_view_permission(request, obj):
+            raise PermissionDenied
+        body = request_body(obj, shape=request.GET.get("shape", "anthropic"))
+        return JsonResponse(body, json_dumps_params={"indent": 2, "ensure_ascii": False})
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = dict(extra_context or {})
+        obj = self.get_object(request, object_id)
+        if obj is not None:
+            extra_context.update(
+                inspector=context_inspector(obj),
+                can_fork=self.has_fork_permission(request) and obj.deleted_at is None,
+                can_restore=self.has_delete_permission(request) and obj.deleted_at is not None,
+                purge_date=purge_date(obj),
+                fork_origin=fork_origin(obj),
+                message_total=Message.objects.filter(conversation=obj).count(),
+                action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+            )
+        return super().change_view(request, object_id, form_url, extra_context)
+
+
+def fork_origin(conversation: Conversation) -> dict[str, Any] | None:
+    """For a branch: the parent's message it was branched at, in full (the
+    text to edit and resend)."""
+    message_id = conversation.fork_message_id
+    if message_id is None:
+        return None
+    message = Message.objects.filter(pk=message_id).only("id", "content").first()
+    return {"message_id": message_id, "text": message.content if message else None}

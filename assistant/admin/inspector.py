@@ -1,0 +1,91 @@
+"""The context inspector on a conversation's page: what the model receives
+next (summaries, the newest messages sent verbatim, tool calls still waiting
+for results), a token breakdown, and the latest compaction events. The page
+stays light however long the conversation: long texts are cut with a link
+to the whole message, and the full request body is a separate download."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from assistant.limits import current_limits
+from assistant.models import Conversation
+from assistant.services import build_context, context_tokens
+
+MESSAGES_SHOWN = 30
+CHARS_SHOWN = 2000
+EVENTS_SHOWN = 20
+
+
+def _cut(text: str) -> tuple[str, int]:
+    """The text shown, and how many characters were left out."""
+    if len(text) <= CHARS_SHOWN:
+        return text, 0
+    return text[:CHARS_SHOWN], len(text) - CHARS_SHOWN
+
+
+def context_inspector(conversation: Conversation) -> dict[str, Any]:
+    context = build_context(conversation, allow_pending=True)
+    tokens = context.tokens
+    limits = current_limits()
+    parts = [
+        ("system", "System prompt", tokens.system),
+        ("summaries", "Summaries", tokens.summaries),
+        ("messages", "Kept messages", tokens.messages),
+        ("tools", "Tool results", tokens.tool_results),
+    ]
+    drawn = sum(value for _, _, value in parts) or 1
+    total = context_tokens(conversation)
+    pending = {call["id"] for call in context.pending_calls}
+    ids = list(context.message_ids)
+    first_shown = max(len(context.messages) - MESSAGES_SHOWN, 0)
+    rows = []
+    for index in range(first_shown, len(context.messages)):
+        message = context.messages[index]
+        content, cut = _cut(str(message.get("content") or ""))
+        extra = {k: v for k, v in message.items() if k not in ("role", "content")}
+        extra_text, extra_cut = _cut(
+            json.dumps(extra, indent=2, ensure_ascii=False) if extra else ""
+        )
+        calls = message.get("tool_calls") or ()
+        rows.append(
+            {
+                "id": ids[index] if index < len(ids) else None,
+                "role": message.get("role", ""),
+                "content": content,
+                "cut": cut + extra_cut,
+                "extra": extra_text,
+                "pending": [call for call in calls if call["id"] in pending],
+            }
+        )
+    events = conversation.compaction_events.select_related("acting_user").order_by(
+        "-created_at", "-id"
+    )
+    return {
+        "system": _cut(context.system)[0],
+        "parent_summary": context.parent_summary,
+        "window_summary": context.window_summary,
+        "cutoff_id": context.cutoff_id,
+        "messages": rows,
+        "messages_in_context": len(context.messages),
+        "messages_hidden": first_shown,
+        "pending_calls": context.pending_calls,
+        "total": total,
+        "level": limits.level(total),
+        "limits": limits,
+        "share_of_trigger": round(100 * total / limits.trigger, 1),
+        "share_of_window": round(100 * total / limits.window, 1),
+        "segments": [
+            {"key": key, "label": label, "tokens": value, "percent": round(100 * value / drawn, 2)}
+            for key, label, value in parts
+        ],
+        "events": list(events[:EVENTS_SHOWN]),
+        "events_total": events.count(),
+    }
+
+
+def request_body(conversation: Conversation, shape: str = "anthropic") -> dict[str, Any]:
+    """The next request's body in a provider's shape (the inspector's download)."""
+    context = build_context(conversation, allow_pending=True)
+    return context.to_gemini() if shape == "gemini" else context.to_anthropic()

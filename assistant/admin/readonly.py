@@ -1,0 +1,65 @@
+"""Messages and compaction events: read-only lists, filterable by conversation
+(the conversation page links to both, newest first)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from assistant.models import CompactionEvent, Message
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    list_per_page = 50
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Message)
+class MessageAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "conversation",
+        "role",
+        "tool_name",
+        "compaction",
+        "token_estimate",
+        "created_at",
+    )
+    list_filter = ("role", "compaction")
+    search_fields = ("=conversation__id", "tool_name", "tool_call_id")
+    list_select_related = ("conversation",)
+    raw_id_fields = ("conversation",)
+    ordering = ("-id",)
+    # Counting every message of a large table on each page costs more than it tells.
+    show_full_result_count = False
+
+
+@admin.register(CompactionEvent)
+class CompactionEventAdmin(ReadOnlyAdmin):
+    list_display = (
+        "created_at",
+        "conversation",
+        "kind",
+        "tokens_before",
+        "tokens_after",
+        "messages_affected",
+        "summarizer_model",
+        "duration_ms",
+        "acting_user",
+    )
+    list_filter = ("kind", "created_at")
+    search_fields = ("=conversation__id", "summarizer_model", "acting_user__username")
+    list_select_related = ("conversation", "acting_user")
+    raw_id_fields = ("conversation", "acting_user")
+    ordering = ("-created_at", "-id")
+    show_full_result_count = False

@@ -1,0 +1,61 @@
+"""What compaction has saved a conversation under prompt caching, so that
+a voluntary compaction is made only when the conversation can afford it.
+
+Prices as DESIGN 7 counts them: a request reads its unchanged leading part
+from the provider's cache at 0.1x and writes the rest at 1.25x. A compaction
+step makes the next request write everything after the first changed message
+instead of reading it (its cost, `step_cost`), and from then on every request
+carries the freed tokens no more (0.1x each, the `gap`). The ledger keeps the
+balance of both against sending everything: a step that is not forced (by
+the trigger) is taken only when the balance covers its cost, so a
+conversation never costs more than sending everything would have, even if it
+ends right after the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from assistant.models import Message, MetadataKeys
+
+CACHE_READ = 0.1
+CACHE_WRITE = 1.25
+
+
+@dataclass(frozen=True)
+class Ledger:
+    balance: float = 0.0  # tokens (at 1.0x) saved against sending everything, as of `since`
+    gap: int = 0  # how much smaller the context is than sending everything
+    since: int = 0  # the newest message when the ledger was last written
+
+    @classmethod
+    def of(cls, metadata: dict[str, Any]) -> Ledger:
+        value = metadata.get(MetadataKeys.CACHE_LEDGER) or {}
+        return cls(
+            float(value.get("balance", 0.0)), int(value.get("gap", 0)), int(value.get("since", 0))
+        )
+
+    def balance_now(self, rows: list[Message]) -> float:
+        """The balance, with the savings of every model call since `since`."""
+        calls = sum(1 for row in rows if row.role == Message.Role.ASSISTANT and row.pk > self.since)
+        return self.balance + CACHE_READ * self.gap * calls
+
+    def affords(self, rows: list[Message], cost: float) -> bool:
+        return self.balance_now(rows) >= cost
+
+    def after_step(
+        self, rows: list[Message], *, freed: int, cost: float, newest_id: int
+    ) -> dict[str, Any]:
+        """The metadata value once a step freed `freed` tokens at `cost`."""
+        return {
+            "balance": round(self.balance_now(rows) - cost, 1),
+            "gap": self.gap + max(freed, 0),
+            "since": newest_id,
+        }
+
+
+def step_cost(tail_before: int, tail_after: int) -> float:
+    """What a step costs the next request beyond not taking it: the tail after
+    the first changed message is written (`tail_after`) instead of read."""
+    return CACHE_WRITE * tail_after - CACHE_READ * tail_before

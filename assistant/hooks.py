@@ -1,0 +1,270 @@
+"""The two entry points that carry the product, each orchestrating the
+strategies below it (compaction, summaries, emergency):
+
+- the pre-call hook, `ensure_context_summary`, run before every model call,
+  inside an agent turn too: the flagged emergency level, compaction of
+  consumed tool results when it pays, and the window shift. It alone keeps
+  every request under the trigger plus the newest step, with no worker;
+- the post-exchange pipeline, `process_exchange`, run by a worker after each
+  exchange: it prepares compactions and the next window summary without
+  changing what the next request sends;
+- and `call_with_overflow_recovery`, which wraps the model call itself.
+
+When compaction pays (DESIGN 6): under prompt caching a request re-reads its
+unchanged leading messages at a tenth of the price and pays a premium from
+the first changed message on. So what the worker prepared is applied only
+when the context nears the token trigger (COMPACT_WATERMARK) or when the
+provider's cache has gone cold anyway (CACHE_TTL_SECONDS since the previous
+request), and then all at once; the message-count trigger waits for a cold
+cache too. COMPACTION_TIMING = "eager" applies everything right away, for
+providers without prompt caching.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+from assistant.cache_ledger import Ledger, step_cost
+from assistant.compaction import (
+    apply_plan,
+    compact_old_blocks,
+    consumed_tool_rows,
+    plan_compaction,
+    prepare_tool_results,
+)
+from assistant.conf import CompactionConfig, compaction_config
+from assistant.context import Context, build_context
+from assistant.emergency import (
+    LEVELS,
+    ContextTooLarge,
+    apply_emergency_level,
+    compact_if_flagged,
+    note_response,
+)
+from assistant.events import stopwatch
+from assistant.llm.overflow import context_overflow, overflow_token_counts
+from assistant.logs import log_event
+from assistant.metadata import merge_metadata
+from assistant.models import Conversation, MetadataKeys
+from assistant.summaries import (
+    adopt_pending_summary,
+    has_pending_summary,
+    prebuild_window_summary,
+    shift_window,
+)
+from assistant.tokens import estimate_tokens
+from assistant.window import (
+    WindowState,
+    choose_split,
+    load_window,
+    should_shift,
+    verbatim_budget,
+)
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def ensure_context_summary(conversation: Conversation) -> str | None:
+    """The pre-call hook: bring the context within budget and return the
+    window summary the next request carries. Two queries when nothing is due."""
+    config = compaction_config()
+    state = load_window(conversation.pk)
+    if state.metadata.get(MetadataKeys.NEEDS_EMERGENCY_COMPACTION):
+        compact_if_flagged(conversation)
+        state = load_window(conversation.pk)
+    eager = config.COMPACTION_TIMING == "eager"
+    cold = not eager and state.cache_is_cold(config)
+    tokens = state.context_tokens()
+    trigger = config.CONTEXT_TOKEN_THRESHOLD
+    if cold or tokens >= config.COMPACT_WATERMARK * trigger:
+        # At the trigger, on a cold cache, or without caching, any batch
+        # goes; below it only one the conversation's savings pay for.
+        free = cold or eager or tokens >= trigger
+        state = compact_consumed_results(state, config, free=free, everything=cold) or state
+    count = eager or cold
+    if cold and has_pending_summary(state) and adopt_pending_summary(conversation.pk):
+        state = _after_shift(state, cold=cold)
+    if should_shift(state, config, count=count):
+        summary = shift_window(conversation.pk, config, count=count)
+        _after_shift(state, cold=cold)
+        return summary
+    if not eager and early_shift_pays(state, config):
+        summary = shift_window(conversation.pk, config, count=False, share=config.COMPACT_WATERMARK)
+        _after_shift(state, cold=cold)
+        return summary
+    return state.summary
+
+
+def early_shift_pays(state: WindowState, config: CompactionConfig) -> bool:
+    """Past COMPACT_WATERMARK, shift the window before the trigger when it
+    frees at least COMPACT_MIN_FREE_TOKENS and the conversation's savings
+    cover what rewriting the context costs (the new summary leads it)."""
+    if state.context_tokens() < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
+        return False
+    start = choose_split(state.rows, config, budget=verbatim_budget(state, config, early=True))
+    if start is None:
+        return False
+    system = estimate_tokens(state.system)
+    before = state.estimated_tokens() - system
+    after = before - sum(row.token_estimate for row in state.rows[:start])
+    after += estimate_tokens(state.summary or "") or config.SUMMARY_ESTIMATE_TOKENS
+    freed = before - after
+    cost = step_cost(before, after)
+    return freed >= config.COMPACT_MIN_FREE_TOKENS and Ledger.of(state.metadata).affords(
+        state.rows, cost
+    )
+
+
+def compact_consumed_results(
+    state: WindowState, config: CompactionConfig, *, free: bool = False, everything: bool = False
+) -> WindowState | None:
+    """Compact the consumed tool results of the window (the current turn's
+    too) but the newest KEEP_NEWEST_TOOL_RESULTS, using what the worker
+    prepared. Unless `free`, only a batch that frees at least
+    COMPACT_MIN_FREE_TOKENS and that the conversation's savings under prompt
+    caching cover (assistant.cache_ledger), so the cached prefix breaks
+    rarely and never at a loss. With `everything` (a cold cache) the newest
+    results are compacted too. Returns the new window, None if unchanged."""
+    keep = 0 if everything else config.KEEP_NEWEST_TOOL_RESULTS
+    plan = plan_compaction(consumed_tool_rows(state.rows), config, keep_newest=keep)
+    if not plan:
+        # Old images, documents and thinking change the context only when it may change
+        # freely, or along with a batch of tool results (below).
+        if free and compact_old_blocks(state.conversation_id):
+            return load_window(state.conversation_id)
+        return None
+    changed = {row.pk for row in [*plan.compact, *plan.stub]}
+    verbatim = state.verbatim
+    first = next(index for index, row in enumerate(verbatim) if row.pk in changed)
+    tail = sum(row.token_estimate for row in verbatim[first:])
+    ledger = Ledger.of(state.metadata)
+    cost = step_cost(tail, tail - min(plan.most_freed, tail))
+    if not free and (
+        plan.most_freed < config.COMPACT_MIN_FREE_TOKENS or not ledger.affords(state.rows, cost)
+    ):
+        return None
+    if not apply_plan(state.conversation_id, plan, config):
+        return None
+    compact_old_blocks(state.conversation_id)
+    after = load_window(state.conversation_id)
+    freed = state.estimated_tokens() - after.estimated_tokens()
+    _write_ledger(after, state, ledger, freed=freed, cost=step_cost(tail, tail - freed))
+    return after
+
+
+def _after_shift(before: WindowState, *, cold: bool) -> WindowState:
+    """Book a window shift in the ledger: everything after the system part
+    changed (the summary leads), so the whole context is written again."""
+    after = load_window(before.conversation_id)
+    if after.through_id == before.through_id:
+        return after
+    system = estimate_tokens(before.system)
+    old, new = before.estimated_tokens() - system, after.estimated_tokens() - system
+    cost = 0.0 if cold else step_cost(old, new)
+    _write_ledger(after, before, Ledger.of(after.metadata), freed=old - new, cost=cost)
+    return after
+
+
+def _write_ledger(
+    after: WindowState, before: WindowState, ledger: Ledger, *, freed: int, cost: float
+) -> None:
+    """Book a step (`before` -> `after`) in the database and in `after`, so the
+    caller goes on with the window as it now is, without reading it again."""
+    newest = before.rows[-1].pk if before.rows else 0
+    value = ledger.after_step(before.rows, freed=freed, cost=cost, newest_id=newest)
+    merge_metadata(
+        Conversation.objects.filter(pk=before.conversation_id), {MetadataKeys.CACHE_LEDGER: value}
+    )
+    after.metadata[MetadataKeys.CACHE_LEDGER] = value
+
+
+def process_exchange(conversation_id: int) -> bool:
+    """The post-exchange pipeline: prepare compaction of consumed tool results
+    (applied at once with COMPACTION_TIMING "eager") and pre-build the next
+    window summary. Idempotent; False when the conversation is gone or deleted."""
+    conversation = Conversation.objects.filter(pk=conversation_id, deleted_at__isnull=True).first()
+    if conversation is None:
+        log_event("post_exchange_skipped", conversation_id=conversation_id, reason="missing")
+        return False
+    exchange_stamp = conversation.last_exchange_at
+    with stopwatch() as elapsed:
+        prepared = prepare_tool_results(conversation)
+        if compaction_config().COMPACTION_TIMING == "eager":
+            prepared += compact_old_blocks(conversation_id)
+        prebuilt = prebuild_window_summary(conversation)
+    # Record which exchange was processed; the sweep compares the two stamps.
+    Conversation.objects.filter(pk=conversation_id).update(post_exchange_done_at=exchange_stamp)
+    log_event(
+        "post_exchange_done",
+        conversation_id=conversation_id,
+        compacted=prepared,
+        prebuilt=prebuilt,
+        duration_ms=elapsed.ms,
+    )
+    return True
+
+
+def call_with_overflow_recovery(
+    conversation: Conversation,
+    call: Callable[[Context], T],
+    *,
+    window_tokens: int | None = None,
+) -> T:
+    """Run `call(build_context(conversation))`. On a context-overflow error
+    apply emergency level 1 and retry, then level 2 and retry, then raise
+    ContextTooLarge. A level that did not shrink the context is not retried,
+    nor one whose smaller context still cannot fit by the provider's own
+    count. Any other error passes through untouched. A successful response
+    that reports more input tokens than `window_tokens` marks the conversation
+    for emergency compaction before its next exchange."""
+    try:
+        result = call(build_context(conversation))
+    except Exception as exc:
+        if not context_overflow(exc):
+            raise
+        error: BaseException = exc
+    else:
+        note_response(conversation, result, window_tokens=window_tokens)
+        return result
+
+    applied: list[int] = []
+    # Our estimate of the context the failing request carried: the provider's
+    # count in `error` describes that request, so a retry is judged against it.
+    tokens_sent: int | None = None
+    for level in LEVELS:
+        outcome = apply_emergency_level(conversation, level)
+        if tokens_sent is None:
+            tokens_sent = outcome.tokens_before
+        if not outcome.shrank:
+            logger.info("overflow_level_skipped conversation=%s level=%s", conversation.pk, level)
+            continue
+        applied.append(level)
+        if not retry_can_fit(error, tokens_sent, outcome.tokens_after):
+            logger.info("overflow_retry_skipped conversation=%s level=%s", conversation.pk, level)
+            continue
+        try:
+            result = call(build_context(conversation))
+        except Exception as exc:
+            if not context_overflow(exc):
+                raise
+            error, tokens_sent = exc, outcome.tokens_after
+            continue
+        note_response(conversation, result, window_tokens=window_tokens)
+        return result
+    raise ContextTooLarge(conversation.pk, levels_applied=tuple(applied)) from error
+
+
+def retry_can_fit(error: BaseException, tokens_before: int, tokens_after: int) -> bool:
+    """Whether a retry after shrinking the context from `tokens_before` to
+    `tokens_after` (our estimates) can fit, by the counts in the provider's
+    overflow message scaled by the same ratio. True when the error gives no
+    counts: then only the provider can tell."""
+    counts = overflow_token_counts(error)
+    if counts is None or tokens_before <= 0:
+        return True
+    sent, limit = counts
+    return sent * tokens_after / tokens_before <= limit

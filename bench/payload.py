@@ -1,0 +1,278 @@
+"""What one provider request costs and whether a provider would accept it.
+
+Every strategy's request is measured on the Anthropic payload
+(`{"system": [blocks], "messages": [...]}`, as `assistant.llm.convert` builds
+it) with the bench's one token rule (`bench.record.message_tokens`).
+
+Cost under prompt caching (DESIGN section 7): the leading units of a request
+(system blocks, then messages, compared one by one, `cache_control` markers
+ignored) that are byte-identical to the same conversation's previous request
+are a cache read at 0.1x the input price; everything from the first changed
+unit on is a cache write at 1.25x.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.fake_summarizer import count_tokens
+from bench.record import MESSAGE_OVERHEAD_TOKENS
+
+CACHE_READ = 0.1
+CACHE_WRITE = 1.25
+
+
+def _plain(block: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in block.items() if key != "cache_control"}
+
+
+def _message_unit(message: dict[str, Any]) -> tuple[str, Any]:
+    content = message["content"]
+    if isinstance(content, list):
+        content = [_plain(block) for block in content]
+    return message["role"], content
+
+
+def _units(payload: dict[str, Any]) -> list[Any]:
+    """The payload's comparable units: each system block, then each message."""
+    units: list[Any] = [("system", _plain(block)) for block in payload.get("system") or []]
+    return units + [_message_unit(m) for m in payload.get("messages") or []]
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(block.get("text", "") for block in content or [] if isinstance(block, dict))
+
+
+_TEXT_TOKENS: dict[str, int] = {}
+
+
+def _text_tokens(text: str) -> int:
+    """count_tokens, remembered: the same tool result is in hundreds of requests."""
+    tokens = _TEXT_TOKENS.get(text)
+    if tokens is None:
+        if len(_TEXT_TOKENS) > 100_000:
+            _TEXT_TOKENS.clear()
+        tokens = _TEXT_TOKENS[text] = count_tokens(text)
+    return tokens
+
+
+def unit_tokens(unit: Any) -> int:
+    """A system block costs its text; a message costs what message_tokens says
+    of its text and tool calls (framing overhead included)."""
+    role, content = unit
+    if role == "system":
+        return _text_tokens(content.get("text", ""))
+    if isinstance(content, str):
+        return MESSAGE_OVERHEAD_TOKENS + _text_tokens(content)
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in content:
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(block.get("text", ""))
+        elif kind == "tool_result":
+            texts.append(_result_text(block.get("content")))
+        elif kind == "tool_use":
+            calls.append({"id": block["id"], "name": block["name"], "arguments": block["input"]})
+    # As message_tokens counts a message: framing, its text (no token spans the line
+    # break that would join the blocks), its calls as JSON.
+    tokens = MESSAGE_OVERHEAD_TOKENS + sum(_text_tokens(t) for t in texts)
+    if calls:
+        tokens += _text_tokens(json.dumps(calls, ensure_ascii=False))
+    return tokens
+
+
+def payload_tokens(payload: dict[str, Any]) -> int:
+    return sum(unit_tokens(unit) for unit in _units(payload))
+
+
+def strings_in(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from strings_in(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from strings_in(item)
+
+
+def _pair_step(state: tuple[int, frozenset], message: dict[str, Any]) -> tuple[int, frozenset]:
+    """(broken so far, tool_use ids awaiting results) after one Anthropic message."""
+    broken, pending = state
+    blocks = message["content"] if isinstance(message["content"], list) else []
+    if message["role"] == "user":
+        answered = {b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"}
+        return broken + len(answered - pending) + len(pending - answered), frozenset()
+    return broken + len(pending), frozenset(b["id"] for b in blocks if b.get("type") == "tool_use")
+
+
+def anthropic_problems(payload: dict[str, Any]) -> tuple[int, bool]:
+    """(broken tool pairs, starts with something other than a user message).
+
+    Anthropic rejects a tool_use not answered by a tool_result in the next
+    (user) message, and a tool_result whose tool_use is not in the message
+    just before it."""
+    messages = payload.get("messages") or []
+    state: tuple[int, frozenset] = (0, frozenset())
+    for message in messages:
+        state = _pair_step(state, message)
+    broken = state[0] + len(state[1])  # the request ends with calls no result answers
+    return broken, not messages or messages[0]["role"] != "user"
+
+
+def gemini_problems(payload: dict[str, Any]) -> tuple[int, bool]:
+    """The same two checks on the google-genai `contents` shape: every
+    function_call answered by a function_response (same id, or same name when
+    a call has no id) in the next user content, and nothing else."""
+    contents = payload.get("contents") or []
+    broken = 0
+    pending: list[tuple[Any, str]] = []
+    for content in contents:
+        parts = content.get("parts") or []
+        if content["role"] == "user":
+            answers = [
+                (p["function_response"].get("id"), p["function_response"].get("name"))
+                for p in parts
+                if "function_response" in p
+            ]
+            open_calls = list(pending)
+            for answer_id, answer_name in answers:
+                match = next(
+                    (
+                        c
+                        for c in open_calls
+                        if (c[0] == answer_id if answer_id else c[1] == answer_name)
+                    ),
+                    None,
+                )
+                if match is None:
+                    broken += 1
+                else:
+                    open_calls.remove(match)
+            broken += len(open_calls)
+            pending = []
+        else:
+            broken += len(pending)
+            pending = [
+                (p["function_call"].get("id"), p["function_call"].get("name"))
+                for p in parts
+                if "function_call" in p
+            ]
+    broken += len(pending)
+    bad_start = not contents or contents[0]["role"] != "user"
+    return broken, bad_start
+
+
+@dataclass
+class RequestFigures:
+    tokens: int
+    cached_tokens: int  # leading tokens identical to the previous request
+
+    @property
+    def cost(self) -> float:
+        return CACHE_READ * self.cached_tokens + CACHE_WRITE * (self.tokens - self.cached_tokens)
+
+
+@dataclass
+class CostMeter:
+    """One conversation's requests, in order: tokens, cost under caching,
+    well-formedness, retention probes."""
+
+    trigger: int = 50_000
+    requests: list[RequestFigures] = field(default_factory=list)
+    broken_pairs: int = 0
+    requests_with_broken_pair: int = 0
+    requests_with_bad_start: int = 0
+    probes: int = 0
+    probes_kept: int = 0
+    _previous: list[Any] = field(default_factory=list, repr=False)
+    _previous_tokens: list[int] = field(default_factory=list, repr=False)
+    _previous_system: list[Any] = field(default_factory=list, repr=False)
+    _previous_messages: list[Any] = field(default_factory=list, repr=False)
+    _pair_states: list[tuple[int, frozenset]] = field(default_factory=list, repr=False)
+
+    def record(self, payload: dict[str, Any], probes: list[str] = ()) -> RequestFigures:
+        system = [("system", _plain(block)) for block in payload.get("system") or []]
+        messages = payload.get("messages") or []
+        # A message that is the very object of the previous request's same
+        # position (PayloadBuilder reuses them) is that unit: no copy, no count.
+        previous = self._previous_messages
+        units = list(system)
+        for index, message in enumerate(messages):
+            if index < len(previous) and message is previous[index]:
+                units.append(self._previous[len(self._previous_system) + index])
+            else:
+                units.append(_message_unit(message))
+        same = 0
+        for before, now in zip(self._previous, units, strict=False):
+            if before is not now and before != now:
+                break
+            same += 1
+        # The identical leading units were counted for the previous request.
+        tokens = self._previous_tokens[:same] + [unit_tokens(unit) for unit in units[same:]]
+        figures = RequestFigures(sum(tokens), sum(tokens[:same]))
+        self.requests.append(figures)
+        self._previous, self._previous_tokens = units, tokens
+        self._previous_system, self._previous_messages = system, messages
+        states = self._pair_states[: self._reused_prefix(messages, previous)]
+        state = states[-1] if states else (0, frozenset())
+        for message in messages[len(states) :]:
+            state = _pair_step(state, message)
+            states.append(state)
+        self._pair_states = states
+        broken = state[0] + len(state[1])
+        bad_start = not messages or messages[0]["role"] != "user"
+        self.broken_pairs += broken
+        self.requests_with_broken_pair += bool(broken)
+        self.requests_with_bad_start += bad_start
+        if probes:
+            text = "\x00".join(strings_in(payload))
+            self.probes += len(probes)
+            self.probes_kept += sum(probe in text for probe in probes)
+        return figures
+
+    @staticmethod
+    def _reused_prefix(messages: list[Any], previous: list[Any]) -> int:
+        count = 0
+        for before, now in zip(previous, messages, strict=False):
+            if before is not now:
+                break
+            count += 1
+        return count
+
+    @property
+    def tokens(self) -> int:
+        return sum(r.tokens for r in self.requests)
+
+    @property
+    def cost(self) -> float:
+        return sum(r.cost for r in self.requests)
+
+    @property
+    def largest(self) -> int:
+        return max((r.tokens for r in self.requests), default=0)
+
+    @property
+    def over_trigger(self) -> int:
+        return sum(r.tokens > self.trigger for r in self.requests)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": len(self.requests),
+            "tokens": self.tokens,
+            "cost": round(self.cost, 1),
+            "cached_tokens": sum(r.cached_tokens for r in self.requests),
+            "largest": self.largest,
+            "over_trigger": self.over_trigger,
+            "broken_pairs": self.broken_pairs,
+            "requests_with_broken_pair": self.requests_with_broken_pair,
+            "requests_with_bad_start": self.requests_with_bad_start,
+            "probes": self.probes,
+            "probes_kept": self.probes_kept,
+        }

@@ -1,0 +1,312 @@
+"""The real agent sessions (bench/data/real) replayed by every strategy in one run.
+
+Ours goes through the public services on PostgreSQL, as a chat backend
+drives them: before each model call the pre-call hook
+(`ensure_context_summary`) and `build_context`; the request is
+`context.to_anthropic()`; the assistant message is stored with the bench's
+token count of that request as the provider's `input_tokens`, then its tool
+results; after the last message of a user turn the exchange is stamped and
+the post-exchange pipeline (`process_exchange`) runs in-process.
+
+The peers run in memory (bench/baselines.py, bench/peers.py). One
+FakeSummarizer per strategy and conversation writes every summary. An
+exception in one strategy on one conversation is recorded, not fatal.
+Import after django.setup().
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils import timezone
+
+from assistant import services
+from assistant.models import Conversation
+from bench import peers as lib
+from bench.baselines import Everything, Reference
+from bench.fake_summarizer import FakeSummarizer
+from bench.measures import use_fake
+from bench.payload import CostMeter
+from bench.sessions import EVERYTHING, OURS, SYSTEM_PROMPT, Session
+from bench.strategies import PayloadBuilder, Strategy
+
+
+@dataclass
+class Outcome:
+    """One strategy on one conversation."""
+
+    strategy: str
+    conversation: str
+    meter: CostMeter
+    summarizer: dict[str, dict[str, int]] = field(default_factory=dict)
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def summarizer_input(self) -> int:
+        return sum(v.get("input_tokens", 0) for v in self.summarizer.values())
+
+    @property
+    def summarizer_output(self) -> int:
+        return sum(v.get("output_tokens", 0) for v in self.summarizer.values())
+
+    @property
+    def cost(self) -> float:
+        """Chat requests under caching plus summarizer input at 1.0x."""
+        return self.meter.cost + self.summarizer_input
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "conversation": self.conversation,
+            **self.meter.as_dict(),
+            "summarizer_input": self.summarizer_input,
+            "summarizer_output": self.summarizer_output,
+            "cost_with_summarizer": round(self.cost, 1),
+            "error": self.error,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+def _failed(exc: BaseException) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{type(exc).__name__}: {exc} ({last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
+
+
+def replay_in_memory(session: Session, strategy: Strategy, summarizer: FakeSummarizer) -> Outcome:
+    outcome = Outcome(strategy.name, session.name, CostMeter())
+    started = time.perf_counter()
+    ends = session.turn_ends()
+    builder = PayloadBuilder()
+    try:
+        for index, message in enumerate(session.messages):
+            if message["role"] == "assistant":
+                request = strategy.request(session.messages[:index])
+                outcome.meter.record(builder.build(request), session.probes.get(index, []))
+            if index in ends:
+                strategy.end_turn(session.messages[: index + 1])
+    except Exception as exc:  # reported per conversation, the run goes on
+        outcome.error = _failed(exc)
+    outcome.summarizer = summarizer.totals()
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def replay_ours(session: Session, summarizer: FakeSummarizer) -> Outcome:
+    outcome = Outcome(OURS, session.name, CostMeter())
+    started = time.perf_counter()
+    ends = session.turn_ends()
+    with use_fake(summarizer):
+        conversation = Conversation.objects.create(
+            title=f"real {session.name}", system_prompt=SYSTEM_PROMPT
+        )
+        try:
+            for index, message in enumerate(session.messages):
+                fields: dict[str, Any] = {}
+                if message["role"] == "assistant":
+                    services.ensure_context_summary(conversation)
+                    context = services.build_context(conversation)
+                    figures = outcome.meter.record(
+                        context.to_anthropic(), session.probes.get(index, [])
+                    )
+                    fields["input_tokens"] = figures.tokens
+                if message.get("tool_calls"):
+                    fields["tool_calls"] = message["tool_calls"]
+                if message["role"] == "tool":
+                    fields["tool_call_id"] = message["tool_call_id"]
+                services.add_message(conversation, message["role"], message["content"], **fields)
+                if index in ends:
+                    Conversation.objects.filter(pk=conversation.pk).update(
+                        last_exchange_at=timezone.now()
+                    )
+                    services.process_exchange(conversation.pk)
+        except Exception as exc:  # reported per conversation, the run goes on
+            outcome.error = _failed(exc)
+    outcome.summarizer = summarizer.totals()
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def peers() -> dict[str, Callable[[FakeSummarizer], Strategy]]:
+    """Every in-memory strategy, by name, built for one conversation."""
+    return {
+        EVERYTHING: lambda s: Everything(SYSTEM_PROMPT),
+        "reference": lambda s: Reference(SYSTEM_PROMPT, s),
+        lib.LangChainSummarization.name: lambda s: lib.LangChainSummarization(SYSTEM_PROMPT, s),
+        lib.LangMem.name: lambda s: lib.LangMem(SYSTEM_PROMPT, s),
+        lib.ClearToolUses.name: lambda s: lib.ClearToolUses(
+            SYSTEM_PROMPT, lib.FakeChatModel(summarizer=s)
+        ),
+        lib.ClearToolUsesFromDocs.name: lambda s: lib.ClearToolUsesFromDocs(SYSTEM_PROMPT),
+    }
+
+
+def replay_all(
+    sessions: list[Session], progress: Callable[[str], None] = print
+) -> dict[str, list[Outcome]]:
+    """strategy name -> one outcome per session, in the sessions' order."""
+    results: dict[str, list[Outcome]] = {OURS: []}
+    for session in sessions:
+        progress(f"real {session.name}: ours ({session.model_calls} model calls)")
+        results[OURS].append(replay_ours(session, FakeSummarizer()))
+    for name, make in peers().items():
+        progress(f"real sessions: {name}")
+        results[name] = []
+        for session in sessions:
+            summarizer = FakeSummarizer()
+            try:
+                strategy = make(summarizer)
+            except Exception as exc:  # reported per conversation, the run goes on
+                results[name].append(Outcome(name, session.name, CostMeter(), error=_failed(exc)))
+                continue
+            results[name].append(replay_in_memory(session, strategy, summarizer))
+    return results
+
+
+# --- figures -------------------------------------------------------------------
+
+
+@dataclass
+class Totals:
+    """One strategy summed over the conversations it replayed without an
+    exception; `everything_*` are sending everything on the same ones."""
+
+    strategy: str
+    tokens: int = 0
+    cost: float = 0.0
+    everything_tokens: int = 0
+    everything_cost: float = 0.0
+    summarizer_input: int = 0
+    summarizer_output: int = 0
+    requests: int = 0
+    largest: int = 0
+    over_trigger: int = 0
+    probes: int = 0
+    probes_kept: int = 0
+    broken: int = 0
+    bad_start: int = 0
+    exceptions: list[str] = field(default_factory=list)
+    costlier: list[str] = field(default_factory=list)  # conversations over sending everything
+
+    @property
+    def token_ratio(self) -> float | None:
+        return self.tokens / self.everything_tokens if self.everything_tokens else None
+
+    @property
+    def cost_ratio(self) -> float | None:
+        return self.cost / self.everything_cost if self.everything_cost else None
+
+    @property
+    def probe_share(self) -> float:
+        return self.probes_kept / self.probes if self.probes else 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **{k: v for k, v in self.__dict__.items()},
+            "cost": round(self.cost, 1),
+            "everything_cost": round(self.everything_cost, 1),
+            "token_ratio": self.token_ratio,
+            "cost_ratio": self.cost_ratio,
+        }
+
+
+def totals(results: dict[str, list[Outcome]]) -> dict[str, Totals]:
+    everything = {o.conversation: o for o in results[EVERYTHING]}
+    out: dict[str, Totals] = {}
+    for name, outcomes in results.items():
+        total = Totals(name)
+        for outcome in outcomes:
+            base = everything[outcome.conversation]
+            total.requests += len(outcome.meter.requests)
+            total.largest = max(total.largest, outcome.meter.largest)
+            total.over_trigger += outcome.meter.over_trigger
+            total.broken += outcome.meter.requests_with_broken_pair
+            total.bad_start += outcome.meter.requests_with_bad_start
+            if outcome.error or base.error:
+                total.exceptions.append(f"{outcome.conversation}: {outcome.error or base.error}")
+                continue
+            total.tokens += outcome.meter.tokens
+            total.cost += outcome.cost
+            total.everything_tokens += base.meter.tokens
+            total.everything_cost += base.cost
+            total.summarizer_input += outcome.summarizer_input
+            total.summarizer_output += outcome.summarizer_output
+            total.probes += outcome.meter.probes
+            total.probes_kept += outcome.meter.probes_kept
+            if outcome.cost > base.cost * (1 + 1e-9):
+                total.costlier.append(outcome.conversation)
+        out[name] = total
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f}%"
+
+
+def strategy_table(sums: dict[str, Totals], sessions: int) -> tuple[list[str], list[list[str]]]:
+    header = [
+        "strategy",
+        "input tokens",
+        "vs everything",
+        "cost under caching",
+        "vs everything",
+        "summarizer in / out",
+        "largest request",
+        "requests > 50,000",
+        "probes kept",
+        "broken pairs / bad start",
+        "exceptions",
+        "costlier than everything",
+    ]
+    rows = []
+    for total in sums.values():
+        rows.append(
+            [
+                total.strategy,
+                f"{total.tokens:,}",
+                _pct(total.token_ratio),
+                f"{total.cost:,.0f}",
+                _pct(total.cost_ratio),
+                f"{total.summarizer_input:,} / {total.summarizer_output:,}",
+                f"{total.largest:,}",
+                f"{total.over_trigger} of {total.requests}",
+                f"{total.probes_kept}/{total.probes}",
+                f"{total.broken} / {total.bad_start}",
+                str(len(total.exceptions)),
+                f"{len(total.costlier)} of {sessions - len(total.exceptions)}",
+            ]
+        )
+    return header, rows
+
+
+def conversation_rows(
+    results: dict[str, list[Outcome]],
+) -> tuple[list[str], list[list[str]]]:
+    """Per conversation: sending everything, then each strategy's tokens and
+    cost under caching as a share of it (x: an exception)."""
+    names = [n for n in results if n != EVERYTHING]
+    header = ["conversation", "model calls", "everything: tokens / cost"] + [
+        f"{n}: tokens / cost" for n in names
+    ]
+    rows = []
+    for index, base in enumerate(results[EVERYTHING]):
+        row = [
+            base.conversation,
+            str(len(base.meter.requests)),
+            f"{base.meter.tokens:,} / {base.cost:,.0f}",
+        ]
+        for name in names:
+            outcome = results[name][index]
+            if outcome.error:
+                row.append("exception")
+                continue
+            tokens = outcome.meter.tokens / base.meter.tokens
+            cost = outcome.cost / base.cost
+            flag = " (more)" if outcome.cost > base.cost * (1 + 1e-9) else ""
+            row.append(f"{tokens:.2f} / {cost:.2f}{flag}")
+        rows.append(row)
+    return header, rows

@@ -1,0 +1,74 @@
+"""The real agent conversations of bench/data/real (format in its README),
+loaded as neutral messages with their retention probes. Pure Python."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+OURS = "ours"
+EVERYTHING = "send everything"
+CLEAR_LIBRARY = "clear_tool_uses (Anthropic)"
+CLEAR_DOCS = "clear_tool_uses (from the docs)"
+REAL = Path(__file__).resolve().parent / "data" / "real"
+# The files carry no system prompt (the converter dropped them): every
+# strategy gets this one, so it weighs the same everywhere.
+SYSTEM_PROMPT = (
+    "You are an agent that completes the user's request with the tools you are given. "
+    "Read tool results carefully and keep identifiers exact."
+)
+
+
+@dataclass
+class Session:
+    name: str
+    messages: list[dict[str, Any]]
+    probes: dict[int, list[str]] = field(default_factory=dict)  # message index -> identifiers
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_calls(self) -> int:
+        return sum(m["role"] == "assistant" for m in self.messages)
+
+    @property
+    def probe_count(self) -> int:
+        return sum(len(p) for p in self.probes.values())
+
+    def turn_ends(self) -> set[int]:
+        """Indices of the last message of each user turn."""
+        ends = {i - 1 for i, m in enumerate(self.messages) if m["role"] == "user" and i > 0}
+        ends.add(len(self.messages) - 1)
+        return ends
+
+
+def neutral(raw: dict[str, Any]) -> dict[str, Any]:
+    """A file line as the neutral message add_message and the converters take."""
+    message: dict[str, Any] = {"role": raw["role"], "content": raw.get("content") or ""}
+    if raw.get("tool_calls"):
+        message["tool_calls"] = [
+            {"id": c["id"], "name": c["name"], "arguments": c.get("arguments") or {}}
+            for c in raw["tool_calls"]
+        ]
+    if raw["role"] == "tool":
+        message["tool_call_id"] = raw["tool_call_id"]
+        message["tool_name"] = raw.get("tool_name") or ""
+    return message
+
+
+def load_session(path: Path) -> Session:
+    messages = [neutral(json.loads(line)) for line in path.read_text().splitlines() if line]
+    stem = path.name.removesuffix(".jsonl")
+    needles = json.loads((path.parent / f"{stem}.needles.json").read_text())
+    meta = json.loads((path.parent / f"{stem}.meta.json").read_text())
+    probes: dict[int, list[str]] = {}
+    # step_asks are checked at their own model call, asks at the first call of
+    # their turn: both are keyed by the index of the assistant message produced.
+    for ask in [*needles.get("step_asks", []), *needles.get("asks", [])]:
+        probes.setdefault(ask["message_index"], []).append(ask["needle"])
+    return Session(stem, messages, probes, meta)
+
+
+def load_sessions(directory: Path = REAL) -> list[Session]:
+    return [load_session(path) for path in sorted(directory.glob("*.jsonl"))]

@@ -1,0 +1,308 @@
+"""Agent turns (issue 10) and when compaction pays (issue 17), through the
+pre-call hook alone: no worker runs in these tests unless one says so."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from assistant.leases import SummaryInTransaction, claim, summary_lease
+from assistant.llm import convert
+from assistant.models import CompactionEvent, Conversation, Message
+from assistant.services import add_message, build_context, ensure_context_summary
+from tests.builders import chat_turns, html
+
+pytestmark = pytest.mark.django_db
+
+SMALL_TRIGGER = {
+    "CONTEXT_TOKEN_THRESHOLD": 20_000,
+    "MAX_RECENT_TOKENS": 8_000,
+    "TOOL_RESULT_CHAR_THRESHOLD": 1500,
+}
+
+
+def agent_step(conversation: Conversation, index: int, result: str) -> list[Message]:
+    """One model call's output: an assistant message calling a tool, then its result."""
+    call = {"id": f"toolu_{index}", "name": "Read", "arguments": {"path": f"/src/f{index}.py"}}
+    assistant = add_message(conversation, "assistant", f"Reading f{index}.", tool_calls=[call])
+    return [assistant, add_message(conversation, "tool", result, tool_call_id=call["id"])]
+
+
+def request_tokens(context) -> int:
+    return context.tokens.total
+
+
+@override_settings(ASSISTANT_COMPACTION=SMALL_TRIGGER)
+def test_one_request_answered_by_120_tool_calls_stays_bounded_by_the_pre_call_hook(conversation):
+    request = add_message(conversation, "user", "Refactor the session module, file by file.")
+    results = {}
+    largest = 0
+    for index in range(120):
+        ensure_context_summary(conversation)
+        context = build_context(conversation)
+        payload = context.to_anthropic()  # validated: pairs intact, starts with a user message
+        assert payload["messages"][0]["role"] == "user"
+        largest = max(largest, request_tokens(context))
+        # The user's request is always sent verbatim, first.
+        assert context.messages[0]["content"] == request.content
+        step = agent_step(conversation, index, html(3000, marker=f"file {index} "))
+        results[step[1].pk] = step[1].content
+        # The newest step is sent verbatim.
+        newest = build_context(conversation).messages[-2:]
+        assert newest[1]["content"] == step[1].content
+
+    newest_step_tokens = 800  # an assistant message and one 3,000-character result
+    assert largest <= SMALL_TRIGGER["CONTEXT_TOKEN_THRESHOLD"] + newest_step_tokens
+    # The turn was split inside itself and summarized, incrementally.
+    assert (
+        CompactionEvent.objects.filter(conversation=conversation, kind="window_summary").count()
+        >= 2
+    )
+    # Every original is still stored, byte for byte.
+    stored = dict(Message.objects.filter(pk__in=results).values_list("pk", "content"))
+    assert stored == results
+    assert Message.objects.get(pk=request.pk).content == request.content
+
+
+@override_settings(ASSISTANT_COMPACTION=SMALL_TRIGGER)
+def test_a_result_no_assistant_message_has_followed_is_never_touched(conversation):
+    add_message(conversation, "user", "Read everything.")
+    for index in range(40):
+        agent_step(conversation, index, html(3000))
+    unread = Message.objects.filter(conversation=conversation, role="tool").latest("id")
+
+    ensure_context_summary(conversation)
+
+    unread.refresh_from_db()
+    assert (unread.compaction, unread.compacted_content) == ("", None)
+    assert build_context(conversation).messages[-1]["content"] == unread.content
+
+
+@override_settings(ASSISTANT_COMPACTION={**SMALL_TRIGGER, "KEEP_NEWEST_TOOL_RESULTS": 3})
+def test_past_the_trigger_consumed_results_of_the_turn_are_compacted_but_the_newest_three(
+    conversation,
+):
+    add_message(conversation, "user", "Read the files.")
+    steps = [agent_step(conversation, index, html(3000)) for index in range(30)]
+    add_message(conversation, "assistant", "Thinking about what I read.")
+
+    ensure_context_summary(conversation)
+
+    compaction = {step[1].pk: Message.objects.get(pk=step[1].pk).compaction for step in steps}
+    newest = [step[1].pk for step in steps[-3:]]
+    assert [compaction[pk] for pk in newest] == ["", "", ""]
+    assert all(compaction[step[1].pk] == "truncated" for step in steps[:-3])
+
+
+def test_a_short_conversation_sends_byte_identical_leading_messages(conversation):
+    # Under the token trigger but past the 40-message count trigger.
+    previous = previous_system = None
+    for turn in range(30):
+        add_message(conversation, "user", f"Question {turn}: what does post {turn} say?")
+        ensure_context_summary(conversation)
+        payload = build_context(conversation).to_anthropic()
+        if previous is not None:
+            # Everything the previous request sent leads this one unchanged
+            # (cache markers aside: they sit on the last message).
+            assert strip(payload)["messages"][: len(previous)] == previous
+            assert strip(payload)["system"] == previous_system
+        previous, previous_system = strip(payload)["messages"], strip(payload)["system"]
+        add_message(conversation, "assistant", f"Post {turn} is about topic {turn}. " * 5)
+
+    assert Message.objects.filter(conversation=conversation).count() == 60
+    assert not CompactionEvent.objects.filter(conversation=conversation).exists()
+
+
+@override_settings(
+    ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 6_000, "MAX_RECENT_TOKENS": 3_000}
+)
+def test_a_conversation_nearing_the_trigger_still_compacts_before_it_overflows(conversation):
+    largest = 0
+    for turn in range(40):
+        add_message(conversation, "user", f"Tell me about post {turn}. " + "x" * 600)
+        ensure_context_summary(conversation)
+        largest = max(largest, build_context(conversation).tokens.total)
+        add_message(conversation, "assistant", f"Post {turn}: " + "y" * 600)
+
+    assert largest <= 6_000
+    assert CompactionEvent.objects.filter(conversation=conversation, kind="window_summary").exists()
+
+
+@override_settings(
+    ASSISTANT_COMPACTION={"MAX_MESSAGES_BEFORE_SUMMARY": 10, "MIN_RECENT_MESSAGES": 4}
+)
+def test_the_count_trigger_waits_for_the_cache_to_go_cold(conversation):
+    chat_turns(conversation, 8, size=400)
+
+    assert ensure_context_summary(conversation) is None  # the cache is warm: nothing changes
+
+    Message.objects.filter(conversation=conversation).update(
+        created_at=timezone.now() - timedelta(seconds=301)
+    )
+    summary = ensure_context_summary(conversation)
+
+    assert summary is not None
+    assert (
+        CompactionEvent.objects.filter(conversation=conversation, kind="window_summary").count()
+        == 1
+    )
+
+
+@override_settings(
+    ASSISTANT_COMPACTION={
+        "MAX_MESSAGES_BEFORE_SUMMARY": 10,
+        "MIN_RECENT_MESSAGES": 4,
+        "COMPACTION_TIMING": "eager",
+    }
+)
+def test_eager_timing_applies_the_count_trigger_at_once(conversation):
+    chat_turns(conversation, 8, size=400)
+
+    assert ensure_context_summary(conversation) is not None
+
+
+def test_system_messages_stay_in_the_system_part_wherever_they_stand(conversation):
+    add_message(conversation, "system", "Answer in French.")
+    add_message(conversation, "user", "Hello")
+    add_message(conversation, "assistant", "Bonjour")
+    add_message(conversation, "system", "From now on, be brief.")
+    add_message(conversation, "user", "And now?")
+
+    context = build_context(conversation)
+
+    assert context.system == "You help.\n\nAnswer in French.\n\nFrom now on, be brief."
+    assert [m["role"] for m in context.messages] == ["user", "assistant", "user"]
+
+
+@override_settings(
+    ASSISTANT_COMPACTION={
+        "MAX_MESSAGES_BEFORE_SUMMARY": 6,
+        "MIN_RECENT_MESSAGES": 2,
+        "COMPACTION_TIMING": "eager",
+    }
+)
+def test_system_messages_are_never_summarized_away(conversation):
+    add_message(conversation, "system", "Never reveal the coupon codes.")
+    chat_turns(conversation, 6, size=400)
+
+    assert ensure_context_summary(conversation) is not None
+
+    context = build_context(conversation)
+    assert context.cutoff_id is not None
+    assert "Never reveal the coupon codes." in context.system
+
+
+def test_a_reused_tool_call_id_in_an_agent_turn_goes_out_unique(conversation):
+    add_message(conversation, "user", "Check the flight twice.")
+    for _ in range(2):
+        call = {"id": "call_1", "name": "get_flight", "arguments": {"id": "HAT001"}}
+        add_message(conversation, "assistant", "", tool_calls=[call])
+        add_message(conversation, "tool", '{"status": "available"}', tool_call_id="call_1")
+
+    payload = build_context(conversation).to_anthropic()
+
+    uses = [b["id"] for m in payload["messages"] for b in m["content"] if b["type"] == "tool_use"]
+    answers = [
+        b["tool_use_id"]
+        for m in payload["messages"]
+        for b in m["content"]
+        if b["type"] == "tool_result"
+    ]
+    assert len(set(uses)) == 2
+    assert answers == uses
+    convert.check_anthropic_messages(payload["messages"])
+
+
+# --- the summary lease -------------------------------------------------------------
+
+
+def test_the_lease_is_refused_inside_the_callers_transaction(conversation):
+    refused = pytest.raises(SummaryInTransaction, match="non_atomic_requests")
+    with transaction.atomic(), refused, summary_lease(conversation.pk):
+        pass
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lease_whose_holder_session_is_gone_is_taken_over_at_once():
+    import psycopg
+    from django.db import connection
+
+    conversation = Conversation.objects.create(title="held")
+    dsn = connection.settings_dict
+    # Another process's session takes the lease, then dies (its backend exits).
+    other = psycopg.connect(
+        host=dsn["HOST"] or "127.0.0.1",
+        port=dsn["PORT"] or 5432,
+        user=dsn["USER"],
+        dbname=dsn["NAME"],
+        autocommit=True,
+    )
+    pid = other.info.backend_pid
+    other.execute(
+        "UPDATE assistant_conversation SET summary_lease_token = gen_random_uuid(), "
+        "summary_lease_expires_at = now() + interval '120 seconds', "
+        "summary_lease_holder_pid = %s WHERE id = %s",
+        [pid, conversation.pk],
+    )
+    assert claim(conversation.pk) is None  # a live holder: refused
+    other.close()
+    for _ in range(50):  # the backend exits as soon as its socket closes
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+            if cursor.fetchone()[0] == 0:
+                break
+
+    lease = claim(conversation.pk)
+
+    assert lease is not None
+    assert lease.release() is True
+
+
+def strip(payload):
+    """The payload without cache_control markers (they move with the last message)."""
+    return json.loads(
+        json.dumps(payload),
+        object_hook=lambda block: {k: v for k, v in block.items() if k != "cache_control"},
+    )
+
+
+@override_settings(ASSISTANT_COMPACTION=SMALL_TRIGGER)
+def test_the_turns_user_message_is_summarized_once_the_split_leaves_its_turn(
+    conversation, monkeypatch
+):
+    from assistant import llm
+
+    transcripts = []
+    real = llm.summarize
+
+    def recording(transcript, **kwargs):
+        transcripts.append(transcript)
+        return real(transcript, **kwargs)
+
+    monkeypatch.setattr(llm, "summarize", recording)
+    first = add_message(conversation, "user", "Audit the billing module, file by file.")
+    for index in range(90):
+        ensure_context_summary(conversation)
+        agent_step(conversation, index, html(3000))
+    add_message(conversation, "assistant", "The billing module is audited.")
+    ensure_context_summary(conversation)
+    assert conversation_anchor(conversation) == first.pk  # split inside the first turn
+    assert not any(first.content in t for t in transcripts)  # kept verbatim, not summarized
+
+    add_message(conversation, "user", "Now the invoices module.")
+    for index in range(90, 180):
+        ensure_context_summary(conversation)
+        agent_step(conversation, index, html(3000))
+
+    assert conversation_anchor(conversation) != first.pk
+    assert any(first.content in t for t in transcripts)
+
+
+def conversation_anchor(conversation: Conversation) -> int | None:
+    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+    return metadata.get("compaction_anchor_message_id")

@@ -1,0 +1,441 @@
+"""The installable app, as a team with its own Django project would use it.
+
+The wheel is built from the sources (offline: no build isolation, no index),
+installed in a fresh virtualenv next to a project made with
+`django-admin startproject`, and wired exactly as the README's "Add it to
+your project" section says: its code blocks are applied to the project's
+files and its commands are run. Then the project migrates its own PostgreSQL
+database, runs the chat loop through the services with a real worker of its
+own Celery app, and opens the admin.
+
+The fresh virtualenv reuses the installed dependencies through a .pth file
+pointing at this interpreter's site-packages, and pip installs the wheel
+with no index: the declared dependency ranges must be met by the pinned
+versions already installed, or the install fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import email.parser
+import importlib.metadata
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.conf import settings
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tests.media import b64, png
+
+pytestmark = pytest.mark.packaging
+
+REPO = Path(__file__).resolve().parent.parent
+APP = REPO / "assistant"
+# What the build reads: nothing else of the repository may be needed.
+BUILD_INPUTS = ("pyproject.toml", "README.md", "assistant")
+PROJECT = "mysite"
+SUBPROCESS_TIMEOUT = 300
+# Variables of this repository's settings or of pytest that must not leak into the host.
+FOREIGN_ENV = ("DJANGO_", "PIP_", "PYTHON", "CELERY_", "ASSISTANT_", "DATABASE_", "REDIS_")
+FOREIGN_ENV_NAMES = ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"{shlex.join(argv)} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout + done.stderr
+
+
+def host_env(venv: Path) -> dict[str, str]:
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(FOREIGN_ENV) and name not in FOREIGN_ENV_NAMES
+    }
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(venv)
+    env["PIP_CONFIG_FILE"] = os.devnull  # no find-links or extra index: only what is installed
+    return env
+
+
+# --- the README section -------------------------------------------------------
+
+
+def readme_section() -> str:
+    text = (REPO / "README.md").read_text()
+    start = text.index("\n## Add it to your project\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def readme_file_steps(section: str) -> list[tuple[str, str, str]]:
+    """(action, path, code) for each "Append to `path`:" / "Create `path`:" block."""
+    steps = re.findall(
+        r"^(Append to|Create) `([^`]+)`:\n\n```python\n(.*?)^```", section, re.M | re.S
+    )
+    assert steps, "the README's section has no file steps"
+    return steps
+
+
+def readme_commands(section: str) -> list[str]:
+    blocks = re.findall(r"^```sh\n(.*?)^```", section, re.M | re.S)
+    return [line.split(" #")[0].strip() for block in blocks for line in block.splitlines()]
+
+
+def readme_command(section: str, prefix: str) -> list[str]:
+    found = [line for line in readme_commands(section) if line.startswith(prefix)]
+    assert len(found) == 1, f"the README's section should have one `{prefix}` command"
+    return shlex.split(found[0])
+
+
+# --- the wheel ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    source = tmp_path_factory.mktemp("source")
+    for name in BUILD_INPUTS:
+        if (REPO / name).is_dir():
+            shutil.copytree(
+                REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__")
+            )
+        else:
+            shutil.copy2(REPO / name, source / name)
+    dist = tmp_path_factory.mktemp("dist")
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--no-index", "--quiet", "--wheel-dir", str(dist), str(source)],
+        cwd=source,
+    )  # fmt: skip
+    (built,) = dist.glob("*.whl")
+    print(f"\nwheel: {built.name}, {built.stat().st_size:,} bytes")
+    return built
+
+
+def wheel_metadata(wheel: Path) -> email.message.Message:
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        return email.parser.Parser().parsestr(archive.read(name).decode())
+
+
+def app_files() -> set[str]:
+    """Every file of the app: modules, migrations, commands, templates, static files."""
+    return {
+        path.relative_to(REPO).as_posix()
+        for path in APP.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
+def test_wheel_holds_the_app_and_nothing_else(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    packaged = {name for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert packaged == app_files()
+    assert "assistant/migrations/0001_initial.py" in packaged
+    assert "assistant/management/commands/cleanup.py" in packaged
+    assert any(name.startswith("assistant/templates/admin/") for name in packaged)
+
+
+def test_version_and_changelog_agree(wheel: Path) -> None:
+    metadata = wheel_metadata(wheel)
+    assert metadata["Name"] == "django-assistant-compaction"
+    assert metadata["Version"] == "0.2.0"
+    assert wheel.name == "django_assistant_compaction-0.2.0-py3-none-any.whl"
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    assert re.findall(r"^## \[?(\d+\.\d+\.\d+)", changelog, re.M)[0] == metadata["Version"]
+
+
+def pinned_versions() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for name in ("base.txt", "constraints.txt"):
+        for line in (REPO / "requirements" / name).read_text().splitlines():
+            line = line.split("#")[0].strip()
+            if "==" in line:
+                requirement = Requirement(line)
+                (spec,) = requirement.specifier
+                pins[canonicalize_name(requirement.name)] = spec.version
+    return pins
+
+
+def third_party_imports() -> set[str]:
+    """Top-level modules the app imports that are neither its own nor the standard library."""
+    found: set[str] = set()
+    for path in APP.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return found - set(sys.stdlib_module_names) - {"assistant", "__future__"}
+
+
+def test_declared_dependencies_cover_the_imports_and_admit_the_pins(wheel: Path) -> None:
+    requirements = [Requirement(line) for line in wheel_metadata(wheel).get_all("Requires-Dist")]
+    declared = {canonicalize_name(r.name): r for r in requirements}
+    pins = pinned_versions()
+    for name, requirement in declared.items():
+        assert pins[name] in requirement.specifier, f"{name}=={pins[name]} not in {requirement}"
+    assert {r.name for r in requirements if r.marker} == {"psycopg"}  # the postgres extra
+
+    providers = importlib.metadata.packages_distributions()
+    for module in sorted(third_party_imports()):
+        names = {canonicalize_name(dist) for dist in providers.get(module, [])}
+        assert names & set(declared), f"the app imports {module}, which no dependency provides"
+
+
+# --- the host project -------------------------------------------------------------
+
+
+@pytest.fixture
+def host_database() -> Iterator[dict[str, str]]:
+    """A PostgreSQL database of the host project's own, dropped afterwards."""
+    ours = settings.DATABASES["default"]
+    name = f"{ours['TEST']['NAME']}_host"
+    params = {
+        "host": ours["HOST"] or "127.0.0.1",
+        "port": str(ours["PORT"] or 5432),
+        "user": ours["USER"],
+        "password": ours["PASSWORD"] or "",
+    }
+
+    def admin(statement: str) -> None:
+        with psycopg.connect(dbname=ours["NAME"], autocommit=True, **params) as connection:
+            connection.execute(statement)
+
+    admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin(f'CREATE DATABASE "{name}"')
+    yield {"NAME": name, **params}
+    admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def make_venv(root: Path) -> Path:
+    """A fresh virtualenv whose site-packages also sees this interpreter's installed packages."""
+    run([sys.executable, "-m", "venv", "--without-pip", str(root)], cwd=root.parent)
+    python = root / "bin" / "python"
+    purelib = run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], root
+    )
+    (Path(purelib.strip()) / "shared-dependencies.pth").write_text(
+        sysconfig.get_path("purelib") + "\n"
+    )
+    return python
+
+
+def host_settings(database: dict[str, str]) -> str:
+    """This test's own settings, after the README's: its database, its Redis, small thresholds."""
+    default = {"ENGINE": "django.db.backends.postgresql"}
+    default.update((key.upper(), value) for key, value in database.items())
+    return f"""
+# --- tests/test_packaging.py: its own database and Redis, small thresholds ---
+DATABASES = {{"default": {default!r}}}
+CELERY_BROKER_URL = {settings.CELERY_BROKER_URL!r}
+ASSISTANT_COMPACTION = {{
+    "COMPACTION_TIMING": "eager",  # compact and shift at once, whatever the prompt cache
+    "MAX_MESSAGES_BEFORE_SUMMARY": 12,
+    "MIN_RECENT_MESSAGES": 4,
+    "TOOL_RESULT_CHAR_THRESHOLD": 400,
+    "TRUNCATION_KEEP_CHARS": 200,
+}}
+"""
+
+
+CHAT_LOOP = '''
+"""Run by tests/test_packaging.py inside the host project: prints one JSON object."""
+import json
+import os
+import time
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+django.setup()
+
+import assistant
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db.models import F
+from django.test import Client
+from django.test.utils import setup_test_environment
+
+from assistant.models import CompactionEvent, Conversation, Message
+from assistant.services import add_message, build_context, ensure_context_summary, finish_exchange
+from mysite.celery import app
+
+conversation = Conversation.objects.create(title="Typo fixes")
+page = "<article>" + " ".join(f"paragraph {i} of the post." for i in range(60)) + "</article>"
+source = {"type": "base64", "media_type": "image/png", "data": SCREENSHOT_BASE64}
+screenshot = {"type": "image", "source": source}
+for turn in range(6):
+    blocks = [screenshot] if turn == 0 else None
+    add_message(conversation, "user", f"Fix the typo in post {turn}", blocks=blocks)
+    ensure_context_summary(conversation)  # before every model call
+    build_context(conversation).to_anthropic()
+    call = {"id": f"call-{turn}", "name": "get_blog_post", "arguments": {"id": turn}}
+    add_message(conversation, "assistant", "", tool_calls=[call])
+    add_message(conversation, "tool", f"post {turn}: {page}", tool_call_id=f"call-{turn}")
+    ensure_context_summary(conversation)
+    build_context(conversation).to_anthropic()
+    add_message(conversation, "assistant", f"Fixed the typo in post {turn}.")
+    finish_exchange(conversation)  # the worker compacts once this commits
+
+deadline = time.monotonic() + 60
+done = Conversation.objects.filter(
+    pk=conversation.pk, post_exchange_done_at__gte=F("last_exchange_at")
+)
+while not done.exists() and time.monotonic() < deadline:
+    time.sleep(0.1)
+
+conversation.refresh_from_db()
+request = build_context(conversation).to_anthropic()
+tool_rows = Message.objects.filter(conversation=conversation, role="tool").order_by("id")
+app.loader.import_default_modules()
+
+setup_test_environment()  # lets the test client's host in
+staff = get_user_model().objects.create_superuser("admin", "admin@example.com", "unused")
+client = Client(raise_request_exception=True)
+client.force_login(staff)
+pages = {
+    "/admin/": None,
+    "/admin/assistant/conversation/": "Typo fixes",
+    f"/admin/assistant/conversation/{conversation.pk}/change/": "Fixed the typo in post 5.",
+    "/healthz": '{"status": "ok"}',
+    "/readyz": '"worker": {"ok": true',  # the project's own worker answered
+}
+admin = {}
+for url, expected in pages.items():
+    response = client.get(url)
+    admin[url] = [response.status_code, expected is None or expected in response.content.decode()]
+
+print(json.dumps({
+    "conversation_id": conversation.pk,
+    "assistant_from": assistant.__file__,
+    "worker_done": done.exists(),
+    "messages": Message.objects.filter(conversation=conversation).count(),
+    "summary_starts": (conversation.compaction_summary or "")[:40],
+    "summary_names_screenshot": "image image/png 4x3 sha256:"
+    in (conversation.compaction_summary or ""),
+    "screenshot_kept": Message.objects.get(conversation=conversation, blocks__isnull=False).blocks
+    == [screenshot],
+    "summary_in_request": any(
+        conversation.compaction_summary in block["text"] for block in request["system"]
+    ),
+    "request_roles": [m["role"] for m in request["messages"]],
+    "compacted_tool_results": [row.compaction for row in tool_rows],
+    "originals_kept": all(row.content == f"post {i}: {page}" for i, row in enumerate(tool_rows)),
+    "events": sorted(set(CompactionEvent.objects.values_list("kind", flat=True))),
+    "beat_tasks_registered": all(
+        entry["task"] in app.tasks for entry in settings.CELERY_BEAT_SCHEDULE.values()
+    ),
+    "beat_entries": len(settings.CELERY_BEAT_SCHEDULE),
+    "admin": admin,
+}))
+'''
+
+
+@contextmanager
+def worker(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> Iterator[Callable]:
+    """The host's worker, started at once; the caller waits for it with the function yielded."""
+    with log.open("w") as handle:
+        process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT)
+
+        def wait_ready() -> None:
+            deadline = time.monotonic() + 180  # a bound against a stall, not a timing
+            while "ready." not in log.read_text():
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"the host's worker did not start:\n{log.read_text()}")
+                time.sleep(0.2)
+
+        try:
+            yield wait_ready
+        finally:
+            process.terminate()  # warm shutdown
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def test_host_project_with_the_installed_wheel(
+    wheel: Path, tmp_path: Path, host_database: dict[str, str]
+) -> None:
+    section = readme_section()
+    assert wheel.name in section, "the README's install line names another wheel"
+
+    venv = tmp_path / "venv"
+    python = make_venv(venv)
+    env = host_env(venv)
+    installed = run(
+        [str(python), "-m", "pip", "install", "--no-index", "--disable-pip-version-check",
+         f"{wheel}[postgres]"],
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
+    # Only the app itself: every dependency was already there at a version its range admits.
+    assert "Successfully installed django-assistant-compaction-0.2.0\n" in installed
+
+    run([str(python), "-m", "django", "startproject", PROJECT], cwd=tmp_path, env=env)
+    project = tmp_path / PROJECT
+    for action, path, code in readme_file_steps(section):
+        target = project / path
+        assert (action == "Create") != target.exists(), f"{action} `{path}`"
+        with target.open("a") as file:
+            file.write(("\n" if action == "Append to" else "") + code)
+    with (project / PROJECT / "settings.py").open("a") as file:
+        file.write(host_settings(host_database))
+
+    migrate = readme_command(section, "python manage.py migrate")
+    celery = readme_command(section, f"celery -A {PROJECT} worker")
+    log = tmp_path / "worker.log"
+    # The worker boots while the project migrates: it touches no table before a task comes.
+    with worker([str(python), "-m", *celery], project, env, log) as wait_ready:
+        migrated = run([str(python), *migrate[1:]], cwd=project, env=env)
+        assert "Applying assistant.0001_initial... OK" in migrated
+        # The wheel's migrations match its models under the host's settings.
+        run([str(python), "manage.py", "makemigrations", "--check", "--dry-run"], project, env)
+        wait_ready()
+        (project / "chat_loop.py").write_text(
+            CHAT_LOOP.replace("SCREENSHOT_BASE64", repr(b64(png(4, 3))))
+        )
+        output = run([str(python), "chat_loop.py"], cwd=project, env=env)
+    result = json.loads(output.strip().splitlines()[-1])
+    print(f"host project: {json.dumps(result, indent=1)}")
+
+    assert result["assistant_from"].startswith(str(venv))
+    assert result["worker_done"] is True, log.read_text()
+    assert "Task assistant.tasks.post_exchange_task[" in log.read_text()
+    assert result["messages"] == 24
+    assert result["summary_starts"]
+    assert result["summary_in_request"] is True
+    assert result["request_roles"][0] == "user"
+    assert result["compacted_tool_results"] == ["truncated"] * 6
+    assert result["originals_kept"] is True
+    assert "tool_results" in result["events"]
+    assert result["screenshot_kept"] is True  # stored verbatim, named in the summary
+    assert result["summary_names_screenshot"] is True
+    assert result["beat_tasks_registered"] is True
+    assert result["beat_entries"] == 4
+    assert result["admin"] == {
+        "/admin/": [200, True],
+        "/admin/assistant/conversation/": [200, True],
+        f"/admin/assistant/conversation/{result['conversation_id']}/change/": [200, True],
+        "/healthz": [200, True],
+        "/readyz": [200, True],
+    }
