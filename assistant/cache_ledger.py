@@ -2,15 +2,16 @@
 a voluntary compaction is made only when the conversation can afford it.
 
 Prices as DESIGN 7 counts them: a request reads its unchanged leading part
-from the provider's cache at 0.1x and writes the rest at 1.25x. A compaction
-step makes the next request write everything after the first changed message
-instead of reading it (its cost, `step_cost`), and from then on every request
-carries the freed tokens no more (0.1x each, the `gap`). The ledger keeps the
-balance of both against sending everything: a step that is not forced (by
-the trigger) is taken only when the balance covers its cost, so a
-conversation never costs more than sending everything would have, even if it
-ends right after the step.
-"""
+from the provider's cache at 0.1x and writes the rest at 1.25x, and the
+summarizer's input costs 1.0x. A compaction step makes the next request
+write everything after the first changed message instead of reading it, and
+a window shift also pays the summarizer to read what it summarizes: together
+the step's cost (`step_cost`). From then on every request carries the freed
+tokens no more (0.1x each, the `gap`). The ledger keeps the balance of both
+against sending everything: a step that is not forced (by the trigger) is
+taken only when the balance covers its cost, so a conversation never costs
+more than sending everything would have, even if it ends right after the
+step."""
 
 from __future__ import annotations
 
@@ -55,7 +56,12 @@ class Ledger:
         }
 
 
-def step_cost(tail_before: int, tail_after: int) -> float:
+def step_cost(
+    tail_before: int, tail_after: int, *, cold: bool = False, summarizer_input: int = 0
+) -> float:
     """What a step costs the next request beyond not taking it: the tail after
-    the first changed message is written (`tail_after`) instead of read."""
-    return CACHE_WRITE * tail_after - CACHE_READ * tail_before
+    the first changed message is written (`tail_after`) instead of read (or,
+    on a `cold` cache, instead of written anyway), plus what the summarizer
+    read to make the step (1.0x)."""
+    instead = CACHE_WRITE if cold else CACHE_READ
+    return CACHE_WRITE * tail_after - instead * tail_before + summarizer_input

@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from assistant.cache_ledger import Ledger, step_cost
 from assistant.compaction import (
+    CompactionPlan,
     apply_plan,
     compact_old_blocks,
     consumed_tool_rows,
@@ -47,7 +48,7 @@ from assistant.events import stopwatch
 from assistant.llm.overflow import context_overflow, overflow_token_counts
 from assistant.logs import log_event
 from assistant.metadata import merge_metadata
-from assistant.models import Conversation, MetadataKeys
+from assistant.models import Conversation, Message, MetadataKeys
 from assistant.summaries import (
     adopt_pending_summary,
     has_pending_summary,
@@ -102,7 +103,8 @@ def ensure_context_summary(conversation: Conversation) -> str | None:
 def early_shift_pays(state: WindowState, config: CompactionConfig) -> bool:
     """Past COMPACT_WATERMARK, shift the window before the trigger when it
     frees at least COMPACT_MIN_FREE_TOKENS and the conversation's savings
-    cover what rewriting the context costs (the new summary leads it)."""
+    cover what it costs: rewriting the context (the new summary leads it) and
+    the summarizer reading what it summarizes."""
     if state.context_tokens() < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
         return False
     start = choose_split(state.rows, config, budget=verbatim_budget(state, config, early=True))
@@ -110,11 +112,11 @@ def early_shift_pays(state: WindowState, config: CompactionConfig) -> bool:
         return False
     system = estimate_tokens(state.system)
     before = state.estimated_tokens() - system
-    after = before - sum(row.token_estimate for row in state.rows[:start])
-    after += estimate_tokens(state.summary or "") or config.SUMMARY_ESTIMATE_TOKENS
-    freed = before - after
-    cost = step_cost(before, after)
-    return freed >= config.COMPACT_MIN_FREE_TOKENS and Ledger.of(state.metadata).affords(
+    summarized = sum(row.token_estimate for row in state.rows[:start])
+    old_summary = estimate_tokens(state.summary or "")
+    after = before - summarized + (old_summary or config.SUMMARY_ESTIMATE_TOKENS)
+    cost = step_cost(before, after, summarizer_input=summarized + old_summary)
+    return before - after >= config.COMPACT_MIN_FREE_TOKENS and Ledger.of(state.metadata).affords(
         state.rows, cost
     )
 
@@ -137,10 +139,7 @@ def compact_consumed_results(
         if free and compact_old_blocks(state.conversation_id):
             return load_window(state.conversation_id)
         return None
-    changed = {row.pk for row in [*plan.compact, *plan.stub]}
-    verbatim = state.verbatim
-    first = next(index for index, row in enumerate(verbatim) if row.pk in changed)
-    tail = sum(row.token_estimate for row in verbatim[first:])
+    tail = _tail_tokens(state, plan)
     ledger = Ledger.of(state.metadata)
     cost = step_cost(tail, tail - min(plan.most_freed, tail))
     if not free and (
@@ -156,15 +155,30 @@ def compact_consumed_results(
     return after
 
 
+def _tail_tokens(state: WindowState, plan: CompactionPlan) -> int:
+    """The verbatim tokens from the first provider message the plan changes on
+    (consecutive tool results travel in one message)."""
+    changed = {row.pk for row in [*plan.compact, *plan.stub]}
+    verbatim = state.verbatim
+    first = next(index for index, row in enumerate(verbatim) if row.pk in changed)
+    while first > 0 and verbatim[first - 1].role == verbatim[first].role == Message.Role.TOOL:
+        first -= 1
+    return sum(row.token_estimate for row in verbatim[first:])
+
+
 def _after_shift(before: WindowState, *, cold: bool) -> WindowState:
     """Book a window shift in the ledger: everything after the system part
-    changed (the summary leads), so the whole context is written again."""
+    changed (the summary leads), so the whole context is written again, and
+    the summarizer read the newly summarized messages and the old summary."""
     after = load_window(before.conversation_id)
     if after.through_id == before.through_id:
         return after
     system = estimate_tokens(before.system)
     old, new = before.estimated_tokens() - system, after.estimated_tokens() - system
-    cost = 0.0 if cold else step_cost(old, new)
+    summarized = sum(row.token_estimate for row in before.rows if row.pk <= after.through_id)
+    cost = step_cost(
+        old, new, cold=cold, summarizer_input=summarized + estimate_tokens(before.summary or "")
+    )
     _write_ledger(after, before, Ledger.of(after.metadata), freed=old - new, cost=cost)
     return after
 
@@ -192,10 +206,11 @@ def process_exchange(conversation_id: int) -> bool:
         return False
     exchange_stamp = conversation.last_exchange_at
     with stopwatch() as elapsed:
+        config = compaction_config()
         prepared = prepare_tool_results(conversation)
-        if compaction_config().COMPACTION_TIMING == "eager":
+        if config.COMPACTION_TIMING == "eager":
             prepared += compact_old_blocks(conversation_id)
-        prebuilt = prebuild_window_summary(conversation)
+        prebuilt = shift_ahead(conversation_id, config) and prebuild_window_summary(conversation)
     # Record which exchange was processed; the sweep compares the two stamps.
     Conversation.objects.filter(pk=conversation_id).update(post_exchange_done_at=exchange_stamp)
     log_event(
@@ -206,6 +221,21 @@ def process_exchange(conversation_id: int) -> bool:
         duration_ms=elapsed.ms,
     )
     return True
+
+
+def shift_ahead(conversation_id: int, config: CompactionConfig) -> bool:
+    """Whether a window shift is in sight, so a summary built now will be
+    used: past SOFT_WATERMARK of the trigger even once the consumed tool
+    results are compacted (which the pre-call hook does first). A summary
+    built for a shift that never comes is paid for and thrown away."""
+    if config.COMPACTION_TIMING == "eager":
+        return True
+    state = load_window(conversation_id)
+    plan = plan_compaction(
+        consumed_tool_rows(state.rows), config, keep_newest=config.KEEP_NEWEST_TOOL_RESULTS
+    )
+    soft = config.SOFT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD
+    return state.context_tokens() - plan.most_freed >= soft
 
 
 def call_with_overflow_recovery(

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from assistant.leases import SummaryInTransaction, claim, summary_lease
 from assistant.llm import convert
-from assistant.models import CompactionEvent, Conversation, Message
+from assistant.hooks import process_exchange
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import add_message, build_context, ensure_context_summary
 from tests.builders import chat_turns, html
 
@@ -116,6 +117,52 @@ def test_a_short_conversation_sends_byte_identical_leading_messages(conversation
 
     assert Message.objects.filter(conversation=conversation).count() == 60
     assert not CompactionEvent.objects.filter(conversation=conversation).exists()
+
+
+def read_four_modules(conversation: Conversation, size: int) -> None:
+    """One request answered by four large reads, as a coding agent starts."""
+    add_message(conversation, "user", "Review these four modules.")
+    calls = [
+        {"id": f"toolu_m{i}", "name": "Read", "arguments": {"path": f"/src/m{i}.py"}}
+        for i in range(4)
+    ]
+    add_message(conversation, "assistant", "Reading them.", tool_calls=calls)
+    for i, call in enumerate(calls):
+        add_message(conversation, "tool", html(size, marker=f"module {i} "), tool_call_id=call["id"])
+
+
+def test_below_the_trigger_a_conversation_that_saved_nothing_pays_for_no_summary(conversation):
+    # About 36,000 tokens of reads under the 50,000 trigger, in one provider
+    # message with the newest results: summarizing them would shrink the
+    # request, but the summarizer reading them all costs more than the cache
+    # reads the next calls can save. The cached prefix stays as it is.
+    read_four_modules(conversation, 36_000)
+    previous = None
+    for index in range(3):
+        ensure_context_summary(conversation)
+        messages = strip(build_context(conversation).to_anthropic())["messages"]
+        if previous is not None:
+            assert messages[: len(previous)] == previous
+        previous = messages
+        agent_step(conversation, index, f"line {index}: ok")
+
+    assert not CompactionEvent.objects.filter(conversation=conversation).exists()
+
+
+def test_the_worker_builds_no_summary_that_compacting_results_makes_needless(conversation):
+    # Past the soft watermark (0.8 of the trigger) only because of consumed
+    # reads the pre-call hook compacts first: no shift is in sight.
+    read_four_modules(conversation, 45_000)
+    add_message(conversation, "assistant", "All four modules use the same session helper.")
+    Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
+
+    assert process_exchange(conversation.pk) is True
+
+    conversation.refresh_from_db()
+    assert MetadataKeys.PENDING_SUMMARY not in conversation.metadata
+    # What it did prepare: the reads' compactions, for the hook to apply.
+    prepared = Message.objects.filter(conversation=conversation, prepared_content__isnull=False)
+    assert prepared.count() == 4
 
 
 @override_settings(
