@@ -417,6 +417,22 @@ def _context_after(state: WindowState, summary: str, kept: Sequence[Message]) ->
     )
 
 
+def _prepared_texts(messages: Sequence[Message]) -> dict[int, str]:
+    """Message id -> the compaction the worker prepared for a tool result the
+    context still carries whole. The summarizer reads that: the result as the
+    context will carry it (as eager timing would already have), not the whole
+    original again at the summarizer's price. Carried facts still come from
+    the original (`with_carried_facts`)."""
+    ids = [m.pk for m in messages if m.role == Message.Role.TOOL and not m.compaction]
+    if not ids:
+        return {}
+    return dict(
+        Message.objects.filter(pk__in=ids, prepared_content__isnull=False).values_list(
+            "pk", "prepared_content"
+        )
+    )
+
+
 def _chunks(
     messages: Sequence[Message], config: CompactionConfig, previous: str | None
 ) -> list[list[dict]]:
@@ -427,8 +443,10 @@ def _chunks(
     max_chars = budget * config.CHARS_PER_TOKEN
     chunks: list[list[dict]] = [[]]
     used = 0
+    prepared = _prepared_texts(messages)
     for message in messages:
         neutral = as_neutral(message)
+        neutral["content"] = prepared.get(message.pk, neutral["content"])
         if len(neutral["content"]) > max_chars:
             neutral["content"] = neutral["content"][:max_chars] + " [cut for the summarizer]"
         cost = estimate_tokens(neutral["content"]) + 20

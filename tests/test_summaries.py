@@ -18,6 +18,7 @@ from assistant.services import (
     compaction_cutoff_id,
     ensure_context_summary,
     process_exchange,
+    regenerate_window_summary,
 )
 from tests.builders import chat_turns, tool_turn
 from tests.fake_llm import ok, overloaded, slow
@@ -314,6 +315,33 @@ def test_facts_survive_a_summarizer_that_drops_them(anthropic, db):
     # The summarizer read them: it can merge them into its own text.
     update = anthropic.requests_for("anthropic.messages")[-1].body["messages"][0]["content"]
     assert "- Remember coupon ZEBRA-7731 and /var/www/post-42.html" in update
+
+
+@override_settings(ASSISTANT_SUMMARY_FALLBACK=False)
+def test_the_summarizer_reads_a_result_as_the_worker_prepared_it(anthropic, db):
+    # Cache-aware timing: the worker prepares the result's compaction without
+    # applying it. A shift then pays the summarizer for the prepared text, not
+    # for the whole original again; the original's key fact is still carried.
+    conversation = Conversation.objects.create(title="prepared", system_prompt="")
+    filler = "".join(f"Line {n} of the access log says nothing new. " for n in range(400))
+    log = filler + "The deploy token for staging is TKN-7F3A9B. " + filler
+    tool_turn(conversation, "Read the access log.", [("read_log", {"day": 1}, log)])
+    process_exchange(conversation.pk)
+    result = Message.objects.get(conversation=conversation, role="tool")
+    assert result.prepared_content and not result.compaction
+    chat_turns(conversation, 3, size=400)
+    anthropic.script_anthropic(ok(summary_text("logs", ids="none")))
+
+    assert regenerate_window_summary(conversation, keep_last=2)
+
+    prompt = anthropic.requests_for("anthropic.messages")[0].body["messages"][0]["content"]
+    # The head and the key statement the prepared text keeps; nothing further in.
+    assert "Line 17 of the access log" in prompt and "TKN-7F3A9B" in prompt
+    assert "Line 300 of the access log" not in prompt
+    assert len(prompt) < len(log) / 10
+    summary = Conversation.objects.get(pk=conversation.pk).metadata["compaction_summary"]
+    assert "The deploy token for staging is TKN-7F3A9B." in carried_facts(summary)
+    assert Message.objects.get(pk=result.pk).content == log
 
 
 @override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
