@@ -23,10 +23,10 @@ from assistant.blocks import blocks_tokens, compacted_blocks, has_media
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.events import record_compaction, stopwatch
 from assistant.llm.prompts import render_transcript
-from assistant.llm.statements import key_statements
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.tokens import estimate_tokens
+from assistant.truncation import truncate_tool_result
 
 logger = logging.getLogger(__name__)
 
@@ -357,30 +357,6 @@ def _compacted_text(message: Message, config: CompactionConfig) -> tuple[str, st
                 "tool_summary_failed message=%s error=%s", message.pk, type(exc).__name__
             )
     return truncate_tool_result(message.content, config), Message.Compaction.TRUNCATED, ""
-
-
-def truncate_tool_result(content: str, config: CompactionConfig | None = None) -> str:
-    """The head of the result, a marker giving the original size, and the key
-    statements of the rest: the sentences, rows or lines holding its most specific
-    identifiers (ids, paths, URLs, emails, amounts, errors, names, secrets) with
-    markup stripped, so a fact deep in a page is not cut off."""
-    config = config or compaction_config()
-    head = content[: config.TRUNCATION_KEEP_CHARS]
-    if len(content) > len(head):
-        # End the head at a word boundary: a cut identifier misleads the model.
-        boundary = max(head.rfind(" "), head.rfind("\n"), head.rfind(">") + 1)
-        if boundary > len(head) * 3 // 4:
-            head = head[:boundary]
-    marker = (
-        f"[Tool result compacted: showing the first {len(head):,} of {len(content):,} "
-        "characters. The full original is stored and can be restored.]"
-    )
-    # From the whole result, so a sentence cut by the head is kept whole.
-    details = key_statements(content, config.TRUNCATION_DETAILS_MAX_CHARS, exclude=head)
-    text = f"{marker}\n{head}"
-    if details:
-        text += "\n[Key details further in the original:\n" + "\n".join(details) + "\n]"
-    return text
 
 
 def _stub(conversation_id: int, rows: list[Message]) -> int:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from assistant.compaction import STUB, CompactionPlan, plan_tool_results, truncate_tool_result
+from assistant.compaction import STUB, CompactionPlan, plan_tool_results
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.hooks import early_shift_pays
 from assistant.models import Conversation, Message, MetadataKeys
 from assistant.summaries import failure_blocks, has_pending_summary
 from assistant.tokens import estimate_tokens
+from assistant.truncation import truncate_tool_result
 from assistant.window import WindowState, choose_split, load_window, should_shift, verbatim_budget
 
 

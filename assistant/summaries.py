@@ -30,6 +30,7 @@ from assistant.logs import log_event
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.tokens import estimate_tokens
+from assistant.truncation import truncate_tool_result
 from assistant.window import (
     WindowState,
     anticipated_keep,
@@ -417,20 +418,30 @@ def _context_after(state: WindowState, summary: str, kept: Sequence[Message]) ->
     )
 
 
-def _prepared_texts(messages: Sequence[Message]) -> dict[int, str]:
-    """Message id -> the compaction the worker prepared for a tool result the
-    context still carries whole. The summarizer reads that: the result as the
-    context will carry it (as eager timing would already have), not the whole
-    original again at the summarizer's price. Carried facts still come from
-    the original (`with_carried_facts`)."""
+def _summarizer_texts(messages: Sequence[Message]) -> dict[int, str]:
+    """Message id -> what the summarizer reads for a tool result the context
+    still carries whole: the compaction the worker prepared, else, past the
+    size threshold and under the "prune" policy, its truncation. That is the
+    result as the context will carry it (as eager timing already would), not
+    the whole original again at the summarizer's price. Carried facts still
+    come from the original (`with_carried_facts`)."""
     ids = [m.pk for m in messages if m.role == Message.Role.TOOL and not m.compaction]
     if not ids:
         return {}
-    return dict(
-        Message.objects.filter(pk__in=ids, prepared_content__isnull=False).values_list(
-            "pk", "prepared_content"
-        )
+    config = compaction_config()
+    texts = {}
+    rows = Message.objects.filter(pk__in=ids).values_list(
+        "pk", "content", "prepared_content", "tool_name"
     )
+    for pk, content, prepared, tool_name in rows:
+        if prepared is not None:
+            texts[pk] = prepared
+        elif (
+            len(content) >= config.TOOL_RESULT_CHAR_THRESHOLD
+            and config.policy_for(tool_name) == "prune"
+        ):
+            texts[pk] = truncate_tool_result(content, config)
+    return texts
 
 
 def _chunks(
@@ -443,10 +454,10 @@ def _chunks(
     max_chars = budget * config.CHARS_PER_TOKEN
     chunks: list[list[dict]] = [[]]
     used = 0
-    prepared = _prepared_texts(messages)
+    readable = _summarizer_texts(messages)
     for message in messages:
         neutral = as_neutral(message)
-        neutral["content"] = prepared.get(message.pk, neutral["content"])
+        neutral["content"] = readable.get(message.pk, neutral["content"])
         if len(neutral["content"]) > max_chars:
             neutral["content"] = neutral["content"][:max_chars] + " [cut for the summarizer]"
         cost = estimate_tokens(neutral["content"]) + 20

@@ -11,9 +11,9 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
+from assistant.hooks import process_exchange
 from assistant.leases import SummaryInTransaction, claim, summary_lease
 from assistant.llm import convert
-from assistant.hooks import process_exchange
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import add_message, build_context, ensure_context_summary
 from tests.builders import chat_turns, html
@@ -128,7 +128,9 @@ def read_four_modules(conversation: Conversation, size: int) -> None:
     ]
     add_message(conversation, "assistant", "Reading them.", tool_calls=calls)
     for i, call in enumerate(calls):
-        add_message(conversation, "tool", html(size, marker=f"module {i} "), tool_call_id=call["id"])
+        add_message(
+            conversation, "tool", html(size, marker=f"module {i} "), tool_call_id=call["id"]
+        )
 
 
 def test_below_the_trigger_a_conversation_that_saved_nothing_pays_for_no_summary(conversation):

@@ -317,18 +317,21 @@ def test_facts_survive_a_summarizer_that_drops_them(anthropic, db):
     assert "- Remember coupon ZEBRA-7731 and /var/www/post-42.html" in update
 
 
+@pytest.mark.parametrize("worker_ran", [True, False], ids=["prepared", "mid-turn"])
 @override_settings(ASSISTANT_SUMMARY_FALLBACK=False)
-def test_the_summarizer_reads_a_result_as_the_worker_prepared_it(anthropic, db):
+def test_the_summarizer_reads_a_result_as_the_context_will_carry_it(anthropic, db, worker_ran):
     # Cache-aware timing: the worker prepares the result's compaction without
-    # applying it. A shift then pays the summarizer for the prepared text, not
-    # for the whole original again; the original's key fact is still carried.
+    # applying it (or has not run yet, inside a turn). A shift then pays the
+    # summarizer for the compacted text, not for the whole original again; the
+    # original's key fact is still carried.
     conversation = Conversation.objects.create(title="prepared", system_prompt="")
     filler = "".join(f"Line {n} of the access log says nothing new. " for n in range(400))
     log = filler + "The deploy token for staging is TKN-7F3A9B. " + filler
     tool_turn(conversation, "Read the access log.", [("read_log", {"day": 1}, log)])
-    process_exchange(conversation.pk)
+    if worker_ran:
+        process_exchange(conversation.pk)
     result = Message.objects.get(conversation=conversation, role="tool")
-    assert result.prepared_content and not result.compaction
+    assert bool(result.prepared_content) is worker_ran and not result.compaction
     chat_turns(conversation, 3, size=400)
     anthropic.script_anthropic(ok(summary_text("logs", ids="none")))
 
