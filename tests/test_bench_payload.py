@@ -6,6 +6,7 @@ from __future__ import annotations
 from assistant.llm.convert import to_anthropic, to_gemini
 from bench.payload import CostMeter, _units, anthropic_problems, gemini_problems, unit_tokens
 from bench.strategies import PayloadBuilder, Request
+from bench.targets import written_once
 
 USER = {"role": "user", "content": "List the files in the repository root."}
 CALL = {
@@ -110,3 +111,13 @@ def test_the_builder_converts_whole_when_a_tool_call_id_is_reused():
         if block["type"] == "tool_use"
     ]
     assert ids == ["t1", "t1_2"]
+
+
+def test_the_cost_floor_is_what_sending_everything_pays_to_write_each_message_once():
+    meter = CostMeter()
+    history = [USER, CALL, RESULT, ANSWER, NEXT]
+    for end in range(1, len(history) + 1, 2):
+        meter.record(to_anthropic("You are an agent.", [], history[:end]))
+    written = sum(r.tokens - r.cached_tokens for r in meter.requests)
+
+    assert round(written_once(meter.tokens, meter.cost), 6) == round(1.25 * written, 6)
