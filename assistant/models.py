@@ -258,6 +258,13 @@ class Message(models.Model):
         indexes = [
             # build_context and the split: a conversation's messages by id.
             models.Index(fields=["conversation", "id"], name="assistant_msg_conv_id"),
+            # The window query also reads every system message: without this, it
+            # would filter all of a long conversation's messages to find them.
+            models.Index(
+                fields=["conversation", "id"],
+                name="assistant_msg_system",
+                condition=models.Q(role="system"),
+            ),
             # Dedup and per-tool lookups: tool results by conversation and tool.
             models.Index(
                 fields=["conversation", "tool_name", "id"],

@@ -1,7 +1,9 @@
 """Where the window splits: exact ids kept and summarized."""
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -167,3 +169,29 @@ def test_any_split_keeps_tool_pairs_together(shapes, fraction, min_recent, cap, 
         calls = {c["id"] for row in kept for c in row.tool_calls or ()}
         results = {row.tool_call_id for row in kept if row.role == "tool"}
         assert calls == results
+
+
+def test_the_window_query_reads_the_window_not_every_message_of_a_long_conversation():
+    conversation = Conversation.objects.create(title="long", system_prompt="You help.")
+    Message.objects.bulk_create(
+        Message(conversation=conversation, role=("user", "assistant")[i % 2], content=f"m{i}")
+        for i in range(5_000)
+    )
+    newest = list(conversation.messages.order_by("-id").values_list("id", flat=True)[:100])
+    conversation.metadata = {
+        "compaction_summary": "Goal: ...",
+        "compaction_through_message_id": newest[-1],
+    }
+    conversation.save()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE assistant_message")
+    with CaptureQueriesContext(connection) as queries:
+        state = load_window(conversation.pk)
+    assert len(state.rows) == 99
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + queries.captured_queries[-1]["sql"])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    # Both halves of "after the cutoff, or a system message" come from an index:
+    # the system messages from their own, not by filtering every message.
+    assert "assistant_msg_system" in plan and "Seq Scan" not in plan, plan
