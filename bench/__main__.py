@@ -321,8 +321,10 @@ def main(argv: list[str] | None = None) -> int:
             ours.cache_stability,
             ref.cache_stability,
             "reference",
-            ">= 90%",
-            ours.cache_stability >= 0.9,
+            # A proxy for what caching saves; DESIGN 7 now prices it directly
+            # (the cost lines below), so this one only informs.
+            "info (priced in the cost lines)",
+            None,
             "%",
         ),
     ]
