@@ -340,11 +340,14 @@ def test_a_hung_redis_costs_finish_exchange_about_a_second_and_the_sweep_recover
                     done = threading.Event()
 
                     def finish(conversation=conversation, done=done):
-                        with transaction.atomic():  # as a view would
-                            add_message(conversation, "user", "And now?")
-                            add_message(conversation, "assistant", "Here.")
-                            finish_exchange(conversation)
-                        done.set()
+                        try:
+                            with transaction.atomic():  # as a view would
+                                add_message(conversation, "user", "And now?")
+                                add_message(conversation, "assistant", "Here.")
+                                finish_exchange(conversation)
+                            done.set()
+                        finally:
+                            connection.close()  # this thread's own connection
 
                     thread = threading.Thread(target=finish, daemon=True)
                     thread.start()
