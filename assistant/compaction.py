@@ -26,13 +26,12 @@ from assistant.llm.prompts import render_transcript
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.tokens import estimate_tokens
-from assistant.truncation import truncate_tool_result
+from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
 
 logger = logging.getLogger(__name__)
 
 STUB = "[Already retrieved earlier — omitted to reduce context]"
 # Set on a message whose original was restored: compaction leaves it alone.
-KEEP_VERBATIM = "keep_verbatim"
 
 
 def canonical_arguments(arguments: Any) -> str:

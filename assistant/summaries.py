@@ -30,7 +30,7 @@ from assistant.logs import log_event
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.tokens import estimate_tokens
-from assistant.truncation import truncate_tool_result
+from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
 from assistant.window import (
     WindowState,
     anticipated_keep,
@@ -421,26 +421,31 @@ def _context_after(state: WindowState, summary: str, kept: Sequence[Message]) ->
 def _summarizer_texts(messages: Sequence[Message]) -> dict[int, str]:
     """Message id -> what the summarizer reads for a tool result the context
     still carries whole: the compaction the worker prepared, else, past the
-    size threshold and under the "prune" policy, its truncation. That is the
-    result as the context will carry it (as eager timing already would), not
-    the whole original again at the summarizer's price. Carried facts still
-    come from the original (`with_carried_facts`)."""
+    size threshold and under the "prune" policy, its truncation; only where
+    that is shorter, and never for a result staff pinned verbatim. That is
+    the result as the context will carry it (as eager timing already would),
+    not the whole original again at the summarizer's price. Carried facts
+    still come from the original (`with_carried_facts`)."""
     ids = [m.pk for m in messages if m.role == Message.Role.TOOL and not m.compaction]
     if not ids:
         return {}
     config = compaction_config()
     texts = {}
-    rows = Message.objects.filter(pk__in=ids).values_list(
-        "pk", "content", "prepared_content", "tool_name"
+    rows = (
+        Message.objects.filter(pk__in=ids)
+        .exclude(metadata__has_key=KEEP_VERBATIM)
+        .values_list("pk", "content", "prepared_content", "tool_name")
     )
     for pk, content, prepared, tool_name in rows:
-        if prepared is not None:
-            texts[pk] = prepared
-        elif (
-            len(content) >= config.TOOL_RESULT_CHAR_THRESHOLD
+        text = prepared
+        if (
+            text is None
+            and len(content) >= config.TOOL_RESULT_CHAR_THRESHOLD
             and config.policy_for(tool_name) == "prune"
         ):
-            texts[pk] = truncate_tool_result(content, config)
+            text = truncate_tool_result(content, config)
+        if text is not None and len(text) < len(content):
+            texts[pk] = text
     return texts
 
 

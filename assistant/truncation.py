@@ -7,6 +7,10 @@ from __future__ import annotations
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.llm.statements import key_statements
 
+# Message metadata key: staff restored this result's original, so it is never
+# compacted or cut again, for the model or for the summarizer.
+KEEP_VERBATIM = "keep_verbatim"
+
 
 def truncate_tool_result(content: str, config: CompactionConfig | None = None) -> str:
     """The head of the result, a marker giving the original size, and the key

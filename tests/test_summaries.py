@@ -15,10 +15,12 @@ from assistant.facts import CARRIED_HEADING, carried_facts
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import (
     build_context,
+    compact_tool_results,
     compaction_cutoff_id,
     ensure_context_summary,
     process_exchange,
     regenerate_window_summary,
+    restore_originals,
 )
 from tests.builders import chat_turns, tool_turn
 from tests.fake_llm import ok, overloaded, slow
@@ -345,6 +347,22 @@ def test_the_summarizer_reads_a_result_as_the_context_will_carry_it(anthropic, d
     summary = Conversation.objects.get(pk=conversation.pk).metadata["compaction_summary"]
     assert "The deploy token for staging is TKN-7F3A9B." in carried_facts(summary)
     assert Message.objects.get(pk=result.pk).content == log
+
+
+@override_settings(ASSISTANT_SUMMARY_FALLBACK=False)
+def test_the_summarizer_reads_a_result_staff_restored_whole(anthropic, db):
+    conversation = Conversation.objects.create(title="restored", system_prompt="")
+    log = "".join(f"Line {n} of the access log says nothing new. " for n in range(400))
+    tool_turn(conversation, "Read the access log.", [("read_log", {"day": 1}, log)])
+    assert compact_tool_results(conversation) == 1
+    assert restore_originals(conversation) == 1  # pins it verbatim
+    chat_turns(conversation, 3, size=400)
+    anthropic.script_anthropic(ok(summary_text("logs")))
+
+    assert regenerate_window_summary(conversation, keep_last=2)
+
+    prompt = anthropic.requests_for("anthropic.messages")[0].body["messages"][0]["content"]
+    assert "Line 300 of the access log" in prompt
 
 
 @override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
