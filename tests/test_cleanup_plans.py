@@ -43,6 +43,11 @@ FROM generate_series(1, {CONVERSATIONS}) AS i
 """
 
 
+# The ids are consecutive (one INSERT), but where they start depends on the tests
+# that ran before: the first one has no conversation before it to be forked from.
+AFTER_FIRST = "id > (SELECT min(id) FROM assistant_conversation)"
+
+
 @pytest.fixture
 def many_conversations(transactional_db):
     with connection.cursor() as cursor:
@@ -52,11 +57,13 @@ def many_conversations(transactional_db):
         # message, a hundredth of those compacted long ago.
         cursor.execute(
             "UPDATE assistant_conversation SET parent_conversation_id = id - 1,"
-            " metadata = metadata || jsonb_build_object(%s, 'Goal: ...') WHERE id %% 5 = 3",
+            " metadata = metadata || jsonb_build_object(%s, 'Goal: ...')"
+            f" WHERE id %% 5 = 3 AND {AFTER_FIRST}",
             [K.PARENT_CONVERSATION_SUMMARY],
         )
         cursor.execute(
-            "UPDATE assistant_conversation SET parent_conversation_id = id - 1 WHERE metadata ? %s",
+            "UPDATE assistant_conversation SET parent_conversation_id = id - 1"
+            f" WHERE metadata ? %s AND {AFTER_FIRST}",
             [K.SUMMARY_DEFERRED],
         )
     conversations = list(Conversation.objects.order_by("id").values_list("id", flat=True)[::10])
