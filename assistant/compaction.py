@@ -120,7 +120,8 @@ def plan_compaction(
     """Plan over consumed tool results (`rows`, oldest first, content not
     needed): the newest `keep_newest` stay verbatim, results the policy keeps
     or a restore pinned are left alone, older copies of identical calls are
-    stubbed, and the rest at or over the size threshold are compacted."""
+    stubbed (when longer than the stub), and the rest at or over the size
+    threshold are compacted."""
     threshold = config.TOOL_RESULT_CHAR_THRESHOLD if min_chars is None else min_chars
     eligible = [
         row
@@ -138,8 +139,10 @@ def plan_compaction(
         if row.pk in protected or row.compaction == Message.Compaction.DEDUPLICATED:
             continue
         if row.pk in stub_ids:
-            plan.stub.append(row)
-            plan.most_freed += max(row.token_estimate - stub_tokens, 0)
+            # Never for a result shorter than the stub (an empty one): it would grow.
+            if row.token_estimate > stub_tokens + row.blocks_tokens:
+                plan.stub.append(row)
+                plan.most_freed += row.token_estimate - stub_tokens - row.blocks_tokens
         elif not row.compaction and row.original_token_estimate * config.CHARS_PER_TOKEN >= max(
             threshold, 1
         ):

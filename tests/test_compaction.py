@@ -75,17 +75,29 @@ def test_it_leaves_the_results_of_an_unfinished_turn_alone(conversation):
 
 
 def test_dedup_keeps_the_newest_and_treats_reordered_arguments_as_identical(conversation):
-    first = tool_turn(conversation, "a", [("run_sql", {"q": "select *", "db": "blog"}, "rows A")])
-    other = tool_turn(conversation, "b", [("run_sql", {"q": "select 2", "db": "blog"}, "rows B")])
-    second = tool_turn(conversation, "c", [("run_sql", {"db": "blog", "q": "select *"}, "rows C")])
+    rows = "id | title | status\n" + "17 | Spring launch notes | draft\n" * 5
+    first = tool_turn(conversation, "a", [("run_sql", {"q": "select *", "db": "blog"}, rows)])
+    other = tool_turn(conversation, "b", [("run_sql", {"q": "select 2", "db": "blog"}, "B")])
+    second = tool_turn(conversation, "c", [("run_sql", {"db": "blog", "q": "select *"}, rows)])
 
     assert compact_tool_results(conversation) == 1
 
     view = model_view(conversation)
     assert view[first[2].pk] == STUB == "[Already retrieved earlier — omitted to reduce context]"
-    assert view[other[2].pk] == "rows B"
-    assert view[second[2].pk] == "rows C"
+    assert view[other[2].pk] == "B"
+    assert view[second[2].pk] == rows
     assert CompactionEvent.objects.get(kind="dedup").messages_affected == 1
+
+
+def test_dedup_never_stubs_a_result_shorter_than_the_stub(conversation):
+    # An empty or one-word result of a repeated call: the stub would make it longer.
+    for turn, result in enumerate(["", "ok", "", "ok"]):
+        tool_turn(conversation, str(turn), [("run_tests", {"path": "tests/"}, result)])
+
+    assert compact_tool_results(conversation) == 0
+
+    assert not CompactionEvent.objects.filter(conversation=conversation).exists()
+    assert STUB not in model_view(conversation).values()
 
 
 def test_running_it_twice_changes_nothing(conversation):
