@@ -77,6 +77,7 @@ def ensure_context_summary(conversation: Conversation) -> str | None:
     if state.metadata.get(MetadataKeys.NEEDS_EMERGENCY_COMPACTION):
         compact_if_flagged(conversation)
         state = load_window(conversation.pk)
+    remember_token_ratio(state)
     eager = config.COMPACTION_TIMING == "eager"
     cold = not eager and state.cache_is_cold(config)
     tokens = state.context_tokens()
@@ -98,6 +99,20 @@ def ensure_context_summary(conversation: Conversation) -> str | None:
         _after_shift(state, cold=cold)
         return summary
     return state.summary
+
+
+def remember_token_ratio(state: WindowState) -> None:
+    """Store the provider's count over our estimate of the same request when
+    it moved by more than a tenth, so that sizes estimated after the next
+    compaction (when every count is stale) are scaled like the provider's."""
+    measured = state.measured_token_ratio()
+    stored = float(state.metadata.get(MetadataKeys.TOKEN_RATIO) or 1.0)
+    if measured is None or abs(measured - stored) <= 0.1 * stored:
+        return
+    merge_metadata(
+        Conversation.objects.filter(pk=state.conversation_id),
+        {MetadataKeys.TOKEN_RATIO: round(measured, 3)},
+    )
 
 
 def early_shift_pays(state: WindowState, config: CompactionConfig) -> bool:

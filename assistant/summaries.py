@@ -189,9 +189,6 @@ def _shift_holding(
             state = load_window(lease.conversation_id)
             if not should_shift(state, config, share, count=count):
                 return state.summary
-        if failure_blocks(state):
-            log_event("summary_skipped", conversation_id=state.conversation_id, reason="backoff")
-            return state.summary
     budget = verbatim_budget(state, config, early=share < 1.0 and not force)
     start = choose_split(state.rows, config, budget=budget, **split)
     if start is None:
@@ -199,7 +196,17 @@ def _shift_holding(
             "summary_skipped", conversation_id=state.conversation_id, reason="split_cannot_move"
         )
         return state.summary
+    over = state.context_tokens() >= config.CONTEXT_TOKEN_THRESHOLD
+    if not force and failure_blocks(state, _split_through(state, start) if over else None):
+        log_event("summary_skipped", conversation_id=state.conversation_id, reason="backoff")
+        return state.summary
     return _summarize_and_store(state, start, lease, config)
+
+
+def _split_through(state: WindowState, start: int) -> int | None:
+    """The last message a split at `start` would summarize (None: nothing)."""
+    newly_old, _ = split_parts(state, start)
+    return newly_old[-1].pk if newly_old else None
 
 
 def prebuild_window_summary(conversation: Conversation) -> bool:
@@ -217,8 +224,6 @@ def prebuild_window_summary(conversation: Conversation) -> bool:
         state.metadata.get(MetadataKeys.PENDING_BASE_MESSAGE_ID) == state.through_id
     ):
         return False  # one is ready for the current split: building another wastes a call
-    if failure_blocks(state):
-        return False
     start = choose_split(
         state.rows,
         config,
@@ -229,6 +234,8 @@ def prebuild_window_summary(conversation: Conversation) -> bool:
         return False
     newly_old, anchor = split_parts(state, start)
     if not newly_old:
+        return False
+    if failure_blocks(state):
         return False
     through = newly_old[-1].pk
     with summary_lease(conversation.pk) as lease:
@@ -315,14 +322,23 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     return bool(stored)
 
 
-def failure_blocks(state: WindowState) -> bool:
-    """A summary for the current split failed lately: wait before the next try."""
+def failure_blocks(state: WindowState, over_trigger_split: int | None = None) -> bool:
+    """A summary failed lately from the current split: wait before the next
+    try. Only a split made because the context is over the trigger
+    (`over_trigger_split`, the last message it summarizes) goes on after a
+    summary of another split was refused as not smaller: the newest step
+    was too large to leave then, and a later split can summarize it."""
     failure = state.metadata.get(MetadataKeys.SUMMARY_FAILURE) or {}
-    return failure.get("base") == state.through_id and time.time() < failure.get("retry_at", 0)
+    if failure.get("base") != state.through_id or time.time() >= failure.get("retry_at", 0):
+        return False
+    refused = failure.get("through")
+    return refused is None or over_trigger_split is None or refused == over_trigger_split
 
 
-def record_failure(lease: Lease, state: WindowState) -> None:
-    """Remember a failed summary of the current split, with a doubling delay."""
+def record_failure(lease: Lease, state: WindowState, *, through: int | None = None) -> None:
+    """Remember a failed summary from the current split, with a doubling
+    delay; `through`: the split whose summary was refused as not smaller
+    (None: the summarizer itself failed)."""
     failure = state.metadata.get(MetadataKeys.SUMMARY_FAILURE) or {}
     attempts = failure.get("attempts", 0) + 1 if failure.get("base") == state.through_id else 1
     delay = compaction_config().SUMMARY_RETRY_SECONDS * 2 ** min(attempts - 1, 10)
@@ -331,6 +347,7 @@ def record_failure(lease: Lease, state: WindowState) -> None:
         {
             MetadataKeys.SUMMARY_FAILURE: {
                 "base": state.through_id,
+                "through": through,
                 "attempts": attempts,
                 "retry_at": time.time() + delay,
             }
@@ -373,7 +390,7 @@ def _summarize_and_store(
     after = _context_after(state, outcome.text, [anchor, *kept] if anchor else kept)
     if after >= before:
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="not_smaller")
-        record_failure(lease, state)
+        record_failure(lease, state, through=through)
         return state.summary
     if not _store_window(lease, outcome.text, through, anchor, state):
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")

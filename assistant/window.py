@@ -28,6 +28,10 @@ from assistant.conf import CompactionConfig, compaction_config
 from assistant.models import Conversation, Message, MetadataKeys
 from assistant.tokens import estimate_tokens
 
+# Bounds of the provider's count over our estimate: tokenizers differ by less;
+# a ratio beyond them comes from a bad report, not from the text.
+MIN_TOKEN_RATIO, MAX_TOKEN_RATIO = 0.5, 3.0
+
 
 @dataclass
 class WindowState:
@@ -83,13 +87,41 @@ class WindowState:
 
     def context_tokens(self) -> int:
         """The provider's latest count of the prompt plus estimates of what was
-        added after it; the heuristic alone when no fresh count exists."""
+        added after it; when compaction has made every count stale, our
+        estimates scaled by the provider's last known ratio to them (dense
+        text, ids and hashes, holds more tokens than CHARS_PER_TOKEN says)."""
+        index = self._fresh_count_index()
+        if index is None:
+            return math.ceil(self.estimated_tokens() * self.token_ratio)
+        # That prompt produced this message: count it and what follows.
+        row = self.rows[index]
+        return row.prompt_tokens + sum(r.token_estimate for r in self.rows[index:])
+
+    @property
+    def token_ratio(self) -> float:
+        stored = self.metadata.get(MetadataKeys.TOKEN_RATIO)
+        return min(max(float(stored), MIN_TOKEN_RATIO), MAX_TOKEN_RATIO) if stored else 1.0
+
+    def measured_token_ratio(self) -> float | None:
+        """The newest fresh provider count over our estimate of the same
+        request (None without one)."""
+        index = self._fresh_count_index()
+        if index is None:
+            return None
+        estimate = self.fixed_tokens + sum(r.token_estimate for r in self._verbatim_before(index))
+        return self.rows[index].prompt_tokens / estimate if estimate > 0 else None
+
+    def _verbatim_before(self, index: int) -> list[Message]:
+        """What the request that produced rows[index] carried after the summaries."""
+        rows = self.rows[:index]
+        return [self.anchor, *rows] if self.anchor is not None else rows
+
+    def _fresh_count_index(self) -> int | None:
         for index in range(len(self.rows) - 1, -1, -1):
             row = self.rows[index]
             if row.prompt_tokens is not None and row.pk > self.context_epoch_id:
-                # That prompt produced this message: count it and what follows.
-                return row.prompt_tokens + sum(r.token_estimate for r in self.rows[index:])
-        return self.estimated_tokens()
+                return index
+        return None
 
     def estimated_tokens(self) -> int:
         """The context by our estimates alone (to compare two versions of it

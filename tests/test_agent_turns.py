@@ -3,6 +3,7 @@ pre-call hook alone: no worker runs in these tests unless one says so."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import timedelta
 
@@ -16,6 +17,7 @@ from assistant.leases import SummaryInTransaction, claim, summary_lease
 from assistant.llm import convert
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import add_message, build_context, ensure_context_summary
+from bench.payload import CostMeter
 from tests.builders import chat_turns, html
 
 pytestmark = pytest.mark.django_db
@@ -68,6 +70,58 @@ def test_one_request_answered_by_120_tool_calls_stays_bounded_by_the_pre_call_ho
     stored = dict(Message.objects.filter(pk__in=results).values_list("pk", "content"))
     assert stored == results
     assert Message.objects.get(pk=request.pk).content == request.content
+
+
+@override_settings(ASSISTANT_COMPACTION=SMALL_TRIGGER)
+def test_a_result_larger_than_the_trigger_leaves_the_request_once_it_is_read(conversation):
+    # The hook's first try, while the huge result is the newest step, can only
+    # summarize the small steps before it; that summary is refused as not smaller.
+    # The refusal must not hold back the next split, which can summarize the result.
+    add_message(conversation, "user", "Investigate the build.")
+    sizes = []
+    for index, result in enumerate(["ok", "ok", html(120_000), "ok", "ok", "ok"]):
+        ensure_context_summary(conversation)
+        sizes.append(request_tokens(build_context(conversation)))
+        agent_step(conversation, index, result)
+
+    trigger = SMALL_TRIGGER["CONTEXT_TOKEN_THRESHOLD"]
+    assert sizes[3] > trigger  # the huge result is the newest step: sent as it is
+    assert max(sizes[4:]) < trigger  # and out of the request from the next call on
+    stored = Message.objects.filter(conversation=conversation, role="tool")
+    assert stored.filter(content=html(120_000)).count() == 1  # its original is kept
+
+
+def lock_file(index: int) -> str:
+    """A dependency lock file: hashes and versions, denser in tokens than prose."""
+    lines = []
+    for n in range(60):
+        digest = hashlib.sha256(f"{index}-{n}".encode()).hexdigest()
+        lines.append(f'  "pkg_{n}": {{:hex, :pkg_{n}, "1.{n}.{index}", "{digest}", [:mix]}},')
+    return "\n".join(lines)
+
+
+@override_settings(ASSISTANT_COMPACTION=SMALL_TRIGGER)
+def test_after_a_compaction_the_context_is_sized_as_the_provider_counts_it(conversation):
+    # The provider counts these results at about 1.5x our characters-per-token
+    # estimate. Once the hook compacts, every count it reported is stale: the
+    # request is then sized by estimates scaled by the provider's ratio, or it
+    # would go out over the trigger believing itself well under it.
+    meter = CostMeter()  # the provider's count (the bench's token rule)
+    add_message(conversation, "user", "Update every dependency.")
+    over = []
+    for index in range(40):
+        ensure_context_summary(conversation)
+        tokens = meter.record(build_context(conversation).to_anthropic()).tokens
+        call = {"id": f"toolu_{index}", "name": "Read", "arguments": {"path": f"mix{index}.lock"}}
+        add_message(conversation, "assistant", "", tool_calls=[call], input_tokens=tokens)
+        step = add_message(conversation, "tool", lock_file(index), tool_call_id=call["id"])
+        newest = meter.record(build_context(conversation).to_anthropic()).tokens - tokens
+        if tokens > SMALL_TRIGGER["CONTEXT_TOKEN_THRESHOLD"] + newest:
+            over.append((index, tokens))
+
+    assert step.token_estimate * 1.3 < newest  # the content is as dense as announced
+    assert CompactionEvent.objects.filter(conversation=conversation).exists()
+    assert over == []
 
 
 @override_settings(ASSISTANT_COMPACTION=SMALL_TRIGGER)
