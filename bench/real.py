@@ -22,12 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.utils import timezone
-
 from assistant import services
 from assistant.models import Conversation
 from bench import peers as lib
 from bench.baselines import Everything, Reference
+from bench.chat import finish_turn, store
 from bench.fake_summarizer import FakeSummarizer
 from bench.measures import use_fake
 from bench.payload import CostMeter
@@ -114,16 +113,9 @@ def replay_ours(session: Session, summarizer: FakeSummarizer) -> Outcome:
                         context.to_anthropic(), session.probes.get(index, [])
                     )
                     fields["input_tokens"] = figures.tokens
-                if message.get("tool_calls"):
-                    fields["tool_calls"] = message["tool_calls"]
-                if message["role"] == "tool":
-                    fields["tool_call_id"] = message["tool_call_id"]
-                services.add_message(conversation, message["role"], message["content"], **fields)
+                store(conversation, message, **fields)
                 if index in ends:
-                    Conversation.objects.filter(pk=conversation.pk).update(
-                        last_exchange_at=timezone.now()
-                    )
-                    services.process_exchange(conversation.pk)
+                    finish_turn(conversation)
         except Exception as exc:  # reported per conversation, the run goes on
             outcome.error = _failed(exc)
     outcome.summarizer = summarizer.totals()

@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.utils import timezone
-
 from assistant import services
 from assistant.llm import convert
 from assistant.models import Conversation
+from bench.chat import finish_turn, store
 from bench.payload import CostMeter, anthropic_problems, gemini_problems, payload_tokens
 from bench.sessions import SYSTEM_PROMPT
 
@@ -53,14 +52,9 @@ def replay(
             tokens = meter.record(anthropic).tokens
             requests.append(Request(index, tokens, _newest_step_tokens(messages[:index])))
             fields["input_tokens"] = tokens
-        if message.get("tool_calls"):
-            fields["tool_calls"] = message["tool_calls"]
-        if message["role"] == "tool":
-            fields["tool_call_id"] = message["tool_call_id"]
-        services.add_message(conversation, message["role"], message["content"], **fields)
+        store(conversation, message, **fields)
         if index in ends:
-            Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
-            services.process_exchange(conversation.pk)
+            finish_turn(conversation)
     return conversation, problems, requests
 
 
