@@ -88,10 +88,19 @@ def ensure_context_summary(conversation: Conversation) -> str | None:
         free = cold or eager or tokens >= trigger
         state = compact_consumed_results(state, config, free=free, everything=cold) or state
     count = eager or cold
+    # At the trigger the cached prefix breaks anyway, so the window shifts
+    # even when compaction alone got the context under it: the request drops
+    # to the summaries and the verbatim budget, and the next break is far off
+    # (DESIGN 6: what is sent changes in rare, large steps).
+    at_trigger = tokens >= trigger and not eager
     if cold and has_pending_summary(state) and adopt_pending_summary(conversation.pk):
         state = _after_shift(state, cold=cold)
-    if should_shift(state, config, count=count):
-        summary = shift_window(conversation.pk, config, count=count)
+        at_trigger = False
+    if at_trigger or should_shift(state, config, count=count):
+        # Under the lease the shift goes on unless another caller got the
+        # context below what this one saw.
+        share = min(1.0, state.context_tokens() / trigger) if at_trigger else 1.0
+        summary = shift_window(conversation.pk, config, count=count, share=share)
         _after_shift(state, cold=cold)
         return summary
     if not eager and early_shift_pays(state, config):

@@ -73,6 +73,32 @@ def test_one_request_answered_by_120_tool_calls_stays_bounded_by_the_pre_call_ho
 
 
 @override_settings(ASSISTANT_COMPACTION=SMALL_TRIGGER)
+def test_each_break_of_the_cached_prefix_takes_the_request_well_below_the_trigger(conversation):
+    # Under prompt caching a break rewrites the rest of the request at the
+    # cache-write price. A break that only gets the request just under the
+    # trigger (compacting the consumed results) is followed by another a few
+    # calls later: at the trigger the hook compacts and shifts in one step.
+    meter = CostMeter()  # the provider's count (the bench's token rule)
+    add_message(conversation, "user", "Refactor the session module, file by file.")
+    after_break, previous = [], None
+    for index in range(120):
+        ensure_context_summary(conversation)
+        figures = meter.record(build_context(conversation).to_anthropic())
+        if previous is not None and figures.cached_tokens < previous:
+            after_break.append(figures.tokens)
+        previous = figures.tokens
+        call = {"id": f"toolu_{index}", "name": "Read", "arguments": {"path": f"f{index}.py"}}
+        add_message(conversation, "assistant", "", tool_calls=[call], input_tokens=figures.tokens)
+        add_message(
+            conversation, "tool", html(3000, marker=f"file {index} "), tool_call_id=call["id"]
+        )
+
+    trigger = SMALL_TRIGGER["CONTEXT_TOKEN_THRESHOLD"]
+    assert len(after_break) >= 3
+    assert max(after_break) <= 0.6 * trigger, after_break
+
+
+@override_settings(ASSISTANT_COMPACTION=SMALL_TRIGGER)
 def test_a_result_larger_than_the_trigger_leaves_the_request_once_it_is_read(conversation):
     # The hook's first try, while the huge result is the newest step, can only
     # summarize the small steps before it; that summary is refused as not smaller.
