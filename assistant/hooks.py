@@ -249,17 +249,20 @@ def process_exchange(conversation_id: int) -> bool:
 
 def shift_ahead(conversation_id: int, config: CompactionConfig) -> bool:
     """Whether a window shift is in sight, so a summary built now will be
-    used: past SOFT_WATERMARK of the trigger even once the consumed tool
-    results are compacted (which the pre-call hook does first). A summary
-    built for a shift that never comes is paid for and thrown away."""
+    used: at the trigger (the pre-call hook shifts there whatever compaction
+    frees), or past SOFT_WATERMARK of it even once the consumed tool results
+    are compacted (which the pre-call hook does first). A summary built for a
+    shift that never comes is paid for and thrown away."""
     if config.COMPACTION_TIMING == "eager":
         return True
     state = load_window(conversation_id)
+    tokens = state.context_tokens()
+    if tokens >= config.CONTEXT_TOKEN_THRESHOLD:
+        return True
     plan = plan_compaction(
         consumed_tool_rows(state.rows), config, keep_newest=config.KEEP_NEWEST_TOOL_RESULTS
     )
-    soft = config.SOFT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD
-    return state.context_tokens() - plan.most_freed >= soft
+    return tokens - plan.most_freed >= config.SOFT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD
 
 
 def call_with_overflow_recovery(

@@ -213,6 +213,25 @@ def read_four_modules(conversation: Conversation, size: int) -> None:
         )
 
 
+def test_at_the_trigger_the_worker_prebuilds_the_summary_the_hook_then_adopts(conversation):
+    # Over the trigger the pre-call hook shifts whatever compacting the reads
+    # frees, so the worker builds that summary ahead, and the next request
+    # adopts it instead of waiting on the summarizer.
+    read_four_modules(conversation, 52_000)
+    add_message(conversation, "assistant", "All four modules use the same session helper.")
+    Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
+
+    assert process_exchange(conversation.pk) is True
+
+    conversation.refresh_from_db()
+    pending = conversation.metadata.get(MetadataKeys.PENDING_SUMMARY)
+    assert pending
+    add_message(conversation, "user", "Which helper is it?")
+    assert ensure_context_summary(conversation) == pending
+    conversation.refresh_from_db()
+    assert MetadataKeys.PENDING_SUMMARY not in conversation.metadata
+
+
 def test_below_the_trigger_a_conversation_that_saved_nothing_pays_for_no_summary(conversation):
     # About 36,000 tokens of reads under the 50,000 trigger, in one provider
     # message with the newest results: summarizing them would shrink the
