@@ -104,7 +104,9 @@ def ensure_context_summary(conversation: Conversation) -> str | None:
         _after_shift(state, cold=cold)
         return summary
     if not eager and early_shift_pays(state, config):
-        summary = shift_window(conversation.pk, config, count=False, share=config.COMPACT_WATERMARK)
+        summary = shift_window(
+            conversation.pk, config, count=False, share=config.COMPACT_WATERMARK, early=True
+        )
         _after_shift(state, cold=cold)
         return summary
     return state.summary

@@ -151,15 +151,17 @@ def shift_window(
     force: bool = False,
     count: bool = True,
     share: float = 1.0,
+    early: bool = False,
     recent_fraction: float | None = None,
     keep_last: int | None = None,
     newest_step_only: bool = False,
 ) -> str | None:
     """Move the split forward when the context reaches `share` of a trigger
-    (always with `force`),
-    adopting a pre-built summary when one fits, and return the summary the
-    next request carries. One process at a time: a caller that finds another
-    one summarizing waits for it, then uses what it stored."""
+    (always with `force`), adopting a pre-built summary when one fits, and
+    return the summary the next request carries. An `early` shift, before
+    the trigger, keeps the verbatim budget of one (`verbatim_budget`). One
+    process at a time: a caller that finds another one summarizing waits for
+    it, then uses what it stored."""
     for attempt in range(2):
         with summary_lease(conversation_id) as lease:
             if lease is not None:
@@ -169,6 +171,7 @@ def shift_window(
                     force=force,
                     count=count,
                     share=share,
+                    early=early,
                     recent_fraction=recent_fraction,
                     keep_last=keep_last,
                     newest_step_only=newest_step_only,
@@ -179,7 +182,14 @@ def shift_window(
 
 
 def _shift_holding(
-    lease: Lease, config: CompactionConfig, *, force: bool, count: bool, share: float, **split
+    lease: Lease,
+    config: CompactionConfig,
+    *,
+    force: bool,
+    count: bool,
+    share: float,
+    early: bool,
+    **split,
 ):
     state = load_window(lease.conversation_id)  # re-read under the lease
     if not force:
@@ -189,7 +199,7 @@ def _shift_holding(
             state = load_window(lease.conversation_id)
             if not should_shift(state, config, share, count=count):
                 return state.summary
-    budget = verbatim_budget(state, config, early=share < 1.0 and not force)
+    budget = verbatim_budget(state, config, early=early and not force)
     start = choose_split(state.rows, config, budget=budget, **split)
     if start is None:
         log_event(
