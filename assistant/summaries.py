@@ -38,6 +38,7 @@ from assistant.window import (
     load_window,
     should_shift,
     split_parts,
+    summary_room,
     verbatim_budget,
 )
 
@@ -88,10 +89,13 @@ def summarize_messages(
     *,
     previous_summary: str | None = None,
     on_chunk: Callable[[], object] | None = None,
+    max_tokens: int | None = None,
 ) -> SummaryOutcome:
     """Summarize `messages` (merging into `previous_summary`), in chunks the
-    summarizer can take. No database writes; raises if the provider fails
-    and no fallback is configured."""
+    summarizer can take. Carried facts fill what `max_tokens` (the room for
+    the whole summary) leaves beside the summarizer's text, up to
+    CARRIED_FACTS_MAX_TOKENS. No database writes; raises if the provider
+    fails and no fallback is configured."""
     config = compaction_config()
     # The summarizer reads the previous summary whole, carried facts included: it can
     # merge them back into its text, and they are carried again only if it does not.
@@ -107,11 +111,11 @@ def summarize_messages(
         calls += 1
         tokens_in += result.usage.prompt_tokens
         tokens_out += result.usage.output_tokens
+    carried = config.CARRIED_FACTS_MAX_TOKENS
+    if max_tokens is not None:
+        carried = max(0, min(carried, max_tokens - estimate_tokens(body or "")))
     text = with_carried_facts(
-        body or "",
-        [as_neutral(message) for message in messages],
-        previous_summary,
-        config.CARRIED_FACTS_MAX_TOKENS,
+        body or "", [as_neutral(message) for message in messages], previous_summary, carried
     )
     return SummaryOutcome(text, model, tokens_in, tokens_out, fallback, calls)
 
@@ -389,15 +393,16 @@ def _summarize_and_store(
     newly_old, anchor = split_parts(state, start)
     if not newly_old:
         return state.summary
-    kept = state.rows[start:]
+    kept = [anchor, *state.rows[start:]] if anchor else state.rows[start:]
     through = newly_old[-1].pk
     before = state.estimated_tokens()
+    room = summary_room(state, kept, config)
     with stopwatch() as elapsed:
-        outcome = _summarize_or_log(state.conversation_id, newly_old, state.summary, lease)
+        outcome = _summarize_or_log(state.conversation_id, newly_old, state.summary, lease, room)
     if outcome is None:
         record_failure(lease, state)
         return state.summary  # the cached summary stays exactly as it was
-    after = _context_after(state, outcome.text, [anchor, *kept] if anchor else kept)
+    after = _context_after(state, outcome.text, kept)
     if after >= before:
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="not_smaller")
         record_failure(lease, state, through=through)
@@ -425,10 +430,16 @@ def _summarize_and_store(
 
 
 def _summarize_or_log(
-    conversation_id: int, messages: Sequence[Message], previous: str | None, lease: Lease
+    conversation_id: int,
+    messages: Sequence[Message],
+    previous: str | None,
+    lease: Lease,
+    room: int,
 ) -> SummaryOutcome | None:
     try:
-        return summarize_messages(messages, previous_summary=previous, on_chunk=lease.renew)
+        return summarize_messages(
+            messages, previous_summary=previous, on_chunk=lease.renew, max_tokens=room
+        )
     except Exception as exc:  # a failed summary never breaks the chat or the history
         logger.warning(
             "summary_failed conversation=%s error=%s", conversation_id, type(exc).__name__

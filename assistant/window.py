@@ -236,13 +236,39 @@ def verbatim_budget(state: WindowState, config: CompactionConfig, *, early: bool
     trigger (the summary is taken to be about as large as the one it
     replaces). An `early` shift, before the trigger, keeps about
     RECENT_FRACTION of the context's tokens, so that it frees what it costs."""
-    room = config.CONTEXT_TOKEN_THRESHOLD - state.fixed_tokens
+    room = trigger_estimate(state, config) - state.fixed_tokens
     if state.anchor is not None:
         room -= state.anchor.token_estimate
+    elif (request := _turn_request(state)) is not None:
+        # A split inside the current turn will keep its user message verbatim,
+        # outside the budget: when the turn is over the budget, count it now.
+        turn = sum(row.token_estimate for row in state.rows if row.pk >= request.pk)
+        if turn > min(config.MAX_RECENT_TOKENS, room):
+            room -= request.token_estimate
     budget = min(config.MAX_RECENT_TOKENS, room)
     if early:
         budget = min(budget, math.ceil(config.RECENT_FRACTION * state.estimated_tokens()))
     return max(budget, 0)
+
+
+def _turn_request(state: WindowState) -> Message | None:
+    """The user message of the window's last turn, None if there is none."""
+    return next((row for row in reversed(state.rows) if row.role == Message.Role.USER), None)
+
+
+def summary_room(state: WindowState, kept: list[Message], config: CompactionConfig) -> int:
+    """Estimated tokens the window summary may take beside what a shift keeps
+    verbatim, so the request fits under the trigger (counted as the provider
+    counts, by the stored ratio): the summary gives way to the turn's user
+    message and the newest steps. Can be negative when they alone are over."""
+    fixed = estimate_tokens(state.system) + estimate_tokens(state.parent_summary or "")
+    return trigger_estimate(state, config) - fixed - sum(row.token_estimate for row in kept)
+
+
+def trigger_estimate(state: WindowState, config: CompactionConfig) -> int:
+    """The token trigger in our estimates: the provider counts this
+    conversation's text at `token_ratio` times them."""
+    return math.floor(config.CONTEXT_TOKEN_THRESHOLD / state.token_ratio)
 
 
 def split_boundaries(rows: list[Message]) -> list[int]:

@@ -98,6 +98,43 @@ def test_each_break_of_the_cached_prefix_takes_the_request_well_below_the_trigge
     assert max(after_break) <= 0.6 * trigger, after_break
 
 
+def order_rows(index: int) -> str:
+    """A tool result of facts: each row says what its ids are."""
+    return "\n".join(
+        f"Order ORD-{index:03d}-{n:02d} for customer cus_{index * 40 + n:05d} was shipped "
+        f"to warehouse WH-{n % 7} with tracking code TRK{index:03d}X{n:02d}."
+        for n in range(25)
+    )
+
+
+@override_settings(
+    ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 6_000, "MAX_RECENT_TOKENS": 2_000}
+)
+def test_carried_facts_give_way_to_the_turns_request_and_the_newest_steps(conversation):
+    # A long request (a pasted spec, sent verbatim all turn long) and results
+    # full of facts: the facts a summary carries fill only the room it has
+    # under the trigger, so every request stays within the trigger plus its
+    # newest step (they filled CARRIED_FACTS_MAX_TOKENS and went over it).
+    meter = CostMeter()  # the provider's count (the bench's token rule)
+    spec = " ".join(f"Requirement {n}: every order keeps its audit trail." for n in range(300))
+    add_message(conversation, "user", "Reconcile the orders against this spec. " + spec)
+    over, carried = [], 0
+    for index in range(40):
+        summary = ensure_context_summary(conversation) or ""
+        carried = max(carried, summary.count("\n- "))
+        tokens = meter.record(build_context(conversation).to_anthropic()).tokens
+        call = {"id": f"toolu_{index}", "name": "orders", "arguments": {"page": index}}
+        add_message(conversation, "assistant", "", tool_calls=[call], input_tokens=tokens)
+        add_message(conversation, "tool", order_rows(index), tool_call_id=call["id"])
+        newest = meter.record(build_context(conversation).to_anthropic()).tokens - tokens
+        if tokens > 6_000 + newest:
+            over.append((index, tokens, newest))
+
+    assert CompactionEvent.objects.filter(conversation=conversation).exists()
+    assert carried > 0  # facts are carried where there is room
+    assert over == []
+
+
 @override_settings(ASSISTANT_COMPACTION=SMALL_TRIGGER)
 def test_a_result_larger_than_the_trigger_leaves_the_request_once_it_is_read(conversation):
     # The hook's first try, while the huge result is the newest step, can only
