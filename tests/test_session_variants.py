@@ -3,7 +3,8 @@ results, parallel calls, empty results, one huge result), replayed with the
 default settings: no exception, well-formed requests in both providers'
 shapes, every request within the trigger plus its newest step, every
 original stored. Before the fixes of this version, results x3, parallel calls
-and empty results each sent requests over that bound."""
+and empty results each sent requests over that bound; so did the sessions
+themselves with a small trigger."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
 from assistant.conf import compaction_config
 from assistant.models import Message
@@ -122,3 +124,19 @@ def test_a_session_variant_stays_bounded_and_well_formed(name, variant):
     assert over == []
     stored = Message.objects.filter(conversation=conversation).order_by("id")
     assert [row.content for row in stored] == [m["content"] for m in messages]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", NAMES)
+@override_settings(
+    ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 8_000, "MAX_RECENT_TOKENS": 3_000}
+)
+def test_a_session_stays_bounded_with_a_small_trigger(name):
+    # The summary, its carried facts and the turn's request take a large share
+    # of an 8,000-token trigger: the verbatim steps and the carried facts give
+    # way to them (before, fa812bfe sent requests up to 2,000 tokens over).
+    _, problems, requests = replay(f"{name} small", SESSIONS[name].messages)
+
+    assert problems == []
+    over = [(r.index, r.tokens, 8_000 + r.newest_step_tokens) for r in requests]
+    assert [o for o in over if o[1] > o[2]] == []
