@@ -250,17 +250,21 @@ def read_four_modules(conversation: Conversation, size: int) -> None:
         )
 
 
+def exchange_of_four_reads(conversation: Conversation, size: int) -> None:
+    """The four reads answered, the exchange finished and the worker run on it."""
+    read_four_modules(conversation, size)
+    add_message(conversation, "assistant", "All four modules use the same session helper.")
+    Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
+    assert process_exchange(conversation.pk) is True
+    conversation.refresh_from_db()
+
+
 def test_at_the_trigger_the_worker_prebuilds_the_summary_the_hook_then_adopts(conversation):
     # Over the trigger the pre-call hook shifts whatever compacting the reads
     # frees, so the worker builds that summary ahead, and the next request
     # adopts it instead of waiting on the summarizer.
-    read_four_modules(conversation, 52_000)
-    add_message(conversation, "assistant", "All four modules use the same session helper.")
-    Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
+    exchange_of_four_reads(conversation, 52_000)
 
-    assert process_exchange(conversation.pk) is True
-
-    conversation.refresh_from_db()
     pending = conversation.metadata.get(MetadataKeys.PENDING_SUMMARY)
     assert pending
     add_message(conversation, "user", "Which helper is it?")
@@ -290,13 +294,8 @@ def test_below_the_trigger_a_conversation_that_saved_nothing_pays_for_no_summary
 def test_the_worker_builds_no_summary_that_compacting_results_makes_needless(conversation):
     # Past the soft watermark (0.8 of the trigger) only because of consumed
     # reads the pre-call hook compacts first: no shift is in sight.
-    read_four_modules(conversation, 45_000)
-    add_message(conversation, "assistant", "All four modules use the same session helper.")
-    Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
+    exchange_of_four_reads(conversation, 45_000)
 
-    assert process_exchange(conversation.pk) is True
-
-    conversation.refresh_from_db()
     assert MetadataKeys.PENDING_SUMMARY not in conversation.metadata
     # What it did prepare: the reads' compactions, for the hook to apply.
     prepared = Message.objects.filter(conversation=conversation, prepared_content__isnull=False)
