@@ -38,7 +38,7 @@ from assistant.window import (
     load_window,
     should_shift,
     split_parts,
-    summary_room,
+    trigger_estimate,
     verbatim_budget,
 )
 
@@ -396,7 +396,8 @@ def _summarize_and_store(
     kept = [anchor, *state.rows[start:]] if anchor else state.rows[start:]
     through = newly_old[-1].pk
     before = state.estimated_tokens()
-    room = summary_room(state, kept, config)
+    # The summary gives way to what stays verbatim: its room under the trigger.
+    room = trigger_estimate(state, config) - _context_after(state, "", kept)
     with stopwatch() as elapsed:
         outcome = _summarize_or_log(state.conversation_id, newly_old, state.summary, lease, room)
     if outcome is None:

@@ -256,15 +256,6 @@ def _turn_request(state: WindowState) -> Message | None:
     return next((row for row in reversed(state.rows) if row.role == Message.Role.USER), None)
 
 
-def summary_room(state: WindowState, kept: list[Message], config: CompactionConfig) -> int:
-    """Estimated tokens the window summary may take beside what a shift keeps
-    verbatim, so the request fits under the trigger (counted as the provider
-    counts, by the stored ratio): the summary gives way to the turn's user
-    message and the newest steps. Can be negative when they alone are over."""
-    fixed = estimate_tokens(state.system) + estimate_tokens(state.parent_summary or "")
-    return trigger_estimate(state, config) - fixed - sum(row.token_estimate for row in kept)
-
-
 def trigger_estimate(state: WindowState, config: CompactionConfig) -> int:
     """The token trigger in our estimates: the provider counts this
     conversation's text at `token_ratio` times them."""
