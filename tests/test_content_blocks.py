@@ -21,13 +21,13 @@ from assistant.llm import ProviderError, get_provider
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import add_message, build_context
 from assistant.summaries import summarize_messages
-from assistant.tokens import estimate_tokens
-from tests.fake_content import (
+from assistant.testing.content import (
     ANTHROPIC_THINKING_REQUIRED,
     GEMINI_BAD_IMAGE,
     decoded,
     thinking_block,
 )
+from assistant.tokens import estimate_tokens
 from tests.fake_llm import ok
 from tests.media import b64, image_block, jpeg, pdf, pdf_block, png
 

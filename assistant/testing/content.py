@@ -1,4 +1,4 @@
-"""Content blocks as the real APIs check them, for tests/fake_llm.py: thinking blocks
+"""Content blocks as the real APIs check them, for the fake provider: thinking blocks
 (signed by the server, required at the start of the assistant turn whose tool results
 are being sent while thinking is enabled) and images and documents, with the real
 error wordings."""

@@ -1,0 +1,718 @@
+"""A loopback HTTP server speaking the Anthropic and Gemini wire formats.
+
+Both SDKs send through their own HTTP stacks, so tests point the real SDKs at
+this server (`base_url`) instead of mocking a transport. It records every
+request and answers from a per-kind script queue, else with a text reply (a
+well-formed summary), so a chat loop always ends. In-process:
+
+    fake = FakeProvider().start()
+    fake.script_anthropic(ok(tool_calls=[{"name": "get_post", "arguments": {}}]), ok("Done."))
+    client = anthropic.Anthropic(api_key="any", base_url=fake.url)
+    ...
+    assert fake.count("anthropic.messages") == 2
+
+Alone, for a host's own tests (any language, any process):
+
+    python -m assistant.testing.fake_provider --port 8765 [--script replies.json] [--prompt-cache]
+
+and script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic",
+"replies": [{"tool_calls": [{"name": "get_post", "arguments": {"id": 1}}]},
+{"text": "Done."}], "repeat": false}` (a reply: text, tool_calls, thinking,
+usage in the provider's wire names, stop_reason, delay, or error: overflow,
+rate_limited, overloaded, malformed); `GET /_fake/requests` lists what it
+received (bodies and the usage it reported, never headers: they hold keys);
+`POST /_fake/reset` forgets both. `--script` takes the same JSON (one object
+or a list). With `--prompt-cache` the usage of a default reply follows the
+provider's prompt caching: Anthropic reports the prefix it saw before, up to
+a `cache_control` breakpoint, as `cache_read_input_tokens`, the rest up to the
+last breakpoint as `cache_creation_input_tokens`, only what follows as
+`input_tokens`; Gemini reports its implicit cache as `cachedContentTokenCount`
+(included in `promptTokenCount`). A token is four characters of the request's
+JSON (`prompt_tokens`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from assistant.testing.content import (
+    anthropic_content_problem,
+    gemini_content_problem,
+    thinking_block,
+)
+
+KINDS = ("anthropic.messages", "anthropic.count_tokens", "gemini.generate", "gemini.count_tokens")
+
+DEFAULT_SUMMARY = """## Goal
+- Summarize the conversation (fake server).
+
+## Constraints
+- none
+
+## Progress
+- The fake provider produced this summary.
+
+## Key decisions
+- none
+
+## Next steps
+- none
+
+## Critical context
+- none"""
+
+ANTHROPIC_OVERFLOW = "prompt is too long: 208310 tokens > 200000 maximum"
+GEMINI_OVERFLOW = (
+    "The input token count (1200293) exceeds the maximum number of tokens allowed (1048576)."
+)
+
+
+@dataclass
+class Reply:
+    """One scripted answer; rendered in the wire format of whoever asked."""
+
+    kind: str  # ok | overflow | rate_limited | overloaded | malformed | raw
+    text: str | None = None
+    usage: dict[str, Any] | None = None
+    stop_reason: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    thinking: str | None = None  # Anthropic: a signed thinking block opens the answer
+    delay: float = 0.0
+    retry_after: float | None = None
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def ok(
+    text: str | None = None,
+    *,
+    usage: dict[str, Any] | None = None,
+    stop_reason: str | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
+    thinking: str | None = None,
+) -> Reply:
+    """A normal response; `usage` is the provider's raw usage object (wire field names)."""
+    return Reply(
+        "ok",
+        text=text,
+        usage=usage,
+        stop_reason=stop_reason,
+        tool_calls=tool_calls or [],
+        thinking=thinking,
+    )
+
+
+def overflow() -> Reply:
+    return Reply("overflow")
+
+
+def rate_limited(retry_after: float = 0.001) -> Reply:
+    return Reply("rate_limited", retry_after=retry_after)
+
+
+def overloaded(retry_after: float = 0.001) -> Reply:
+    return Reply("overloaded", retry_after=retry_after)
+
+
+def slow(seconds: float, then: Reply | None = None) -> Reply:
+    reply = then or ok()
+    reply.delay = seconds
+    return reply
+
+
+def malformed() -> Reply:
+    return Reply("malformed")
+
+
+def raw(status: int, body: Any, headers: dict[str, str] | None = None) -> Reply:
+    """Any status and body (a dict is sent as JSON), e.g. another vendor's error."""
+    return Reply("raw", status=status, body=body, headers=headers or {})
+
+
+def count(tokens: int) -> Reply:
+    return Reply("ok", usage={"tokens": tokens})
+
+
+_ERRORS = {"overflow": overflow, "rate_limited": rate_limited, "overloaded": overloaded}
+_REPLY_KEYS = {"text", "tool_calls", "thinking", "usage", "stop_reason", "delay", "error"}
+
+
+def reply_from_json(data: dict[str, Any]) -> Reply:
+    """A reply as scripted over HTTP or in a --script file, e.g. {"text": "Done."},
+    {"tool_calls": [{"name": "get_post", "arguments": {"id": 1}}]} (an id is made up
+    when missing, as Gemini may omit it), {"error": "overflow"}."""
+    if not isinstance(data, dict) or set(data) - _REPLY_KEYS:
+        raise ValueError(f"a reply is an object with keys among {sorted(_REPLY_KEYS)}: {data!r}")
+    error = data.get("error")
+    if error == "malformed":
+        reply = malformed()
+    elif error is not None:
+        if error not in _ERRORS:
+            raise ValueError(f"unknown error {error!r}: one of {sorted(_ERRORS)} or malformed")
+        reply = _ERRORS[error]()
+    else:
+        calls = data.get("tool_calls") or []
+        if not all(isinstance(c, dict) and {"name", "arguments"} <= set(c) for c in calls):
+            raise ValueError("tool_calls: a list of {name, arguments, id?}")
+        reply = ok(
+            data.get("text"),
+            usage=data.get("usage"),
+            stop_reason=data.get("stop_reason"),
+            tool_calls=calls,
+            thinking=data.get("thinking"),
+        )
+    reply.delay = float(data.get("delay") or 0)
+    return reply
+
+
+def prompt_tokens(value: Any) -> int:
+    """The fake server's token count of a request body or any part of it: a token per
+    four characters of its JSON."""
+    return max(1, len(json.dumps(value)) // 4) if value is not None else 0
+
+
+@dataclass
+class Request:
+    kind: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    usage: dict[str, Any] | None = None  # what the server reported, for a 200 answer
+
+    def as_json(self) -> dict[str, Any]:
+        """For GET /_fake/requests: never the headers (they carry the API key)."""
+        return {"kind": self.kind, "path": self.path, "body": self.body, "usage": self.usage}
+
+
+def _retry_headers(seconds: float | None) -> dict[str, str]:
+    if seconds is None:
+        return {}
+    # retry-after-ms is what the Anthropic SDK reads for sub-second waits
+    return {"retry-after": str(max(0, round(seconds))), "retry-after-ms": str(int(seconds * 1000))}
+
+
+def _anthropic_error(status: int, error_type: str, message: str) -> dict[str, Any]:
+    return {
+        "type": "error",
+        "error": {"type": error_type, "message": message},
+        "request_id": f"req_{uuid.uuid4().hex[:24]}",
+    }
+
+
+def _gemini_error(code: int, status: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "status": status}}
+
+
+_ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def anthropic_request_problem(body: Any) -> str | None:
+    """What the Messages API would refuse in this request body (its own wording), or None.
+    The checks a converter can get wrong: roles, empty text, tool_use ids and pairs."""
+    messages = (body or {}).get("messages") or []
+    if messages and messages[0].get("role") != "user":
+        return 'messages: first message must use the "user" role'
+    seen: set[str] = set()
+    calls: list[str] = []
+    for index, message in enumerate(messages):
+        blocks = message.get("content")
+        blocks = [{"type": "text", "text": blocks}] if isinstance(blocks, str) else blocks or []
+        if not blocks:
+            return f"messages.{index}: all messages must have non-empty content"
+        for block in blocks:
+            if block.get("type") == "text" and not block.get("text", "").strip():
+                return "messages: text content blocks must contain non-whitespace text"
+        results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
+        stray = [r for r in results if r not in calls]
+        if stray:
+            return (
+                f"messages.{index}.content.0: unexpected `tool_use_id` found in `tool_result` "
+                f"blocks: {stray[0]}. Each `tool_result` block must have a corresponding "
+                "`tool_use` block in the previous message."
+            )
+        unanswered = [c for c in calls if c not in results]
+        if unanswered:
+            return (
+                f"messages.{index - 1}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {unanswered[0]}. Each `tool_use` block must have a "
+                "corresponding `tool_result` block in the next message."
+            )
+        calls = [b["id"] for b in blocks if b.get("type") == "tool_use"]
+        for position, call_id in enumerate(calls):
+            if not _ANTHROPIC_ID.match(call_id):
+                return (
+                    f"messages.{index}.content.{position}.tool_use.id: String should match "
+                    "pattern '^[a-zA-Z0-9_-]+$'"
+                )
+            if call_id in seen:
+                return f"messages.{index}.content.{position}: `tool_use` ids must be unique"
+            seen.add(call_id)
+    if calls:
+        return (
+            f"messages.{len(messages) - 1}: `tool_use` ids were found without `tool_result` "
+            f"blocks immediately after: {calls[0]}."
+        )
+    return None
+
+
+def gemini_request_problem(body: Any) -> str | None:
+    """What generateContent would refuse in this request body (its own wording), or None."""
+    contents = (body or {}).get("contents") or []
+    if contents and contents[0].get("role") != "user":
+        return "Please ensure that multiturn requests alternate between user and model."
+    calls: list[tuple[Any, str]] = []
+    for index, content in enumerate(contents):
+        parts = content.get("parts") or []
+        if not parts:
+            return f"contents.parts must not be empty (contents[{index}])."
+        responses = sorted(
+            (p["functionResponse"].get("id"), p["functionResponse"].get("name", ""))
+            for p in parts
+            if "functionResponse" in p
+        )
+        if responses != sorted(calls, key=str):
+            return (
+                "Please ensure that the number of function response parts is equal to the "
+                "number of function call parts of the function call turn."
+            )
+        calls = [
+            (p["functionCall"].get("id"), p["functionCall"].get("name", ""))
+            for p in parts
+            if "functionCall" in p
+        ]
+        ids = [call_id for call_id, _ in calls if call_id]
+        if len(set(ids)) != len(ids):
+            return "Duplicate function call ids in one turn."
+    return None
+
+
+class PromptCache:
+    """Which request prefixes the provider has seen, to report cache reads and writes
+    as its prompt caching would (prefixes are hashed; nothing else is kept)."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def usage(self, segments: list[Any], breakpoints: Iterable[int]) -> tuple[int, int]:
+        """(tokens read, tokens written) for a request made of these segments in order,
+        cacheable up to the last breakpoint (an index into segments, inclusive)."""
+        last = max(breakpoints, default=-1)
+        digest = hashlib.sha256()
+        read = written = 0
+        for segment in segments[: last + 1]:
+            digest.update(json.dumps(segment, sort_keys=True).encode())
+            key = digest.hexdigest()
+            tokens = len(json.dumps(segment)) // 4
+            if key in self._seen and not written:
+                read += tokens
+            else:
+                written += tokens
+                self._seen.add(key)
+        return read, written
+
+
+def anthropic_cache_usage(cache: PromptCache, body: dict[str, Any]) -> tuple[int, int]:
+    """Tools, then system blocks, then each message's blocks; a breakpoint on every
+    block with cache_control (on a tool: the tools before it too)."""
+    segments: list[Any] = [*(body.get("tools") or [])]
+    system = body.get("system") or []
+    segments += [{"type": "text", "text": system}] if isinstance(system, str) else system
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        segments += [{"role": message.get("role"), **block} for block in blocks or []]
+    marks = [i for i, s in enumerate(segments) if isinstance(s, dict) and s.get("cache_control")]
+    return cache.usage(segments, marks)
+
+
+def gemini_cache_usage(cache: PromptCache, body: dict[str, Any]) -> int:
+    """Implicit caching: the longest prefix (system instruction, tools, contents) seen
+    before is read from the cache."""
+    config = {k: body.get(k) for k in ("systemInstruction", "tools") if body.get(k)}
+    segments = [config, *(body.get("contents") or [])]
+    read, _ = cache.usage(segments, [len(segments) - 1])
+    return read
+
+
+def default_usage(kind: str, body: Any, cache: PromptCache | None = None) -> dict[str, Any]:
+    """The usage a provider would report for this request, when a reply scripts none."""
+    total = prompt_tokens(body)
+    if kind.startswith("anthropic"):
+        read, written = anthropic_cache_usage(cache, body) if cache else (0, 0)
+        return {
+            "input_tokens": max(1, total - read - written),
+            "output_tokens": 50,
+            "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read,
+        }
+    usage = {"promptTokenCount": total, "candidatesTokenCount": 50}
+    if cache:
+        usage["cachedContentTokenCount"] = min(gemini_cache_usage(cache, body), total)
+    return usage
+
+
+def render_anthropic(
+    reply: Reply, kind: str, body: Any, usage: dict[str, Any] | None = None
+) -> tuple[int, dict[str, str], Any]:
+    problem = anthropic_request_problem(body) or anthropic_content_problem(body)
+    if problem:
+        return 400, {}, _anthropic_error(400, "invalid_request_error", problem)
+    if reply.kind == "overflow":
+        return 400, {}, _anthropic_error(400, "invalid_request_error", ANTHROPIC_OVERFLOW)
+    if reply.kind == "rate_limited":
+        message = "Number of request tokens has exceeded your per-minute rate limit"
+        error = _anthropic_error(429, "rate_limit_error", message)
+        return 429, _retry_headers(reply.retry_after), error
+    if reply.kind == "overloaded":
+        error = _anthropic_error(529, "overloaded_error", "Overloaded")
+        return 529, _retry_headers(reply.retry_after), error
+    if kind == "anthropic.count_tokens":
+        tokens = (reply.usage or {}).get("tokens", prompt_tokens(body))
+        return 200, {}, {"input_tokens": tokens}
+    content: list[dict[str, Any]] = [thinking_block(reply.thinking)] if reply.thinking else []
+    if reply.text is not None or not reply.tool_calls:
+        content.append(
+            {"type": "text", "text": DEFAULT_SUMMARY if reply.text is None else reply.text}
+        )
+    for call in reply.tool_calls:
+        call_id = call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}"
+        content.append(
+            {"type": "tool_use", "id": call_id, "name": call["name"], "input": call["arguments"]}
+        )
+    usage = reply.usage or usage or default_usage(kind, body)
+    stop = reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
+    message = {
+        "id": f"msg_{uuid.uuid4().hex[:24]}",
+        "type": "message",
+        "role": "assistant",
+        "model": (body or {}).get("model", "claude"),
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    return 200, {}, message
+
+
+def render_gemini(
+    reply: Reply, kind: str, body: Any, model: str, usage: dict[str, Any] | None = None
+) -> tuple[int, dict[str, str], Any]:
+    problem = gemini_request_problem(body) or gemini_content_problem(body)
+    if problem:
+        return 400, {}, _gemini_error(400, "INVALID_ARGUMENT", problem)
+    if reply.kind == "overflow":
+        return 400, {}, _gemini_error(400, "INVALID_ARGUMENT", GEMINI_OVERFLOW)
+    if reply.kind == "rate_limited":
+        message = "Resource has been exhausted (e.g. check quota)."
+        error = _gemini_error(429, "RESOURCE_EXHAUSTED", message)
+        return 429, _retry_headers(reply.retry_after), error
+    if reply.kind == "overloaded":
+        error = _gemini_error(
+            503, "UNAVAILABLE", "The model is overloaded. Please try again later."
+        )
+        return 503, _retry_headers(reply.retry_after), error
+    if kind == "gemini.count_tokens":
+        tokens = (reply.usage or {}).get("tokens", prompt_tokens(body))
+        return 200, {}, {"totalTokens": tokens}
+    parts: list[dict[str, Any]] = []
+    if reply.text is not None or not reply.tool_calls:
+        parts.append({"text": DEFAULT_SUMMARY if reply.text is None else reply.text})
+    for call in reply.tool_calls:
+        # Gemini may send a function call without an id: leave it out when the script does.
+        function_call = {"name": call["name"], "args": call["arguments"]}
+        if call.get("id"):
+            function_call["id"] = call["id"]
+        parts.append({"functionCall": function_call})
+    usage = dict(reply.usage or usage or default_usage(kind, body))
+    usage.setdefault(
+        "totalTokenCount", usage.get("promptTokenCount", 0) + usage.get("candidatesTokenCount", 0)
+    )
+    response = {
+        "candidates": [
+            {
+                "content": {"role": "model", "parts": parts},
+                "finishReason": reply.stop_reason or "STOP",
+                "index": 0,
+            }
+        ],
+        "usageMetadata": usage,
+        "modelVersion": model,
+        "responseId": uuid.uuid4().hex[:16],
+    }
+    return 200, {}, response
+
+
+_GEMINI_PATH = re.compile(r"^/(?:[^/]+/)*models/([^/:]+):(generateContent|countTokens)$")
+
+
+PROVIDER_KINDS = {"anthropic": "anthropic.messages", "gemini": "gemini.generate"}
+
+
+class FakeProvider:
+    """The server; `port=0` takes a free one (see `url`). With `prompt_cache`, default
+    usage reports cache reads and writes as the provider's prompt caching would."""
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1", *, prompt_cache: bool = False):
+        self._lock = threading.Lock()
+        self._requests: list[Request] = []
+        # Each entry: (reply, repeat); a repeated reply goes back to the end of its queue.
+        self._scripts: dict[str, deque[tuple[Reply, bool]]] = defaultdict(deque)
+        self._cache = PromptCache() if prompt_cache else None
+        self._server = ThreadingHTTPServer((host, port), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeProvider:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    # scripting
+    def script(self, kind: str, *replies: Reply, repeat: bool = False) -> None:
+        """Queue replies for one kind of request; with `repeat` they answer in a cycle."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
+        with self._lock:
+            self._scripts[kind].extend((reply, repeat) for reply in replies)
+
+    def script_json(self, data: Any) -> int:
+        """Queue replies given as JSON: {"provider": "anthropic"|"gemini" (or a kind),
+        "replies": [...], "repeat": false}, or a list of those. Returns the count queued;
+        raises ValueError (nothing queued) on a malformed script."""
+        entries = data if isinstance(data, list) else [data]
+        queued: list[tuple[str, list[Reply], bool]] = []
+        for entry in entries:
+            if not isinstance(entry, dict) or not isinstance(entry.get("replies"), list):
+                raise ValueError('a script is {"provider", "replies": [...], "repeat"?}')
+            provider = entry.get("provider", "anthropic")
+            kind = PROVIDER_KINDS.get(provider, provider)
+            if kind not in KINDS:
+                raise ValueError(f"unknown provider {provider!r}")
+            replies = [reply_from_json(reply) for reply in entry["replies"]]
+            queued.append((kind, replies, bool(entry.get("repeat"))))
+        for kind, replies, repeat in queued:
+            self.script(kind, *replies, repeat=repeat)
+        return sum(len(replies) for _, replies, _ in queued)
+
+    def script_anthropic(self, *replies: Reply) -> None:
+        self.script("anthropic.messages", *replies)
+
+    def script_gemini(self, *replies: Reply) -> None:
+        self.script("gemini.generate", *replies)
+
+    def _next_reply(self, kind: str) -> Reply:
+        with self._lock:
+            queue = self._scripts[kind]
+            if not queue:
+                return ok()
+            reply, repeat = queue.popleft()
+            if repeat:
+                queue.append((reply, repeat))
+            return reply
+
+    def _usage(self, kind: str, body: Any) -> dict[str, Any]:
+        with self._lock:
+            return default_usage(kind, body, self._cache)
+
+    # inspection
+    @property
+    def requests(self) -> list[Request]:
+        with self._lock:
+            return list(self._requests)
+
+    def requests_for(self, kind: str) -> list[Request]:
+        return [r for r in self.requests if r.kind == kind]
+
+    def count(self, kind: str) -> int:
+        return len(self.requests_for(kind))
+
+    def reset(self) -> None:
+        with self._lock:
+            self._requests.clear()
+            self._scripts.clear()
+
+    # settings
+    def use_anthropic(self, settings: Any, key: str = "test-key-anthropic") -> None:
+        settings.ASSISTANT_SUMMARIZER = "anthropic"
+        settings.ANTHROPIC_API_KEY = key
+        settings.ANTHROPIC_BASE_URL = self.url
+
+    def use_gemini(self, settings: Any, key: str = "test-key-gemini") -> None:
+        settings.ASSISTANT_SUMMARIZER = "gemini"
+        settings.GEMINI_API_KEY = key
+        settings.GEMINI_BASE_URL = self.url
+        settings.LLM_RETRY_INITIAL_DELAY = 0.01
+        settings.LLM_RETRY_MAX_DELAY = 0.05
+
+    def env(self, provider: str = "anthropic") -> dict[str, str]:
+        """Environment for a worker subprocess pointed at this server."""
+        if provider == "gemini":
+            return {
+                "ASSISTANT_SUMMARIZER": "gemini",
+                "GEMINI_API_KEY": "test-key-gemini",
+                "GEMINI_BASE_URL": self.url,
+            }
+        return {
+            "ASSISTANT_SUMMARIZER": "anthropic",
+            "ANTHROPIC_API_KEY": "test-key-anthropic",
+            "ANTHROPIC_BASE_URL": self.url,
+        }
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                if self.path.split("?", 1)[0] != "/_fake/requests":
+                    self._send(404, {}, {"error": {"code": 404, "message": "no route"}})
+                    return
+                self._send(200, {}, [r.as_json() for r in fake.requests])
+
+            def _control(self, path: str, body: Any) -> None:
+                if path == "/_fake/reset":
+                    fake.reset()
+                    self._send(200, {}, {"reset": True})
+                    return
+                try:
+                    queued = fake.script_json(body)
+                except ValueError as error:
+                    self._send(400, {}, {"error": {"code": 400, "message": str(error)}})
+                    return
+                self._send(200, {}, {"queued": queued})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw_body = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw_body) if raw_body else None
+                except ValueError:
+                    body = raw_body.decode("utf-8", "replace")
+                path = self.path.split("?", 1)[0]
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                gemini = _GEMINI_PATH.match(path)
+                if path in ("/_fake/script", "/_fake/reset"):
+                    self._control(path, body)
+                    return
+                if path == "/v1/messages":
+                    kind = "anthropic.messages"
+                elif path == "/v1/messages/count_tokens":
+                    kind = "anthropic.count_tokens"
+                elif gemini:
+                    kind = (
+                        "gemini.generate"
+                        if gemini.group(2) == "generateContent"
+                        else "gemini.count_tokens"
+                    )
+                else:
+                    self._send(404, {}, {"error": {"code": 404, "message": f"no route {path}"}})
+                    return
+                request = Request(kind, path, headers, body)
+                with fake._lock:
+                    fake._requests.append(request)
+                authorized = (
+                    headers.get("x-api-key")
+                    or headers.get("authorization", "").startswith("Bearer ")
+                    or headers.get("x-goog-api-key")
+                )
+                if not authorized:
+                    error = _anthropic_error(401, "authentication_error", "invalid x-api-key")
+                    self._send(401, {}, error)
+                    return
+                reply = fake._next_reply(kind)
+                if reply.delay:
+                    time.sleep(reply.delay)
+                if reply.kind == "malformed":
+                    self._send(200, {}, b'{"id": "msg_1", "content": [{"type": "te')
+                    return
+                if reply.kind == "raw":
+                    self._send(reply.status, reply.headers, reply.body)
+                    return
+                usage = None
+                if reply.kind == "ok" and not reply.usage and kind in PROVIDER_KINDS.values():
+                    usage = fake._usage(kind, body)
+                if kind.startswith("anthropic"):
+                    answer = render_anthropic(reply, kind, body, usage)
+                else:
+                    answer = render_gemini(reply, kind, body, gemini.group(1), usage)
+                if answer[0] == 200 and isinstance(answer[2], dict):
+                    request.usage = answer[2].get("usage") or answer[2].get("usageMetadata")
+                self._send(*answer)
+
+            def _send(self, status: int, headers: dict[str, str], body: Any) -> None:
+                if isinstance(body, bytes | str):
+                    data = body.encode() if isinstance(body, str) else body
+                else:
+                    data = json.dumps(body).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test)
+
+        return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m assistant.testing.fake_provider",
+        description="A fake Anthropic / Gemini server for testing a chat loop without a key.",
+    )
+    parser.add_argument("--port", type=int, default=0, help="0 (default): any free port")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--script", help="a JSON file of replies to queue at start")
+    parser.add_argument(
+        "--prompt-cache", action="store_true", help="report usage as prompt caching would"
+    )
+    args = parser.parse_args(argv)
+    fake = FakeProvider(args.port, args.host, prompt_cache=args.prompt_cache)
+    if args.script:
+        with open(args.script, encoding="utf-8") as file:
+            try:
+                fake.script_json(json.load(file))
+            except ValueError as error:
+                parser.error(f"--script {args.script}: {error}")
+    # The first line says where it listens (a caller that asked for port 0 reads it).
+    print(f"fake provider listening on {fake.url}", flush=True)
+    try:
+        fake._server.serve_forever(poll_interval=0.05)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fake._server.server_close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
