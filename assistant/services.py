@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from assistant import compaction, emergency, forking, summaries
+from assistant.chat import Step, chat_step, model_request
 from assistant.context import Context, IncompleteToolCall, build_context, context_tokens
 from assistant.deletion import mark_deleted, restore_deleted
 from assistant.emergency import ContextTooLarge, compact_if_flagged
@@ -22,6 +23,7 @@ from assistant.llm.overflow import context_overflow
 from assistant.models import Conversation
 from assistant.previews import restore_preview
 from assistant.queue import enqueue_on_commit
+from assistant.responses import record_response
 from assistant.staff_actions import Outcome, run_staff_action
 from assistant.summaries import (
     compaction_cutoff_id,
@@ -116,9 +118,11 @@ __all__ = [
     "ContextTooLarge",
     "IncompleteToolCall",
     "Outcome",
+    "Step",
     "add_message",
     "build_context",
     "call_with_overflow_recovery",
+    "chat_step",
     "compact_if_flagged",
     "compact_tool_results",
     "compaction_cutoff_id",
@@ -131,9 +135,11 @@ __all__ = [
     "fork_from_message",
     "generate_parent_summary",
     "mark_deleted",
+    "model_request",
     "prebuild_window_summary",
     "process_exchange",
     "queue_staff_action",
+    "record_response",
     "regenerate_window_summary",
     "restore_deleted",
     "restore_originals",

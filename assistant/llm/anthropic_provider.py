@@ -8,11 +8,11 @@ from typing import Any
 import anthropic
 import httpx2
 
-from assistant.blocks import THINKING_TYPES
 from assistant.llm import convert
 from assistant.llm.base import ChatResult, Provider, ProviderError, SummaryResult, Usage
 from assistant.llm.overflow import OVERFLOW_STOP_REASON, context_overflow, model_context_window
 from assistant.llm.prompts import build_summary_prompt, validate_summary
+from assistant.llm.responses import anthropic_result
 
 # A malformed 200 body surfaces as a ValueError (JSON decoding), not as an APIError.
 _CALL_ERRORS = (anthropic.APIError, ValueError)
@@ -150,20 +150,4 @@ class AnthropicProvider(Provider):
         if thinking:
             request["thinking"] = thinking
         response = self._create(self.chat_model, max_tokens=max_tokens, **request)
-        calls = [
-            {"id": b.id, "name": b.name, "arguments": dict(b.input or {})}
-            for b in response.content
-            if b.type == "tool_use"
-        ]
-        return ChatResult(
-            text="".join(b.text for b in response.content if b.type == "text"),
-            usage=Usage.from_anthropic(response.usage),
-            model=response.model or self.chat_model,
-            stop_reason=response.stop_reason,
-            tool_calls=calls,
-            blocks=[
-                b.model_dump(include={"type", "thinking", "signature", "data"})
-                for b in response.content
-                if b.type in THINKING_TYPES
-            ],
-        )
+        return anthropic_result(response, self.chat_model)

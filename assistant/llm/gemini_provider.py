@@ -16,10 +16,10 @@ from assistant.llm.base import (
     ProviderError,
     SummaryResult,
     Usage,
-    new_tool_call_id,
 )
 from assistant.llm.overflow import context_overflow, model_context_window
 from assistant.llm.prompts import build_summary_prompt, validate_summary
+from assistant.llm.responses import gemini_result
 
 RETRY_STATUS_CODES = [408, 429, 500, 502, 503, 504]
 # Timeouts and connection failures come through unwrapped from the SDK's HTTP stack; a
@@ -87,15 +87,6 @@ class GeminiProvider(Provider):
         )
         return self._call("generate_content", model, contents=contents, config=config)
 
-    @staticmethod
-    def _text(response: Any) -> str:
-        parts = []
-        for candidate in (response.candidates or [])[:1]:
-            for part in (candidate.content.parts if candidate.content else None) or []:
-                if part.text and not part.thought:
-                    parts.append(part.text)
-        return "".join(parts)
-
     def summarize(
         self,
         transcript: str,
@@ -109,7 +100,7 @@ class GeminiProvider(Provider):
         contents = [{"role": "user", "parts": [{"text": user_text}]}]
         response = self._generate(self.model, system, contents, self.max_output_tokens)
         try:
-            text = validate_summary(self._text(response))
+            text = validate_summary(gemini_result(response).text)
         except ProviderError as error:
             error.provider, error.model = self.name, self.model
             raise
@@ -151,19 +142,4 @@ class GeminiProvider(Provider):
         response = self._generate(
             self.chat_model, request["system_instruction"], request["contents"], max_tokens, **extra
         )
-        calls = [
-            {
-                "id": c.id or new_tool_call_id(),
-                "name": c.name or "",
-                "arguments": dict(c.args or {}),
-            }
-            for c in response.function_calls or []
-        ]
-        finish = response.candidates[0].finish_reason if response.candidates else None
-        return ChatResult(
-            text=self._text(response),
-            usage=Usage.from_gemini(response.usage_metadata),
-            model=response.model_version or self.chat_model,
-            stop_reason=getattr(finish, "value", finish),
-            tool_calls=calls,
-        )
+        return gemini_result(response, self.chat_model)

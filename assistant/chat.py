@@ -1,0 +1,98 @@
+"""One model call of a host's agent loop: the pre-call hook, the request, the
+call (with overflow recovery) and the recorded answer.
+
+The host's `call_model(request)` adds what only it knows (model, max_tokens)
+and calls its own SDK client, e.g.
+`lambda request: client.messages.create(model=M, max_tokens=1024, **request)`
+or `lambda request: client.models.generate_content(model=M, **request)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from assistant.context import Context
+from assistant.hooks import call_with_overflow_recovery, ensure_context_summary
+from assistant.llm import convert
+from assistant.models import Conversation, Message
+from assistant.responses import record_response
+
+PROVIDERS = ("anthropic", "gemini")
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one model call produced: the stored assistant message and the SDK's response."""
+
+    message: Message
+    response: Any
+
+    @property
+    def text(self) -> str:
+        return self.message.content
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """[{id, name, arguments}], ids as stored (made up where Gemini sent none): answer
+        each with add_message(conversation, "tool", result, tool_call_id=call["id"])."""
+        return list(self.message.tool_calls or [])
+
+
+def model_request(
+    context: Context, provider: str = "anthropic", tools: Sequence[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The keyword arguments of the provider's SDK call for this context, but the model
+    (and Anthropic's max_tokens): Anthropic's `messages.create` gets system, messages and
+    tools; google-genai's `models.generate_content` gets contents and a config holding the
+    system instruction and tools. `tools`: {name, description, parameters} specs."""
+    _check_provider(provider)
+    if provider == "anthropic":
+        request = context.to_anthropic()
+        if tools:
+            request["tools"] = convert.anthropic_tools(list(tools))
+        return request
+    shape = context.to_gemini()
+    config: dict[str, Any] = {}
+    if shape["system_instruction"]:
+        config["system_instruction"] = shape["system_instruction"]
+    if tools:
+        config["tools"] = convert.gemini_tools(list(tools))
+        config["automatic_function_calling"] = {"disable": True}
+    return {"contents": shape["contents"], "config": config}
+
+
+def _check_provider(provider: str) -> None:
+    if provider not in PROVIDERS:
+        raise ValidationError(
+            f"Unknown provider {provider!r}: expected one of {', '.join(PROVIDERS)}.",
+            code="unknown_provider",
+        )
+
+
+def chat_step(
+    conversation: Conversation,
+    call_model: Callable[[dict[str, Any]], Any],
+    *,
+    provider: str = "anthropic",
+    tools: Sequence[dict[str, Any]] | None = None,
+    window_tokens: int | None = None,
+    **fields: Any,
+) -> Step:
+    """Run the pre-call hook, build the request (`model_request`), call
+    `call_model(request)` with overflow recovery (emergency compaction and a
+    retry on a context-overflow error; `window_tokens` as in
+    call_with_overflow_recovery) and record the response with its whole usage
+    (`record_response`; `fields` go to it). Call it again while the step has
+    tool calls, after adding their results."""
+    _check_provider(provider)
+    ensure_context_summary(conversation)
+    response = call_with_overflow_recovery(
+        conversation,
+        lambda context: call_model(model_request(context, provider, tools)),
+        window_tokens=window_tokens,
+    )
+    return Step(record_response(conversation, response, **fields), response)
