@@ -313,6 +313,9 @@ class PromptCache:
         digest = hashlib.sha256()
         read = written = 0
         for segment in segments[: last + 1]:
+            # The breakpoint marker is not part of what is cached (it moves each call).
+            if isinstance(segment, dict):
+                segment = {k: v for k, v in segment.items() if k != "cache_control"}
             digest.update(json.dumps(segment, sort_keys=True).encode())
             key = digest.hexdigest()
             tokens = len(json.dumps(segment)) // 4
