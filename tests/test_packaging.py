@@ -28,9 +28,11 @@ import subprocess
 import sys
 import sysconfig
 import time
+import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -39,6 +41,7 @@ from django.conf import settings
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from assistant.testing.fake_provider import prompt_tokens
 from tests.media import b64, png
 
 pytestmark = pytest.mark.packaging
@@ -78,17 +81,20 @@ def host_env(venv: Path) -> dict[str, str]:
 # --- the README section -------------------------------------------------------
 
 
-def readme_section() -> str:
+def readme_section(title: str = "Add it to your project") -> str:
     text = (REPO / "README.md").read_text()
-    start = text.index("\n## Add it to your project\n")
+    start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start : end if end != -1 else len(text)]
 
 
 def readme_file_steps(section: str) -> list[tuple[str, str, str]]:
-    """(action, path, code) for each "Append to `path`:" / "Create `path`:" block."""
+    """(action, path, code) for each "Append to `path`...:" / "Create `path`...:" block
+    (the sentence may go on, over more lines, before its colon)."""
     steps = re.findall(
-        r"^(Append to|Create) `([^`]+)`:\n\n```python\n(.*?)^```", section, re.M | re.S
+        r"^(Append to|Create) `([^`]+)`[^\n]*(?:\n[^\n]+)*:\n\n```python\n(.*?)^```",
+        section,
+        re.M | re.S,
     )
     assert steps, "the README's section has no file steps"
     return steps
@@ -149,6 +155,8 @@ def test_wheel_holds_the_app_and_nothing_else(wheel: Path) -> None:
         names = set(archive.namelist())
     packaged = {name for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert packaged == app_files()
+    assert "assistant/py.typed" in packaged  # type checkers read the app's hints
+    assert "assistant/testing/fake_provider.py" in packaged  # the testing kit
     assert "assistant/migrations/0001_initial.py" in packaged
     assert "assistant/management/commands/cleanup.py" in packaged
     assert any(name.startswith("assistant/templates/admin/") for name in packaged)
@@ -239,22 +247,31 @@ def make_venv(root: Path) -> Path:
     return python
 
 
-def host_settings(database: dict[str, str]) -> str:
-    """This test's own settings, after the README's: its database, its Redis, small thresholds."""
-    default = {"ENGINE": "django.db.backends.postgresql"}
-    default.update((key.upper(), value) for key, value in database.items())
-    return f"""
-# --- tests/test_packaging.py: its own database and Redis, small thresholds ---
-DATABASES = {{"default": {default!r}}}
-CELERY_BROKER_URL = {settings.CELERY_BROKER_URL!r}
-ASSISTANT_COMPACTION = {{
-    "COMPACTION_TIMING": "eager",  # compact and shift at once, whatever the prompt cache
+# The first test's thresholds: small, and compaction at once, whatever the prompt cache.
+EAGER_SMALL = {
+    "COMPACTION_TIMING": "eager",
     "MAX_MESSAGES_BEFORE_SUMMARY": 12,
     "MIN_RECENT_MESSAGES": 4,
     "TOOL_RESULT_CHAR_THRESHOLD": 400,
     "TRUNCATION_KEEP_CHARS": 200,
-}}
+}
+
+
+def host_settings(database: dict[str, str], compaction: dict[str, object]) -> str:
+    """This test's own settings, after the README's: its database, its Redis, its thresholds."""
+    default = {"ENGINE": "django.db.backends.postgresql"}
+    default.update((key.upper(), value) for key, value in database.items())
+    return f"""
+# --- tests/test_packaging.py: its own database and Redis, its thresholds ---
+DATABASES = {{"default": {default!r}}}
+CELERY_BROKER_URL = {settings.CELERY_BROKER_URL!r}
+ASSISTANT_COMPACTION = {compaction!r}
 """
+
+
+def last_json_line(output: str) -> dict:
+    """The JSON object a script run in the host printed last (log lines may follow it)."""
+    return json.loads([line for line in output.splitlines() if line.startswith("{")][-1])
 
 
 CHAT_LOOP = '''
@@ -374,12 +391,21 @@ def worker(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> Iterat
                 process.wait()
 
 
-def test_host_project_with_the_installed_wheel(
-    wheel: Path, tmp_path: Path, host_database: dict[str, str]
-) -> None:
+@dataclass
+class Host:
+    python: Path
+    env: dict[str, str]
+    project: Path
+    section: str  # the README's "Add it to your project"
+
+
+def host_project(
+    wheel: Path, tmp_path: Path, database: dict[str, str], compaction: dict[str, object]
+) -> Host:
+    """A fresh virtualenv with the wheel installed and a `startproject` project wired
+    by the README's blocks, then this test's settings."""
     section = readme_section()
     assert wheel.name in section, "the README's install line names another wheel"
-
     venv = tmp_path / "venv"
     python = make_venv(venv)
     env = host_env(venv)
@@ -393,29 +419,48 @@ def test_host_project_with_the_installed_wheel(
 
     run([str(python), "-m", "django", "startproject", PROJECT], cwd=tmp_path, env=env)
     project = tmp_path / PROJECT
-    for action, path, code in readme_file_steps(section):
+    apply_file_steps(project, readme_file_steps(section))
+    with (project / PROJECT / "settings.py").open("a") as file:
+        file.write(host_settings(database, compaction))
+    return Host(python, env, project, section)
+
+
+def apply_file_steps(project: Path, steps: list[tuple[str, str, str]]) -> None:
+    for action, path, code in steps:
         target = project / path
         assert (action == "Create") != target.exists(), f"{action} `{path}`"
         with target.open("a") as file:
             file.write(("\n" if action == "Append to" else "") + code)
-    with (project / PROJECT / "settings.py").open("a") as file:
-        file.write(host_settings(host_database))
 
-    migrate = readme_command(section, "python manage.py migrate")
-    celery = readme_command(section, f"celery -A {PROJECT} worker")
-    log = tmp_path / "worker.log"
+
+@contextmanager
+def migrated_with_a_worker(host: Host, log: Path) -> Iterator[None]:
+    """The README's migrate, and its worker of the project's own Celery app, ready."""
+    migrate = readme_command(host.section, "python manage.py migrate")
+    celery = readme_command(host.section, f"celery -A {PROJECT} worker")
+    python, project, env = str(host.python), host.project, host.env
     # The worker boots while the project migrates: it touches no table before a task comes.
-    with worker([str(python), "-m", *celery], project, env, log) as wait_ready:
-        migrated = run([str(python), *migrate[1:]], cwd=project, env=env)
+    with worker([python, "-m", *celery], project, env, log) as wait_ready:
+        migrated = run([python, *migrate[1:]], cwd=project, env=env)
         assert "Applying assistant.0001_initial... OK" in migrated
         # The wheel's migrations match its models under the host's settings.
-        run([str(python), "manage.py", "makemigrations", "--check", "--dry-run"], project, env)
+        run([python, "manage.py", "makemigrations", "--check", "--dry-run"], project, env)
         wait_ready()
+        yield
+
+
+def test_host_project_with_the_installed_wheel(
+    wheel: Path, tmp_path: Path, host_database: dict[str, str]
+) -> None:
+    host = host_project(wheel, tmp_path, host_database, EAGER_SMALL)
+    python, project, env, venv = host.python, host.project, host.env, tmp_path / "venv"
+    log = tmp_path / "worker.log"
+    with migrated_with_a_worker(host, log):
         (project / "chat_loop.py").write_text(
             CHAT_LOOP.replace("SCREENSHOT_BASE64", repr(b64(png(4, 3))))
         )
         output = run([str(python), "chat_loop.py"], cwd=project, env=env)
-    result = json.loads(output.strip().splitlines()[-1])
+    result = last_json_line(output)
     print(f"host project: {json.dumps(result, indent=1)}")
 
     assert result["assistant_from"].startswith(str(venv))
@@ -439,3 +484,172 @@ def test_host_project_with_the_installed_wheel(
         "/healthz": [200, True],
         "/readyz": [200, True],
     }
+
+
+# --- the README's chat loop, word for word -------------------------------------------
+
+LOOP_TURNS = 40
+# Small enough that 40 turns pass it many times; the verbatim budget below it.
+LOOP_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 20_000, "MAX_RECENT_TOKENS": 8_000}
+
+# The host's tool function: the test's only code besides the README's blocks.
+TOOL_FUNCTION = '''
+def run_tool(name, arguments):
+    """A blog post of about 20 KB, as a CMS would return it."""
+    paragraphs = "".join(
+        f'<p class="body">Paragraph {i} of post {arguments["id"]}: the quick brown fox.</p>\\n'
+        for i in range(300)
+    )
+    return f'<article id="post-{arguments["id"]}">\\n{paragraphs}</article>'
+'''
+
+RUN_LOOP = '''
+"""Run by tests/test_packaging.py inside the host project: the README's chat loop."""
+import json
+import os
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+django.setup()
+
+README_USAGE
+
+for turn in range(TURNS - 2):
+    last_answer = answer(conversation, f"Fix the typo in post {100 + turn}")
+
+import time
+
+from django.db.models import F
+
+from assistant.models import CompactionEvent, Message
+
+done = Conversation.objects.filter(
+    pk=conversation.pk, post_exchange_done_at__gte=F("last_exchange_at")
+)
+deadline = time.monotonic() + 60
+while not done.exists() and time.monotonic() < deadline:
+    time.sleep(0.1)
+conversation.refresh_from_db()
+last = Message.objects.filter(conversation=conversation, role="assistant").order_by("id").last()
+print(json.dumps({
+    "last_answer": last_answer,
+    "worker_done": done.exists(),
+    "user_messages": Message.objects.filter(conversation=conversation, role="user").count(),
+    "tool_results": Message.objects.filter(conversation=conversation, role="tool").count(),
+    "compacted_tool_results": Message.objects.filter(
+        conversation=conversation, role="tool"
+    ).exclude(compaction="").count(),
+    "events": list(CompactionEvent.objects.filter(conversation=conversation).values_list(
+        "kind", flat=True
+    )),
+    "window_summary": bool(conversation.compaction_summary),
+    "last_usage": [
+        last.input_tokens, last.cache_read_tokens, last.cache_write_tokens, last.output_tokens
+    ],
+}))
+'''
+
+
+def loop_script() -> list[dict[str, object]]:
+    """The fake server's replies, in the order the loop asks: for each user request
+    a tool call for its post, then the answer. Turn 2 goes to Gemini."""
+
+    def turn(post: int) -> list[dict[str, object]]:
+        call = {"name": "get_blog_post", "arguments": {"id": post}}
+        return [{"tool_calls": [call]}, {"text": f"Fixed the typo in post {post}."}]
+
+    claude = turn(42) + [reply for post in range(100, 100 + LOOP_TURNS - 2) for reply in turn(post)]
+    return [
+        {"provider": "anthropic", "replies": claude},
+        {"provider": "gemini", "replies": turn(43)},
+    ]
+
+
+@contextmanager
+def fake_provider(python: Path, cwd: Path, env: dict[str, str], script: Path) -> Iterator[str]:
+    """`python -m assistant.testing.fake_provider` from the installed wheel; yields its URL."""
+    argv = [str(python), "-m", "assistant.testing.fake_provider", "--port", "0"]
+    argv += ["--prompt-cache", "--script", str(script)]
+    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("fake provider listening on http://127.0.0.1:"), line
+        yield line.split()[-1]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def received(url: str) -> list[dict[str, object]]:
+    with urllib.request.urlopen(f"{url}/_fake/requests", timeout=30) as response:
+        return json.load(response)
+
+
+def newest_step_tokens(request: dict[str, object]) -> int:
+    """The fake server's count of a request's newest step: its last assistant (model)
+    message and the tool results after it."""
+    body = request["body"]
+    turns = body.get("messages") or body.get("contents")
+    assistant = [i for i, turn in enumerate(turns) if turn["role"] in ("assistant", "model")]
+    return prompt_tokens(turns[assistant[-1] :]) if assistant else 0
+
+
+def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
+    wheel: Path, tmp_path: Path, host_database: dict[str, str]
+) -> None:
+    host = host_project(wheel, tmp_path, host_database, LOOP_COMPACTION)
+    loop = readme_section("The chat loop")
+    apply_file_steps(host.project, readme_file_steps(loop))
+    (usage,) = re.findall(
+        r"^Then, in a view or a task[^\n]*:\n\n```python\n(.*?)^```", loop, re.M | re.S
+    )
+    (host.project / PROJECT / "tools.py").write_text(TOOL_FUNCTION)
+    (host.project / "run_loop.py").write_text(
+        RUN_LOOP.replace("README_USAGE", usage).replace("TURNS", str(LOOP_TURNS))
+    )
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(loop_script()))
+
+    with fake_provider(host.python, tmp_path, host.env, script) as url:
+        # The SDKs' own variables: the README's clients read them.
+        env = {
+            **host.env,
+            "ANTHROPIC_API_KEY": "test-key-anthropic",
+            "ANTHROPIC_BASE_URL": url,
+            "GEMINI_API_KEY": "test-key-gemini",
+            "GOOGLE_GEMINI_BASE_URL": url,
+        }
+        log = tmp_path / "worker.log"
+        with migrated_with_a_worker(host, log):
+            output = run([str(host.python), "run_loop.py"], cwd=host.project, env=env)
+        requests = received(url)
+    result = last_json_line(output)
+    trigger = LOOP_COMPACTION["CONTEXT_TOKEN_THRESHOLD"]
+    sizes = [(prompt_tokens(r["body"]), newest_step_tokens(r)) for r in requests]
+    print(
+        f"README loop: {len(requests)} requests, largest {max(s for s, _ in sizes):,} tokens "
+        f"(trigger {trigger:,}), events {sorted(set(result['events']))}, "
+        f"{result['compacted_tool_results']} of {result['tool_results']} results compacted"
+    )
+
+    assert "Fixed the typo in post 42.\nFixed the typo in post 43.\n" in output
+    assert result["last_answer"] == f"Fixed the typo in post {100 + LOOP_TURNS - 3}."
+    assert result["user_messages"] == LOOP_TURNS
+    assert result["tool_results"] == LOOP_TURNS
+    assert [r["kind"] for r in requests].count("anthropic.messages") == 2 * (LOOP_TURNS - 1)
+    assert [r["kind"] for r in requests].count("gemini.generate") == 2
+    assert result["worker_done"] is True, log.read_text()
+    # Compaction happened, and no request went over the trigger plus its newest step.
+    assert "window_summary" in result["events"]
+    assert result["window_summary"] is True
+    assert result["compacted_tool_results"] > 0
+    assert [(i, s, n) for i, (s, n) in enumerate(sizes) if s > trigger + n] == []
+    # The whole usage the provider reported, cache reads and writes included, was stored.
+    usage = requests[-1]["usage"]
+    assert result["last_usage"] == [
+        usage["input_tokens"],
+        usage["cache_read_input_tokens"],
+        usage["cache_creation_input_tokens"],
+        usage["output_tokens"],
+    ]
