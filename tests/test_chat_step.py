@@ -121,6 +121,24 @@ def test_thinking_is_recorded_and_sent_back_within_the_turn(fake_llm, conversati
     assert resent == thinking_block(thinking)
 
 
+def test_a_streamed_answer_is_recorded_from_its_final_message(fake_llm, conversation):
+    client = anthropic_client(fake_llm)
+    thinking = "Read the post first."
+    fake_llm.script_anthropic(ok(thinking=thinking, tool_calls=[CALL], usage=ANTHROPIC_USAGE))
+
+    def call_model(request):
+        with client.messages.stream(model="claude-sonnet-4-6", max_tokens=1024, **request) as s:
+            return s.get_final_message()
+
+    add_message(conversation, "user", "Fix the typo in post 42")
+    step = chat_step(conversation, call_model, tools=TOOLS)
+
+    assert fake_llm.requests_for("anthropic.messages")[0].body["stream"] is True
+    assert step.tool_calls == [CALL]
+    assert step.message.blocks == [thinking_block(thinking)]
+    assert usage_of(step.message) == (12, 900, 80, 30)
+
+
 def test_redacted_thinking_is_recorded_verbatim(fake_llm, conversation):
     client = anthropic_client(fake_llm)
     body = {

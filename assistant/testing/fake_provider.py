@@ -21,7 +21,8 @@ and script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic",
 usage in the provider's wire names, stop_reason, delay, or error: overflow,
 rate_limited, overloaded, malformed); `GET /_fake/requests` lists what it
 received (bodies and the usage it reported, never headers: they hold keys);
-`POST /_fake/reset` forgets both. `--script` takes the same JSON (one object
+`POST /_fake/reset` forgets both. A streamed Anthropic request (`"stream": true`)
+gets its answer as server-sent events. `--script` takes the same JSON (one object
 or a list). With `--prompt-cache` the usage of a default reply follows the
 provider's prompt caching: Anthropic reports the prefix it saw before, up to
 a `cache_control` breakpoint, as `cache_read_input_tokens`, the rest up to the
@@ -458,6 +459,43 @@ def render_gemini(
     return 200, {}, response
 
 
+SSE = "text/event-stream"
+
+
+def anthropic_events(message: dict[str, Any]) -> bytes:
+    """A Messages API answer as the server-sent events of `stream: true` (what the
+    SDK's `messages.stream(...)` reads and `get_final_message()` assembles)."""
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}}
+    ]
+    for index, block in enumerate(message["content"]):
+        kind = block["type"]
+        start, deltas = dict(block), []
+        if kind == "text":
+            start["text"], deltas = "", [{"type": "text_delta", "text": block["text"]}]
+        elif kind == "tool_use":
+            start["input"] = {}
+            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+        elif kind == "thinking":
+            start.update(thinking="", signature="")
+            deltas = [
+                {"type": "thinking_delta", "thinking": block["thinking"]},
+                {"type": "signature_delta", "signature": block["signature"]},
+            ]
+        events.append({"type": "content_block_start", "index": index, "content_block": start})
+        events += [{"type": "content_block_delta", "index": index, "delta": d} for d in deltas]
+        events.append({"type": "content_block_stop", "index": index})
+    events.append(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": message["usage"].get("output_tokens", 0)},
+        }
+    )
+    events.append({"type": "message_stop"})
+    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+
+
 _GEMINI_PATH = re.compile(r"^/(?:[^/]+/)*models/([^/:]+):(generateContent|countTokens)$")
 
 
@@ -667,6 +705,8 @@ class FakeProvider:
                     answer = render_gemini(reply, kind, body, gemini.group(1), usage)
                 if answer[0] == 200 and isinstance(answer[2], dict):
                     request.usage = answer[2].get("usage") or answer[2].get("usageMetadata")
+                    if kind == "anthropic.messages" and (body or {}).get("stream"):
+                        answer = (200, {"content-type": SSE}, anthropic_events(answer[2]))
                 self._send(*answer)
 
             def _send(self, status: int, headers: dict[str, str], body: Any) -> None:
@@ -674,9 +714,9 @@ class FakeProvider:
                     data = body.encode() if isinstance(body, str) else body
                 else:
                     data = json.dumps(body).encode()
+                headers = {"content-type": "application/json", **headers}
                 try:
                     self.send_response(status)
-                    self.send_header("content-type", "application/json")
                     self.send_header("content-length", str(len(data)))
                     for name, value in headers.items():
                         self.send_header(name, value)
