@@ -271,7 +271,7 @@ def verbatim_budget(state: WindowState, config: CompactionConfig, *, early: bool
         if turn > min(config.MAX_RECENT_TOKENS, room):
             room -= request.token_estimate
     budget = min(config.MAX_RECENT_TOKENS, room)
-    if early:
+    if early and config.RECENT_FRACTION > 0:  # 0: the split keeps MIN_RECENT_MESSAGES alone
         budget = min(budget, math.ceil(config.RECENT_FRACTION * state.estimated_tokens()))
     return max(budget, 0)
 
