@@ -20,7 +20,7 @@ from assistant.conf import RENAMED, CompactionConfig, compaction_config
 from assistant.llm import registry
 from assistant.models import CompactionEvent
 from assistant.services import build_context, ensure_context_summary
-from assistant.window import choose_split, load_window
+from assistant.window import choose_split
 from config import env
 from tests.builders import chat_turns, html, tool_turn
 
