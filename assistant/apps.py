@@ -7,6 +7,7 @@ class AssistantConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from assistant import checks  # noqa: F401  (registers the system checks)
         from assistant.conf import compaction_config
 
         # Refuse out-of-range thresholds at start-up (web, worker, commands),

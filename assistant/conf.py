@@ -1,17 +1,26 @@
 """The one place for compaction thresholds: `settings.ASSISTANT_COMPACTION`.
 
-A deployment overrides any key (in settings, or as a JSON object in the
-ASSISTANT_COMPACTION environment variable). Every key declares its type and
-valid range next to its default (`key(default, ...)`); unknown keys, renamed
-keys, wrong types, values out of range and contradicting keys are refused
-with ImproperlyConfigured naming the key, at start-up (AssistantConfig.ready)
-and on every read, so a typo never falls back silently to a default.
+A host project sets it in its Django settings (the app reads settings only,
+never the environment; this repository's demo project fills it from the
+ASSISTANT_COMPACTION environment variable, a JSON object). Every key declares
+its type and valid range next to its default (`key(default, ...)`); unknown
+keys, renamed keys, wrong types, values out of range and contradicting keys
+are refused with ImproperlyConfigured naming the key, at start-up
+(AssistantConfig.ready) and on every read, so a typo never falls back
+silently to a default.
+
+Cross-key rules (`_BELOW`): the smaller key's default follows the larger key
+when the user did not write it, keeping the proportion of the two defaults
+(MAX_RECENT_TOKENS is 0.4 of CONTEXT_TOKEN_THRESHOLD, at most 20,000), so a
+derived default is never refused. The larger key is the one users tune and
+never follows: a smaller value the user wrote against it is refused, naming
+both keys and saying which value is the default.
 
 Adding a key is one line: `NAME: int = key(10, at_least=1)  # what it does`.
 """
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args, get_origin
 
 from django.conf import settings
@@ -68,11 +77,13 @@ def key(
 class CompactionConfig:
     # DESIGN section 6
     TOOL_RESULT_CHAR_THRESHOLD: int = key(1500, at_least=1)
-    TRUNCATION_KEEP_CHARS: int = key(800, at_least=1)  # < TOOL_RESULT_CHAR_THRESHOLD
+    TRUNCATION_KEEP_CHARS: int = key(800, at_least=1)  # < TOOL_RESULT_CHAR_THRESHOLD, follows it
     CONTEXT_TOKEN_THRESHOLD: int = key(50_000, at_least=100)
     MAX_MESSAGES_BEFORE_SUMMARY: int = key(40, at_least=2)
-    MIN_RECENT_MESSAGES: int = key(6, at_least=1)  # < MAX_MESSAGES_BEFORE_SUMMARY
-    RECENT_FRACTION: float = key(0.4, above=0, below=1)
+    MIN_RECENT_MESSAGES: int = key(6, at_least=1)  # < MAX_MESSAGES_BEFORE_SUMMARY, follows it
+    # 0 keeps exactly MIN_RECENT_MESSAGES (LangChain's keep=("messages", N)).
+    RECENT_FRACTION: float = key(0.4, at_least=0, below=1)
+    # Follows CONTEXT_TOKEN_THRESHOLD unless written: 0.4 of it, at most 20,000.
     MAX_RECENT_TOKENS: int = key(20_000, at_least=1)  # < CONTEXT_TOKEN_THRESHOLD
     MIN_CALLS_TO_DEDUP: int = key(2, at_least=2)
     MAX_FORK_DEPTH: int = key(3, at_least=0)
@@ -128,7 +139,8 @@ class CompactionConfig:
 # Keys that were renamed: the old name is refused, naming the new one.
 RENAMED: dict[str, str] = {"CARRIED_IDENTIFIERS_MAX_CHARS": "CARRIED_FACTS_MAX_TOKENS"}
 
-# (smaller key, larger key, why): the first must stay below the second.
+# (smaller key, larger key, why): the first must stay below the second, and
+# its default follows the second (see the module doc).
 _BELOW = (
     (
         "MAX_RECENT_TOKENS",
@@ -197,13 +209,24 @@ def validated_config(overrides: dict[str, Any]) -> CompactionConfig:
             raise ImproperlyConfigured(
                 f"ASSISTANT_COMPACTION[{spec.name!r}] must be {valid}, got {value!r}"
             )
+    derived = {}
     for smaller, larger, why in _BELOW:
-        if getattr(config, smaller) >= getattr(config, larger):
+        if smaller not in values:
+            derived[smaller] = _following(smaller, larger, getattr(config, larger), known)
+        elif values[smaller] >= getattr(config, larger):
+            written = "" if larger in values else ", the default"
             raise ImproperlyConfigured(
-                f"ASSISTANT_COMPACTION[{smaller!r}] ({getattr(config, smaller)}) must be below "
-                f"{larger!r} ({getattr(config, larger)}): {why}"
+                f"ASSISTANT_COMPACTION[{smaller!r}] ({values[smaller]}) must be below "
+                f"{larger!r} ({getattr(config, larger)}{written}): {why}"
             )
-    return config
+    return replace(config, **derived)
+
+
+def _following(smaller: str, larger: str, value: int, known: dict[str, Any]) -> int:
+    """The default of `smaller` when `larger` is `value`: its own default, or
+    less, keeping the proportion of the two defaults; at least 1."""
+    default, larger_default = known[smaller].default, known[larger].default
+    return max(1, min(default, math.floor(value * default / larger_default)))
 
 
 def compaction_config() -> CompactionConfig:

@@ -78,6 +78,7 @@ def ensure_context_summary(conversation: Conversation) -> str | None:
         compact_if_flagged(conversation)
         state = load_window(conversation.pk)
     remember_token_ratio(state)
+    warn_implausible_usage(state)
     eager = config.COMPACTION_TIMING == "eager"
     cold = not eager and state.cache_is_cold(config)
     tokens = state.context_tokens()
@@ -124,6 +125,30 @@ def remember_token_ratio(state: WindowState) -> None:
         Conversation.objects.filter(pk=state.conversation_id),
         {MetadataKeys.TOKEN_RATIO: round(measured, 3)},
     )
+
+
+def warn_implausible_usage(state: WindowState) -> None:
+    """Log, once per conversation (a metadata flag, so across processes), a
+    provider count that the window set aside as implausible: the host's
+    usage wiring is wrong, and compaction goes on by our estimates. Ids and
+    counts only."""
+    implausible = state.implausible_count()
+    if implausible is None or state.metadata.get(MetadataKeys.IMPLAUSIBLE_USAGE_WARNED):
+        return
+    count, estimate = implausible
+    logger.warning(
+        "implausible_usage conversation=%s prompt_tokens=%s estimate=%s: the provider's count "
+        "is far below the request sent, so the estimate is used; record the whole prompt "
+        "(input plus cache_read_tokens and cache_write_tokens)",
+        state.conversation_id,
+        count,
+        estimate,
+    )
+    merge_metadata(
+        Conversation.objects.filter(pk=state.conversation_id),
+        {MetadataKeys.IMPLAUSIBLE_USAGE_WARNED: True},
+    )
+    state.metadata[MetadataKeys.IMPLAUSIBLE_USAGE_WARNED] = True
 
 
 def early_shift_pays(state: WindowState, config: CompactionConfig) -> bool:

@@ -50,6 +50,9 @@ class MetadataKeys:
     # The provider's count of a request over our estimate of it: sizes the
     # context by estimates once compaction has made the provider's counts stale.
     TOKEN_RATIO = "token_ratio"
+    # Set once a provider count far below our estimate was logged (a host
+    # passing only usage.input_tokens under caching): warn once per conversation.
+    IMPLAUSIBLE_USAGE_WARNED = "implausible_usage_warned"
 
 
 class Conversation(models.Model):

@@ -31,6 +31,9 @@ from assistant.tokens import estimate_tokens
 # Bounds of the provider's count over our estimate: tokenizers differ by less;
 # a ratio beyond them comes from a bad report, not from the text.
 MIN_TOKEN_RATIO, MAX_TOKEN_RATIO = 0.5, 3.0
+# Below this estimate a request's count is neither judged nor learnt from:
+# fixed per-request overhead dominates it, and an error there is too small to matter.
+MIN_JUDGED_ESTIMATE = 1_000
 
 
 @dataclass
@@ -87,11 +90,12 @@ class WindowState:
 
     def context_tokens(self) -> int:
         """The provider's latest count of the prompt plus estimates of what was
-        added after it; when compaction has made every count stale, our
-        estimates scaled by the provider's last known ratio to them (dense
-        text, ids and hashes, holds more tokens than CHARS_PER_TOKEN says)."""
+        added after it; when compaction has made every count stale, or the
+        count is implausible (`implausible_count`), our estimates scaled by
+        the provider's last known ratio to them (dense text, ids and hashes,
+        holds more tokens than CHARS_PER_TOKEN says)."""
         index = self._fresh_count_index()
-        if index is None:
+        if index is None or self.implausible_count() is not None:
             return math.ceil(self.estimated_tokens() * self.token_ratio)
         # That prompt produced this message: count it and what follows.
         row = self.rows[index]
@@ -104,12 +108,33 @@ class WindowState:
 
     def measured_token_ratio(self) -> float | None:
         """The newest fresh provider count over our estimate of the same
-        request (None without one)."""
+        request (None without one, or when that request was too small to
+        judge or its count implausible)."""
         index = self._fresh_count_index()
         if index is None:
             return None
-        estimate = self.fixed_tokens + sum(r.token_estimate for r in self._verbatim_before(index))
-        return self.rows[index].prompt_tokens / estimate if estimate > 0 else None
+        estimate = self._request_estimate(index)
+        if estimate < MIN_JUDGED_ESTIMATE or self.implausible_count() is not None:
+            return None
+        return self.rows[index].prompt_tokens / estimate
+
+    def implausible_count(self) -> tuple[int, int] | None:
+        """(count, estimate) when the newest fresh provider count is below
+        MIN_TOKEN_RATIO of our estimate of the request it describes: no
+        tokenizer counts that few, so it is a wiring mistake (typically
+        `usage.input_tokens` alone under prompt caching, which leaves out the
+        cached prefix) and must not decide the context size. None otherwise."""
+        index = self._fresh_count_index()
+        if index is None:
+            return None
+        count, estimate = self.rows[index].prompt_tokens, self._request_estimate(index)
+        if estimate < MIN_JUDGED_ESTIMATE or count >= MIN_TOKEN_RATIO * estimate:
+            return None
+        return count, estimate
+
+    def _request_estimate(self, index: int) -> int:
+        """Our estimate of the request that produced rows[index]."""
+        return self.fixed_tokens + sum(r.token_estimate for r in self._verbatim_before(index))
 
     def _verbatim_before(self, index: int) -> list[Message]:
         """What the request that produced rows[index] carried after the summaries."""
@@ -246,7 +271,7 @@ def verbatim_budget(state: WindowState, config: CompactionConfig, *, early: bool
         if turn > min(config.MAX_RECENT_TOKENS, room):
             room -= request.token_estimate
     budget = min(config.MAX_RECENT_TOKENS, room)
-    if early:
+    if early and config.RECENT_FRACTION > 0:  # 0: the split keeps MIN_RECENT_MESSAGES alone
         budget = min(budget, math.ceil(config.RECENT_FRACTION * state.estimated_tokens()))
     return max(budget, 0)
 

@@ -1,18 +1,28 @@
 """Malformed configuration fails loudly, naming the variable; a deployment
 cannot start insecurely by omission."""
 
+import logging
 import os
 import subprocess
 import sys
 from dataclasses import fields
+from io import StringIO
 from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
 from django.test import override_settings
 
+from assistant import llm
+from assistant.checks import summarizer_can_run
 from assistant.conf import RENAMED, CompactionConfig, compaction_config
+from assistant.llm import registry
+from assistant.models import CompactionEvent
+from assistant.services import build_context, ensure_context_summary
+from assistant.window import choose_split
 from config import env
+from tests.builders import chat_turns, html, tool_turn
 
 
 @pytest.mark.parametrize(
@@ -75,22 +85,26 @@ def test_compaction_defaults_match_the_design():
         # Before the ranges: 57 summarizer calls in 60 turns instead of 4.
         ({"CONTEXT_TOKEN_THRESHOLD": 0}, r"'CONTEXT_TOKEN_THRESHOLD'\] must be >= 100, got 0"),
         # Before the ranges: the window never shifted.
-        ({"RECENT_FRACTION": 1.5}, r"'RECENT_FRACTION'\] must be > 0 and < 1, got 1.5"),
-        ({"RECENT_FRACTION": 0}, r"'RECENT_FRACTION'\] must be > 0 and < 1, got 0.0"),
+        ({"RECENT_FRACTION": 1.5}, r"'RECENT_FRACTION'\] must be >= 0 and < 1, got 1.5"),
+        ({"RECENT_FRACTION": -0.1}, r"'RECENT_FRACTION'\] must be >= 0 and < 1, got -0.1"),
         ({"SOFT_WATERMARK": 1.2}, r"'SOFT_WATERMARK'\] must be > 0 and <= 1, got 1.2"),
         ({"MIN_CALLS_TO_DEDUP": 1}, r"'MIN_CALLS_TO_DEDUP'\] must be >= 2, got 1"),
         ({"MAX_FORK_DEPTH": -1}, r"'MAX_FORK_DEPTH'\] must be >= 0, got -1"),
+        # Written against the other key's default: refused, saying which is the default.
         (
             {"MAX_RECENT_TOKENS": 60_000},
-            r"'MAX_RECENT_TOKENS'\] \(60000\) must be below 'CONTEXT_TOKEN_THRESHOLD' \(50000\)",
+            r"'MAX_RECENT_TOKENS'\] \(60000\) must be below 'CONTEXT_TOKEN_THRESHOLD' "
+            r"\(50000, the default\)",
         ),
+        # Both written, contradicting each other: refused, naming both.
         (
-            {"CONTEXT_TOKEN_THRESHOLD": 10_000},
+            {"CONTEXT_TOKEN_THRESHOLD": 10_000, "MAX_RECENT_TOKENS": 20_000},
             r"'MAX_RECENT_TOKENS'\] \(20000\) must be below 'CONTEXT_TOKEN_THRESHOLD' \(10000\)",
         ),
         (
             {"TRUNCATION_KEEP_CHARS": 1500},
-            r"'TRUNCATION_KEEP_CHARS'\] \(1500\) must be below 'TOOL_RESULT_CHAR_THRESHOLD'",
+            r"'TRUNCATION_KEEP_CHARS'\] \(1500\) must be below 'TOOL_RESULT_CHAR_THRESHOLD' "
+            r"\(1500, the default\)",
         ),
         (
             {"MIN_RECENT_MESSAGES": 40},
@@ -150,6 +164,8 @@ PRODUCTION = {
     "DJANGO_SECURE_COOKIES": "true",
     "DJANGO_SECURE_HSTS_SECONDS": "31536000",
     "DJANGO_SECURE_HSTS_PRELOAD": "true",
+    # A deployment summarizes with a provider: without a key, check warns (assistant.W001).
+    "ANTHROPIC_API_KEY": "sk-ant-not-a-real-key",
 }
 
 
@@ -236,4 +252,112 @@ def test_an_out_of_range_threshold_stops_the_app_at_start_up(tmp_path):
     result = run_with(env, tmp_path, "check")
 
     assert result.returncode != 0
-    assert "ASSISTANT_COMPACTION['RECENT_FRACTION'] must be > 0 and < 1, got 1.5" in result.stderr
+    assert "ASSISTANT_COMPACTION['RECENT_FRACTION'] must be >= 0 and < 1, got 1.5" in result.stderr
+
+
+# --- settings as users write them (issue 22, point 4) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("written", "followed"),
+    [
+        # The verbatim budget is 0.4 of the trigger, at most 20,000.
+        ({"CONTEXT_TOKEN_THRESHOLD": 20_000}, {"MAX_RECENT_TOKENS": 8_000}),
+        ({"CONTEXT_TOKEN_THRESHOLD": 200_000}, {"MAX_RECENT_TOKENS": 20_000}),
+        # A truncation keeps 800/1500 of the threshold, at most 800 characters.
+        ({"TOOL_RESULT_CHAR_THRESHOLD": 600}, {"TRUNCATION_KEEP_CHARS": 320}),
+        # At least 6/40 of the message-count trigger stay verbatim, at most 6.
+        ({"MAX_MESSAGES_BEFORE_SUMMARY": 20}, {"MIN_RECENT_MESSAGES": 3}),
+        ({"MAX_MESSAGES_BEFORE_SUMMARY": 4}, {"MIN_RECENT_MESSAGES": 1}),
+        # What the user wrote is kept as written.
+        (
+            {"CONTEXT_TOKEN_THRESHOLD": 20_000, "MAX_RECENT_TOKENS": 5_000},
+            {"MAX_RECENT_TOKENS": 5_000},
+        ),
+    ],
+)
+def test_a_default_that_depends_on_another_setting_follows_it(written, followed):
+    with override_settings(ASSISTANT_COMPACTION=written):
+        config = compaction_config()
+
+    assert {name: getattr(config, name) for name in followed} == followed
+
+
+def test_a_trigger_written_alone_runs_a_conversation(conversation):
+    # Issue 22: this stopped the app ("MAX_RECENT_TOKENS (20000) must be below ...").
+    over = []
+    with override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 20_000}):
+        for turn in range(12):
+            ensure_context_summary(conversation)
+            before = build_context(conversation).tokens.total
+            tool_turn(conversation, f"Page {turn}?", [("fetch", {"n": turn}, html(8_000))])
+            newest = build_context(conversation).tokens.total - before
+            if before > 20_000 + newest:
+                over.append(before)
+
+    assert over == []
+    shifts = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
+    assert shifts.count() == 1
+
+
+@override_settings(
+    ASSISTANT_COMPACTION={
+        "RECENT_FRACTION": 0,
+        "MIN_RECENT_MESSAGES": 4,
+        "MAX_MESSAGES_BEFORE_SUMMARY": 12,
+        "COMPACTION_TIMING": "eager",
+    }
+)
+def test_recent_fraction_zero_keeps_exactly_min_recent_messages(conversation):
+    # LangChain's keep=("messages", N): whatever the length of the window.
+    messages = chat_turns(conversation, 7, size=2_000)
+
+    assert choose_split(messages) == 14 - 4
+    summary = ensure_context_summary(conversation)
+    sent = build_context(conversation).messages
+
+    assert summary
+    assert [m["content"] for m in sent] == [m.content for m in messages[-4:]]
+
+
+def test_the_system_check_warns_when_the_summarizer_has_no_key_in_settings(settings, monkeypatch):
+    # The key exported in the environment is not read by the app: settings only.
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-exported")
+    settings.ASSISTANT_SUMMARIZER = "anthropic"
+    settings.ANTHROPIC_API_KEY = ""
+    out, err = StringIO(), StringIO()
+
+    call_command("check", stdout=out, stderr=err)
+
+    assert (
+        "(assistant.W001) ASSISTANT_SUMMARIZER is 'anthropic' but settings.ANTHROPIC_API_KEY "
+        "is empty: summaries would be made by the offline summarizer." in err.getvalue()
+    )
+    assert "never environment variables" in err.getvalue()
+    assert [w.id for w in summarizer_can_run()] == ["assistant.W001"]
+    settings.ASSISTANT_SUMMARIZER = "auto"
+    assert "neither settings.ANTHROPIC_API_KEY nor settings.GEMINI_API_KEY" in (
+        summarizer_can_run()[0].msg
+    )
+    settings.ANTHROPIC_API_KEY = "sk-ant-in-settings"
+    assert summarizer_can_run() == []
+    settings.ASSISTANT_SUMMARIZER = "offline"
+    settings.ANTHROPIC_API_KEY = ""
+    assert summarizer_can_run() == []
+
+
+def test_the_first_offline_fallback_is_logged_once_per_process(settings, caplog):
+    settings.ASSISTANT_SUMMARIZER = "gemini"
+    settings.GEMINI_API_KEY = ""
+    registry._warn_offline_once.cache_clear()
+    caplog.set_level(logging.WARNING, logger="assistant.llm")
+
+    first = llm.summarize("<conversation>user: ship the fix on Friday</conversation>")
+    llm.summarize("<conversation>user: and the docs</conversation>")
+
+    assert first.provider == "offline"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "summarizer_offline: ASSISTANT_SUMMARIZER is 'gemini' but settings.GEMINI_API_KEY "
+        "is empty; summaries come from the offline summarizer"
+    ]

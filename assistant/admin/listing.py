@@ -4,7 +4,10 @@ same figures for the columns, the sort and the "context" filter.
 
 The context size is computed as `assistant.window` does: the provider's
 latest count of the prompt (when one was reported after the last compaction)
-plus the estimates of what followed, else the estimates alone.
+plus the estimates of what followed, else the estimates alone; a count
+below MIN_TOKEN_RATIO of the estimate of the request it describes is set
+aside as `WindowState.implausible_count` does (the anchor of a split inside
+a turn is left out of that estimate here: it only makes the rule milder).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from django.db.models.functions import Cast, Coalesce, Length
 
 from assistant.conf import compaction_config
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.window import MIN_JUDGED_ESTIMATE, MIN_TOKEN_RATIO
 
 
 def _metadata_id(key: str) -> Coalesce:
@@ -75,6 +79,14 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
         .annotate(n=Sum("token_estimate"))
         .values("n")
     )
+    # Our estimate of the request that count describes: the fixed part and
+    # what the window held before the counted message.
+    before_count = (
+        window.filter(id__lt=OuterRef("_counted_id"))
+        .values("conversation")
+        .annotate(n=Sum("token_estimate"))
+        .values("n")
+    )
     last_event = (
         CompactionEvent.objects.filter(conversation=OuterRef("pk"))
         .order_by()
@@ -88,6 +100,9 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
         ((Length(text) + per_token - 1) / per_token for text in _fixed_texts()), Value(0)
     )
     estimated = Coalesce(Subquery(estimates, output_field=IntegerField()), 0) + fixed_tokens
+    request_estimate = (
+        Coalesce(Subquery(before_count, output_field=IntegerField()), 0) + fixed_tokens
+    )
     return (
         queryset.annotate(
             _cutoff=_metadata_id(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID),
@@ -95,10 +110,19 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
         )
         .annotate(_counted_id=Subquery(counted_id, output_field=BigIntegerField()))
         .annotate(
+            _counted_prompt=Coalesce(Subquery(counted_prompt, output_field=IntegerField()), 0),
+            _request_estimate=request_estimate,
+        )
+        .annotate(
             _message_count=Coalesce(Subquery(message_count, output_field=IntegerField()), 0),
             _context_tokens=Case(
                 When(_counted_id__isnull=True, then=estimated),
-                default=Coalesce(Subquery(counted_prompt, output_field=IntegerField()), 0)
+                When(
+                    _request_estimate__gte=MIN_JUDGED_ESTIMATE,
+                    _counted_prompt__lt=MIN_TOKEN_RATIO * F("_request_estimate"),
+                    then=estimated,
+                ),
+                default=F("_counted_prompt")
                 + Coalesce(Subquery(after_count, output_field=IntegerField()), 0),
                 output_field=IntegerField(),
             ),

@@ -17,7 +17,7 @@ from assistant.llm.overflow import (
     response_overflowed,
 )
 from assistant.llm.prompts import build_summary_prompt, render_transcript, validate_summary
-from assistant.llm.registry import get_provider, provider_name, summarize
+from assistant.llm.registry import get_provider, offline_reason, provider_name, summarize
 
 __all__ = [
     "ChatResult",
@@ -32,6 +32,7 @@ __all__ = [
     "extract_identifiers",
     "get_provider",
     "model_context_window",
+    "offline_reason",
     "overflow_token_counts",
     "provider_name",
     "render_transcript",

@@ -92,13 +92,43 @@ def _gemini(
     )
 
 
+def offline_reason() -> str | None:
+    """Why the configured summarizer cannot run and the offline one answers
+    instead (a provider, or "auto", with no key in the Django settings);
+    None when it can run, or when "offline" is what was asked for."""
+    chosen = (app_setting("ASSISTANT_SUMMARIZER") or "auto").lower()
+    if chosen == "offline":
+        return None
+    if chosen in ("anthropic", "gemini"):
+        setting = f"{chosen.upper()}_API_KEY"
+        if app_setting(setting):
+            return None
+        return f"ASSISTANT_SUMMARIZER is {chosen!r} but settings.{setting} is empty"
+    if app_setting("ANTHROPIC_API_KEY") or app_setting("GEMINI_API_KEY"):
+        return None
+    return (
+        f"ASSISTANT_SUMMARIZER is {chosen!r} and neither settings.ANTHROPIC_API_KEY "
+        "nor settings.GEMINI_API_KEY is set"
+    )
+
+
+@functools.cache
+def _warn_offline_once(reason: str) -> None:
+    # Once per process (and per reason): the system check said it at start-up.
+    logger.warning("summarizer_offline: %s; summaries come from the offline summarizer", reason)
+
+
 def get_provider(name: str | None = None) -> Provider:
-    """The configured provider (or the one named); offline when its key is missing."""
+    """The configured provider (or the one named); offline when its key is
+    missing, which the first time is logged as a warning."""
+    configured = name is None
     name = name or provider_name()
     if name == "anthropic" and app_setting("ANTHROPIC_API_KEY"):
         return _anthropic(*_anthropic_key())
     if name == "gemini" and app_setting("GEMINI_API_KEY"):
         return _gemini(*_gemini_key())
+    if configured and (reason := offline_reason()) is not None:
+        _warn_offline_once(reason)
     return OfflineProvider()
 
 
