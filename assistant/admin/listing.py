@@ -34,6 +34,10 @@ def _metadata_id(key: str) -> Coalesce:
     return Coalesce(Cast(KT(f"metadata__{key}"), BigIntegerField()), Value(0))
 
 
+def _big(expression) -> Cast:
+    return Cast(expression, BigIntegerField())
+
+
 def _fork_depth(levels: int) -> Value | Case:
     """How many ancestors, counted up to `levels` (MAX_FORK_DEPTH: forks stop there)."""
     depth = Value(0)
@@ -63,10 +67,11 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
         .annotate(m=Max("id"))
         .values("m")
     )
+    # Each count may be 2**31-1: their sum is computed in 64 bits, never in int4.
     counted_prompt = Message.objects.filter(pk=OuterRef("_counted_id")).values(
-        p=F("input_tokens")
-        + Coalesce("cache_read_tokens", Value(0))
-        + Coalesce("cache_write_tokens", Value(0))
+        p=_big(F("input_tokens"))
+        + Coalesce(_big(F("cache_read_tokens")), _big(Value(0)))
+        + Coalesce(_big(F("cache_write_tokens")), _big(Value(0)))
     )
     after_count = (
         Message.objects.filter(conversation=OuterRef("pk"), id__gte=OuterRef("_counted_id"))
@@ -87,7 +92,9 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
     fixed_tokens = sum(
         ((Length(text) + per_token - 1) / per_token for text in _fixed_texts()), Value(0)
     )
-    estimated = Coalesce(Subquery(estimates, output_field=IntegerField()), 0) + fixed_tokens
+    estimated = (
+        _big(Coalesce(Subquery(estimates, output_field=BigIntegerField()), 0)) + fixed_tokens
+    )
     return (
         queryset.annotate(
             _cutoff=_metadata_id(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID),
@@ -98,9 +105,9 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
             _message_count=Coalesce(Subquery(message_count, output_field=IntegerField()), 0),
             _context_tokens=Case(
                 When(_counted_id__isnull=True, then=estimated),
-                default=Coalesce(Subquery(counted_prompt, output_field=IntegerField()), 0)
-                + Coalesce(Subquery(after_count, output_field=IntegerField()), 0),
-                output_field=IntegerField(),
+                default=_big(Coalesce(Subquery(counted_prompt, output_field=BigIntegerField()), 0))
+                + _big(Coalesce(Subquery(after_count, output_field=BigIntegerField()), 0)),
+                output_field=BigIntegerField(),
             ),
             _last_compaction=Subquery(last_event),
             _fork_depth=_fork_depth(config.MAX_FORK_DEPTH),
