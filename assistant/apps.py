@@ -7,8 +7,8 @@ class AssistantConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from assistant.conf import compaction_config
+        from assistant.conf import check_summarizer_deadline, compaction_config
 
         # Refuse out-of-range thresholds at start-up (web, worker, commands),
         # naming the key, not at the first exchange.
-        compaction_config()
+        check_summarizer_deadline(compaction_config())

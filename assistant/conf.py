@@ -17,6 +17,8 @@ from typing import Any, Literal, get_args, get_origin
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from assistant.app_settings import app_setting
+
 ToolPolicy = Literal["prune", "summarize", "keep"]
 POLICIES = ("prune", "summarize", "keep")
 
@@ -93,6 +95,9 @@ class CompactionConfig:
     SUMMARY_LEASE_SECONDS: int = key(120, at_least=1)
     # How long a pre-exchange caller waits for another process's summary.
     SUMMARY_WAIT_SECONDS: float = key(30.0, at_least=0)
+    # ...but a holder that stamped no progress for this long is given up on and
+    # its lease taken over (< SUMMARY_LEASE_SECONDS): see assistant.leases.
+    SUMMARY_STALL_SECONDS: float = key(1.0, above=0)
     # The summarizer's input is cut into chunks of at most this many tokens.
     SUMMARIZER_MAX_INPUT_TOKENS: int = key(60_000, at_least=500)
     # Fact statements carried forward from summary to summary, at most this many tokens.
@@ -144,6 +149,11 @@ _BELOW = (
         "MIN_RECENT_MESSAGES",
         "MAX_MESSAGES_BEFORE_SUMMARY",
         "a shift would have to keep every message, so the window could never shift",
+    ),
+    (
+        "SUMMARY_STALL_SECONDS",
+        "SUMMARY_LEASE_SECONDS",
+        "a holder's lease would expire before it could be judged stalled",
     ),
 )
 
@@ -204,6 +214,20 @@ def validated_config(overrides: dict[str, Any]) -> CompactionConfig:
                 f"{larger!r} ({getattr(config, larger)}): {why}"
             )
     return config
+
+
+def check_summarizer_deadline(config: CompactionConfig) -> None:
+    """A summarizer call ends (every attempt at LLM_TIMEOUT_SECONDS) before
+    the summary lease is presumed dead: else a holder whose call is only slow
+    loses its lease to an ordinary claim and the summary is made twice."""
+    timeout = float(app_setting("LLM_TIMEOUT_SECONDS"))
+    attempts = int(app_setting("LLM_MAX_RETRIES")) + 1
+    if timeout * attempts >= config.SUMMARY_LEASE_SECONDS:
+        raise ImproperlyConfigured(
+            f"LLM_TIMEOUT_SECONDS ({timeout:g}) times the attempts (LLM_MAX_RETRIES + 1 = "
+            f"{attempts}) must be below ASSISTANT_COMPACTION['SUMMARY_LEASE_SECONDS'] "
+            f"({config.SUMMARY_LEASE_SECONDS}): a slow summarizer call would outlive its lease"
+        )
 
 
 def compaction_config() -> CompactionConfig:

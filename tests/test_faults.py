@@ -659,3 +659,89 @@ def test_without_fallback_a_failed_summary_stores_nothing_and_the_chat_goes_on(
     assert failure["attempts"] == 1
     assert not CompactionEvent.objects.filter(conversation=conversation).exists()
     assert len(build_context(conversation).messages) == 12  # the chat goes on, uncompacted
+
+
+# --- a lease holder that is alive but makes no progress -------------------------------------
+
+HUNG_TRIGGER = {
+    **EAGER,
+    "CONTEXT_TOKEN_THRESHOLD": 8000,
+    "MAX_RECENT_TOKENS": 3000,
+    "MAX_MESSAGES_BEFORE_SUMMARY": 1000,
+}
+
+
+@contextmanager
+def hung_lease_holder(conversation_id: int) -> Iterator[dict]:
+    """A thread that claims the summary lease on its own database connection
+    (alive: its backend stays) and then stops, as a frozen worker does."""
+    from django.db import connections
+
+    from assistant.leases import claim
+
+    claimed, release, held = threading.Event(), threading.Event(), {}
+
+    def hold() -> None:
+        try:
+            held["lease"] = claim(conversation_id)
+            claimed.set()
+            release.wait(timeout=300)
+            held["renewed_after_hang"] = held["lease"].renew()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert claimed.wait(timeout=10) and held["lease"] is not None
+        yield held
+    finally:
+        release.set()
+        thread.join(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_hung_lease_holder_costs_each_chat_call_under_two_seconds_and_no_oversized_request(
+    fake_llm, settings
+):
+    import time
+
+    from assistant.context import build_context
+    from assistant.hooks import ensure_context_summary
+    from tests.builders import chat_turns
+
+    fake_llm.use_anthropic(settings)
+    settings.ASSISTANT_COMPACTION = dict(HUNG_TRIGGER)
+    conversation = Conversation.objects.create(title="hung holder", system_prompt="You help.")
+    chat_turns(conversation, 10, size=2000)  # 20 messages of about 500 tokens each: 10,020
+    originals = snapshot(conversation)
+    waits, sizes, bounds = [], [], []
+
+    with hung_lease_holder(conversation.pk) as held:
+        for call in range(3):
+            add_message(conversation, "user", f"question {call} " + "q" * 400)
+            started = time.monotonic()
+            ensure_context_summary(conversation)
+            waits.append(time.monotonic() - started)
+            context = build_context(conversation)
+            newest_step = conversation.messages.filter(role="assistant").last().token_estimate
+            sizes.append(context.tokens.total)
+            bounds.append(HUNG_TRIGGER["CONTEXT_TOKEN_THRESHOLD"] + newest_step)
+            add_message(conversation, "assistant", f"answer {call} " + "a" * 400)
+
+    print(f"hung holder: waits {[round(w, 3) for w in waits]} s, request tokens {sizes}")
+    assert all(wait < 2.0 for wait in waits), waits
+    assert [size <= bound for size, bound in zip(sizes, bounds, strict=True)] == [True] * 3, sizes
+    assert fake_llm.count("anthropic.messages") == 0  # the chat path did not call the summarizer
+    assert held["renewed_after_hang"] is False  # the hung holder lost its lease: it writes nothing
+    # One shift, on the first call, by the offline summarizer, after taking the lease over.
+    from assistant.llm.offline import OFFLINE_MODEL
+
+    shifts = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
+    assert [(e.summarizer_model, e.details["took_over_stalled_lease"]) for e in shifts] == [
+        (OFFLINE_MODEL, True)
+    ]
+    conversation.refresh_from_db()
+    assert conversation.summary_lease_token is None
+    assert snapshot(conversation)[: len(originals)] == originals
