@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from django.core.exceptions import ValidationError
+
 from assistant import llm
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.events import record_compaction, stopwatch
@@ -151,6 +153,18 @@ def regenerate_window_summary(
     """Shift the window now, whatever the triggers say, keeping
     `recent_fraction` of the window (or the last `keep_last` messages, or only
     the newest step and its turn's user message). True if it stored one."""
+    if recent_fraction is not None and (
+        type(recent_fraction) not in (int, float) or not 0 <= recent_fraction <= 1
+    ):
+        raise ValidationError(
+            f"recent_fraction must be a number from 0 to 1, got {recent_fraction!r}.",
+            code="invalid_recent_fraction",
+        )
+    if keep_last is not None and (type(keep_last) is not int or keep_last < 0):
+        raise ValidationError(
+            f"keep_last must be a whole number of messages (0 or more), got {keep_last!r}.",
+            code="invalid_keep_last",
+        )
     before = compaction_cutoff_id(conversation)
     shift_window(
         conversation.pk,
