@@ -103,15 +103,16 @@ def summarize_messages(
     No database writes; raises if the provider fails and no fallback is
     configured. `provider`: the configured one unless given."""
     config = compaction_config()
-    provider = provider or llm.get_provider()
+    # Only a provider given explicitly is passed on: llm.summarize picks the configured one.
+    chosen = {"provider": provider} if provider is not None else {}
     # The summarizer reads the previous summary whole, carried facts included: it can
     # merge them back into its text, and they are carried again only if it does not.
     body = previous_summary or None
     model, fallback, calls, tokens_in, tokens_out = "", False, 0, 0, 0
-    for chunk in _chunks(messages, config, previous_summary, provider):
+    for chunk in _chunks(messages, config, previous_summary, provider or llm.get_provider()):
         _progress(on_chunk)
         transcript = without_markers(render_transcript(chunk))
-        result = llm.summarize(transcript, previous_summary=body, provider=provider)
+        result = llm.summarize(transcript, previous_summary=body, **chosen)
         _progress(on_chunk)
         body = without_markers(summary_body(result.text))
         model, fallback = result.model, fallback or result.fallback
