@@ -8,8 +8,8 @@ class AssistantConfig(AppConfig):
 
     def ready(self) -> None:
         from assistant import checks  # noqa: F401  (registers the system checks)
-        from assistant.conf import compaction_config
+        from assistant.conf import check_summarizer_deadline, compaction_config
 
         # Refuse out-of-range thresholds at start-up (web, worker, commands),
         # naming the key, not at the first exchange.
-        compaction_config()
+        check_summarizer_deadline(compaction_config())

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
@@ -183,10 +185,25 @@ def consumed_tool_rows(rows: list[Message]) -> list[Message]:
     return [row for row in rows if row.role == Message.Role.TOOL and row.pk < last_assistant]
 
 
+def _validated_ids(message_ids: Any) -> list[int]:
+    if isinstance(message_ids, str | bytes) or not isinstance(message_ids, Iterable):
+        ids = None
+    else:
+        ids = list(message_ids)
+    if ids is None or any(type(pk) is not int for pk in ids):
+        raise ValidationError(
+            f"message_ids must be a list of message ids (integers), got {message_ids!r}.",
+            code="invalid_message_ids",
+        )
+    return ids
+
+
 def restore_originals(conversation: Conversation, message_ids: list[int] | None = None) -> int:
     """Show the model the verbatim originals again (and keep them verbatim
     from now on). Messages whose original a retention policy dropped stay
     as they are. Returns the number restored."""
+    if message_ids is not None:
+        message_ids = _validated_ids(message_ids)
     messages = Message.objects.filter(conversation=conversation, original_dropped_at__isnull=True)
     messages = messages.filter(
         ~Q(compaction="", prepared_compaction="") | Q(compacted_blocks__isnull=False)

@@ -26,6 +26,8 @@ from typing import Any, Literal, get_args, get_origin
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from assistant.app_settings import app_setting
+
 ToolPolicy = Literal["prune", "summarize", "keep"]
 POLICIES = ("prune", "summarize", "keep")
 
@@ -104,6 +106,9 @@ class CompactionConfig:
     SUMMARY_LEASE_SECONDS: int = key(120, at_least=1)
     # How long a pre-exchange caller waits for another process's summary.
     SUMMARY_WAIT_SECONDS: float = key(30.0, at_least=0)
+    # ...but a holder that stamped no progress for this long is given up on and
+    # its lease taken over (< SUMMARY_LEASE_SECONDS): see assistant.leases.
+    SUMMARY_STALL_SECONDS: float = key(1.0, above=0)
     # The summarizer's input is cut into chunks of at most this many tokens.
     SUMMARIZER_MAX_INPUT_TOKENS: int = key(60_000, at_least=500)
     # Fact statements carried forward from summary to summary, at most this many tokens.
@@ -156,6 +161,11 @@ _BELOW = (
         "MIN_RECENT_MESSAGES",
         "MAX_MESSAGES_BEFORE_SUMMARY",
         "a shift would have to keep every message, so the window could never shift",
+    ),
+    (
+        "SUMMARY_STALL_SECONDS",
+        "SUMMARY_LEASE_SECONDS",
+        "a holder's lease would expire before it could be judged stalled",
     ),
 )
 
@@ -227,6 +237,20 @@ def _following(smaller: str, larger: str, value: int, known: dict[str, Any]) -> 
     less, keeping the proportion of the two defaults; at least 1."""
     default, larger_default = known[smaller].default, known[larger].default
     return max(1, min(default, math.floor(value * default / larger_default)))
+
+
+def check_summarizer_deadline(config: CompactionConfig) -> None:
+    """A summarizer call ends (every attempt at LLM_TIMEOUT_SECONDS) before
+    the summary lease is presumed dead: else a holder whose call is only slow
+    loses its lease to an ordinary claim and the summary is made twice."""
+    timeout = float(app_setting("LLM_TIMEOUT_SECONDS"))
+    attempts = int(app_setting("LLM_MAX_RETRIES")) + 1
+    if timeout * attempts >= config.SUMMARY_LEASE_SECONDS:
+        raise ImproperlyConfigured(
+            f"LLM_TIMEOUT_SECONDS ({timeout:g}) times the attempts (LLM_MAX_RETRIES + 1 = "
+            f"{attempts}) must be below ASSISTANT_COMPACTION['SUMMARY_LEASE_SECONDS'] "
+            f"({config.SUMMARY_LEASE_SECONDS}): a slow summarizer call would outlive its lease"
+        )
 
 
 def compaction_config() -> CompactionConfig:

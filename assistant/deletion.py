@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.utils import timezone
 
@@ -21,6 +22,29 @@ class RestoreResult:
     # Deleted longer ago than the retention: the purge may remove them at any time.
     expired: list[int] = field(default_factory=list)
     not_deleted: list[int] = field(default_factory=list)
+
+
+def require_saved(conversation: Conversation) -> None:
+    """A stored Conversation, not None or an unsaved instance."""
+    if not isinstance(conversation, Conversation) or conversation.pk is None:
+        raise ValidationError(
+            f"Expected a saved Conversation, got {conversation!r}.", code="invalid_conversation"
+        )
+
+
+def deleted_error(conversation_id: int) -> ValidationError:
+    return ValidationError(
+        f"Conversation {conversation_id} is deleted; it cannot be changed (restore it first).",
+        code="conversation_deleted",
+    )
+
+
+def require_live(conversation: Conversation) -> None:
+    """The services change only saved conversations that are not deleted (or
+    purged): one query, on the database's row, not the caller's copy of it."""
+    require_saved(conversation)
+    if not Conversation.objects.filter(pk=conversation.pk, deleted_at__isnull=True).exists():
+        raise deleted_error(conversation.pk)
 
 
 def purge_after() -> timedelta | None:

@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.exceptions import ValidationError
+
 from assistant.compaction import compact_tool_results
 from assistant.conf import compaction_config
 from assistant.events import record_compaction
@@ -78,8 +80,10 @@ def emergency_compact(conversation: Conversation, level: int = 1) -> bool:
 def apply_emergency_level(conversation: Conversation, level: int) -> EmergencyOutcome:
     """`emergency_compact` with the measurements: the estimated context before
     and after (estimates on both sides, so they compare like with like)."""
-    if level not in LEVELS:
-        raise ValueError(f"Emergency compaction level must be 1 or 2, not {level!r}.")
+    if type(level) is not int or level not in LEVELS:  # True is not level 1
+        raise ValidationError(
+            f"Emergency compaction level must be 1 or 2, not {level!r}.", code="invalid_level"
+        )
     started = time.monotonic()
     before = load_window(conversation.pk).estimated_tokens()
     compacted, regenerated = 0, False

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models.functions import Coalesce
 
@@ -77,6 +78,18 @@ def can_fork(conversation: Conversation) -> bool:
     return fork_depth(conversation) < compaction_config().MAX_FORK_DEPTH
 
 
+def _validated_services(tool_services: Any) -> list[str]:
+    """A list of service names: any iterable of strings but a string itself."""
+    if isinstance(tool_services, Iterable) and not isinstance(tool_services, str | bytes):
+        services = list(tool_services)
+        if all(isinstance(name, str) for name in services):
+            return services
+    raise ValidationError(
+        f"tool_services must be a list of service names (strings), got {tool_services!r}.",
+        code="invalid_tool_services",
+    )
+
+
 def fork_continuation(
     conversation: Conversation,
     pending_user_message: str | None = None,
@@ -86,12 +99,13 @@ def fork_continuation(
     """A new conversation that continues this one with its summary: same owner,
     title "<first 44 chars> (cont.)", the given tool services, and the pending
     user message as its first message. None (logged) past MAX_FORK_DEPTH."""
+    services = _validated_services(tool_services)
     if not can_fork(conversation):
         _log_refused(conversation, "max_fork_depth")
         return None
     through_id = _last_message_id(conversation)
     title = f"{conversation.title[:TITLE_PREFIX_CHARS]}{CONTINUATION_SUFFIX}"
-    metadata: dict[str, Any] = {MetadataKeys.TOOL_SERVICES: [str(s) for s in tool_services]}
+    metadata: dict[str, Any] = {MetadataKeys.TOOL_SERVICES: services}
     if through_id is not None:
         metadata[FORK_THROUGH_MESSAGE_ID] = through_id
     return _create_fork(

@@ -20,6 +20,7 @@ from django.utils import timezone
 from assistant import llm
 from assistant.blocks import blocks_tokens, has_media, validate_blocks
 from assistant.conf import compaction_config
+from assistant.deletion import deleted_error, require_saved
 from assistant.llm.base import new_tool_call_id
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
 from assistant.queue import POST_EXCHANGE_TASK, enqueue_on_commit
@@ -50,6 +51,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
     unknown = set(fields) - _FIELDS
     if unknown:
         raise TypeError(f"add_message() got unexpected fields: {', '.join(sorted(unknown))}")
+    require_saved(conversation)
     if role not in Message.Role.values:
         raise ValidationError(
             f"Unknown role {role!r}: expected one of {', '.join(Message.Role.values)}.",
@@ -96,10 +98,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
             # conversation matches nothing and the insert is rolled back.
             live = Conversation.objects.filter(pk=conversation.pk, deleted_at__isnull=True)
             if not live.update(updated_at=timezone.now()):
-                raise ValidationError(
-                    f"Conversation {conversation.pk} is deleted; nothing can be added to it.",
-                    code="conversation_deleted",
-                )
+                raise deleted_error(conversation.pk)
     except IntegrityError as error:
         # Another writer stored this call's result between our check and our insert.
         if role == "tool" and _is_duplicate_result(error):
@@ -173,9 +172,13 @@ def _validated_tool_calls(role: str, tool_calls: Any) -> list[dict[str, Any]] | 
                 f"tool_calls[{index}] must be an object with id, name and arguments.",
                 code="invalid_tool_calls",
             )
-        # A Gemini function call may come without an id: give it one, so its
-        # result can name it (the caller reads it back from message.tool_calls).
-        call_id = _checked_name(f"tool_calls[{index}].id", call.get("id") or new_tool_call_id())
+        # A Gemini function call may come without an id (None or no key): give it one, so
+        # its result can name it (the caller reads it back from message.tool_calls). An
+        # empty or blank id is a malformed one, refused below.
+        call_id = call.get("id")
+        call_id = _checked_name(
+            f"tool_calls[{index}].id", new_tool_call_id() if call_id is None else call_id
+        )
         name = _checked_name(f"tool_calls[{index}].name", call["name"])
         if call_id in seen:
             raise ValidationError(
@@ -201,6 +204,10 @@ def _parse_arguments(index: int, call: dict[str, Any]) -> dict[str, Any]:
             raise ValidationError(
                 f"tool_calls[{index}].arguments is not valid JSON: {exc.msg}.",
                 code="invalid_tool_arguments",
+            ) from None
+        except ValueError:  # a number longer than Python converts (sys.get_int_max_str_digits)
+            raise _number_too_long(
+                f"tool_calls[{index}].arguments", "invalid_tool_arguments"
             ) from None
         except RecursionError:
             raise _too_deep(f"tool_calls[{index}].arguments") from None
@@ -274,7 +281,14 @@ def _checked_json(what: str, value: Any, code: str) -> int:
             raise ValidationError(
                 f"{what} is not JSON: it contains a {type(item).__name__}.", code=code
             )
-    return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    try:
+        return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    except ValueError:  # an integer too long to write out (sys.get_int_max_str_digits)
+        raise _number_too_long(what, code) from None
+
+
+def _number_too_long(what: str, code: str) -> ValidationError:
+    return ValidationError(f"{what} holds a number with too many digits to store.", code=code)
 
 
 def _check_size(what: str, size: int, setting: str, code: str) -> None:

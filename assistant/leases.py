@@ -2,9 +2,16 @@
 
 `summary_lease(conversation_id)` is a context manager. Claimed with a
 conditional UPDATE (free, expired, or held by a process that is gone), held
-with no open transaction and no row lock while the LLM runs, renewed by the
-holder between summarizer calls, and honoured on write: a result is stored
-only `WHERE` the token is still ours.
+with no open transaction and no row lock while the LLM runs, and honoured on
+write: a result is stored only `WHERE` the token is still ours.
+
+The holder renews its lease only as its work advances (before and after each
+summarizer call), never from a timer: the expiry is its progress stamp (the
+last progress is the expiry less SUMMARY_LEASE_SECONDS). A holder that is
+alive but stopped (a frozen process, a partition, a provider call that hangs)
+stops renewing, so a waiting caller gives up on it after
+SUMMARY_STALL_SECONDS and may take the lease over (`claim(...,
+take_over_stalled=True)`); the stalled holder's later writes then match no row.
 
 Time comes from the database clock, never from an app server's, so two
 machines whose clocks disagree cannot both think they hold the lease. On
@@ -40,13 +47,16 @@ class SummaryInTransaction(RuntimeError):
 class Lease:
     conversation_id: int
     token: uuid.UUID
+    # Claimed from a holder that had stopped making progress (not from a free row).
+    took_over: bool = False
 
     def holding(self) -> QuerySet[Conversation]:
         """The conversation row, only while this lease still holds it."""
         return Conversation.objects.filter(pk=self.conversation_id, summary_lease_token=self.token)
 
     def renew(self) -> bool:
-        """Extend the lease from now (database clock); False if it was lost."""
+        """Stamp progress: extend the lease from now (database clock); False if
+        it was lost (taken over, or expired and claimed by another)."""
         return self.holding().update(**_lease_columns(self.token)) == 1
 
     def release(self) -> bool:
@@ -61,11 +71,14 @@ class Lease:
 
 
 @contextmanager
-def summary_lease(conversation_id: int) -> Iterator[Lease | None]:
+def summary_lease(
+    conversation_id: int, *, take_over_stalled: bool = False
+) -> Iterator[Lease | None]:
     """Hold the conversation's summary lease for the block; yields None when
-    a live holder has it. Refuses to run inside the caller's transaction."""
+    a live holder has it (and, with `take_over_stalled`, is still making
+    progress). Refuses to run inside the caller's transaction."""
     refuse_inside_transaction()
-    lease = claim(conversation_id)
+    lease = claim(conversation_id, take_over_stalled=take_over_stalled)
     try:
         yield lease
     finally:
@@ -73,18 +86,32 @@ def summary_lease(conversation_id: int) -> Iterator[Lease | None]:
             lease.release()
 
 
-def claim(conversation_id: int) -> Lease | None:
+def claim(conversation_id: int, *, take_over_stalled: bool = False) -> Lease | None:
+    """The lease when it is free, expired or its holder is gone; with
+    `take_over_stalled`, also when its holder made no progress for
+    SUMMARY_STALL_SECONDS (`Lease.took_over` then says so)."""
     token = uuid.uuid4()
     claimable = Q(summary_lease_token__isnull=True) | Q(summary_lease_expires_at__lt=Now())
     if connection.vendor == "postgresql":
         claimable |= Q(_holder_gone())
-    claimed = Conversation.objects.filter(claimable, pk=conversation_id).update(
-        **_lease_columns(token)
-    )
-    return Lease(conversation_id, token) if claimed == 1 else None
+    rows = Conversation.objects.filter(pk=conversation_id)
+    if rows.filter(claimable).update(**_lease_columns(token)) == 1:
+        return Lease(conversation_id, token)
+    if take_over_stalled and rows.filter(_stalled()).update(**_lease_columns(token)) == 1:
+        return Lease(conversation_id, token, took_over=True)
+    return None
 
 
 def held_by_live_holder(conversation_id: int) -> bool:
+    return _live_holder(conversation_id).exists()
+
+
+def held_by_progressing_holder(conversation_id: int) -> bool:
+    """A live holder has the lease and stamped progress within SUMMARY_STALL_SECONDS."""
+    return _live_holder(conversation_id).exclude(_stalled()).exists()
+
+
+def _live_holder(conversation_id: int) -> QuerySet[Conversation]:
     rows = Conversation.objects.filter(
         pk=conversation_id,
         summary_lease_token__isnull=False,
@@ -92,22 +119,24 @@ def held_by_live_holder(conversation_id: int) -> bool:
     )
     if connection.vendor == "postgresql":
         rows = rows.exclude(_holder_gone())
-    return rows.exists()
+    return rows
 
 
 def wait_for_release(conversation_id: int, timeout: float | None = None) -> bool:
-    """Wait while a live holder summarizes this conversation; True once free.
-    A dead holder (expired, or its database session gone) is not waited on."""
+    """Wait while a live holder summarizes this conversation and makes
+    progress; True once free. A dead holder (expired, or its database session
+    gone) is not waited on, nor one silent for SUMMARY_STALL_SECONDS: False
+    then, as when SUMMARY_WAIT_SECONDS (or `timeout`) runs out."""
     deadline = time.monotonic() + (
         compaction_config().SUMMARY_WAIT_SECONDS if timeout is None else timeout
     )
     delay = 0.05
-    while held_by_live_holder(conversation_id):
+    while held_by_progressing_holder(conversation_id):
         if time.monotonic() >= deadline:
             return False
         time.sleep(delay)
-        delay = min(delay * 2, 0.5)
-    return True
+        delay = min(delay * 2, 0.25)
+    return not held_by_live_holder(conversation_id)
 
 
 def refuse_inside_transaction() -> None:
@@ -128,6 +157,19 @@ def _holder_gone() -> RawSQL:
         "(SELECT 1 FROM pg_stat_activity WHERE pid = summary_lease_holder_pid)",
         [],
         output_field=BooleanField(),
+    )
+
+
+def _stalled() -> Q:
+    """The holder's last progress stamp (expiry less SUMMARY_LEASE_SECONDS) is
+    older than SUMMARY_STALL_SECONDS; also true of an expired lease."""
+    config = compaction_config()
+    silent = timedelta(seconds=config.SUMMARY_LEASE_SECONDS - config.SUMMARY_STALL_SECONDS)
+    return Q(
+        summary_lease_token__isnull=False,
+        summary_lease_expires_at__lt=ExpressionWrapper(
+            Now() + silent, output_field=DateTimeField()
+        ),
     )
 
 

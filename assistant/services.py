@@ -2,29 +2,34 @@
 and tests call these names; the work is done in the modules behind them.
 
 The actions staff run by hand take `acting_user=None`: the compaction events
-they record name that user (see `assistant.events.acting_as`).
+they record name that user (see `assistant.events.acting_as`). Those that
+change a conversation refuse a deleted one (`conversation_deleted`), as
+add_message does: `@_live`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
-from assistant import compaction, emergency, forking, summaries
+from django.core.exceptions import ValidationError
+
+from assistant import compaction, emergency, forking, hooks, summaries
 from assistant.chat import Step, chat_step, model_request
 from assistant.context import Context, IncompleteToolCall, build_context, context_tokens
-from assistant.deletion import mark_deleted, restore_deleted
+from assistant.deletion import mark_deleted, require_live, restore_deleted
 from assistant.emergency import ContextTooLarge, compact_if_flagged
 from assistant.events import acting_as
 from assistant.forking import generate_parent_summary
 from assistant.history import add_message, finish_exchange
-from assistant.hooks import call_with_overflow_recovery, ensure_context_summary, process_exchange
+from assistant.hooks import call_with_overflow_recovery, process_exchange
 from assistant.llm.overflow import context_overflow
 from assistant.models import Conversation
 from assistant.previews import restore_preview
 from assistant.queue import enqueue_on_commit
 from assistant.responses import record_response
-from assistant.staff_actions import Outcome, run_staff_action
+from assistant.staff_actions import ACTIONS, Outcome, run_staff_action
 from assistant.summaries import (
     compaction_cutoff_id,
     prebuild_window_summary,
@@ -34,8 +39,24 @@ from assistant.tasks import staff_action_task
 
 # Whom a staff action acts for: a django.contrib.auth user, a user id, or None.
 User = Any
+F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _live(service: F) -> F:
+    """The service refuses a conversation that is not saved or is deleted."""
+
+    @functools.wraps(service)
+    def checked(conversation: Conversation, *args: Any, **kwargs: Any) -> Any:
+        require_live(conversation)
+        return service(conversation, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]
+
+
+ensure_context_summary = _live(hooks.ensure_context_summary)
+
+
+@_live
 def compact_tool_results(
     conversation: Conversation,
     *,
@@ -49,6 +70,7 @@ def compact_tool_results(
         )
 
 
+@_live
 def restore_originals(
     conversation: Conversation,
     message_ids: list[int] | None = None,
@@ -59,6 +81,7 @@ def restore_originals(
         return compaction.restore_originals(conversation, message_ids)
 
 
+@_live
 def emergency_compact(
     conversation: Conversation, level: int = 1, *, acting_user: User = None
 ) -> bool:
@@ -66,6 +89,7 @@ def emergency_compact(
         return emergency.emergency_compact(conversation, level=level)
 
 
+@_live
 def regenerate_window_summary(
     conversation: Conversation,
     *,
@@ -83,6 +107,7 @@ def regenerate_window_summary(
         )
 
 
+@_live
 def fork_continuation(
     conversation: Conversation,
     pending_user_message: str | None = None,
@@ -100,6 +125,7 @@ def fork_continuation(
         )
 
 
+@_live
 def fork_from_message(
     conversation: Conversation, message_id: Any, summarize: bool = True, *, acting_user: User = None
 ) -> tuple[Conversation, str] | None:
@@ -109,6 +135,11 @@ def fork_from_message(
 
 def queue_staff_action(action: str, conversation_id: int, *, acting_user: User = None) -> None:
     """Run a staff action on the worker once the current transaction commits."""
+    if action not in ACTIONS:
+        raise ValidationError(
+            f"Unknown staff action {action!r}; expected one of {', '.join(ACTIONS)}.",
+            code="unknown_action",
+        )
     user_id = getattr(acting_user, "pk", acting_user)
     enqueue_on_commit(staff_action_task, action, conversation_id, user_id)
 

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from django.core.exceptions import ValidationError
+
 from assistant import llm
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.events import record_compaction, stopwatch
@@ -90,22 +92,28 @@ def summarize_messages(
     previous_summary: str | None = None,
     on_chunk: Callable[[], object] | None = None,
     max_tokens: int | None = None,
+    provider: llm.Provider | None = None,
 ) -> SummaryOutcome:
     """Summarize `messages` (merging into `previous_summary`), in chunks the
     summarizer can take. Carried facts fill what `max_tokens` (the room for
     the whole summary) leaves beside the summarizer's text, up to
-    CARRIED_FACTS_MAX_TOKENS. No database writes; raises if the provider
-    fails and no fallback is configured."""
+    CARRIED_FACTS_MAX_TOKENS. `on_chunk` is called as the work advances
+    (before and after each summarizer call, e.g. to renew the summary lease);
+    when it returns False (the lease was lost) the work stops with LeaseLost.
+    No database writes; raises if the provider fails and no fallback is
+    configured. `provider`: the configured one unless given."""
     config = compaction_config()
+    # Only a provider given explicitly is passed on: llm.summarize picks the configured one.
+    chosen = {"provider": provider} if provider is not None else {}
     # The summarizer reads the previous summary whole, carried facts included: it can
     # merge them back into its text, and they are carried again only if it does not.
     body = previous_summary or None
     model, fallback, calls, tokens_in, tokens_out = "", False, 0, 0, 0
-    for chunk in _chunks(messages, config, previous_summary):
-        if on_chunk is not None:
-            on_chunk()  # e.g. renew the summary lease before each summarizer call
+    for chunk in _chunks(messages, config, previous_summary, provider or llm.get_provider()):
+        _progress(on_chunk)
         transcript = without_markers(render_transcript(chunk))
-        result = llm.summarize(transcript, previous_summary=body)
+        result = llm.summarize(transcript, previous_summary=body, **chosen)
+        _progress(on_chunk)
         body = without_markers(summary_body(result.text))
         model, fallback = result.model, fallback or result.fallback
         calls += 1
@@ -118,6 +126,16 @@ def summarize_messages(
         body or "", [as_neutral(message) for message in messages], previous_summary, carried
     )
     return SummaryOutcome(text, model, tokens_in, tokens_out, fallback, calls)
+
+
+class LeaseLost(RuntimeError):
+    """The summary lease was taken over while this process summarized: its
+    result could not be stored, so the work stops."""
+
+
+def _progress(on_progress: Callable[[], object] | None) -> None:
+    if on_progress is not None and on_progress() is False:
+        raise LeaseLost("the summary lease was lost while summarizing")
 
 
 def compaction_cutoff_id(conversation: Conversation) -> int | None:
@@ -136,6 +154,18 @@ def regenerate_window_summary(
     """Shift the window now, whatever the triggers say, keeping
     `recent_fraction` of the window (or the last `keep_last` messages, or only
     the newest step and its turn's user message). True if it stored one."""
+    if recent_fraction is not None and (
+        type(recent_fraction) not in (int, float) or not 0 <= recent_fraction <= 1
+    ):
+        raise ValidationError(
+            f"recent_fraction must be a number from 0 to 1, got {recent_fraction!r}.",
+            code="invalid_recent_fraction",
+        )
+    if keep_last is not None and (type(keep_last) is not int or keep_last < 0):
+        raise ValidationError(
+            f"keep_last must be a whole number of messages (0 or more), got {keep_last!r}.",
+            code="invalid_keep_last",
+        )
     before = compaction_cutoff_id(conversation)
     shift_window(
         conversation.pk,
@@ -165,9 +195,12 @@ def shift_window(
     return the summary the next request carries. An `early` shift, before
     the trigger, keeps the verbatim budget of one (`verbatim_budget`). One
     process at a time: a caller that finds another one summarizing waits for
-    it, then uses what it stored."""
+    it while it makes progress, then uses what it stored. A holder silent for
+    SUMMARY_STALL_SECONDS (alive but stopped) is taken over, and the shift is
+    made with the offline summarizer: the chat does not wait on a provider
+    again, nor send a request over the trigger."""
     for attempt in range(2):
-        with summary_lease(conversation_id) as lease:
+        with summary_lease(conversation_id, take_over_stalled=attempt == 1) as lease:
             if lease is not None:
                 return _shift_holding(
                     lease,
@@ -180,8 +213,9 @@ def shift_window(
                     keep_last=keep_last,
                     newest_step_only=newest_step_only,
                 )
-        if attempt == 0 and not wait_for_release(conversation_id):
-            break
+        if attempt == 0:
+            # Released, or given up on (then the second claim takes over a stalled holder).
+            wait_for_release(conversation_id)
     return load_window(conversation_id).summary
 
 
@@ -195,6 +229,8 @@ def _shift_holding(
     early: bool,
     **split,
 ):
+    if lease.took_over:
+        log_event("summary_lease_taken_over", conversation_id=lease.conversation_id)
     state = load_window(lease.conversation_id)  # re-read under the lease
     if not force:
         if not should_shift(state, config, share, count=count):
@@ -261,6 +297,9 @@ def prebuild_window_summary(conversation: Conversation) -> bool:
             outcome = summarize_messages(
                 newly_old, previous_summary=state.summary, on_chunk=lease.renew
             )
+        except LeaseLost:
+            log_event("summary_discarded", conversation_id=conversation.pk, reason="lease_lost")
+            return False
         except llm.ProviderError as exc:
             if exc.retryable:
                 raise  # off the chat path: the post-exchange task retries with backoff
@@ -398,8 +437,12 @@ def _summarize_and_store(
     before = state.estimated_tokens()
     # The summary gives way to what stays verbatim: its room under the trigger.
     room = trigger_estimate(state, config) - _context_after(state, "", kept)
+    # Taken over from a stalled holder: the chat path does not wait on a provider again.
+    provider = llm.OfflineProvider() if lease.took_over else None
     with stopwatch() as elapsed:
-        outcome = _summarize_or_log(state.conversation_id, newly_old, state.summary, lease, room)
+        outcome = _summarize_or_log(
+            state.conversation_id, newly_old, state.summary, lease, room, provider
+        )
     if outcome is None:
         record_failure(lease, state)
         return state.summary  # the cached summary stays exactly as it was
@@ -424,7 +467,8 @@ def _summarize_and_store(
         details={
             "through_message_id": through,
             "calls": outcome.calls,
-            "fallback": outcome.fallback,
+            "fallback": outcome.fallback or lease.took_over,
+            **({"took_over_stalled_lease": True} if lease.took_over else {}),
         },
     )
     return outcome.text
@@ -436,11 +480,19 @@ def _summarize_or_log(
     previous: str | None,
     lease: Lease,
     room: int,
+    provider: llm.Provider | None = None,
 ) -> SummaryOutcome | None:
     try:
         return summarize_messages(
-            messages, previous_summary=previous, on_chunk=lease.renew, max_tokens=room
+            messages,
+            previous_summary=previous,
+            on_chunk=lease.renew,
+            max_tokens=room,
+            provider=provider,
         )
+    except LeaseLost:
+        log_event("summary_discarded", conversation_id=conversation_id, reason="lease_lost")
+        return None
     except Exception as exc:  # a failed summary never breaks the chat or the history
         logger.warning(
             "summary_failed conversation=%s error=%s", conversation_id, type(exc).__name__
@@ -489,11 +541,14 @@ def _summarizer_texts(messages: Sequence[Message]) -> dict[int, str]:
 
 
 def _chunks(
-    messages: Sequence[Message], config: CompactionConfig, previous: str | None
+    messages: Sequence[Message],
+    config: CompactionConfig,
+    previous: str | None,
+    provider: llm.Provider,
 ) -> list[list[dict]]:
     """Cut the slice into pieces the summarizer can take with the running
     summary beside them; a single oversized message is cut to fit."""
-    budget = min(config.SUMMARIZER_MAX_INPUT_TOKENS, llm.get_provider().max_input_tokens)
+    budget = min(config.SUMMARIZER_MAX_INPUT_TOKENS, provider.max_input_tokens)
     budget = max(budget - estimate_tokens(previous or "") - 1000, 1000)
     max_chars = budget * config.CHARS_PER_TOKEN
     chunks: list[list[dict]] = [[]]

@@ -876,3 +876,43 @@ def test_automatic_work_names_nobody_and_staff_calls_name_the_user(staff):
         (fork.pk, staff.pk),
     ]
     assert acting_user_id() is None  # the block ended: nobody again
+
+
+def test_the_largest_accepted_usage_counts_leave_every_admin_page_working(staff_client):
+    largest = 2**31 - 1
+    conversation = Conversation.objects.create(title="huge usage", system_prompt="You help.")
+    add_message(conversation, "user", "Summarize the logs.")
+    add_message(
+        conversation,
+        "assistant",
+        "ok",
+        input_tokens=largest,
+        output_tokens=largest,
+        cache_read_tokens=largest,
+        cache_write_tokens=largest,
+    )
+    filters = [
+        "",
+        "?status=live",
+        "?status=deleted",
+        "?context=near",
+        "?context=past",
+        "?context=over",
+        "?origin=root",
+        "?origin=fork",
+        "?summarized=yes",
+        "?summarized=no",
+        "?o=8",
+        "?o=-8",
+    ]
+
+    pages = [staff_client.get(CHANGELIST + query) for query in filters]
+
+    assert [page.status_code for page in pages] == [200] * len(filters)
+    row = next(c for c in pages[0].context["cl"].result_list if c.pk == conversation.pk)
+    assert row._context_tokens == 3 * largest + 1  # the count, plus the answer's estimate
+    assert staff_client.get(change_url(conversation)).status_code == 200
+    assert staff_client.get(reverse("admin:assistant_message_changelist")).status_code == 200
+    Conversation.objects.filter(pk=conversation.pk).update(deleted_at=timezone.now())
+    assert staff_client.get(CHANGELIST + "?status=deleted").status_code == 200
+    assert staff_client.get(change_url(conversation)).status_code == 200

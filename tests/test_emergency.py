@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.core.exceptions import ValidationError
 
 from assistant import emergency, hooks
 from assistant.compaction import restore_originals
@@ -140,8 +141,9 @@ def test_a_failure_returns_false_and_loses_nothing(monkeypatch):
 
 def test_an_unknown_level_is_refused():
     conversation, _ = tool_heavy_conversation()
-    with pytest.raises(ValueError, match="level must be 1 or 2"):
+    with pytest.raises(ValidationError, match="level must be 1 or 2") as refused:
         emergency_compact(conversation, level=3)
+    assert refused.value.code == "invalid_level"
 
 
 def test_a_response_over_the_window_marks_the_conversation_and_the_next_hook_compacts():

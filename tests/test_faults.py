@@ -28,7 +28,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from assistant import cleanup
+from assistant import cleanup, services
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import add_message, finish_exchange
 from config.celery import app as celery_app
@@ -484,6 +484,37 @@ def state(conversation: Conversation) -> tuple:
         ),
         ("tool", "result", {"tool_call_id": "nope"}, "unknown_tool_call_id"),
         ("user", "hi", {"metadata": {"when": float("nan")}}, "invalid_metadata"),
+        # A number of 5,000 digits, as a model streams arguments, and in metadata.
+        (
+            "assistant",
+            "",
+            {
+                "tool_calls": [
+                    {"id": "c9", "name": "run_sql", "arguments": '{"n": 1' + "0" * 4999 + "}"}
+                ]
+            },
+            "invalid_tool_arguments",
+        ),
+        (
+            "assistant",
+            "",
+            {"tool_calls": [{"id": "c9", "name": "run_sql", "arguments": {"n": 10**4999}}]},
+            "invalid_tool_arguments",
+        ),
+        ("user", "hi", {"metadata": {"n": 10**4999}}, "invalid_metadata"),
+        # An empty id is refused like a blank one (a missing id gets one: see test_history).
+        (
+            "assistant",
+            "",
+            {"tool_calls": [{"id": "", "name": "run_sql", "arguments": {}}]},
+            "invalid_tool_calls",
+        ),
+        (
+            "assistant",
+            "",
+            {"tool_calls": [{"id": "  ", "name": "run_sql", "arguments": {}}]},
+            "invalid_tool_calls",
+        ),
     ],
 )
 def test_bad_input_is_refused_clearly_and_changes_nothing(
@@ -498,6 +529,102 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(
     assert error.value.code == code
     assert state(mine) == before
     assert state(other) == before_other
+
+
+def everything() -> tuple:
+    """Every row the services could write, across all conversations."""
+    return (
+        sorted(Conversation.objects.values_list("pk", "metadata", "deleted_at", "updated_at")),
+        sorted(Message.objects.values_list("pk", "content", "compacted_content", "metadata")),
+        CompactionEvent.objects.count(),
+    )
+
+
+BAD_SERVICE_CALLS = {
+    "add_message to None": (lambda s, c: s.add_message(None, "user", "hi"), "invalid_conversation"),
+    "add_message to an unsaved conversation": (
+        lambda s, c: s.add_message(Conversation(title="unsaved"), "user", "hi"),
+        "invalid_conversation",
+    ),
+    "restore ids that are not ids": (
+        lambda s, c: s.restore_originals(c, ["x"]),
+        "invalid_message_ids",
+    ),
+    "restore a string of ids": (lambda s, c: s.restore_originals(c, "12"), "invalid_message_ids"),
+    "fork with tool_services None": (
+        lambda s, c: s.fork_continuation(c, "x", tool_services=None),
+        "invalid_tool_services",
+    ),
+    "fork with tool_services a string": (
+        lambda s, c: s.fork_continuation(c, "x", tool_services="sql"),
+        "invalid_tool_services",
+    ),
+    "emergency level True": (lambda s, c: s.emergency_compact(c, True), "invalid_level"),
+    "emergency level 3": (lambda s, c: s.emergency_compact(c, 3), "invalid_level"),
+    "emergency level 1.0": (lambda s, c: s.emergency_compact(c, 1.0), "invalid_level"),
+    "an unknown staff action": (
+        lambda s, c: s.queue_staff_action("rm -rf", c.pk),
+        "unknown_action",
+    ),
+    "keep_last below 0": (
+        lambda s, c: s.regenerate_window_summary(c, keep_last=-5),
+        "invalid_keep_last",
+    ),
+    "recent_fraction over 1": (
+        lambda s, c: s.regenerate_window_summary(c, recent_fraction=1.5),
+        "invalid_recent_fraction",
+    ),
+    "recent_fraction below 0": (
+        lambda s, c: s.regenerate_window_summary(c, recent_fraction=-0.1),
+        "invalid_recent_fraction",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SERVICE_CALLS))
+def test_bad_arguments_to_the_services_are_refused_clearly_and_change_nothing(
+    two_conversations, django_capture_on_commit_callbacks, case
+):
+    call, code = BAD_SERVICE_CALLS[case]
+    mine, _ = two_conversations
+    before = everything()
+
+    with (
+        django_capture_on_commit_callbacks() as enqueued,
+        pytest.raises(ValidationError) as error,
+    ):
+        call(services, mine)
+
+    assert error.value.code == code
+    assert everything() == before
+    assert enqueued == []
+
+
+DELETED_REFUSES = {
+    "add_message": lambda s, c: s.add_message(c, "user", "hi"),
+    "ensure_context_summary": lambda s, c: s.ensure_context_summary(c),
+    "emergency_compact": lambda s, c: s.emergency_compact(c, 2),
+    "restore_originals": lambda s, c: s.restore_originals(c),
+    "fork_continuation": lambda s, c: s.fork_continuation(c, "go on"),
+    "fork_from_message": lambda s, c: s.fork_from_message(
+        c, c.messages.filter(role="user").first().pk
+    ),
+    "regenerate_window_summary": lambda s, c: s.regenerate_window_summary(c),
+    "compact_tool_results": lambda s, c: s.compact_tool_results(c, min_chars=0),
+}
+
+
+@pytest.mark.parametrize("service", list(DELETED_REFUSES))
+def test_a_deleted_conversation_is_read_only_through_the_services(two_conversations, service):
+    mine, _ = two_conversations
+    Conversation.objects.filter(pk=mine.pk).update(deleted_at=timezone.now())
+    before = everything()
+
+    with pytest.raises(ValidationError) as error:
+        DELETED_REFUSES[service](services, mine)
+
+    assert error.value.code == "conversation_deleted"
+    assert everything() == before
 
 
 def test_a_tool_result_for_another_conversations_call_is_refused(two_conversations):
@@ -659,3 +786,89 @@ def test_without_fallback_a_failed_summary_stores_nothing_and_the_chat_goes_on(
     assert failure["attempts"] == 1
     assert not CompactionEvent.objects.filter(conversation=conversation).exists()
     assert len(build_context(conversation).messages) == 12  # the chat goes on, uncompacted
+
+
+# --- a lease holder that is alive but makes no progress -------------------------------------
+
+HUNG_TRIGGER = {
+    **EAGER,
+    "CONTEXT_TOKEN_THRESHOLD": 8000,
+    "MAX_RECENT_TOKENS": 3000,
+    "MAX_MESSAGES_BEFORE_SUMMARY": 1000,
+}
+
+
+@contextmanager
+def hung_lease_holder(conversation_id: int) -> Iterator[dict]:
+    """A thread that claims the summary lease on its own database connection
+    (alive: its backend stays) and then stops, as a frozen worker does."""
+    from django.db import connections
+
+    from assistant.leases import claim
+
+    claimed, release, held = threading.Event(), threading.Event(), {}
+
+    def hold() -> None:
+        try:
+            held["lease"] = claim(conversation_id)
+            claimed.set()
+            release.wait(timeout=300)
+            held["renewed_after_hang"] = held["lease"].renew()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert claimed.wait(timeout=10) and held["lease"] is not None
+        yield held
+    finally:
+        release.set()
+        thread.join(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_hung_lease_holder_costs_each_chat_call_under_two_seconds_and_no_oversized_request(
+    fake_llm, settings
+):
+    import time
+
+    from assistant.context import build_context
+    from assistant.hooks import ensure_context_summary
+    from tests.builders import chat_turns
+
+    fake_llm.use_anthropic(settings)
+    settings.ASSISTANT_COMPACTION = dict(HUNG_TRIGGER)
+    conversation = Conversation.objects.create(title="hung holder", system_prompt="You help.")
+    chat_turns(conversation, 10, size=2000)  # 20 messages of about 500 tokens each: 10,020
+    originals = snapshot(conversation)
+    waits, sizes, bounds = [], [], []
+
+    with hung_lease_holder(conversation.pk) as held:
+        for call in range(3):
+            add_message(conversation, "user", f"question {call} " + "q" * 400)
+            started = time.monotonic()
+            ensure_context_summary(conversation)
+            waits.append(time.monotonic() - started)
+            context = build_context(conversation)
+            newest_step = conversation.messages.filter(role="assistant").last().token_estimate
+            sizes.append(context.tokens.total)
+            bounds.append(HUNG_TRIGGER["CONTEXT_TOKEN_THRESHOLD"] + newest_step)
+            add_message(conversation, "assistant", f"answer {call} " + "a" * 400)
+
+    print(f"hung holder: waits {[round(w, 3) for w in waits]} s, request tokens {sizes}")
+    assert all(wait < 2.0 for wait in waits), waits
+    assert [size <= bound for size, bound in zip(sizes, bounds, strict=True)] == [True] * 3, sizes
+    assert fake_llm.count("anthropic.messages") == 0  # the chat path did not call the summarizer
+    assert held["renewed_after_hang"] is False  # the hung holder lost its lease: it writes nothing
+    # One shift, on the first call, by the offline summarizer, after taking the lease over.
+    from assistant.llm.offline import OFFLINE_MODEL
+
+    shifts = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
+    assert [(e.summarizer_model, e.details["took_over_stalled_lease"]) for e in shifts] == [
+        (OFFLINE_MODEL, True)
+    ]
+    conversation.refresh_from_db()
+    assert conversation.summary_lease_token is None
+    assert snapshot(conversation)[: len(originals)] == originals

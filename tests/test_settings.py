@@ -16,7 +16,12 @@ from django.test import override_settings
 
 from assistant import llm
 from assistant.checks import summarizer_can_run
-from assistant.conf import RENAMED, CompactionConfig, compaction_config
+from assistant.conf import (
+    RENAMED,
+    CompactionConfig,
+    check_summarizer_deadline,
+    compaction_config,
+)
 from assistant.llm import registry
 from assistant.models import CompactionEvent
 from assistant.services import build_context, ensure_context_summary
@@ -110,6 +115,11 @@ def test_compaction_defaults_match_the_design():
             {"MIN_RECENT_MESSAGES": 40},
             r"'MIN_RECENT_MESSAGES'\] \(40\) must be below 'MAX_MESSAGES_BEFORE_SUMMARY'",
         ),
+        (
+            {"SUMMARY_STALL_SECONDS": 120},
+            r"'SUMMARY_STALL_SECONDS'\] \(120.0\) must be below 'SUMMARY_LEASE_SECONDS' \(120\)",
+        ),
+        ({"SUMMARY_STALL_SECONDS": 0}, r"'SUMMARY_STALL_SECONDS'\] must be > 0, got 0.0"),
     ],
 )
 def test_bad_compaction_settings_are_refused(overrides, message):
@@ -361,3 +371,20 @@ def test_the_first_offline_fallback_is_logged_once_per_process(settings, caplog)
         "summarizer_offline: ASSISTANT_SUMMARIZER is 'gemini' but settings.GEMINI_API_KEY "
         "is empty; summaries come from the offline summarizer"
     ]
+
+
+def test_a_summarizer_call_that_could_outlive_its_lease_is_refused():
+    # 40 s a try, 3 tries: a slow but healthy holder would lose its 120 s lease mid-call.
+    with (
+        override_settings(LLM_TIMEOUT_SECONDS=40.0, LLM_MAX_RETRIES=2),
+        pytest.raises(ImproperlyConfigured) as refused,
+    ):
+        check_summarizer_deadline(compaction_config())
+
+    assert str(refused.value) == (
+        "LLM_TIMEOUT_SECONDS (40) times the attempts (LLM_MAX_RETRIES + 1 = 3) must be below "
+        "ASSISTANT_COMPACTION['SUMMARY_LEASE_SECONDS'] (120): a slow summarizer call would "
+        "outlive its lease"
+    )
+    with override_settings(LLM_TIMEOUT_SECONDS=39.0, LLM_MAX_RETRIES=2):
+        assert check_summarizer_deadline(compaction_config()) is None

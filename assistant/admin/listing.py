@@ -38,6 +38,10 @@ def _metadata_id(key: str) -> Coalesce:
     return Coalesce(Cast(KT(f"metadata__{key}"), BigIntegerField()), Value(0))
 
 
+def _big(expression) -> Cast:
+    return Cast(expression, BigIntegerField())
+
+
 def _fork_depth(levels: int) -> Value | Case:
     """How many ancestors, counted up to `levels` (MAX_FORK_DEPTH: forks stop there)."""
     depth = Value(0)
@@ -67,10 +71,11 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
         .annotate(m=Max("id"))
         .values("m")
     )
+    # Each count may be 2**31-1: their sum is computed in 64 bits, never in int4.
     counted_prompt = Message.objects.filter(pk=OuterRef("_counted_id")).values(
-        p=F("input_tokens")
-        + Coalesce("cache_read_tokens", Value(0))
-        + Coalesce("cache_write_tokens", Value(0))
+        p=_big(F("input_tokens"))
+        + Coalesce(_big(F("cache_read_tokens")), _big(Value(0)))
+        + Coalesce(_big(F("cache_write_tokens")), _big(Value(0)))
     )
     after_count = (
         Message.objects.filter(conversation=OuterRef("pk"), id__gte=OuterRef("_counted_id"))
@@ -99,9 +104,11 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
     fixed_tokens = sum(
         ((Length(text) + per_token - 1) / per_token for text in _fixed_texts()), Value(0)
     )
-    estimated = Coalesce(Subquery(estimates, output_field=IntegerField()), 0) + fixed_tokens
+    estimated = (
+        _big(Coalesce(Subquery(estimates, output_field=BigIntegerField()), 0)) + fixed_tokens
+    )
     request_estimate = (
-        Coalesce(Subquery(before_count, output_field=IntegerField()), 0) + fixed_tokens
+        _big(Coalesce(Subquery(before_count, output_field=BigIntegerField()), 0)) + fixed_tokens
     )
     return (
         queryset.annotate(
@@ -110,7 +117,9 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
         )
         .annotate(_counted_id=Subquery(counted_id, output_field=BigIntegerField()))
         .annotate(
-            _counted_prompt=Coalesce(Subquery(counted_prompt, output_field=IntegerField()), 0),
+            _counted_prompt=_big(
+                Coalesce(Subquery(counted_prompt, output_field=BigIntegerField()), 0)
+            ),
             _request_estimate=request_estimate,
         )
         .annotate(
@@ -123,8 +132,8 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
                     then=estimated,
                 ),
                 default=F("_counted_prompt")
-                + Coalesce(Subquery(after_count, output_field=IntegerField()), 0),
-                output_field=IntegerField(),
+                + _big(Coalesce(Subquery(after_count, output_field=BigIntegerField()), 0)),
+                output_field=BigIntegerField(),
             ),
             _last_compaction=Subquery(last_event),
             _fork_depth=_fork_depth(config.MAX_FORK_DEPTH),
