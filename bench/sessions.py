@@ -65,8 +65,12 @@ def load_session(path: Path) -> Session:
     probes: dict[int, list[str]] = {}
     # step_asks are checked at their own model call, asks at the first call of
     # their turn: both are keyed by the index of the assistant message produced.
+    # Every ask is also a step_ask (the files' rule: "'step_asks' = all"), so a
+    # probe is counted once.
     for ask in [*needles.get("step_asks", []), *needles.get("asks", [])]:
-        probes.setdefault(ask["message_index"], []).append(ask["needle"])
+        at = probes.setdefault(ask["message_index"], [])
+        if ask["needle"] not in at:
+            at.append(ask["needle"])
     return Session(stem, messages, probes, meta)
 
 
