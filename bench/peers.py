@@ -3,7 +3,15 @@
 - LangChain's `SummarizationMiddleware` (langchain 1.x), its `before_model`
   hook run before each model call on the agent's message state, as
   `create_agent` runs it: trigger ("tokens", 50,000), keep ("messages", 20),
-  trim_tokens_to_summarize 4,000.
+  trim_tokens_to_summarize 4,000. Before its summary call it trims the
+  messages to summarize to their last 4,000 tokens starting on a human
+  message (`trim_messages(strategy="last", start_on="human")`); in a long tool
+  loop those 4,000 tokens hold no human message, the trim comes back empty,
+  and the middleware writes its placeholder "Previous conversation was too
+  long to summarize." without calling the model. That is why its summarizer
+  input was 0 on the 14 older sessions; its calls, when it makes them, go
+  through FakeChatModel and are counted with the bench's token rule, and
+  `placeholders` counts the summaries it wrote without one.
 - langmem's `summarize_messages` with a running summary (max_tokens 50,000,
   max_tokens_before_summary 40,000, max_summary_tokens 2,000), called on the
   whole history before each model call as its docs show.
@@ -47,6 +55,7 @@ from bench.payload import unit_tokens
 from bench.sessions import CLEAR_DOCS, CLEAR_LIBRARY
 from bench.strategies import Request, Strategy
 
+LANGCHAIN_PLACEHOLDER = "Previous conversation was too long to summarize."
 LANGMEM_PREVIOUS = "This is summary of the conversation so far: "
 LANGMEM_EXTEND = "\n\nExtend this summary by taking into account the new messages above:"
 
@@ -151,12 +160,16 @@ class LangChainSummarization(_Incremental):
             trim_tokens_to_summarize=4000,
         )
         self.state: list[BaseMessage] = []  # the agent's message state, as the graph keeps it
+        self.summaries = 0
+        self.placeholders = 0
 
     def request(self, history: list[dict[str, Any]]) -> Request:
         self.state.extend(self._sync(history))
         update = self.middleware.before_model({"messages": self.state}, None)
         if update:
             self.state = [m for m in update["messages"] if not isinstance(m, RemoveMessage)]
+            self.summaries += 1
+            self.placeholders += LANGCHAIN_PLACEHOLDER in self.state[0].text
         return Request(self.system, [], [to_neutral(m) for m in self.state])
 
 

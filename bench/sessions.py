@@ -12,6 +12,8 @@ OURS = "ours"
 EVERYTHING = "send everything"
 CLEAR_LIBRARY = "clear_tool_uses (Anthropic)"
 CLEAR_DOCS = "clear_tool_uses (from the docs)"
+OPENHANDS = "OpenHands LLMSummarizingCondenser"
+COMPACT = "compact_20260112 at {trigger}"
 REAL = Path(__file__).resolve().parent / "data" / "real"
 # The files carry no system prompt (the converter dropped them): every
 # strategy gets this one, so it weighs the same everywhere.
