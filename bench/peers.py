@@ -51,8 +51,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langmem.short_term import RunningSummary, summarize_messages
 
 from bench.fake_summarizer import FakeSummarizer
-from bench.payload import unit_tokens
-from bench.sessions import CLEAR_DOCS, CLEAR_LIBRARY
+from bench.payload import neutral_tokens
+from bench.sessions import CLEAR_DOCS, CLEAR_LIBRARY, LANGCHAIN, LANGMEM
 from bench.strategies import Request, Strategy
 
 LANGCHAIN_PLACEHOLDER = "Previous conversation was too long to summarize."
@@ -149,7 +149,7 @@ class _Incremental(Strategy):
 
 
 class LangChainSummarization(_Incremental):
-    name = "LangChain SummarizationMiddleware"
+    name = LANGCHAIN
 
     def __init__(self, system: str, summarizer: FakeSummarizer) -> None:
         super().__init__(system)
@@ -174,7 +174,7 @@ class LangChainSummarization(_Incremental):
 
 
 class LangMem(_Incremental):
-    name = "langmem summarize_messages"
+    name = LANGMEM
 
     def __init__(self, system: str, summarizer: FakeSummarizer) -> None:
         super().__init__(system)
@@ -202,20 +202,7 @@ def bench_token_counter(messages: list[BaseMessage]) -> int:
 
 
 def _lc_tokens(message: BaseMessage) -> int:
-    return _neutral_tokens(to_neutral(message))
-
-
-def _neutral_tokens(neutral: dict[str, Any]) -> int:
-    """A message's tokens as the bench counts them in the Anthropic payload."""
-    calls = neutral.get("tool_calls")
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": neutral["content"]}]
-    for call in calls or []:
-        blocks.append(
-            {"type": "tool_use", "id": call["id"], "name": call["name"], "input": call["arguments"]}
-        )
-    if neutral["role"] == "tool":
-        blocks = [{"type": "tool_result", "content": neutral["content"]}]
-    return unit_tokens((neutral["role"], blocks))
+    return neutral_tokens(to_neutral(message))
 
 
 @dataclass
@@ -265,7 +252,7 @@ class ClearToolUsesFromDocs(Strategy):
         self.system, self.trigger, self.keep = system, trigger, keep
 
     def request(self, history: list[dict[str, Any]]) -> Request:
-        size = sum(_neutral_tokens(m) for m in history)
+        size = sum(neutral_tokens(m) for m in history)
         if size <= self.trigger:
             return Request(self.system, [], list(history))
         results = [i for i, m in enumerate(history) if m["role"] == "tool"]

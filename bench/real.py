@@ -294,32 +294,3 @@ def strategy_table(sums: dict[str, Totals], sessions: int) -> tuple[list[str], l
             ]
         )
     return header, rows
-
-
-def conversation_rows(
-    results: dict[str, list[Outcome]],
-) -> tuple[list[str], list[list[str]]]:
-    """Per conversation: sending everything, then each strategy's tokens and
-    cost under caching as a share of it (x: an exception)."""
-    names = [n for n in results if n != EVERYTHING]
-    header = ["conversation", "model calls", "everything: tokens / cost"] + [
-        f"{n}: tokens / cost" for n in names
-    ]
-    rows = []
-    for index, base in enumerate(results[EVERYTHING]):
-        row = [
-            base.conversation,
-            str(len(base.meter.requests)),
-            f"{base.meter.tokens:,} / {base.cost:,.0f}",
-        ]
-        for name in names:
-            outcome = results[name][index]
-            if outcome.error:
-                row.append("exception")
-                continue
-            tokens = outcome.meter.tokens / base.meter.tokens
-            cost = outcome.cost / base.cost
-            flag = " (more)" if outcome.cost > base.cost * (1 + 1e-9) else ""
-            row.append(f"{tokens:.2f} / {cost:.2f}{flag}")
-        rows.append(row)
-    return header, rows

@@ -46,8 +46,7 @@ from typing import Any
 
 from assistant.llm.prompts import render_transcript
 from bench.fake_summarizer import FakeSummarizer, count_tokens
-from bench.payload import CACHE_READ
-from bench.peers import _neutral_tokens
+from bench.payload import CACHE_READ, neutral_tokens
 from bench.sessions import COMPACT
 from bench.strategies import Request, Strategy
 
@@ -79,11 +78,11 @@ class ServerCompaction(Strategy):
         self._previous = 0  # tokens of the previous request
 
     def request(self, history: list[dict[str, Any]]) -> Request:
-        self._sizes.extend(_neutral_tokens(m) for m in history[len(self._sizes) :])
+        self._sizes.extend(neutral_tokens(m) for m in history[len(self._sizes) :])
         head = [self.summary] if self.summary else []
         size = (
             count_tokens(self.system)
-            + sum(_neutral_tokens(m) for m in head)
+            + sum(neutral_tokens(m) for m in head)
             + sum(self._sizes[self.start :])
         )
         if size > self.trigger:
@@ -100,6 +99,6 @@ class ServerCompaction(Strategy):
             self.start = len(history)
             self.compactions += 1
             head = [self.summary]
-            size = count_tokens(self.system) + _neutral_tokens(self.summary)
+            size = count_tokens(self.system) + neutral_tokens(self.summary)
         self._previous = size
         return Request(self.system, [], [*head, *history[self.start :]])
