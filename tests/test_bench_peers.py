@@ -38,9 +38,8 @@ def session(steps: list[int], result: str = "ok") -> list[dict]:
 
 def requests(strategy, messages: list[dict]) -> dict[int, Request]:
     """The request before each assistant message, by its index."""
-    return {
-        i: strategy.request(messages[:i]) for i, m in enumerate(messages) if m["role"] == "assistant"
-    }
+    calls = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    return {i: strategy.request(messages[:i]) for i in calls}
 
 
 def test_openhands_condenses_past_100_events_to_the_first_one_a_summary_and_the_newest_48():
