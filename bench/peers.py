@@ -220,6 +220,7 @@ class ClearToolUses(_Incremental):
             edits=[ClearToolUsesEdit(trigger=100_000, keep=3)],
             token_counter=bench_token_counter,
         )
+        self._edited: dict[int, dict[str, Any]] = {}  # history index -> its edited form
 
     def request(self, history: list[dict[str, Any]]) -> Request:
         self._sync(history)
@@ -237,7 +238,24 @@ class ClearToolUses(_Incremental):
             ),
             handler,
         )
-        return Request(self.system, [], [to_neutral(m) for m in seen[0].messages])
+        return Request(self.system, [], self._neutral(seen[0].messages, history))
+
+    def _neutral(self, sent: list[BaseMessage], history: list[dict[str, Any]]) -> list[dict]:
+        """The edited messages as neutral ones: an unedited message is its
+        history dict, an edited one the same dict from call to call, so the
+        payload builder converts only what changed (the payload is the same)."""
+        out = []
+        for index, (message, original) in enumerate(zip(sent, self.converted, strict=True)):
+            if message.content == original.content and getattr(
+                message, "tool_calls", None
+            ) == getattr(original, "tool_calls", None):
+                out.append(history[index])
+                continue
+            neutral = to_neutral(message)
+            if self._edited.get(index) != neutral:
+                self._edited[index] = neutral
+            out.append(self._edited[index])
+        return out
 
 
 class ClearToolUsesFromDocs(Strategy):
@@ -250,6 +268,7 @@ class ClearToolUsesFromDocs(Strategy):
 
     def __init__(self, system: str, trigger: int = 100_000, keep: int = 3) -> None:
         self.system, self.trigger, self.keep = system, trigger, keep
+        self._cleared: dict[int, dict[str, Any]] = {}  # one cleared dict per result, reused
 
     def request(self, history: list[dict[str, Any]]) -> Request:
         size = sum(neutral_tokens(m) for m in history)
@@ -260,5 +279,10 @@ class ClearToolUsesFromDocs(Strategy):
         return Request(
             self.system,
             [],
-            [{**m, "content": "[cleared]"} if i in cleared else m for i, m in enumerate(history)],
+            [self._clear(i, m) if i in cleared else m for i, m in enumerate(history)],
         )
+
+    def _clear(self, index: int, message: dict[str, Any]) -> dict[str, Any]:
+        if index not in self._cleared:
+            self._cleared[index] = {**message, "content": "[cleared]"}
+        return self._cleared[index]
