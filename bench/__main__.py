@@ -74,7 +74,15 @@ def main(argv: list[str] | None = None) -> int:
         write_markdown,
     )
     from bench.sessions import EVERYTHING, load_sessions
-    from bench.targets import cost_lines, synthetic_costs, synthetic_rows
+    from bench.targets import (
+        cost_lines,
+        counter_rows,
+        session_lines,
+        session_rows,
+        synthetic_costs,
+        synthetic_rows,
+        verdicts,
+    )
     from bench.workload import generate, generate_messages
 
     started = time.perf_counter()
@@ -342,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
 
     synthetic = {w.name: synthetic_costs(replays, w.name) for w in (w60, w300)}
     lines += cost_lines(real_sums, synthetic, trigger)
+    lines += session_lines(real_results, trigger)
 
     info = machine()
     elapsed = time.perf_counter() - started
@@ -354,8 +363,16 @@ def main(argv: list[str] | None = None) -> int:
             markdown(*real.strategy_table(real_sums, len(sessions))),
         ),
         (
-            "Per conversation, share of sending everything (tokens / cost under caching):",
-            markdown(*real.conversation_rows(real_results)),
+            "Per session: cost under caching / input tokens as shares of sending everything,"
+            " probes kept, requests with a broken tool pair; DESIGN 7's per-session targets"
+            " against the peers that break no tool pair on that session:",
+            markdown(*session_rows(real_results, verdicts(real_results))),
+        ),
+        (
+            "Steps the strategies counted (LangChain's placeholders are summaries written"
+            " without a model call: its trim to 4,000 tokens starting on a human message"
+            " came back empty):",
+            markdown(*counter_rows(real_results)),
         ),
         (
             "Synthetic workloads, per conversation (tokens / cost under caching vs everything):",

@@ -44,6 +44,7 @@ from bench.workload import PLANTED_SENTENCES
 _TOKEN_RE = re.compile(r"[A-Za-z0-9]+|[^\sA-Za-z0-9]")
 _WORD_RE = re.compile(r"[a-z]{4,}")
 _CACHE: dict[str, int] = {}
+_LINES: dict[str, int] = {}
 
 OUTPUT_CAP_TOKENS = 2048
 HEADINGS = ("Goal", "Constraints", "Progress", "Key decisions", "Next steps", "Critical context")
@@ -61,15 +62,31 @@ def count_tokens(text: str | None) -> int:
     if len(text) > 20_000 and "\n" in text:
         # No token spans a line break: count (and cache) line by line, so a
         # transcript re-read many times costs little to count.
-        return sum(count_tokens(line) for line in text.split("\n"))
-    total = 0
-    for match in _TOKEN_RE.finditer(text):
-        size = match.end() - match.start()
-        total += (size + 3) // 4 if size > 1 else 1
+        return sum(_line_tokens(line) for line in text.split("\n"))
+    total = _count(text)
     if len(text) > 200:
         if len(_CACHE) > 50_000:
             _CACHE.clear()
         _CACHE[text] = total
+    return total
+
+
+def _line_tokens(line: str) -> int:
+    """A line of a long text, remembered whatever its length: the same lines
+    come back in every transcript of a conversation."""
+    tokens = _LINES.get(line)
+    if tokens is None:
+        if len(_LINES) > 400_000:
+            _LINES.clear()
+        tokens = _LINES[line] = count_tokens(line) if len(line) > 20_000 else _count(line)
+    return tokens
+
+
+def _count(text: str) -> int:
+    total = 0
+    for match in _TOKEN_RE.finditer(text):
+        size = match.end() - match.start()
+        total += (size + 3) // 4 if size > 1 else 1
     return total
 
 

@@ -87,6 +87,19 @@ def unit_tokens(unit: Any) -> int:
     return tokens
 
 
+def neutral_tokens(neutral: dict[str, Any]) -> int:
+    """A message's tokens as the bench counts them in the Anthropic payload."""
+    calls = neutral.get("tool_calls")
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": neutral["content"]}]
+    for call in calls or []:
+        blocks.append(
+            {"type": "tool_use", "id": call["id"], "name": call["name"], "input": call["arguments"]}
+        )
+    if neutral["role"] == "tool":
+        blocks = [{"type": "tool_result", "content": neutral["content"]}]
+    return unit_tokens((neutral["role"], blocks))
+
+
 def payload_tokens(payload: dict[str, Any]) -> int:
     return sum(unit_tokens(unit) for unit in _units(payload))
 

@@ -3,7 +3,15 @@
 - LangChain's `SummarizationMiddleware` (langchain 1.x), its `before_model`
   hook run before each model call on the agent's message state, as
   `create_agent` runs it: trigger ("tokens", 50,000), keep ("messages", 20),
-  trim_tokens_to_summarize 4,000.
+  trim_tokens_to_summarize 4,000. Before its summary call it trims the
+  messages to summarize to their last 4,000 tokens starting on a human
+  message (`trim_messages(strategy="last", start_on="human")`); in a long tool
+  loop those 4,000 tokens hold no human message, the trim comes back empty,
+  and the middleware writes its placeholder "Previous conversation was too
+  long to summarize." without calling the model. That is why its summarizer
+  input was 0 on the 14 older sessions; its calls, when it makes them, go
+  through FakeChatModel and are counted with the bench's token rule, and
+  `placeholders` counts the summaries it wrote without one.
 - langmem's `summarize_messages` with a running summary (max_tokens 50,000,
   max_tokens_before_summary 40,000, max_summary_tokens 2,000), called on the
   whole history before each model call as its docs show.
@@ -43,10 +51,11 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langmem.short_term import RunningSummary, summarize_messages
 
 from bench.fake_summarizer import FakeSummarizer
-from bench.payload import unit_tokens
-from bench.sessions import CLEAR_DOCS, CLEAR_LIBRARY
+from bench.payload import neutral_tokens
+from bench.sessions import CLEAR_DOCS, CLEAR_LIBRARY, LANGCHAIN, LANGMEM
 from bench.strategies import Request, Strategy
 
+LANGCHAIN_PLACEHOLDER = "Previous conversation was too long to summarize."
 LANGMEM_PREVIOUS = "This is summary of the conversation so far: "
 LANGMEM_EXTEND = "\n\nExtend this summary by taking into account the new messages above:"
 
@@ -140,7 +149,7 @@ class _Incremental(Strategy):
 
 
 class LangChainSummarization(_Incremental):
-    name = "LangChain SummarizationMiddleware"
+    name = LANGCHAIN
 
     def __init__(self, system: str, summarizer: FakeSummarizer) -> None:
         super().__init__(system)
@@ -151,17 +160,21 @@ class LangChainSummarization(_Incremental):
             trim_tokens_to_summarize=4000,
         )
         self.state: list[BaseMessage] = []  # the agent's message state, as the graph keeps it
+        self.summaries = 0
+        self.placeholders = 0
 
     def request(self, history: list[dict[str, Any]]) -> Request:
         self.state.extend(self._sync(history))
         update = self.middleware.before_model({"messages": self.state}, None)
         if update:
             self.state = [m for m in update["messages"] if not isinstance(m, RemoveMessage)]
+            self.summaries += 1
+            self.placeholders += LANGCHAIN_PLACEHOLDER in self.state[0].text
         return Request(self.system, [], [to_neutral(m) for m in self.state])
 
 
 class LangMem(_Incremental):
-    name = "langmem summarize_messages"
+    name = LANGMEM
 
     def __init__(self, system: str, summarizer: FakeSummarizer) -> None:
         super().__init__(system)
@@ -189,20 +202,7 @@ def bench_token_counter(messages: list[BaseMessage]) -> int:
 
 
 def _lc_tokens(message: BaseMessage) -> int:
-    return _neutral_tokens(to_neutral(message))
-
-
-def _neutral_tokens(neutral: dict[str, Any]) -> int:
-    """A message's tokens as the bench counts them in the Anthropic payload."""
-    calls = neutral.get("tool_calls")
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": neutral["content"]}]
-    for call in calls or []:
-        blocks.append(
-            {"type": "tool_use", "id": call["id"], "name": call["name"], "input": call["arguments"]}
-        )
-    if neutral["role"] == "tool":
-        blocks = [{"type": "tool_result", "content": neutral["content"]}]
-    return unit_tokens((neutral["role"], blocks))
+    return neutral_tokens(to_neutral(message))
 
 
 @dataclass
@@ -220,6 +220,7 @@ class ClearToolUses(_Incremental):
             edits=[ClearToolUsesEdit(trigger=100_000, keep=3)],
             token_counter=bench_token_counter,
         )
+        self._edited: dict[int, dict[str, Any]] = {}  # history index -> its edited form
 
     def request(self, history: list[dict[str, Any]]) -> Request:
         self._sync(history)
@@ -237,7 +238,24 @@ class ClearToolUses(_Incremental):
             ),
             handler,
         )
-        return Request(self.system, [], [to_neutral(m) for m in seen[0].messages])
+        return Request(self.system, [], self._neutral(seen[0].messages, history))
+
+    def _neutral(self, sent: list[BaseMessage], history: list[dict[str, Any]]) -> list[dict]:
+        """The edited messages as neutral ones: an unedited message is its
+        history dict, an edited one the same dict from call to call, so the
+        payload builder converts only what changed (the payload is the same)."""
+        out = []
+        for index, (message, original) in enumerate(zip(sent, self.converted, strict=True)):
+            if message.content == original.content and getattr(
+                message, "tool_calls", None
+            ) == getattr(original, "tool_calls", None):
+                out.append(history[index])
+                continue
+            neutral = to_neutral(message)
+            if self._edited.get(index) != neutral:
+                self._edited[index] = neutral
+            out.append(self._edited[index])
+        return out
 
 
 class ClearToolUsesFromDocs(Strategy):
@@ -250,9 +268,10 @@ class ClearToolUsesFromDocs(Strategy):
 
     def __init__(self, system: str, trigger: int = 100_000, keep: int = 3) -> None:
         self.system, self.trigger, self.keep = system, trigger, keep
+        self._cleared: dict[int, dict[str, Any]] = {}  # one cleared dict per result, reused
 
     def request(self, history: list[dict[str, Any]]) -> Request:
-        size = sum(_neutral_tokens(m) for m in history)
+        size = sum(neutral_tokens(m) for m in history)
         if size <= self.trigger:
             return Request(self.system, [], list(history))
         results = [i for i, m in enumerate(history) if m["role"] == "tool"]
@@ -260,5 +279,10 @@ class ClearToolUsesFromDocs(Strategy):
         return Request(
             self.system,
             [],
-            [{**m, "content": "[cleared]"} if i in cleared else m for i, m in enumerate(history)],
+            [self._clear(i, m) if i in cleared else m for i, m in enumerate(history)],
         )
+
+    def _clear(self, index: int, message: dict[str, Any]) -> dict[str, Any]:
+        if index not in self._cleared:
+            self._cleared[index] = {**message, "content": "[cleared]"}
+        return self._cleared[index]

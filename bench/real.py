@@ -29,8 +29,10 @@ from bench.baselines import Everything, Reference
 from bench.chat import finish_turn, store
 from bench.fake_summarizer import FakeSummarizer
 from bench.measures import use_fake
+from bench.openhands import OpenHandsCondenser
 from bench.payload import CostMeter
-from bench.sessions import EVERYTHING, OURS, SYSTEM_PROMPT, Session
+from bench.server_compaction import ServerCompaction
+from bench.sessions import COMPACT, EVERYTHING, OPENHANDS, OURS, SYSTEM_PROMPT, Session
 from bench.strategies import PayloadBuilder, Strategy
 
 
@@ -44,6 +46,8 @@ class Outcome:
     summarizer: dict[str, dict[str, int]] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
+    summarizer_cost: float | None = None  # priced by the strategy (compaction iterations)
+    counters: dict[str, int] = field(default_factory=dict)
 
     @property
     def summarizer_input(self) -> int:
@@ -55,8 +59,10 @@ class Outcome:
 
     @property
     def cost(self) -> float:
-        """Chat requests under caching plus summarizer input at 1.0x."""
-        return self.meter.cost + self.summarizer_input
+        """Chat requests under caching plus summarizer input at 1.0x, or as
+        the strategy prices it (Anthropic's compaction iterations read the cache)."""
+        summarizer = self.summarizer_input if self.summarizer_cost is None else self.summarizer_cost
+        return self.meter.cost + summarizer
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,7 +71,9 @@ class Outcome:
             **self.meter.as_dict(),
             "summarizer_input": self.summarizer_input,
             "summarizer_output": self.summarizer_output,
+            "summarizer_cost": self.summarizer_cost,
             "cost_with_summarizer": round(self.cost, 1),
+            "counters": self.counters,
             "error": self.error,
             "seconds": round(self.seconds, 2),
         }
@@ -91,8 +99,18 @@ def replay_in_memory(session: Session, strategy: Strategy, summarizer: FakeSumma
     except Exception as exc:  # reported per conversation, the run goes on
         outcome.error = _failed(exc)
     outcome.summarizer = summarizer.totals()
+    outcome.summarizer_cost = getattr(strategy, "summarizer_cost", None)
+    outcome.counters = {
+        key: getattr(strategy, key)
+        for key in COUNTERS
+        if isinstance(getattr(strategy, key, None), int)
+    }
     outcome.seconds = time.perf_counter() - started
     return outcome
+
+
+# What a strategy may count of its own steps (reported beside the tables).
+COUNTERS = ("summaries", "placeholders", "condensations", "compactions")
 
 
 def replay_ours(session: Session, summarizer: FakeSummarizer) -> Outcome:
@@ -134,6 +152,9 @@ def peers() -> dict[str, Callable[[FakeSummarizer], Strategy]]:
             SYSTEM_PROMPT, lib.FakeChatModel(summarizer=s)
         ),
         lib.ClearToolUsesFromDocs.name: lambda s: lib.ClearToolUsesFromDocs(SYSTEM_PROMPT),
+        OPENHANDS: lambda s: OpenHandsCondenser(SYSTEM_PROMPT, s),
+        COMPACT.format(trigger="150,000"): lambda s: ServerCompaction(SYSTEM_PROMPT, s, 150_000),
+        COMPACT.format(trigger="50,000"): lambda s: ServerCompaction(SYSTEM_PROMPT, s, 50_000),
     }
 
 
@@ -272,33 +293,4 @@ def strategy_table(sums: dict[str, Totals], sessions: int) -> tuple[list[str], l
                 f"{len(total.costlier)} of {sessions - len(total.exceptions)}",
             ]
         )
-    return header, rows
-
-
-def conversation_rows(
-    results: dict[str, list[Outcome]],
-) -> tuple[list[str], list[list[str]]]:
-    """Per conversation: sending everything, then each strategy's tokens and
-    cost under caching as a share of it (x: an exception)."""
-    names = [n for n in results if n != EVERYTHING]
-    header = ["conversation", "model calls", "everything: tokens / cost"] + [
-        f"{n}: tokens / cost" for n in names
-    ]
-    rows = []
-    for index, base in enumerate(results[EVERYTHING]):
-        row = [
-            base.conversation,
-            str(len(base.meter.requests)),
-            f"{base.meter.tokens:,} / {base.cost:,.0f}",
-        ]
-        for name in names:
-            outcome = results[name][index]
-            if outcome.error:
-                row.append("exception")
-                continue
-            tokens = outcome.meter.tokens / base.meter.tokens
-            cost = outcome.cost / base.cost
-            flag = " (more)" if outcome.cost > base.cost * (1 + 1e-9) else ""
-            row.append(f"{tokens:.2f} / {cost:.2f}{flag}")
-        rows.append(row)
     return header, rows

@@ -10,8 +10,22 @@ from typing import Any
 
 OURS = "ours"
 EVERYTHING = "send everything"
+LANGCHAIN = "LangChain SummarizationMiddleware"
+LANGMEM = "langmem summarize_messages"
 CLEAR_LIBRARY = "clear_tool_uses (Anthropic)"
 CLEAR_DOCS = "clear_tool_uses (from the docs)"
+OPENHANDS = "OpenHands LLMSummarizingCondenser"
+COMPACT = "compact_20260112 at {trigger}"
+# The peers of DESIGN 7's per-session targets (the docs form of clear_tool_uses
+# is a check on the library form, not a peer of its own).
+PEERS = (
+    LANGCHAIN,
+    LANGMEM,
+    CLEAR_LIBRARY,
+    OPENHANDS,
+    COMPACT.format(trigger="150,000"),
+    COMPACT.format(trigger="50,000"),
+)
 REAL = Path(__file__).resolve().parent / "data" / "real"
 # The files carry no system prompt (the converter dropped them): every
 # strategy gets this one, so it weighs the same everywhere.
@@ -65,8 +79,12 @@ def load_session(path: Path) -> Session:
     probes: dict[int, list[str]] = {}
     # step_asks are checked at their own model call, asks at the first call of
     # their turn: both are keyed by the index of the assistant message produced.
+    # Every ask is also a step_ask (the files' rule: "'step_asks' = all"), so a
+    # probe is counted once.
     for ask in [*needles.get("step_asks", []), *needles.get("asks", [])]:
-        probes.setdefault(ask["message_index"], []).append(ask["needle"])
+        at = probes.setdefault(ask["message_index"], [])
+        if ask["needle"] not in at:
+            at.append(ask["needle"])
     return Session(stem, messages, probes, meta)
 
 
