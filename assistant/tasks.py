@@ -68,6 +68,12 @@ def _is_row_id(value: object) -> bool:
 def prebuild_summary_task(self, conversation_id: int) -> None:
     """The next window summary, asked for by the pre-call hook inside a turn."""
     if not _is_row_id(conversation_id):
+        log_event(
+            "prebuild_refused",
+            level=logging.WARNING,
+            conversation_id=repr(conversation_id)[:80],
+            reason="not_an_id",
+        )
         return
     task_started(self.name, conversation_id)
     if over_delivery_cap(self.name, conversation_id):

@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench import baselines, measures, real
     from bench.fake_summarizer import FakeSummarizer
+    from bench.offpath import off_the_chat_path
     from bench.report import (
         Line,
         line_rows,
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         write_markdown,
     )
     from bench.sessions import EVERYTHING, load_sessions
-    from bench.targets import cost_lines, synthetic_costs, synthetic_rows
+    from bench.targets import cost_lines, offpath_lines, synthetic_costs, synthetic_rows
     from bench.workload import generate, generate_messages
 
     started = time.perf_counter()
@@ -121,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_worker:
         step("post-exchange throughput through a Celery worker on Redis")
         worker = measures.throughput(generate(8, seed=3), tasks=16 if args.quick else 40)
+
+    offpath: dict[str, Any] | None = None
+    if not args.skip_worker:
+        step("summaries off the chat path: a chat loop with a worker process, then inline")
+        offpath = off_the_chat_path()
 
     sessions = [s for s in load_sessions() if not args.sessions or s.name in args.sessions]
     step(f"{len(sessions)} real agent sessions: ours through PostgreSQL, then the peers")
@@ -340,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
 
+    if offpath:
+        lines += offpath_lines(offpath)
+
     synthetic = {w.name: synthetic_costs(replays, w.name) for w in (w60, w300)}
     lines += cost_lines(real_sums, synthetic, trigger)
 
@@ -406,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
             "scaling": scaling,
             "concurrency": concurrency,
             "worker": worker,
+            "offpath": offpath,
         },
     )
     chart_path = write_chart(

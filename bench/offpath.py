@@ -23,6 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
+from celery import current_app
+from django.conf import settings
+from django.test import override_settings
+
+from assistant.models import CompactionEvent, Conversation
+from assistant.services import add_message, build_context, ensure_context_summary, finish_exchange
 from tests.fake_llm import FakeLLM, Reply, ok, slow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,12 +59,9 @@ def page(turn: int, call: int) -> str:
 
 def chat_loop(label: str, *, with_worker: bool) -> dict[str, Any]:
     """One conversation of TURNS x CALLS model calls; the hook timed on each."""
-    from assistant.models import CompactionEvent, Conversation
-    from assistant.services import add_message, build_context, ensure_context_summary
-    from assistant.services import finish_exchange
-
     conversation = Conversation.objects.create(title=label, system_prompt="You audit a blog.")
     hook_ms: list[float] = []
+    sent = 0  # chat input tokens: what deferring a shift to the worker costs
     started = time.perf_counter()
     for turn in range(TURNS):
         add_message(conversation, "user", f"Audit section {turn} of the blog.")
@@ -68,6 +72,7 @@ def chat_loop(label: str, *, with_worker: bool) -> dict[str, Any]:
             context = build_context(conversation)
             context.to_anthropic()  # validated as it would be sent
             usage = {"input_tokens": context.tokens.total}
+            sent += context.tokens.total
             if call == CALLS - 1:
                 add_message(conversation, "assistant", f"Section {turn} is fine.", **usage)
                 continue
@@ -81,11 +86,8 @@ def chat_loop(label: str, *, with_worker: bool) -> dict[str, Any]:
         if with_worker:
             finish_exchange(conversation)
     seconds = time.perf_counter() - started
-    shifts = list(
-        CompactionEvent.objects.filter(conversation=conversation, kind="window_summary").values_list(
-            "details", flat=True
-        )
-    )
+    events = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
+    shifts = list(events.values_list("details", flat=True))
     prebuilt = sum(1 for details in shifts if (details or {}).get("prebuilt"))
     ordered = sorted(hook_ms)
     return {
@@ -96,6 +98,7 @@ def chat_loop(label: str, *, with_worker: bool) -> dict[str, Any]:
         "hook_ms_p50": round(statistics.median(ordered), 1),
         "hook_ms_p95": round(ordered[int(0.95 * (len(ordered) - 1))], 1),
         "hook_ms_max": round(ordered[-1], 1),
+        "chat_input_tokens": sent,
         "seconds": round(seconds, 1),
     }
 
@@ -128,8 +131,6 @@ def _start_worker(env: dict[str, str]) -> subprocess.Popen:
 
 def _wait_ready(timeout: float = 60) -> None:
     """Until the worker answers a ping (it consumes the broker's queues)."""
-    from celery import current_app
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if current_app.control.ping(timeout=0.5):
@@ -139,10 +140,6 @@ def _wait_ready(timeout: float = 60) -> None:
 
 def off_the_chat_path() -> dict[str, Any]:
     """The loop with a real worker process, then the same loop inline."""
-    import redis
-    from django.conf import settings
-    from django.test import override_settings
-
     fake = SlowSummarizer(SUMMARIZER_SECONDS).start()
     overrides = {
         "ASSISTANT_SUMMARIZER": "anthropic",

@@ -4,8 +4,17 @@ instead of making the user wait on the summarizer."""
 
 from __future__ import annotations
 
+import json
+import time
+
+from django.test import override_settings
+
+from assistant.conf import compaction_config
+from assistant.hooks import defer_to_worker
 from assistant.models import CompactionEvent, Conversation, MetadataKeys
+from assistant.queue import PREBUILD_TASK
 from assistant.services import add_message, ensure_context_summary, finish_exchange
+from assistant.window import load_window
 from tests.builders import html
 from tests.conftest import wait_until
 
@@ -55,3 +64,32 @@ def test_inside_a_turn_the_hook_adopts_the_summary_the_worker_built(
 
 def conversation_metadata(conversation: Conversation) -> dict:
     return Conversation.objects.get(pk=conversation.pk).metadata
+
+
+@override_settings(ASSISTANT_COMPACTION={"SUMMARY_WAIT_SECONDS": 0.5})
+def test_a_shift_waits_for_a_worker_that_does_not_answer_at_most_summary_wait_seconds(
+    transactional_db, empty_queues, redis_client
+):
+    served = Conversation.objects.create(title="served", system_prompt="You help.")
+    alone = Conversation.objects.create(title="no worker", system_prompt="You help.")
+    for conversation in (served, alone):
+        add_message(conversation, "user", "Audit the blog.")
+        read_step(conversation, 0, 0)
+    merge = {MetadataKeys.WORKER_SEEN_AT: time.time()}
+    Conversation.objects.filter(pk=served.pk).update(metadata=merge)
+    config = compaction_config()
+
+    # No worker has ever run this conversation's work: nothing to wait for.
+    assert defer_to_worker(load_window(alone.pk), config) is False
+    assert redis_client.llen("compaction") == 0
+    # A worker serves it: the hook asks once and waits...
+    assert defer_to_worker(load_window(served.pk), config) is True
+    assert defer_to_worker(load_window(served.pk), config) is True
+    assert redis_client.llen("compaction") == 1
+    body = json.loads(redis_client.lindex("compaction", 0))
+    assert body["headers"]["task"] == PREBUILD_TASK
+    assert request(served)["base"] is None
+    # ...but no longer than SUMMARY_WAIT_SECONDS: then it summarizes itself.
+    time.sleep(0.6)
+    assert defer_to_worker(load_window(served.pk), config) is False
+    assert redis_client.llen("compaction") == 1
