@@ -53,6 +53,12 @@ class MetadataKeys:
     # Set once a provider count far below our estimate was logged (a host
     # passing only usage.input_tokens under caching): warn once per conversation.
     IMPLAUSIBLE_USAGE_WARNED = "implausible_usage_warned"
+    # Inside a turn the pre-call hook asks the worker for the next window
+    # summary ({"base": split, "at": epoch seconds, "answered": bool}); a
+    # Celery worker stamps WORKER_SEEN_AT when it runs this conversation's work,
+    # so the hook knows one answers.
+    PREBUILD_REQUEST = "prebuild_request"
+    WORKER_SEEN_AT = "worker_seen_at"
 
 
 class Conversation(models.Model):

@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 POST_EXCHANGE_TASK = "assistant.tasks.post_exchange_task"
 PARENT_SUMMARY_TASK = "assistant.tasks.generate_parent_summary_task"
+PREBUILD_TASK = "assistant.tasks.prebuild_summary_task"
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -65,7 +66,7 @@ def redis_client() -> redis.Redis:
 
 
 # The tasks that clear their marker when they start (task_started).
-_MARKED = frozenset({POST_EXCHANGE_TASK, PARENT_SUMMARY_TASK})
+_MARKED = frozenset({POST_EXCHANGE_TASK, PARENT_SUMMARY_TASK, PREBUILD_TASK})
 
 
 def _marker(task_name: str, conversation_id: int) -> str:

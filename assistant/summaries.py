@@ -237,7 +237,9 @@ def _shift_holding(
             return state.summary  # another process shifted it meanwhile
         if adopt_pending(state, lease):
             state = load_window(lease.conversation_id)
-            if not should_shift(state, config, share, count=count):
+            # The adopted summary is this shift; a second one, made here on
+            # the chat path, only when the context is still over a trigger.
+            if not should_shift(state, config, max(share, 1.0), count=count):
                 return state.summary
     budget = verbatim_budget(state, config, early=early and not force)
     start = choose_split(state.rows, config, budget=budget, **split)
@@ -259,27 +261,32 @@ def _split_through(state: WindowState, start: int) -> int | None:
     return newly_old[-1].pk if newly_old else None
 
 
-def prebuild_window_summary(conversation: Conversation) -> bool:
-    """Run by the post-exchange task: past the soft watermark, build the
-    summary the next shift will need and keep it as pending, so the chat
-    path adopts it instead of waiting on the summarizer."""
+def prebuild_window_summary(conversation: Conversation, *, requested: bool = False) -> bool:
+    """Build the summary the next shift will need and keep it as pending, so
+    the chat path adopts it instead of waiting on the summarizer. Run by the
+    post-exchange task past the soft watermark (the split a shift at the
+    trigger will take, projected), or at the pre-call hook's request inside
+    a turn (`requested`: the split the hook would take now, from what the
+    window holds when the worker gets to it)."""
     config = compaction_config()
     state = load_window(conversation.pk)
     # With cache-aware timing the count trigger waits for a cold cache, which
     # may never come: a summary built for it would be paid for and thrown away.
     count = config.COMPACTION_TIMING == "eager"
-    if not should_shift(state, config, share=config.SOFT_WATERMARK, count=count):
+    if not requested and not should_shift(state, config, share=config.SOFT_WATERMARK, count=count):
         return False
-    if state.metadata.get(MetadataKeys.PENDING_SUMMARY) and (
-        state.metadata.get(MetadataKeys.PENDING_BASE_MESSAGE_ID) == state.through_id
-    ):
+    if has_pending_summary(state):
         return False  # one is ready for the current split: building another wastes a call
-    start = choose_split(
-        state.rows,
-        config,
-        keep_last=anticipated_keep(state, config),
-        budget=verbatim_budget(state, config),
-    )
+    if requested:
+        early = state.context_tokens() < config.CONTEXT_TOKEN_THRESHOLD
+        start = choose_split(state.rows, config, budget=verbatim_budget(state, config, early=early))
+    else:
+        start = choose_split(
+            state.rows,
+            config,
+            keep_last=anticipated_keep(state, config),
+            budget=verbatim_budget(state, config),
+        )
     if start is None:
         return False
     newly_old, anchor = split_parts(state, start)

@@ -14,7 +14,7 @@ from assistant.forking import generate_parent_summary
 from assistant.llm import ProviderError
 from assistant.logs import log_event
 from assistant.models import Conversation
-from assistant.queue import PARENT_SUMMARY_TASK, POST_EXCHANGE_TASK, task_started
+from assistant.queue import PARENT_SUMMARY_TASK, POST_EXCHANGE_TASK, PREBUILD_TASK, task_started
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ def post_exchange_task(self, conversation_id: int) -> None:
     task_started(self.name, conversation_id)
     if over_delivery_cap(self.name, conversation_id):
         return  # this exchange keeps killing its worker: stop; a new exchange is new work
+    hooks.note_worker(conversation_id)
     try:
         hooks.process_exchange(conversation_id)
     except ProviderError as exc:
@@ -61,6 +62,24 @@ def post_exchange_task(self, conversation_id: int) -> None:
 
 def _is_row_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
+
+
+@shared_task(bind=True, name=PREBUILD_TASK, **_DB_RETRY)
+def prebuild_summary_task(self, conversation_id: int) -> None:
+    """The next window summary, asked for by the pre-call hook inside a turn."""
+    if not _is_row_id(conversation_id):
+        log_event(
+            "prebuild_refused",
+            level=logging.WARNING,
+            conversation_id=repr(conversation_id)[:80],
+            reason="not_an_id",
+        )
+        return
+    task_started(self.name, conversation_id)
+    if over_delivery_cap(self.name, conversation_id):
+        return
+    hooks.note_worker(conversation_id)
+    hooks.serve_prebuild_request(conversation_id)
 
 
 @shared_task(bind=True, name=PARENT_SUMMARY_TASK, **_DB_RETRY)

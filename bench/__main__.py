@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench import baselines, measures, real
     from bench.fake_summarizer import FakeSummarizer
+    from bench.offpath import off_the_chat_path
     from bench.report import (
         Line,
         line_rows,
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.targets import (
         cost_lines,
         counter_rows,
+        offpath_lines,
         session_lines,
         session_rows,
         synthetic_costs,
@@ -129,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_worker:
         step("post-exchange throughput through a Celery worker on Redis")
         worker = measures.throughput(generate(8, seed=3), tasks=16 if args.quick else 40)
+
+    offpath: dict[str, Any] | None = None
+    if not args.skip_worker:
+        step("summaries off the chat path: a chat loop with a worker process, then inline")
+        offpath = off_the_chat_path()
 
     sessions = [s for s in load_sessions() if not args.sessions or s.name in args.sessions]
     step(f"{len(sessions)} real agent sessions: ours through PostgreSQL, then the peers")
@@ -348,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
 
+    if offpath:
+        lines += offpath_lines(offpath)
+
     synthetic = {w.name: synthetic_costs(replays, w.name) for w in (w60, w300)}
     lines += cost_lines(real_sums, synthetic, trigger)
     lines += session_lines(real_results, trigger)
@@ -423,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
             "scaling": scaling,
             "concurrency": concurrency,
             "worker": worker,
+            "offpath": offpath,
         },
     )
     chart_path = write_chart(

@@ -334,3 +334,45 @@ def session_lines(results: dict[str, list[Any]], trigger: int) -> list[Line]:
             token_share is not None and token_share <= 0.25,
         ),
     ]
+
+
+def offpath_lines(result: dict[str, Any]) -> list[Line]:
+    """Summaries off the chat path (DESIGN 7, issue 22): with a worker
+    process, against the same loop with every summary made inline."""
+    worker, inline = result["worker"], result["inline"]
+    loop = f"{result['turns']} turns x {result['calls_per_turn']} calls"
+    on_path = worker["chat_path_summaries"] / worker["shifts"] if worker["shifts"] else 0.0
+    lines = [
+        Line(
+            f"window summaries made on the chat path, worker ({loop})",
+            on_path,
+            inline["chat_path_summaries"] / inline["shifts"] if inline["shifts"] else 0.0,
+            "inline",
+            f"<= 10% ({worker['chat_path_summaries']} of {worker['shifts']})",
+            on_path <= 0.1,
+            "%",
+        )
+    ]
+    for quantile in ("p50", "p95", "max"):
+        lines.append(
+            Line(
+                f"hook's added time per call, {quantile}, 2 s summarizer",
+                worker[f"hook_ms_{quantile}"],
+                inline[f"hook_ms_{quantile}"],
+                "inline",
+                "info",
+                None,
+                "ms",
+            )
+        )
+    lines.append(
+        Line(
+            "chat input tokens, worker loop",
+            worker["chat_input_tokens"],
+            inline["chat_input_tokens"],
+            "inline",
+            "info (a shift waits for the worker's summary)",
+            None,
+        )
+    )
+    return lines

@@ -182,6 +182,7 @@ CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_ROUTES = {
     "assistant.tasks.post_exchange_task": {"queue": "compaction"},
     "assistant.tasks.generate_parent_summary_task": {"queue": "compaction"},
+    "assistant.tasks.prebuild_summary_task": {"queue": "compaction"},
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = "UTC"

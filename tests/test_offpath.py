@@ -1,0 +1,95 @@
+"""Summaries off the chat path (issue 22, point 3): inside an agent turn, the
+pre-call hook asks the worker for the next window summary and adopts it,
+instead of making the user wait on the summarizer."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from django.test import override_settings
+
+from assistant.conf import compaction_config
+from assistant.hooks import defer_to_worker
+from assistant.models import CompactionEvent, Conversation, MetadataKeys
+from assistant.queue import PREBUILD_TASK
+from assistant.services import add_message, ensure_context_summary, finish_exchange
+from assistant.window import load_window
+from tests.builders import html
+from tests.conftest import wait_until
+
+
+def read_step(conversation: Conversation, turn: int, step: int) -> None:
+    """The model's answer to one call: a tool call, and its 20 KB result."""
+    call = {"id": f"toolu_{turn}_{step}", "name": "fetch", "arguments": {"page": f"{turn}/{step}"}}
+    add_message(conversation, "assistant", "", tool_calls=[call])
+    add_message(
+        conversation, "tool", html(20_000, marker=f"page {turn}/{step} "), tool_call_id=call["id"]
+    )
+
+
+def request(conversation: Conversation) -> dict:
+    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+    return metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
+
+
+def test_inside_a_turn_the_hook_adopts_the_summary_the_worker_built(
+    celery_worker, fake_llm, settings
+):
+    fake_llm.use_anthropic(settings)
+    conversation = Conversation.objects.create(title="Audit", system_prompt="You audit a blog.")
+    add_message(conversation, "user", "Hello.")
+    add_message(conversation, "assistant", "Hello, what shall I audit?")
+    finish_exchange(conversation)  # the worker runs the post-exchange task: it serves this one
+    assert wait_until(lambda: conversation_metadata(conversation).get(MetadataKeys.WORKER_SEEN_AT))
+
+    add_message(conversation, "user", "Audit every page of the blog.")
+    for step in range(24):
+        ensure_context_summary(conversation)
+        asked = request(conversation)
+        if asked and not asked.get("answered"):
+            # The model's call takes a while: the worker answers meanwhile.
+            assert wait_until(lambda: request(conversation).get("answered"), timeout=30)
+        read_step(conversation, 1, step)
+    ensure_context_summary(conversation)
+
+    shifts = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
+    details = [event.details for event in shifts.order_by("id")]
+    assert len(details) == 3
+    # Every shift adopted what the worker built: no summarizer call on the chat path,
+    assert [d.get("prebuilt") for d in details] == [True] * 3
+    # and each summary was made once.
+    assert fake_llm.count("anthropic.messages") == 3
+
+
+def conversation_metadata(conversation: Conversation) -> dict:
+    return Conversation.objects.get(pk=conversation.pk).metadata
+
+
+@override_settings(ASSISTANT_COMPACTION={"SUMMARY_WAIT_SECONDS": 0.5})
+def test_a_shift_waits_for_a_worker_that_does_not_answer_at_most_summary_wait_seconds(
+    transactional_db, empty_queues, redis_client
+):
+    served = Conversation.objects.create(title="served", system_prompt="You help.")
+    alone = Conversation.objects.create(title="no worker", system_prompt="You help.")
+    for conversation in (served, alone):
+        add_message(conversation, "user", "Audit the blog.")
+        read_step(conversation, 0, 0)
+    merge = {MetadataKeys.WORKER_SEEN_AT: time.time()}
+    Conversation.objects.filter(pk=served.pk).update(metadata=merge)
+    config = compaction_config()
+
+    # No worker has ever run this conversation's work: nothing to wait for.
+    assert defer_to_worker(load_window(alone.pk), config) is False
+    assert redis_client.llen("compaction") == 0
+    # A worker serves it: the hook asks once and waits...
+    assert defer_to_worker(load_window(served.pk), config) is True
+    assert defer_to_worker(load_window(served.pk), config) is True
+    assert redis_client.llen("compaction") == 1
+    body = json.loads(redis_client.lindex("compaction", 0))
+    assert body["headers"]["task"] == PREBUILD_TASK
+    assert request(served)["base"] is None
+    # ...but no longer than SUMMARY_WAIT_SECONDS: then it summarizes itself.
+    time.sleep(0.6)
+    assert defer_to_worker(load_window(served.pk), config) is False
+    assert redis_client.llen("compaction") == 1
