@@ -1,5 +1,8 @@
 """The audit trail: a CompactionEvent row and one structured log line per
-compaction. Logs carry ids, kinds, counts and durations, never content.
+compaction. Logs carry ids, kinds, counts and durations, never content. The
+one place compaction events are recorded, so also where they are counted
+(assistant.telemetry) and where the hosts' signals (assistant.signals) are
+sent, on commit.
 
 Who asked for a compaction is carried by a context variable rather than
 threaded through every strategy: `with acting_as(user): ...` around a service
@@ -16,8 +19,14 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
+
+from assistant import signals, telemetry
+from assistant.limits import current_limits
 from assistant.logs import log_event
-from assistant.models import CompactionEvent
+from assistant.models import CompactionEvent, Conversation
+
+EMERGENCY_LEVELS = {CompactionEvent.Kind.EMERGENCY_1: 1, CompactionEvent.Kind.EMERGENCY_2: 2}
 
 _acting_user_id: ContextVar[int | None] = ContextVar("assistant_acting_user_id", default=None)
 
@@ -93,4 +102,33 @@ def record_compaction(
         summarizer_model=summarizer_model or None,
         acting_user_id=user_id,
     )
+    telemetry.compaction(
+        kind,
+        tokens_before=tokens_before,
+        tokens_after=tokens_after,
+        prebuilt=bool((details or {}).get("prebuilt")),
+    )
+    transaction.on_commit(lambda: send_signals(event))
     return event
+
+
+def send_signals(event: CompactionEvent) -> None:
+    """context_compacted for every event, then emergency_compaction for an emergency level."""
+    window = current_limits().window
+    common = {
+        "conversation_id": event.conversation_id,
+        "event_id": event.pk,
+        "tokens_before": event.tokens_before,
+        "tokens_after": event.tokens_after,
+        "acting_user_id": event.acting_user_id,
+    }
+    signals.context_compacted.send(
+        sender=Conversation,
+        kind=event.kind,
+        window=window,
+        share_of_window=event.tokens_after / window,
+        **common,
+    )
+    level = EMERGENCY_LEVELS.get(event.kind)
+    if level is not None:
+        signals.emergency_compaction.send(sender=Conversation, level=level, **common)

@@ -23,6 +23,7 @@ from assistant.models import Conversation
 from assistant.previews import restore_preview
 from assistant.queue import enqueue_on_commit
 from assistant.staff_actions import Outcome, run_staff_action
+from assistant.status import ContextStatus, context_status
 from assistant.summaries import (
     compaction_cutoff_id,
     prebuild_window_summary,
@@ -113,6 +114,7 @@ def queue_staff_action(action: str, conversation_id: int, *, acting_user: User =
 
 __all__ = [
     "Context",
+    "ContextStatus",
     "ContextTooLarge",
     "IncompleteToolCall",
     "Outcome",
@@ -123,6 +125,7 @@ __all__ = [
     "compact_tool_results",
     "compaction_cutoff_id",
     "context_overflow",
+    "context_status",
     "context_tokens",
     "emergency_compact",
     "ensure_context_summary",
