@@ -68,9 +68,7 @@ class Readings:
             for scope in resource.scope_metrics:
                 for metric in scope.metrics:
                     for point in metric.data.data_points:
-                        value = (
-                            (point.sum, point.count) if hasattr(point, "count") else point.value
-                        )
+                        value = (point.sum, point.count) if hasattr(point, "count") else point.value
                         found[metric.name].append((dict(point.attributes), value))
         return found
 
