@@ -133,7 +133,7 @@ def test_prices_follow_the_providers_published_multipliers():
 
 
 def test_totals_count_the_calls_and_summaries_of_the_period_only(db):
-    old, old_calls = priced_conversation("old")
+    old, _ = priced_conversation("old")
     Message.objects.filter(conversation=old).update(created_at=timezone.now() - timedelta(days=10))
     old.compaction_events.update(created_at=timezone.now() - timedelta(days=10))
     recent, _ = priced_conversation("recent")

@@ -56,10 +56,9 @@ def test_a_compaction_is_announced_once_its_transaction_commits(
     conversation, _ = tool_heavy_conversation()
     staff = staff_user()
 
-    with django_capture_on_commit_callbacks(execute=True):
-        with transaction.atomic():
-            assert compact_tool_results(conversation, acting_user=staff) == 1
-            assert received == []  # not before the commit
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        assert compact_tool_results(conversation, acting_user=staff) == 1
+        assert received == []  # not before the commit
 
     event = CompactionEvent.objects.get(conversation=conversation)
     window = current_limits().window
@@ -92,10 +91,13 @@ def test_a_rolled_back_compaction_is_never_announced(
 ):
     conversation, _ = tool_heavy_conversation()
 
-    with django_capture_on_commit_callbacks(execute=True):
-        with pytest.raises(RuntimeError), transaction.atomic():
-            compact_tool_results(conversation)
-            raise RuntimeError("the host's view failed")
+    with (
+        django_capture_on_commit_callbacks(execute=True),
+        pytest.raises(RuntimeError),
+        transaction.atomic(),
+    ):
+        compact_tool_results(conversation)
+        raise RuntimeError("the host's view failed")
 
     assert received == []
     assert not CompactionEvent.objects.filter(conversation=conversation).exists()
