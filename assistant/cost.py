@@ -295,12 +295,20 @@ def conversation_cost(conversation: Conversation) -> tuple[Cost, list[Call]]:
 
 def total_cost(since: datetime | None = None) -> Cost:
     """Every conversation's calls made at or after `since` (all when None),
-    deleted ones included: their calls were paid for. Reads one row of
-    integers per message."""
+    deleted ones included: their calls were paid for."""
+    return costs_since({"": since})[""]
+
+
+def costs_since(periods: dict[str, datetime | None]) -> dict[str, Cost]:
+    """The totals of several periods (label: start, None for all time), in
+    one read of one row of integers per message."""
     calls = recorded_calls()
     summaries = recorded_summarizer_calls()
     prices = model_prices()
-    total = Cost()
+    totals = {label: Cost() for label in periods}
     for pk in calls.keys() | summaries.keys():
-        total.add(cost_of(calls.get(pk, []), summaries.get(pk, ()), since=since, prices=prices))
-    return total
+        for label, since in periods.items():
+            totals[label].add(
+                cost_of(calls.get(pk, []), summaries.get(pk, ()), since=since, prices=prices)
+            )
+    return totals

@@ -2,9 +2,12 @@
 queries per page whatever the number of conversations or messages, and the
 same figures for the columns, the sort and the "context" filter.
 
-The context size is computed as `assistant.window` does: the provider's
-latest count of the prompt (when one was reported after the last compaction)
-plus the estimates of what followed, else the estimates alone.
+The context size is computed as `assistant.window` does
+(`WindowState.context_tokens`, which the conversation page shows): the
+provider's latest count of the prompt (when one was reported after the last
+compaction) plus the estimates of what followed, else the estimates (system
+part with every system message, summaries, the anchor of a split inside a
+turn, the messages after the cutoff) scaled by the stored token ratio.
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from django.db.models import (
     Case,
     Count,
     F,
+    FloatField,
+    Func,
     IntegerField,
     Max,
     OuterRef,
+    Q,
     QuerySet,
     Subquery,
     Sum,
@@ -24,10 +30,11 @@ from django.db.models import (
     When,
 )
 from django.db.models.fields.json import KT
-from django.db.models.functions import Cast, Coalesce, Length
+from django.db.models.functions import Cast, Coalesce, Greatest, Least, Length
 
 from assistant.conf import compaction_config
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.window import MAX_TOKEN_RATIO, MIN_TOKEN_RATIO
 
 
 def _metadata_id(key: str) -> Coalesce:
@@ -43,20 +50,44 @@ def _fork_depth(levels: int) -> Value | Case:
     return depth
 
 
-def _fixed_texts() -> list:
+def _summary_texts() -> list:
     return [
         Coalesce(KT(f"metadata__{MetadataKeys.COMPACTION_SUMMARY}"), Value("")),
         Coalesce(KT(f"metadata__{MetadataKeys.PARENT_CONVERSATION_SUMMARY}"), Value("")),
-        F("system_prompt"),
     ]
+
+
+def _ceil_tokens(chars, per_token: int):
+    """estimate_tokens: ceil(characters / CHARS_PER_TOKEN), in integers."""
+    return (chars + per_token - 1) / per_token
+
+
+class Ceil(Func):
+    function = "CEIL"
+    output_field = BigIntegerField()
 
 
 def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation]:
     config = compaction_config()
+    per_token = config.CHARS_PER_TOKEN
     messages = Message.objects.filter(conversation=OuterRef("pk")).order_by()
-    window = messages.filter(id__gt=OuterRef("_cutoff"))
+    chat = messages.exclude(role=Message.Role.SYSTEM)
+    window = chat.filter(id__gt=OuterRef("_cutoff"))
     message_count = messages.values("conversation").annotate(n=Count("id")).values("n")
     estimates = window.values("conversation").annotate(n=Sum("token_estimate")).values("n")
+    anchor = chat.filter(pk=OuterRef("_anchor"), id__lte=OuterRef("_cutoff")).values(
+        "token_estimate"
+    )
+    # WindowState.system: the prompt and each system message's model-facing
+    # text, the non-empty ones joined by a blank line.
+    system_texts = (
+        messages.filter(role=Message.Role.SYSTEM)
+        .annotate(chars=Length(Coalesce("compacted_content", "content")))
+        .filter(chars__gt=0)
+        .values("conversation")
+    )
+    system_chars = system_texts.annotate(n=Sum("chars")).values("n")
+    system_parts = system_texts.annotate(n=Count("id")).values("n")
     counted_id = (
         window.filter(input_tokens__isnull=False, id__gt=OuterRef("_epoch"))
         .values("conversation")
@@ -69,8 +100,7 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
         + Coalesce("cache_write_tokens", Value(0))
     )
     after_count = (
-        Message.objects.filter(conversation=OuterRef("pk"), id__gte=OuterRef("_counted_id"))
-        .order_by()
+        chat.filter(id__gte=OuterRef("_counted_id"))
         .values("conversation")
         .annotate(n=Sum("token_estimate"))
         .values("n")
@@ -82,25 +112,49 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
         .annotate(at=Max("created_at"))
         .values("at")
     )
-    per_token = config.CHARS_PER_TOKEN
-    # estimate_tokens of each fixed part: ceil(characters / CHARS_PER_TOKEN).
-    fixed_tokens = sum(
-        ((Length(text) + per_token - 1) / per_token for text in _fixed_texts()), Value(0)
+    summary_tokens = sum(
+        (_ceil_tokens(Length(text), per_token) for text in _summary_texts()), Value(0)
     )
-    estimated = Coalesce(Subquery(estimates, output_field=IntegerField()), 0) + fixed_tokens
+    system_tokens = Case(
+        When(_system_parts=0, then=0),
+        default=_ceil_tokens(
+            Length("system_prompt") + F("_system_chars") + 2 * (F("_system_parts") - 1),
+            per_token,
+        ),
+        output_field=IntegerField(),
+    )
+    estimated = (
+        Coalesce(Subquery(estimates, output_field=IntegerField()), 0)
+        + Coalesce(Subquery(anchor, output_field=IntegerField()), 0)
+        + summary_tokens
+        + system_tokens
+    )
+    # WindowState.token_ratio: the stored ratio within its bounds, 1 when none.
+    ratio = Case(
+        When(Q(_ratio__isnull=True) | Q(_ratio=0), then=Value(1.0)),
+        default=Greatest(Least("_ratio", Value(MAX_TOKEN_RATIO)), Value(MIN_TOKEN_RATIO)),
+        output_field=FloatField(),
+    )
     return (
         queryset.annotate(
             _cutoff=_metadata_id(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID),
             _epoch=_metadata_id(MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID),
+            _anchor=_metadata_id(MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID),
+            _ratio=Cast(KT(f"metadata__{MetadataKeys.TOKEN_RATIO}"), FloatField()),
+            _system_chars=Coalesce(Subquery(system_chars, output_field=IntegerField()), 0),
+            _system_parts=Case(When(system_prompt="", then=0), default=1)
+            + Coalesce(Subquery(system_parts, output_field=IntegerField()), 0),
         )
         .annotate(_counted_id=Subquery(counted_id, output_field=BigIntegerField()))
         .annotate(
             _message_count=Coalesce(Subquery(message_count, output_field=IntegerField()), 0),
             _context_tokens=Case(
-                When(_counted_id__isnull=True, then=estimated),
+                When(
+                    _counted_id__isnull=True, then=Cast(Ceil(estimated * ratio), BigIntegerField())
+                ),
                 default=Coalesce(Subquery(counted_prompt, output_field=IntegerField()), 0)
                 + Coalesce(Subquery(after_count, output_field=IntegerField()), 0),
-                output_field=IntegerField(),
+                output_field=BigIntegerField(),
             ),
             _last_compaction=Subquery(last_event),
             _fork_depth=_fork_depth(config.MAX_FORK_DEPTH),
