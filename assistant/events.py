@@ -12,6 +12,7 @@ event recorded inside it name that user; automatic work names nobody.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -122,7 +123,8 @@ def send_signals(event: CompactionEvent) -> None:
         "tokens_after": event.tokens_after,
         "acting_user_id": event.acting_user_id,
     }
-    signals.context_compacted.send(
+    _send(
+        signals.context_compacted,
         sender=Conversation,
         kind=event.kind,
         window=window,
@@ -131,4 +133,16 @@ def send_signals(event: CompactionEvent) -> None:
     )
     level = EMERGENCY_LEVELS.get(event.kind)
     if level is not None:
-        signals.emergency_compaction.send(sender=Conversation, level=level, **common)
+        _send(signals.emergency_compaction, sender=Conversation, level=level, **common)
+
+
+def _send(signal, **kwargs) -> None:
+    """A host's receiver that fails is logged, never the chat's or the worker's failure."""
+    for receiver, result in signal.send_robust(**kwargs):
+        if isinstance(result, Exception):
+            log_event(
+                "signal_receiver_failed",
+                level=logging.WARNING,
+                receiver=getattr(receiver, "__qualname__", repr(receiver))[:120],
+                error=type(result).__name__,
+            )

@@ -155,3 +155,23 @@ def test_context_status_shows_what_a_status_command_prints(db, settings):
         event.tokens_before,
         event.tokens_after,
     )
+
+
+def test_a_failing_receiver_never_fails_the_compaction(
+    db, caplog, django_capture_on_commit_callbacks
+):
+    conversation, _ = tool_heavy_conversation()
+
+    def broken(sender, **kwargs):
+        raise KeyError("the host's bug")
+
+    context_compacted.connect(broken)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert compact_tool_results(conversation) == 1
+    finally:
+        context_compacted.disconnect(broken)
+
+    assert CompactionEvent.objects.filter(conversation=conversation).count() == 1
+    assert "event=signal_receiver_failed" in caplog.text
+    assert "error=KeyError" in caplog.text
