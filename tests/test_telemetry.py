@@ -202,6 +202,10 @@ def test_a_chat_loop_through_a_real_worker_emits_every_span_and_metric(
     )
     chat_path = sum(value for _, value in readings.get(telemetry.CHAT_PATH_SUMMARIES, []))
     assert chat_path == on_chat_path
+    # The worker had the one window summary ready: none was made while the chat waited.
+    assert kinds == {"window_summary": 1}
+    assert events[0].details["prebuilt"] is True
+    assert chat_path == 0
     assert sum_by(readings[telemetry.HOOK_DURATION])[1] == turns
     assert telemetry.SUMMARIZER_FAILURES not in readings
     assert telemetry.LEASE_WAITS not in readings
@@ -261,3 +265,38 @@ def test_waiting_on_another_process_summary_is_counted(otel, conversation):
     assert leases.wait_for_release(conversation.pk, timeout=0.1) is False
 
     assert otel.collect()[telemetry.LEASE_WAITS] == [({telemetry.OUTCOME: "timed_out"}, 1)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_summary_the_hook_makes_itself_counts_as_made_on_the_chat_path(
+    fake_llm, settings, otel, conversation
+):
+    fake_llm.use_anthropic(settings)
+    settings.ASSISTANT_COMPACTION = {
+        "CONTEXT_TOKEN_THRESHOLD": 1500,
+        "MAX_RECENT_TOKENS": 400,
+        "MIN_RECENT_MESSAGES": 2,
+    }
+    for n in range(4):
+        add_message(conversation, "user", f"Question {n}: " + "about the post. " * 60)
+        add_message(conversation, "assistant", f"Answer {n}: " + "the post is fine. " * 30)
+    add_message(conversation, "user", "And now?")
+
+    ensure_context_summary(conversation)  # no worker ran: the hook summarizes itself
+
+    event = CompactionEvent.objects.get(conversation=conversation)
+    readings = otel.collect()
+    assert readings[telemetry.CHAT_PATH_SUMMARIES] == [({}, 1)]
+    assert readings[telemetry.COMPACTIONS] == [
+        ({telemetry.KIND: "window_summary", telemetry.PHASE: "pre_call"}, 1)
+    ]
+    assert readings[telemetry.TOKENS_SHED] == [
+        (
+            {telemetry.KIND: "window_summary", telemetry.PHASE: "pre_call"},
+            event.tokens_before - event.tokens_after,
+        )
+    ]
+    assert sum_by(readings[telemetry.HOOK_DURATION])[1] == 1
+    (hook,) = otel.spans(telemetry.PRE_CALL_SPAN)
+    (summarizer,) = otel.spans(f"chat {SUMMARY_MODEL}")
+    assert summarizer.parent.span_id == hook.context.span_id  # made inside the hook
