@@ -104,11 +104,16 @@ def test_an_operator_sees_cost_and_savings_in_the_list_the_chart_and_the_totals(
         )
     plain_row = page.locator(f"#result_list tr:has(input.action-select[value='{plain.pk}'])")
     assert plain_row.locator("td.field-cost").inner_text() == "—"
+    page.screenshot(path=str(shots / "conversation_list.png"), full_page=True)
     # Nothing scrolls sideways: neither the page nor the table's own box.
     assert page.evaluate("document.documentElement.scrollWidth") <= 1440
     results = "document.querySelector('#changelist-form .results')"
     assert page.evaluate(f"{results}.scrollWidth <= {results}.clientWidth")
-    page.screenshot(path=str(shots / "conversation_list.png"), full_page=True)
+    least = page.evaluate(
+        "(() => { const t = document.querySelector('#result_list'); t.style.width = 'min-content';"
+        " const w = t.offsetWidth; t.style.width = ''; return w; })()"
+    )
+    print(f"list table: at least {least} px, in a {page.evaluate(f'{results}.clientWidth')} px box")
 
     # A conversation page: the figures and the chart (3 calls, 1 compaction).
     page.goto(f"{live_server.url}/admin/assistant/conversation/{priced.pk}/change/")

@@ -215,8 +215,8 @@ class ConversationAdmin(admin.ModelAdmin):
     def last_compaction(self, obj: Conversation) -> str:
         if obj._last_compaction is None:
             return "—"
-        at = timezone.localtime(obj._last_compaction)
-        return format_html('<span style="white-space:nowrap">{}</span>', f"{at:%Y-%m-%d %H:%M}")
+        # Date and time on two lines when the column is narrow.
+        return f"{timezone.localtime(obj._last_compaction):%Y-%m-%d %H:%M}"
 
     @admin.display(description="metadata")
     def metadata_pretty(self, obj: Conversation) -> str:
