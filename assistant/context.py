@@ -36,6 +36,21 @@ class TokenBreakdown:
     def total(self) -> int:
         return self.system + self.summaries + self.messages + self.tool_results
 
+    def scaled_to(self, total: int) -> TokenBreakdown:
+        """The parts in the same proportions, summing to `total` (the size the
+        hook decides on, `context_tokens`: the provider's count where there is
+        one), rounded by largest remainders so the sum is exact."""
+        parts = [self.system, self.summaries, self.messages, self.tool_results]
+        estimated = sum(parts)
+        if estimated == 0:
+            return TokenBreakdown(0, 0, total, 0)
+        shares = [part * total / estimated for part in parts]
+        floors = [int(share) for share in shares]
+        by_remainder = sorted(range(4), key=lambda i: floors[i] - shares[i])
+        for i in by_remainder[: total - sum(floors)]:
+            floors[i] += 1
+        return TokenBreakdown(*floors)
+
 
 @dataclass
 class Context:

@@ -1,5 +1,8 @@
 """The audit trail: a CompactionEvent row and one structured log line per
-compaction. Logs carry ids, kinds, counts and durations, never content.
+compaction. Logs carry ids, kinds, counts and durations, never content. The
+one place compaction events are recorded, so also where they are counted
+(assistant.telemetry) and where the hosts' signals (assistant.signals) are
+sent, on commit.
 
 Who asked for a compaction is carried by a context variable rather than
 threaded through every strategy: `with acting_as(user): ...` around a service
@@ -9,6 +12,7 @@ event recorded inside it name that user; automatic work names nobody.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,8 +20,14 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
+
+from assistant import signals, telemetry
+from assistant.limits import current_limits
 from assistant.logs import log_event
-from assistant.models import CompactionEvent
+from assistant.models import CompactionEvent, Conversation
+
+EMERGENCY_LEVELS = {CompactionEvent.Kind.EMERGENCY_1: 1, CompactionEvent.Kind.EMERGENCY_2: 2}
 
 _acting_user_id: ContextVar[int | None] = ContextVar("assistant_acting_user_id", default=None)
 
@@ -93,4 +103,46 @@ def record_compaction(
         summarizer_model=summarizer_model or None,
         acting_user_id=user_id,
     )
+    telemetry.compaction(
+        kind,
+        tokens_before=tokens_before,
+        tokens_after=tokens_after,
+        prebuilt=bool((details or {}).get("prebuilt")),
+    )
+    transaction.on_commit(lambda: send_signals(event))
     return event
+
+
+def send_signals(event: CompactionEvent) -> None:
+    """context_compacted for every event, then emergency_compaction for an emergency level."""
+    window = current_limits().window
+    common = {
+        "conversation_id": event.conversation_id,
+        "event_id": event.pk,
+        "tokens_before": event.tokens_before,
+        "tokens_after": event.tokens_after,
+        "acting_user_id": event.acting_user_id,
+    }
+    _send(
+        signals.context_compacted,
+        sender=Conversation,
+        kind=event.kind,
+        window=window,
+        share_of_window=event.tokens_after / window,
+        **common,
+    )
+    level = EMERGENCY_LEVELS.get(event.kind)
+    if level is not None:
+        _send(signals.emergency_compaction, sender=Conversation, level=level, **common)
+
+
+def _send(signal, **kwargs) -> None:
+    """A host's receiver that fails is logged, never the chat's or the worker's failure."""
+    for receiver, result in signal.send_robust(**kwargs):
+        if isinstance(result, Exception):
+            log_event(
+                "signal_receiver_failed",
+                level=logging.WARNING,
+                receiver=getattr(receiver, "__qualname__", repr(receiver))[:120],
+                error=type(result).__name__,
+            )

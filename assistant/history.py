@@ -17,9 +17,10 @@ from django.db.models import JSONField
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from assistant import llm
+from assistant import llm, telemetry
 from assistant.blocks import blocks_tokens, has_media, validate_blocks
 from assistant.conf import compaction_config
+from assistant.cost import chat_model
 from assistant.deletion import deleted_error, require_saved
 from assistant.llm.base import new_tool_call_id
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
@@ -104,6 +105,16 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
         if role == "tool" and _is_duplicate_result(error):
             raise _duplicate_result(fields["tool_call_id"]) from None
         raise
+    if role == Message.Role.ASSISTANT and message.input_tokens is not None:
+        telemetry.token_usage(
+            "chat",
+            llm.provider_name(),
+            chat_model(metadata),
+            prompt=message.prompt_tokens,
+            output=message.output_tokens or 0,
+            cache_read=message.cache_read_tokens or 0,
+            cache_write=message.cache_write_tokens or 0,
+        )
     return message
 
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from assistant import telemetry
 from assistant.cache_ledger import Ledger, step_cost
 from assistant.compaction import (
     CompactionPlan,
@@ -75,6 +76,11 @@ T = TypeVar("T")
 def ensure_context_summary(conversation: Conversation) -> str | None:
     """The pre-call hook: bring the context within budget and return the
     window summary the next request carries. Two queries when nothing is due."""
+    with telemetry.pre_call_hook(conversation.pk):
+        return _ensure_context_summary(conversation)
+
+
+def _ensure_context_summary(conversation: Conversation) -> str | None:
     config = compaction_config()
     state = load_window(conversation.pk)
     if state.metadata.get(MetadataKeys.NEEDS_EMERGENCY_COMPACTION):

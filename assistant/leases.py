@@ -34,6 +34,7 @@ from django.db.models import BooleanField, DateTimeField, ExpressionWrapper, Q, 
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
+from assistant import telemetry
 from assistant.conf import compaction_config
 from assistant.models import Conversation
 
@@ -130,12 +131,15 @@ def wait_for_release(conversation_id: int, timeout: float | None = None) -> bool
     deadline = time.monotonic() + (
         compaction_config().SUMMARY_WAIT_SECONDS if timeout is None else timeout
     )
-    delay = 0.05
+    delay, waited = 0.05, False
     while held_by_progressing_holder(conversation_id):
         if time.monotonic() >= deadline:
+            telemetry.lease_wait(released=False)
             return False
         time.sleep(delay)
-        delay = min(delay * 2, 0.25)
+        delay, waited = min(delay * 2, 0.25), True
+    if waited:
+        telemetry.lease_wait(released=True)
     return not held_by_live_holder(conversation_id)
 
 

@@ -30,6 +30,7 @@ from assistant.previews import restore_preview
 from assistant.queue import enqueue_on_commit
 from assistant.responses import record_response
 from assistant.staff_actions import ACTIONS, Outcome, run_staff_action
+from assistant.status import ContextStatus, context_status
 from assistant.summaries import (
     compaction_cutoff_id,
     prebuild_window_summary,
@@ -146,6 +147,7 @@ def queue_staff_action(action: str, conversation_id: int, *, acting_user: User =
 
 __all__ = [
     "Context",
+    "ContextStatus",
     "ContextTooLarge",
     "IncompleteToolCall",
     "Outcome",
@@ -158,6 +160,7 @@ __all__ = [
     "compact_tool_results",
     "compaction_cutoff_id",
     "context_overflow",
+    "context_status",
     "context_tokens",
     "emergency_compact",
     "ensure_context_summary",

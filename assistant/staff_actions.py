@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from django.contrib.admin.models import CHANGE, LogEntry
 
-from assistant import compaction, emergency, summaries
+from assistant import compaction, emergency, summaries, telemetry
 from assistant.events import acting_as
 from assistant.models import Conversation
 from assistant.previews import (
@@ -62,7 +62,7 @@ def run_staff_action(action: str, conversation_id: int, user_id: int | None) -> 
             conversation_id, False, "refused: the conversation is deleted (restore it first)"
         )
     else:
-        with acting_as(user_id):
+        with acting_as(user_id), telemetry.staff_action(action, conversation_id):
             outcome = _RUNNERS[action](conversation)
     if user_id is not None:
         LogEntry.objects.log_actions(

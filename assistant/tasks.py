@@ -7,7 +7,7 @@ import logging
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from assistant import cleanup, hooks, staff_actions
+from assistant import cleanup, hooks, staff_actions, telemetry
 from assistant.app_settings import app_setting
 from assistant.deliveries import over_delivery_cap
 from assistant.forking import generate_parent_summary
@@ -47,7 +47,8 @@ def post_exchange_task(self, conversation_id: int) -> None:
         return  # this exchange keeps killing its worker: stop; a new exchange is new work
     hooks.note_worker(conversation_id)
     try:
-        hooks.process_exchange(conversation_id)
+        with telemetry.post_exchange(conversation_id):
+            hooks.process_exchange(conversation_id)
     except ProviderError as exc:
         # A rate-limited or overloaded summarizer (after the SDK's own retries,
         # with no fallback configured): try again later, with backoff. When the

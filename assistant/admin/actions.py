@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from assistant import services
+from assistant import services, telemetry
 from assistant.conf import compaction_config
 from assistant.deletion import purge_after
 from assistant.models import Conversation, Message
@@ -198,9 +198,10 @@ def compact_tool_results_now(modeladmin, request, queryset):
 def continue_in_new_conversation(modeladmin, request, queryset):
     created, refused = [], []
     for conversation in live_only(modeladmin, request, queryset):
-        fork = services.fork_continuation(
-            conversation, tool_services=conversation.tool_services, acting_user=request.user
-        )
+        with telemetry.staff_action("fork_continuation", conversation.pk):
+            fork = services.fork_continuation(
+                conversation, tool_services=conversation.tool_services, acting_user=request.user
+            )
         if fork is None:
             refused.append(conversation)
             continue
@@ -233,9 +234,10 @@ def branch_from_message(modeladmin, request, queryset) -> HttpResponse | None:
         return None
     conversation = conversations[0]
     if request.POST.get("post") == "yes":
-        result = services.fork_from_message(
-            conversation, request.POST.get("message_id"), acting_user=request.user
-        )
+        with telemetry.staff_action("fork_from_message", conversation.pk):
+            result = services.fork_from_message(
+                conversation, request.POST.get("message_id"), acting_user=request.user
+            )
         if result is not None:
             fork, _text = result
             log(request, [conversation], f"Branched into #{fork.pk}.")

@@ -4,21 +4,27 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin import helpers
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, JsonResponse
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from assistant import services
 from assistant.admin import actions
+from assistant.admin.cost_chart import cost_section, money, saved_text
 from assistant.admin.filters import ContextFilter, DeletedFilter, ForkFilter, SummaryFilter
 from assistant.admin.inspector import context_inspector, request_body
 from assistant.admin.listing import with_list_figures
+from assistant.cost import Cost, conversation_costs, costs_since
 from assistant.deletion import purge_date
 from assistant.limits import current_limits
 from assistant.models import Conversation, Message
@@ -44,6 +50,7 @@ class ConversationAdmin(admin.ModelAdmin):
         "fork_depth",
         "message_count",
         "context_size",
+        "cost",
         "last_compaction",
     )
     list_display_links = ("id", "__str__")
@@ -67,6 +74,7 @@ class ConversationAdmin(admin.ModelAdmin):
         ("Bookkeeping", {"classes": ("collapse",), "fields": readonly_fields}),
     )
     change_form_template = "admin/assistant/conversation/change_form.html"
+    change_list_template = "admin/assistant/conversation/change_list.html"
     delete_confirmation_template = "admin/assistant/conversation/delete_confirmation.html"
     # Our delete_selected (a soft delete) replaces Django's site-wide one of that name.
     actions = (
@@ -140,6 +148,9 @@ class ConversationAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
         return with_list_figures(super().get_queryset(request))
 
+    def get_changelist(self, request: HttpRequest, **kwargs):
+        return CostChangeList
+
     @admin.display(description="deleted", ordering="deleted_at")
     def status(self, obj: Conversation) -> str:
         if obj.deleted_at is None:
@@ -185,9 +196,27 @@ class ConversationAdmin(admin.ModelAdmin):
             round(100 * tokens / limits.window),
         )
 
+    @admin.display(description="cost · saved")
+    def cost(self, obj: Conversation) -> str:
+        cost: Cost = obj._cost
+        if not cost.calls and not cost.summarizer:
+            return "—"
+        return format_html(
+            '<span style="white-space:nowrap" title="chat {} + summarizer {}; sending '
+            'everything {}">{} · {}</span>',
+            money(cost.chat),
+            money(cost.summarizer),
+            money(cost.everything),
+            money(cost.total),
+            saved_text(cost),
+        )
+
     @admin.display(description="last compaction", ordering="_last_compaction")
-    def last_compaction(self, obj: Conversation):
-        return obj._last_compaction
+    def last_compaction(self, obj: Conversation) -> str:
+        if obj._last_compaction is None:
+            return "—"
+        # Date and time on two lines when the column is narrow.
+        return f"{timezone.localtime(obj._last_compaction):%Y-%m-%d %H:%M}"
 
     @admin.display(description="metadata")
     def metadata_pretty(self, obj: Conversation) -> str:
@@ -197,6 +226,11 @@ class ConversationAdmin(admin.ModelAdmin):
 
     def get_urls(self):
         return [
+            path(
+                "costs/",
+                self.admin_site.admin_view(self.costs_view),
+                name="assistant_conversation_costs",
+            ),
             path(
                 "<path:object_id>/request.json",
                 self.admin_site.admin_view(self.request_json_view),
@@ -212,12 +246,43 @@ class ConversationAdmin(admin.ModelAdmin):
         body = request_body(obj, shape=request.GET.get("shape", "anthropic"))
         return JsonResponse(body, json_dumps_params={"indent": 2, "ensure_ascii": False})
 
+    def costs_view(self, request: HttpRequest) -> TemplateResponse:
+        """Every conversation's cost, by period, the summarizer's apart."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        now = timezone.now()
+        periods = {label: now - age for label, age in PERIODS.items()}
+        totals = costs_since({**periods, "All time": None})
+        rows = [
+            {
+                "label": label,
+                "cost": cost,
+                "money": {
+                    "chat": money(cost.chat),
+                    "summarizer": money(cost.summarizer),
+                    "total": money(cost.total),
+                    "everything": money(cost.everything),
+                },
+                "saved": saved_text(cost),
+            }
+            for label, cost in totals.items()
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "What compaction cost and saved",
+            "rows": rows,
+            "unpriced": sorted(set().union(*(cost.unpriced for cost in totals.values()))),
+        }
+        return TemplateResponse(request, "admin/assistant/conversation/costs.html", context)
+
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = dict(extra_context or {})
         obj = self.get_object(request, object_id)
         if obj is not None:
             extra_context.update(
                 inspector=context_inspector(obj),
+                costs=cost_section(obj),
                 can_fork=self.has_fork_permission(request) and obj.deleted_at is None,
                 can_restore=self.has_delete_permission(request) and obj.deleted_at is not None,
                 purge_date=purge_date(obj),
@@ -226,6 +291,23 @@ class ConversationAdmin(admin.ModelAdmin):
                 action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
             )
         return super().change_view(request, object_id, form_url, extra_context)
+
+
+PERIODS = {
+    "Last 24 hours": timedelta(hours=24),
+    "Last 7 days": timedelta(days=7),
+    "Last 30 days": timedelta(days=30),
+}
+
+
+class CostChangeList(ChangeList):
+    """The list, with each shown conversation's cost (three queries a page)."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        costs = conversation_costs(obj.pk for obj in self.result_list)
+        for obj in self.result_list:
+            obj._cost = costs[obj.pk]
 
 
 def fork_origin(conversation: Conversation) -> dict[str, Any] | None:

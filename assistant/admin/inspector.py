@@ -27,7 +27,9 @@ def _cut(text: str) -> tuple[str, int]:
 
 def context_inspector(conversation: Conversation) -> dict[str, Any]:
     context = build_context(conversation, allow_pending=True)
-    tokens = context.tokens
+    total = context_tokens(conversation)
+    # The bar draws the header's figure: the estimated parts scaled to it.
+    tokens = context.tokens.scaled_to(total)
     limits = current_limits()
     parts = [
         ("system", "System prompt", tokens.system),
@@ -35,8 +37,7 @@ def context_inspector(conversation: Conversation) -> dict[str, Any]:
         ("messages", "Kept messages", tokens.messages),
         ("tools", "Tool results", tokens.tool_results),
     ]
-    drawn = sum(value for _, _, value in parts) or 1
-    total = context_tokens(conversation)
+    drawn = total or 1
     pending = {call["id"] for call in context.pending_calls}
     ids = list(context.message_ids)
     first_shown = max(len(context.messages) - MESSAGES_SHOWN, 0)

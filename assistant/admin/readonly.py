@@ -7,6 +7,8 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
 
 from assistant.models import CompactionEvent, Message
 
@@ -48,12 +50,13 @@ class MessageAdmin(ReadOnlyAdmin):
 class CompactionEventAdmin(ReadOnlyAdmin):
     list_display = (
         "created_at",
-        "conversation",
+        "conversation_link",
         "kind",
         "tokens_before",
         "tokens_after",
         "messages_affected",
         "summarizer_model",
+        "summarizer_tokens",
         "duration_ms",
         "acting_user",
     )
@@ -63,3 +66,15 @@ class CompactionEventAdmin(ReadOnlyAdmin):
     raw_id_fields = ("conversation", "acting_user")
     ordering = ("-created_at", "-id")
     show_full_result_count = False
+
+    @admin.display(description="conversation", ordering="conversation_id")
+    def conversation_link(self, obj: CompactionEvent) -> str:
+        # Titles repeat ("newcomer 6 turns"): the id tells them apart.
+        url = reverse("admin:assistant_conversation_change", args=[obj.conversation_id])
+        return format_html('<a href="{}">#{} {}</a>', url, obj.conversation_id, obj.conversation)
+
+    @admin.display(description="summarizer tokens in / out")
+    def summarizer_tokens(self, obj: CompactionEvent) -> str:
+        if not obj.summarizer_model:
+            return "—"
+        return f"{obj.summarizer_input_tokens:,} / {obj.summarizer_output_tokens:,}"

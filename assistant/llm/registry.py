@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 
+from assistant import telemetry
 from assistant.app_settings import app_setting
 from assistant.llm.base import Provider, ProviderError, SummaryResult
 from assistant.llm.offline import OfflineProvider
@@ -143,10 +144,12 @@ def summarize(
     retries) or a rejected summary, the offline summarizer's, unless fallback is off."""
     provider = provider or get_provider()
     try:
-        result = provider.summarize(
-            transcript, previous_summary=previous_summary, instructions=instructions
-        )
-        validate_summary(result.text)
+        with telemetry.summarizer_call(provider.name, provider.model) as span:
+            result = provider.summarize(
+                transcript, previous_summary=previous_summary, instructions=instructions
+            )
+            telemetry.summarizer_usage(span, provider.name, provider.model, result.usage)
+            validate_summary(result.text)
         return result
     except ProviderError as error:
         # Never the key or any message content: provider, model, class, status only.
@@ -162,7 +165,11 @@ def summarize(
         )
         if not app_setting("ASSISTANT_SUMMARY_FALLBACK") or isinstance(provider, OfflineProvider):
             raise
-    result = OfflineProvider().summarize(transcript, previous_summary=previous_summary)
+    offline = OfflineProvider()
+    telemetry.summarizer_fallback(provider.name, provider.model)
+    with telemetry.summarizer_call(offline.name, offline.model) as span:
+        result = offline.summarize(transcript, previous_summary=previous_summary)
+        telemetry.summarizer_usage(span, offline.name, offline.model, result.usage)
     return SummaryResult(
         text=validate_summary(result.text),
         usage=result.usage,

@@ -1,0 +1,134 @@
+"""The conversation page's cost section: what it cost against sending
+everything, and a per-call chart of the prompt (cache reads, cache writes,
+uncached input; sending everything as a line; compactions marked), drawn as
+inline SVG on the server: no script, no dependency."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Any
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from assistant.cost import Call, Cost, conversation_cost
+from assistant.models import Conversation
+
+WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 960, 240, 56, 24, 10
+CALLS_DRAWN = 400  # the newest ones: the page stays light however long the conversation
+COLOURS = {"read": "#16a34a", "write": "#f59e0b", "input": "#2563eb"}
+
+
+def money(value: float) -> str:
+    return f"${value:,.2f}" if value >= 1 else f"${value:.4f}"
+
+
+def saved_text(cost: Cost) -> str:
+    share = cost.saved_share
+    return "—" if share is None else f"{round(100 * share)}%"
+
+
+def cost_section(conversation: Conversation) -> dict[str, Any]:
+    cost, calls = conversation_cost(conversation)
+    events = list(
+        conversation.compaction_events.order_by("created_at", "id").values_list(
+            "created_at", "kind", "tokens_before", "tokens_after"
+        )
+    )
+    drawn = calls[-CALLS_DRAWN:]
+    if drawn:
+        events = [event for event in events if event[0] >= drawn[0].at]
+    return {
+        "cost": cost,
+        "money": {
+            "chat": money(cost.chat),
+            "summarizer": money(cost.summarizer),
+            "total": money(cost.total),
+            "everything": money(cost.everything),
+        },
+        "saved": saved_text(cost),
+        "calls_total": len(calls),
+        "calls_drawn": len(drawn),
+        "chart": chart(drawn, events) if drawn else "",
+        "cache_read_tokens": sum(call.cache_read_tokens for call in calls),
+        "cache_write_tokens": sum(call.cache_write_tokens for call in calls),
+    }
+
+
+def chart(calls: list[Call], events: list[tuple]) -> SafeString:
+    """Bars per call (stacked: cache read, cache write, uncached input), the
+    prompt of sending everything as a dashed line, and a red rule before
+    the first call after each compaction."""
+    peak = max(max(c.everything_tokens, c.prompt_tokens) for c in calls) or 1
+    plot_w, plot_h = WIDTH - LEFT - 8, HEIGHT - BOTTOM - TOP
+    step = plot_w / len(calls)
+    bar = max(step * 0.8, 1)
+
+    def y(tokens: float) -> float:
+        return TOP + plot_h * (1 - tokens / peak)
+
+    rects, points = [], []
+    for index, call in enumerate(calls):
+        x = LEFT + index * step
+        base = 0
+        for key, tokens in (
+            ("read", call.cache_read_tokens),
+            ("write", call.cache_write_tokens),
+            ("input", call.input_tokens),
+        ):
+            if tokens:
+                rects.append(
+                    (
+                        f"{x:.1f}",
+                        f"{y(base + tokens):.1f}",
+                        f"{bar:.1f}",
+                        f"{plot_h * tokens / peak:.1f}",
+                        COLOURS[key],
+                        f"call {index + 1} (message #{call.message_id}): {key} {tokens:,}",
+                    )
+                )
+            base += tokens
+        points.append(f"{x + bar / 2:.1f},{y(call.everything_tokens):.1f}")
+    times = [call.at for call in calls]
+    marks = []
+    for at, kind, before, after in events:
+        # Before the first call made after it (at the right end when none was).
+        x = LEFT + bisect_left(times, at) * step - (step - bar) / 2
+        marks.append((f"{x:.1f}", f"{kind}: {before:,} → {after:,} tokens"))
+    bars = format_html_join(
+        "",
+        '<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}</title></rect>',
+        rects,
+    )
+    rules = format_html_join(
+        "",
+        '<line class="compaction-mark" x1="{0}" x2="{0}" y1="' + str(TOP) + '" y2="'
+        f'{TOP + plot_h}" stroke="#dc2626" stroke-width="1.5"><title>{{1}}</title></line>',
+        marks,
+    )
+    return format_html(
+        '<svg id="cost-chart" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+        'viewBox="0 0 {w} {h}" role="img" aria-label="Prompt tokens per call">'
+        '<text x="4" y="{top_label}" font-size="11" fill="#6b7280">{peak}</text>'
+        '<text x="4" y="{zero}" font-size="11" fill="#6b7280">0</text>'
+        '<line x1="{left}" x2="{right}" y1="{zero_y}" y2="{zero_y}" stroke="#9ca3af"/>'
+        "{bars}{rules}"
+        '<polyline id="everything-line" points="{points}" fill="none" stroke="#6b7280" '
+        'stroke-dasharray="4 3" stroke-width="1.5"><title>sending everything</title></polyline>'
+        '<text x="{left}" y="{bottom_label}" font-size="11" fill="#6b7280">call 1</text>'
+        '<text x="{right}" y="{bottom_label}" font-size="11" fill="#6b7280" '
+        'text-anchor="end">call {n}</text></svg>',
+        w=WIDTH,
+        h=HEIGHT,
+        top_label=TOP + 10,
+        peak=f"{peak:,}",
+        zero=TOP + plot_h,
+        zero_y=TOP + plot_h,
+        left=LEFT,
+        right=WIDTH - 8,
+        bars=bars,
+        rules=rules,
+        points=mark_safe(" ".join(points)),  # numbers only
+        bottom_label=HEIGHT - 6,
+        n=len(calls),
+    )

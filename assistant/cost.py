@@ -1,0 +1,314 @@
+"""What conversations cost at the providers' cache prices, and what sending
+everything would have cost, from what the app recorded.
+
+What it cost (`chat`, `summarizer`): each recorded chat call (an assistant
+message with the usage its provider reported) priced as reported: uncached
+input, cache reads, cache writes and output at its model's prices; and each
+summarizer call (a CompactionEvent's summarizer tokens) at its model's
+input and output prices. Exact, as far as the recorded usage is.
+
+What sending everything would have cost (`everything`): the same calls, with
+the same answers (output), each carrying the whole uncompacted history
+before it, cached as an append-only prompt caches:
+
+- the prompt of call k is `full_k = max(reported_k, fixed + history_k)`:
+  `fixed` is our estimate of the system prompt and a fork's parent summary,
+  `history_k` the sum of every earlier message's `original_token_estimate`
+  (the size of its verbatim original, before any compaction). These are the
+  app's estimates, not provider counts (no provider ever saw that prompt);
+  the max keeps it at least what was really sent, so where our estimates
+  undercount the provider's tokenizer the saving shown is too small, never
+  too large;
+- call k reads `full_{k-1}` from the cache when the previous call was made
+  within CACHE_TTL_SECONDS, and writes the rest (the first call, or one after
+  a longer pause, writes everything); a provider's minimum cacheable prefix
+  is not modelled;
+- no summarizer calls.
+
+Prices: ASSISTANT_MODEL_PRICES (assistant/app_settings.py), USD per million
+tokens. A chat call is priced by the model its message's metadata names
+(`metadata["model"]`), else the configured chat model; a model with no
+price counts as zero and is listed in `unpriced`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import F, Q
+from django.db.models.fields.json import KT
+
+from assistant.app_settings import app_setting, default
+from assistant.conf import compaction_config
+from assistant.limits import current_limits
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.tokens import estimate_tokens
+
+PER_TOKENS = 1_000_000
+# The key of a chat message's metadata that names the model that wrote it.
+MODEL_KEY = "model"
+
+
+def chat_model(metadata: dict | None) -> str:
+    """The model of a recorded chat call: the one its metadata names, else the configured one."""
+    named = (metadata or {}).get(MODEL_KEY)
+    return named if isinstance(named, str) and named else current_limits().model
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens."""
+
+    input: float
+    output: float
+    cache_read: float
+    cache_write: float
+
+
+def model_prices() -> dict[str, Price]:
+    """The built-in prices, with the host's ASSISTANT_MODEL_PRICES over them."""
+    table = {**default("ASSISTANT_MODEL_PRICES"), **app_setting("ASSISTANT_MODEL_PRICES")}
+    return {model: Price(**{k: float(v) for k, v in row.items()}) for model, row in table.items()}
+
+
+def price_of(model: str, prices: dict[str, Price] | None = None) -> Price | None:
+    """The model's price: its own entry, else the longest listed prefix of its
+    name (a dated release), else None."""
+    prices = model_prices() if prices is None else prices
+    name = (model or "").lower().removeprefix("models/")
+    if name in prices:
+        return prices[name]
+    prefixes = [key for key in prices if name.startswith(key)]
+    return prices[max(prefixes, key=len)] if prefixes else None
+
+
+@dataclass(frozen=True)
+class Call:
+    """One recorded chat call, and the uncompacted history before it."""
+
+    message_id: int
+    at: datetime
+    model: str
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    everything_tokens: int  # full_k of the module docstring
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+
+@dataclass(frozen=True)
+class SummarizerCall:
+    at: datetime
+    model: str
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass
+class Cost:
+    """Money of one conversation, or of many (`add`)."""
+
+    chat: float = 0.0
+    summarizer: float = 0.0
+    everything: float = 0.0
+    calls: int = 0
+    summarizer_input_tokens: int = 0
+    summarizer_output_tokens: int = 0
+    unpriced: set[str] = field(default_factory=set)
+
+    @property
+    def total(self) -> float:
+        return self.chat + self.summarizer
+
+    @property
+    def saved_share(self) -> float | None:
+        """1 - total / everything (None before any priced call)."""
+        return 1 - self.total / self.everything if self.everything > 0 else None
+
+    def add(self, other: Cost) -> None:
+        self.chat += other.chat
+        self.summarizer += other.summarizer
+        self.everything += other.everything
+        self.calls += other.calls
+        self.summarizer_input_tokens += other.summarizer_input_tokens
+        self.summarizer_output_tokens += other.summarizer_output_tokens
+        self.unpriced |= other.unpriced
+
+
+def call_cost(call: Call, price: Price) -> float:
+    """What the call cost as the provider reported it."""
+    return (
+        call.input_tokens * price.input
+        + call.cache_read_tokens * price.cache_read
+        + call.cache_write_tokens * price.cache_write
+        + call.output_tokens * price.output
+    ) / PER_TOKENS
+
+
+def everything_cost(call: Call, cached: int, price: Price) -> float:
+    """The call with the whole history, `cached` tokens of it read from the cache."""
+    cached = min(cached, call.everything_tokens)
+    written = call.everything_tokens - cached
+    return (
+        cached * price.cache_read + written * price.cache_write + call.output_tokens * price.output
+    ) / PER_TOKENS
+
+
+def summarizer_cost(call: SummarizerCall, price: Price) -> float:
+    return (call.input_tokens * price.input + call.output_tokens * price.output) / PER_TOKENS
+
+
+def cost_of(
+    calls: list[Call],
+    summarizer_calls: Iterable[SummarizerCall],
+    *,
+    since: datetime | None = None,
+    prices: dict[str, Price] | None = None,
+) -> Cost:
+    """One conversation's cost (its calls in order), counting only the calls
+    made at or after `since` (the cache state before them still counts)."""
+    prices = model_prices() if prices is None else prices
+    ttl = timedelta(seconds=compaction_config().CACHE_TTL_SECONDS)
+    cost = Cost()
+    previous: Call | None = None
+    for call in calls:
+        warm = previous is not None and call.at - previous.at <= ttl
+        cached = previous.everything_tokens if warm and previous else 0
+        previous = call
+        if since is not None and call.at < since:
+            continue
+        price = price_of(call.model, prices)
+        cost.calls += 1
+        if price is None:
+            cost.unpriced.add(call.model)
+            continue
+        cost.chat += call_cost(call, price)
+        cost.everything += everything_cost(call, cached, price)
+    for summary in summarizer_calls:
+        if since is not None and summary.at < since:
+            continue
+        cost.summarizer_input_tokens += summary.input_tokens
+        cost.summarizer_output_tokens += summary.output_tokens
+        price = price_of(summary.model, prices)
+        if price is None:
+            cost.unpriced.add(summary.model)
+            continue
+        cost.summarizer += summarizer_cost(summary, price)
+    return cost
+
+
+def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, list[Call]]:
+    """The recorded chat calls of these conversations (all when None), by
+    conversation, oldest first. One query for the messages (integers only,
+    never their text) and one for the conversations' fixed parts."""
+    chat_model = current_limits().model
+    conversations = Conversation.objects.all()
+    messages = Message.objects.all()
+    if conversation_ids is not None:
+        ids = list(conversation_ids)
+        conversations = conversations.filter(pk__in=ids)
+        messages = messages.filter(conversation_id__in=ids)
+    fixed = {
+        pk: estimate_tokens(system) + estimate_tokens(parent or "")
+        for pk, system, parent in conversations.values_list(
+            "pk", "system_prompt", KT(f"metadata__{MetadataKeys.PARENT_CONVERSATION_SUMMARY}")
+        )
+    }
+    rows = messages.order_by("conversation_id", "id").values_list(
+        "conversation_id",
+        "id",
+        "created_at",
+        "original_token_estimate",
+        "input_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "output_tokens",
+        KT(f"metadata__{MODEL_KEY}"),
+        F("role"),
+    )
+    calls: dict[int, list[Call]] = {}
+    current, history = None, 0
+    for conversation_id, pk, at, estimate, inp, read, write, out, model, role in rows.iterator(
+        chunk_size=5000
+    ):
+        if conversation_id != current:
+            current, history = conversation_id, fixed.get(conversation_id, 0)
+        if role == Message.Role.ASSISTANT and inp is not None:
+            reported = inp + (read or 0) + (write or 0)
+            calls.setdefault(conversation_id, []).append(
+                Call(
+                    pk,
+                    at,
+                    model or chat_model,
+                    inp,
+                    read or 0,
+                    write or 0,
+                    out or 0,
+                    max(reported, history),
+                )
+            )
+        history += estimate
+    return calls
+
+
+def recorded_summarizer_calls(
+    conversation_ids: Iterable[int] | None = None,
+) -> dict[int, list[SummarizerCall]]:
+    events = CompactionEvent.objects.filter(
+        Q(summarizer_input_tokens__gt=0) | Q(summarizer_output_tokens__gt=0)
+    )
+    if conversation_ids is not None:
+        events = events.filter(conversation_id__in=list(conversation_ids))
+    found: dict[int, list[SummarizerCall]] = {}
+    for conversation_id, at, model, inp, out in events.order_by("id").values_list(
+        "conversation_id",
+        "created_at",
+        "summarizer_model",
+        "summarizer_input_tokens",
+        "summarizer_output_tokens",
+    ):
+        found.setdefault(conversation_id, []).append(SummarizerCall(at, model, inp, out))
+    return found
+
+
+def conversation_costs(conversation_ids: Iterable[int]) -> dict[int, Cost]:
+    """The cost of each of these conversations (the admin list's page): three queries."""
+    ids = list(conversation_ids)
+    calls = recorded_calls(ids)
+    summaries = recorded_summarizer_calls(ids)
+    prices = model_prices()
+    return {pk: cost_of(calls.get(pk, []), summaries.get(pk, ()), prices=prices) for pk in ids}
+
+
+def conversation_cost(conversation: Conversation) -> tuple[Cost, list[Call]]:
+    """One conversation's cost and its calls (the conversation page's chart)."""
+    calls = recorded_calls([conversation.pk]).get(conversation.pk, [])
+    summaries = recorded_summarizer_calls([conversation.pk]).get(conversation.pk, ())
+    return cost_of(calls, summaries), calls
+
+
+def total_cost(since: datetime | None = None) -> Cost:
+    """Every conversation's calls made at or after `since` (all when None),
+    deleted ones included: their calls were paid for."""
+    return costs_since({"": since})[""]
+
+
+def costs_since(periods: dict[str, datetime | None]) -> dict[str, Cost]:
+    """The totals of several periods (label: start, None for all time), in
+    one read of one row of integers per message."""
+    calls = recorded_calls()
+    summaries = recorded_summarizer_calls()
+    prices = model_prices()
+    totals = {label: Cost() for label in periods}
+    for pk in calls.keys() | summaries.keys():
+        for label, since in periods.items():
+            totals[label].add(
+                cost_of(calls.get(pk, []), summaries.get(pk, ()), since=since, prices=prices)
+            )
+    return totals

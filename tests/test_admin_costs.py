@@ -1,0 +1,110 @@
+"""The admin's sizes and money: the list, the inspector's header and its bar
+all show the pre-call hook's size of the next request; the list, the
+conversation page and the totals page show the cost module's figures."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib.auth.models import Permission
+from django.utils import timezone
+
+from assistant.admin.inspector import context_inspector
+from assistant.admin.listing import with_list_figures
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.services import add_message, context_tokens
+from tests.scenarios import staff_user, tool_heavy_conversation
+from tests.test_cost import priced_conversation
+
+
+def list_size(conversation: Conversation) -> int:
+    return with_list_figures(Conversation.objects.filter(pk=conversation.pk)).get()._context_tokens
+
+
+def split_inside_a_turn() -> Conversation:
+    """A window summary whose split falls inside a turn (its user message
+    kept as the anchor), a system message before the cutoff, every provider
+    count stale, and a stored token ratio of 1.37."""
+    conversation = Conversation.objects.create(title="split", system_prompt="You help.")
+    add_message(conversation, "user", "Hello, " * 60)
+    add_message(conversation, "system", "Always answer in English; dates as ISO 8601.")
+    add_message(conversation, "assistant", "Hi. " * 30)
+    anchor = add_message(conversation, "user", "Read the four modules, " * 20)
+    first = add_message(
+        conversation,
+        "assistant",
+        "",
+        tool_calls=[{"id": "c1", "name": "read", "arguments": {"path": "a.py"}}],
+        input_tokens=900,
+    )
+    add_message(conversation, "tool", "def a(): pass\n" * 80, tool_call_id="c1")
+    last = add_message(
+        conversation,
+        "assistant",
+        "",
+        tool_calls=[{"id": "c2", "name": "read", "arguments": {"path": "b.py"}}],
+        input_tokens=1300,
+    )
+    add_message(conversation, "tool", "def b(): pass\n" * 40, tool_call_id="c2")
+    Conversation.objects.filter(pk=conversation.pk).update(
+        metadata={
+            MetadataKeys.COMPACTION_SUMMARY: "## Goal\n- read the modules\n" * 12,
+            MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: first.pk + 1,
+            MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID: anchor.pk,
+            MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: last.pk,
+            MetadataKeys.TOKEN_RATIO: 1.37,
+        }
+    )
+    conversation.refresh_from_db()
+    return conversation
+
+
+def test_the_list_the_header_and_the_bar_show_one_size_after_a_split_inside_a_turn(db):
+    conversation = split_inside_a_turn()
+
+    size = context_tokens(conversation)
+    inspector = context_inspector(conversation)
+
+    # Before: the list left out the ratio, the system message and the anchor,
+    # and the bar summed the unscaled estimates.
+    # Estimates: system part with the system message 14, summary 81, the
+    # anchor 115, the call 16 and its result 140: 366 tokens, times 1.37.
+    assert size == 502
+    assert list_size(conversation) == size
+    assert inspector["total"] == size
+    assert sum(segment["tokens"] for segment in inspector["segments"]) == size
+
+
+def test_the_list_the_header_and_the_bar_show_one_size_with_a_provider_count(db):
+    conversation, _ = tool_heavy_conversation()
+    add_message(conversation, "user", "And post 43?")
+    add_message(conversation, "assistant", "Post 43 is fine.", input_tokens=4321)
+    add_message(conversation, "user", "Thanks.")
+
+    size = context_tokens(conversation)
+    inspector = context_inspector(conversation)
+
+    assert size == 4321 + 4 + 2  # the provider's count, then our estimates of what followed
+    assert list_size(conversation) == size
+    assert inspector["total"] == size
+    assert sum(segment["tokens"] for segment in inspector["segments"]) == size
+
+
+def test_the_list_page_shows_cost_and_saving_and_events_link_their_conversation(db, client):
+    conversation, _ = priced_conversation()
+    CompactionEvent.objects.filter(conversation=conversation).update(
+        created_at=timezone.now() - timedelta(hours=1)
+    )
+    staff = staff_user()
+    staff.user_permissions.add(Permission.objects.get(codename="view_compactionevent"))
+    client.force_login(staff)
+
+    listing = client.get("/admin/assistant/conversation/").content.decode()
+    events = client.get("/admin/assistant/compactionevent/").content.decode()
+
+    # $0.001553 chat + $0.000200 summarizer; sending everything $0.001766: 1% saved.
+    assert "$0.0018 · 1%" in listing
+    url = f"/admin/assistant/conversation/{conversation.pk}/change/"
+    assert f'<a href="{url}">#{conversation.pk} priced</a>' in events
+    assert "100 / 20" in events  # summarizer tokens in / out
+    assert Message.objects.filter(conversation=conversation).count() == 6
