@@ -49,7 +49,7 @@ def carried_facts(summary: str | None) -> list[str]:
     """The statements under the carried section of `summary`."""
     if not summary or CARRIED_HEADING not in summary:
         return []
-    tail = summary.split(CARRIED_HEADING, 1)[1]
+    tail = summary.split(CARRIED_HEADING, 1)[1].split("\n## ", 1)[0]  # up to the next section
     return [line.strip().removeprefix("- ").strip() for line in tail.splitlines() if line.strip()]
 
 

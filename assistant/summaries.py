@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from assistant import llm
+from assistant.artifacts import render, updated_index, without_index
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.events import record_compaction, stopwatch
 from assistant.facts import summary_body, with_carried_facts, without_markers
@@ -50,6 +51,7 @@ PENDING_KEYS = (
     MetadataKeys.PENDING_BASE_MESSAGE_ID,
     MetadataKeys.PENDING_USAGE,
     MetadataKeys.PENDING_ANCHOR_MESSAGE_ID,
+    MetadataKeys.PENDING_ARTIFACT_INDEX,
 )
 
 
@@ -90,13 +92,16 @@ def summarize_messages(
     previous_summary: str | None = None,
     on_chunk: Callable[[], object] | None = None,
     max_tokens: int | None = None,
+    index: str = "",
 ) -> SummaryOutcome:
     """Summarize `messages` (merging into `previous_summary`), in chunks the
     summarizer can take. Carried facts fill what `max_tokens` (the room for
-    the whole summary) leaves beside the summarizer's text, up to
-    CARRIED_FACTS_MAX_TOKENS. No database writes; raises if the provider
-    fails and no fallback is configured."""
+    the whole summary) leaves beside the summarizer's text and the rendered
+    artifact `index`, up to CARRIED_FACTS_MAX_TOKENS; the index closes the
+    summary. No database writes; raises if the provider fails and no fallback
+    is configured."""
     config = compaction_config()
+    previous_summary = without_index(previous_summary)
     # The summarizer reads the previous summary whole, carried facts included: it can
     # merge them back into its text, and they are carried again only if it does not.
     body = previous_summary or None
@@ -113,11 +118,26 @@ def summarize_messages(
         tokens_out += result.usage.output_tokens
     carried = config.CARRIED_FACTS_MAX_TOKENS
     if max_tokens is not None:
-        carried = max(0, min(carried, max_tokens - estimate_tokens(body or "")))
+        carried = max(0, min(carried, max_tokens - estimate_tokens(body or "") - used(index)))
     text = with_carried_facts(
         body or "", [as_neutral(message) for message in messages], previous_summary, carried
     )
+    if index:
+        text = f"{text}\n\n{index}" if text else index
     return SummaryOutcome(text, model, tokens_in, tokens_out, fallback, calls)
+
+
+def used(text: str) -> int:
+    return estimate_tokens(text) if text else 0
+
+
+def artifact_index(
+    state: WindowState, newly_old: Sequence[Message], max_tokens: int
+) -> tuple[dict, str]:
+    """The artifact index once `newly_old` is summarized too, and its rendering
+    within `max_tokens` (assistant.artifacts)."""
+    index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
+    return index, render(index, max_tokens)
 
 
 def compaction_cutoff_id(conversation: Conversation) -> int | None:
@@ -257,9 +277,10 @@ def prebuild_window_summary(conversation: Conversation) -> bool:
             return False  # someone is summarizing this conversation right now
         if load_window(conversation.pk).through_id != state.through_id:
             return False  # the window shifted meanwhile; the next exchange re-evaluates
+        index, index_text = artifact_index(state, newly_old, config.ARTIFACT_INDEX_MAX_TOKENS)
         try:
             outcome = summarize_messages(
-                newly_old, previous_summary=state.summary, on_chunk=lease.renew
+                newly_old, previous_summary=state.summary, on_chunk=lease.renew, index=index_text
             )
         except llm.ProviderError as exc:
             if exc.retryable:
@@ -276,6 +297,7 @@ def prebuild_window_summary(conversation: Conversation) -> bool:
                 MetadataKeys.PENDING_THROUGH_MESSAGE_ID: through,
                 MetadataKeys.PENDING_BASE_MESSAGE_ID: state.through_id,
                 MetadataKeys.PENDING_ANCHOR_MESSAGE_ID: anchor.pk if anchor else None,
+                MetadataKeys.PENDING_ARTIFACT_INDEX: index,
                 MetadataKeys.PENDING_USAGE: {
                     "model": outcome.model,
                     "input_tokens": outcome.input_tokens,
@@ -318,7 +340,8 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     if after >= before:
         merge_metadata(lease.holding(), remove=PENDING_KEYS)
         return False
-    stored = _store_window(lease, pending, through, anchor, state)
+    index = metadata.get(MetadataKeys.PENDING_ARTIFACT_INDEX)
+    stored = _store_window(lease, pending, through, anchor, state, index)
     if stored:
         usage = metadata.get(MetadataKeys.PENDING_USAGE) or {}
         record_compaction(
@@ -371,11 +394,18 @@ def record_failure(lease: Lease, state: WindowState, *, through: int | None = No
 
 
 def _store_window(
-    lease: Lease, summary: str, through: int, anchor: Message | None, state: WindowState
+    lease: Lease,
+    summary: str,
+    through: int,
+    anchor: Message | None,
+    state: WindowState,
+    index: dict | None,
 ) -> bool:
-    """Store a new split and its summary, while the lease is still ours."""
+    """Store a new split, its summary and the artifact index it renders, while
+    the lease is still ours."""
     values = {
         MetadataKeys.COMPACTION_SUMMARY: summary,
+        MetadataKeys.ARTIFACT_INDEX: index,
         MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: through,
         MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: state.rows[-1].pk,
     }
@@ -398,8 +428,13 @@ def _summarize_and_store(
     before = state.estimated_tokens()
     # The summary gives way to what stays verbatim: its room under the trigger.
     room = trigger_estimate(state, config) - _context_after(state, "", kept)
+    index, index_text = artifact_index(
+        state, newly_old, min(config.ARTIFACT_INDEX_MAX_TOKENS, max(room // 2, 0))
+    )
     with stopwatch() as elapsed:
-        outcome = _summarize_or_log(state.conversation_id, newly_old, state.summary, lease, room)
+        outcome = _summarize_or_log(
+            state.conversation_id, newly_old, state.summary, lease, room, index_text
+        )
     if outcome is None:
         record_failure(lease, state)
         return state.summary  # the cached summary stays exactly as it was
@@ -408,7 +443,7 @@ def _summarize_and_store(
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="not_smaller")
         record_failure(lease, state, through=through)
         return state.summary
-    if not _store_window(lease, outcome.text, through, anchor, state):
+    if not _store_window(lease, outcome.text, through, anchor, state, index):
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")
         return load_window(state.conversation_id).summary
     record_compaction(
@@ -436,10 +471,11 @@ def _summarize_or_log(
     previous: str | None,
     lease: Lease,
     room: int,
+    index: str,
 ) -> SummaryOutcome | None:
     try:
         return summarize_messages(
-            messages, previous_summary=previous, on_chunk=lease.renew, max_tokens=room
+            messages, previous_summary=previous, on_chunk=lease.renew, max_tokens=room, index=index
         )
     except Exception as exc:  # a failed summary never breaks the chat or the history
         logger.warning(
