@@ -58,12 +58,11 @@ _DEFINITION = re.compile(
     r"func|fn|fun|class|module|interface|struct|enum|trait|impl|actor|primitive|object|"
     r"type|typedef\s+struct|union|sub|procedure|be)\s+"
     r"(?:\([^)]*\)\s*)?"  # a Go receiver
+    r"(?:(?:ref|box|val|iso|trn|tag)\s+)?"  # a Pony capability
     r"([A-Za-z_][\w]*(?:(?:\.|::)[A-Za-z_]\w*)*[!?]?)"
 )
 # A C-like function definition at the start of a line: `static int name(args) {`.
-_C_FUNCTION = re.compile(
-    r"^(?:[A-Za-z_][\w]*[\s*]+){1,4}\**([A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{?\s*$"
-)
+_C_FUNCTION = re.compile(r"^(?:[A-Za-z_][\w]*[\s*]+){1,4}\**([A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{?\s*$")
 _NOT_NAMES = frozenset({"if", "for", "while", "switch", "return", "else", "do", "sizeof", "main"})
 
 
@@ -71,9 +70,7 @@ def empty_index() -> dict[str, Any]:
     return {"first": None, "through": None, **{name: {} for name in CATEGORIES}}
 
 
-def updated_index(
-    previous: dict[str, Any] | None, messages: Sequence[Message]
-) -> dict[str, Any]:
+def updated_index(previous: dict[str, Any] | None, messages: Sequence[Message]) -> dict[str, Any]:
     """`previous` (None: nothing indexed yet) with the artifacts of `messages`, a newly
     summarized slice in id order. One query: the leading text of its tool results."""
     index = empty_index()
@@ -209,7 +206,11 @@ def render(index: dict[str, Any] | None, max_tokens: int) -> str:
     if estimate_tokens("\n".join(lines)) > max_tokens:
         return ""
     entries = sorted(
-        ((found, category, name) for category in CATEGORIES for name, found in index[category].items()),
+        (
+            (found, category, name)
+            for category in CATEGORIES
+            for name, found in index[category].items()
+        ),
         key=lambda entry: (-entry[0], CATEGORIES.index(entry[1]), entry[2]),
     )
     budget = max_tokens - estimate_tokens("\n".join(lines)) - 1

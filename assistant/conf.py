@@ -125,7 +125,7 @@ class CompactionConfig:
     ARTIFACT_INDEX_MAX_TOKENS: int = key(800, at_least=0, at_most=10_000)
     # The recall tools (assistant.recall): the most characters one result returns,
     # and the most matches search_history lists.
-    RECALL_MAX_CHARS: int = key(8000, at_least=200, at_most=200_000)
+    RECALL_MAX_CHARS: int = key(8000, at_least=1000, at_most=200_000)
     SEARCH_MAX_RESULTS: int = key(8, at_least=1, at_most=50)
 
     def policy_for(self, tool_name: str | None) -> ToolPolicy:
