@@ -22,6 +22,7 @@ from assistant.llm.overflow import context_overflow
 from assistant.models import Conversation
 from assistant.previews import restore_preview
 from assistant.queue import enqueue_on_commit
+from assistant.recall import run_tool_call, tool_definitions
 from assistant.staff_actions import Outcome, run_staff_action
 from assistant.summaries import (
     compaction_cutoff_id,
@@ -139,5 +140,7 @@ __all__ = [
     "restore_originals",
     "restore_preview",
     "run_staff_action",
+    "run_tool_call",
     "summarize_messages",
+    "tool_definitions",
 ]

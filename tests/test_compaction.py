@@ -84,8 +84,10 @@ def test_dedup_keeps_the_newest_and_treats_reordered_arguments_as_identical(conv
     assert compact_tool_results(conversation) == 1
 
     view = model_view(conversation)
-    assert view[first[2].pk] == stub_text(first[2].pk) == (
-        f"[Already retrieved earlier — omitted to reduce context (ref m{first[2].pk})]"
+    assert (
+        view[first[2].pk]
+        == stub_text(first[2].pk)
+        == (f"[Already retrieved earlier — omitted to reduce context (ref m{first[2].pk})]")
     )
     assert view[other[2].pk] == "B"
     assert view[second[2].pk] == rows

@@ -6,6 +6,7 @@ from __future__ import annotations
 import anthropic as anthropic_sdk
 import pytest
 from django.test import override_settings
+from django.urls import reverse
 from google import genai
 from google.genai import types
 
@@ -21,6 +22,7 @@ from assistant.services import (
 )
 from tests.builders import html, tool_turn
 from tests.fake_llm import ok
+from tests.scenarios import staff_user
 
 SECRET_ROW = "The webhook secret for the autumn newsletter is ORCHID-7731-QX."
 
@@ -316,3 +318,18 @@ def test_the_tool_definitions_take_each_providers_shape():
     assert declarations[1]["parameters"]["required"] == ["query"]
     with pytest.raises(ValueError):
         tool_definitions("openai")
+
+
+def test_the_admin_list_shows_how_often_the_model_recalled(client, db):
+    conversation = Conversation.objects.create(title="Recalled")
+    result = tool_turn(conversation, "q", [("get_settings", {"id": 1}, SECRET_ROW)])[2]
+    for _ in range(3):
+        run_tool_call(conversation, "recall", {"handle": f"m{result.pk}"})
+    client.force_login(staff_user())
+
+    response = client.get(reverse("admin:assistant_conversation_changelist"))
+
+    assert response.status_code == 200
+    row = next(c for c in response.context["cl"].result_list if c.pk == conversation.pk)
+    assert row.recall_count == 3
+    assert "column-recall_count" in response.content.decode()
