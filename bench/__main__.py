@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json,
         write_markdown,
     )
-    from bench.sessions import EVERYTHING, load_sessions
+    from bench.sessions import EVERYTHING, OURS, load_sessions
     from bench.targets import cost_lines, synthetic_costs, synthetic_rows
     from bench.workload import generate, generate_messages
 
@@ -356,6 +356,11 @@ def main(argv: list[str] | None = None) -> int:
         (
             "Per conversation, share of sending everything (tokens / cost under caching):",
             markdown(*real.conversation_rows(real_results)),
+        ),
+        (
+            "Ours, retention probes per real session (recoverable: a handle in the request "
+            "names an original holding it; each priced as one more request, in the cost above):",
+            markdown(*measures.probe_rows(real_results[OURS])),
         ),
         (
             "Synthetic workloads, per conversation (tokens / cost under caching vs everything):",
