@@ -24,7 +24,7 @@ from assistant import llm
 from assistant.artifacts import render, updated_index, without_index
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.events import record_compaction, stopwatch
-from assistant.facts import summary_body, with_carried_facts, without_markers
+from assistant.facts import summary_body, with_carried_facts, with_facts_within, without_markers
 from assistant.leases import Lease, summary_lease, wait_for_release
 from assistant.llm.prompts import render_transcript
 from assistant.logs import log_event
@@ -33,6 +33,7 @@ from assistant.models import CompactionEvent, Conversation, Message, MetadataKey
 from assistant.tokens import estimate_tokens
 from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
 from assistant.window import (
+    TOKEN_RATIO_DRIFT,
     WindowState,
     anticipated_keep,
     choose_split,
@@ -92,14 +93,14 @@ def summarize_messages(
     previous_summary: str | None = None,
     on_chunk: Callable[[], object] | None = None,
     max_tokens: int | None = None,
-    index: str = "",
+    index: dict | None = None,
 ) -> SummaryOutcome:
     """Summarize `messages` (merging into `previous_summary`), in chunks the
-    summarizer can take. Carried facts fill what `max_tokens` (the room for
-    the whole summary) leaves beside the summarizer's text and the rendered
-    artifact `index`, up to CARRIED_FACTS_MAX_TOKENS; the index closes the
-    summary. No database writes; raises if the provider fails and no fallback
-    is configured."""
+    summarizer can take. The artifact `index` (assistant.artifacts, rendered
+    at the end) and the carried facts share what `max_tokens` (the room for
+    the whole summary, in the window's estimates) leaves beside the
+    summarizer's text (`shares`). No database writes; raises if the provider
+    fails and no fallback is configured."""
     config = compaction_config()
     previous_summary = without_index(previous_summary)
     # The summarizer reads the previous summary whole, carried facts included: it can
@@ -116,28 +117,63 @@ def summarize_messages(
         calls += 1
         tokens_in += result.usage.prompt_tokens
         tokens_out += result.usage.output_tokens
-    carried = config.CARRIED_FACTS_MAX_TOKENS
-    if max_tokens is not None:
-        carried = max(0, min(carried, max_tokens - estimate_tokens(body or "") - used(index)))
+    index_tokens, rest = shares(body or "", max_tokens, config)
+    index_text = render(index, index_tokens)
     text = with_carried_facts(
-        body or "", [as_neutral(message) for message in messages], previous_summary, carried
+        body or "",
+        [as_neutral(message) for message in messages],
+        previous_summary,
+        min(config.CARRIED_FACTS_MAX_TOKENS, rest - used(index_text)),
     )
-    if index:
-        text = f"{text}\n\n{index}" if text else index
-    return SummaryOutcome(text, model, tokens_in, tokens_out, fallback, calls)
+    return SummaryOutcome(
+        with_index(text, index_text), model, tokens_in, tokens_out, fallback, calls
+    )
+
+
+def shares(body: str, max_tokens: int | None, config: CompactionConfig) -> tuple[int, int]:
+    """(the index's budget, what the index and the carried facts share): what
+    the summarizer's `body` leaves of `max_tokens` (None: no bound but the
+    settings'), the index taking at most half of it and the carried facts
+    what the index leaves, each within its own setting."""
+    if max_tokens is None:
+        return config.ARTIFACT_INDEX_MAX_TOKENS, config.CARRIED_FACTS_MAX_TOKENS
+    rest = max(0, max_tokens - used(body) - 1)  # the blank line before the index
+    return min(config.ARTIFACT_INDEX_MAX_TOKENS, rest // 2), rest
+
+
+def with_index(text: str, index_text: str) -> str:
+    if not index_text:
+        return text
+    return f"{text}\n\n{index_text}" if text else index_text
+
+
+def bounded_summary(summary: str, index: dict | None, max_tokens: int) -> str:
+    """A pre-built `summary` within `max_tokens`, the room the window left it
+    when it is adopted (more steps may have come since it was built): its
+    index rendered again and its carried facts cut, the newest kept, within
+    what its summarizer's text leaves (`shares`)."""
+    if used(summary) <= max_tokens:
+        return summary
+    config = compaction_config()
+    text = without_index(summary) or ""
+    index_tokens, rest = shares(summary_body(text), max_tokens, config)
+    index_text = render(index, index_tokens)
+    facts = min(config.CARRIED_FACTS_MAX_TOKENS, rest - used(index_text))
+    return with_index(with_facts_within(text, facts), index_text)
 
 
 def used(text: str) -> int:
     return estimate_tokens(text) if text else 0
 
 
-def artifact_index(
-    state: WindowState, newly_old: Sequence[Message], max_tokens: int
-) -> tuple[dict, str]:
-    """The artifact index once `newly_old` is summarized too, and its rendering
-    within `max_tokens` (assistant.artifacts)."""
-    index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
-    return index, render(index, max_tokens)
+def summary_room(state: WindowState, config: CompactionConfig, kept: Sequence[Message]) -> int:
+    """The room a new summary has under the trigger (in the window's
+    estimates) beside the system part, the parent summary and `kept`: sized
+    for the ratio the provider may reach before the stored one is renewed,
+    so that the index and the carried facts it holds never put the next
+    requests over the trigger."""
+    trigger = trigger_estimate(state, config, drift=TOKEN_RATIO_DRIFT)
+    return trigger - _context_after(state, "", kept)
 
 
 def compaction_cutoff_id(conversation: Conversation) -> int | None:
@@ -277,10 +313,15 @@ def prebuild_window_summary(conversation: Conversation) -> bool:
             return False  # someone is summarizing this conversation right now
         if load_window(conversation.pk).through_id != state.through_id:
             return False  # the window shifted meanwhile; the next exchange re-evaluates
-        index, index_text = artifact_index(state, newly_old, config.ARTIFACT_INDEX_MAX_TOKENS)
+        index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
+        kept = [anchor, *state.rows[start:]] if anchor else state.rows[start:]
         try:
             outcome = summarize_messages(
-                newly_old, previous_summary=state.summary, on_chunk=lease.renew, index=index_text
+                newly_old,
+                previous_summary=state.summary,
+                on_chunk=lease.renew,
+                max_tokens=summary_room(state, config, kept),
+                index=index,
             )
         except llm.ProviderError as exc:
             if exc.retryable:
@@ -335,12 +376,14 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     kept = [row for row in state.rows if row.pk > through]
     anchor_id = metadata.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
     anchor = next((row for row in [*state.rows, state.anchor] if row and row.pk == anchor_id), None)
+    sent = [anchor, *kept] if anchor else kept
+    index = metadata.get(MetadataKeys.PENDING_ARTIFACT_INDEX)
+    pending = bounded_summary(pending, index, summary_room(state, compaction_config(), sent))
     before = state.estimated_tokens()
-    after = _context_after(state, pending, [anchor, *kept] if anchor else kept)
+    after = _context_after(state, pending, sent)
     if after >= before:
         merge_metadata(lease.holding(), remove=PENDING_KEYS)
         return False
-    index = metadata.get(MetadataKeys.PENDING_ARTIFACT_INDEX)
     stored = _store_window(lease, pending, through, anchor, state, index)
     if stored:
         usage = metadata.get(MetadataKeys.PENDING_USAGE) or {}
@@ -427,13 +470,11 @@ def _summarize_and_store(
     through = newly_old[-1].pk
     before = state.estimated_tokens()
     # The summary gives way to what stays verbatim: its room under the trigger.
-    room = trigger_estimate(state, config) - _context_after(state, "", kept)
-    index, index_text = artifact_index(
-        state, newly_old, min(config.ARTIFACT_INDEX_MAX_TOKENS, max(room // 2, 0))
-    )
+    room = summary_room(state, config, kept)
+    index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
     with stopwatch() as elapsed:
         outcome = _summarize_or_log(
-            state.conversation_id, newly_old, state.summary, lease, room, index_text
+            state.conversation_id, newly_old, state.summary, lease, room, index
         )
     if outcome is None:
         record_failure(lease, state)
@@ -471,7 +512,7 @@ def _summarize_or_log(
     previous: str | None,
     lease: Lease,
     room: int,
-    index: str,
+    index: dict,
 ) -> SummaryOutcome | None:
     try:
         return summarize_messages(
