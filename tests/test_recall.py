@@ -240,10 +240,12 @@ INDEX_WINDOW = {
 }
 
 
-@override_settings(ASSISTANT_COMPACTION=INDEX_WINDOW)
 def test_the_index_survives_three_window_shifts_with_a_summarizer_that_drops_everything(
     fake_llm, settings, db
 ):
+    # Through the `settings` fixture only: an @override_settings decorator here would be
+    # undone before the fixture's overrides, whose teardown then restores INDEX_WINDOW.
+    settings.ASSISTANT_COMPACTION = INDEX_WINDOW
     fake_llm.use_anthropic(settings)  # every summary: the fake's, which keeps nothing
     conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
     code = "defmodule Spotter.Services.ReviewTokenStore do\n  def load_session_messages(id) do\n"
