@@ -376,22 +376,23 @@ def describe(block: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def placeholder(block: dict[str, Any]) -> dict[str, Any]:
+def placeholder(block: dict[str, Any], handle_ref: str = "") -> dict[str, Any]:
+    named = f" ({handle_ref})" if handle_ref else ""
     return {
         "type": "text",
         "text": f"[{describe(block)} — omitted from the context to save tokens; "
-        "the original is stored]",
+        f"the original is stored{named}]",
     }
 
 
 def compacted_blocks(
-    blocks: list[dict[str, Any]], *, keep_thinking: bool = False
+    blocks: list[dict[str, Any]], *, keep_thinking: bool = False, handle_ref: str = ""
 ) -> list[dict[str, Any]]:
     """What the model sees of an old message's blocks: thinking dropped (as Anthropic's
     API does outside the current turn) unless `keep_thinking`, each image or document a
-    placeholder naming it."""
+    placeholder naming it and the handle of its message's original (`handle_ref`)."""
     return [
-        placeholder(block) if block["type"] in MEDIA_TYPES else block
+        placeholder(block, handle_ref) if block["type"] in MEDIA_TYPES else block
         for block in blocks
         if block["type"] in MEDIA_TYPES or keep_thinking
     ]

@@ -26,14 +26,18 @@ from assistant.conf import CompactionConfig, compaction_config
 from assistant.events import record_compaction, stopwatch
 from assistant.llm.prompts import render_transcript
 from assistant.metadata import merge_metadata, read_metadata
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, ref
 from assistant.tokens import estimate_tokens
 from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
 
 logger = logging.getLogger(__name__)
 
 STUB = "[Already retrieved earlier — omitted to reduce context]"
-# Set on a message whose original was restored: compaction leaves it alone.
+
+
+def stub_text(message_id: int) -> str:
+    """The dedup stub of one result, naming the handle of its stored original."""
+    return f"{STUB[:-1]} ({ref(message_id)})]"
 
 
 def canonical_arguments(arguments: Any) -> str:
@@ -136,11 +140,11 @@ def plan_compaction(
     plan = CompactionPlan()
     stub_ids = _older_duplicates(eligible, config) - protected
     ceiling = compacted_ceiling_tokens(config)
-    stub_tokens = estimate_tokens(STUB)
     for row in eligible:
         if row.pk in protected or row.compaction == Message.Compaction.DEDUPLICATED:
             continue
         if row.pk in stub_ids:
+            stub_tokens = estimate_tokens(stub_text(row.pk))
             # Never for a result shorter than the stub (an empty one): it would grow.
             if row.token_estimate > stub_tokens + row.blocks_tokens:
                 plan.stub.append(row)
@@ -331,12 +335,14 @@ def _compact_one(conversation_id: int, row: Message, config: CompactionConfig) -
 def _store_prepared(plan: CompactionPlan, config: CompactionConfig) -> int:
     """Keep the planned compactions as prepared (the model still sees the
     original until the pre-call hook applies them)."""
-    stub_tokens = estimate_tokens(STUB)
-    prepared = Message.objects.filter(pk__in=[row.pk for row in plan.stub], compaction="").update(
-        prepared_content=STUB,
-        prepared_compaction=Message.Compaction.DEDUPLICATED,
-        prepared_token_estimate=stub_tokens + F("blocks_tokens"),
-    )
+    prepared = 0
+    for row in plan.stub:
+        text = stub_text(row.pk)
+        prepared += Message.objects.filter(pk=row.pk, compaction="").update(
+            prepared_content=text,
+            prepared_compaction=Message.Compaction.DEDUPLICATED,
+            prepared_token_estimate=estimate_tokens(text) + F("blocks_tokens"),
+        )
     for row in plan.compact:
         if row.prepared_compaction:
             continue
@@ -368,41 +374,47 @@ def _compacted_text(message: Message, config: CompactionConfig) -> tuple[str, st
             )
             header = (
                 f"[Summary of a {len(message.content):,}-character {message.tool_name} result; "
-                "the full original is stored and can be restored.]"
+                f"the full original is stored and can be restored ({ref(message.pk)}).]"
             )
             return f"{header}\n{result.text}", Message.Compaction.SUMMARIZED, result.model
         except Exception as exc:  # fall back to truncation, never lose the turn
             logger.warning(
                 "tool_summary_failed message=%s error=%s", message.pk, type(exc).__name__
             )
-    return truncate_tool_result(message.content, config), Message.Compaction.TRUNCATED, ""
+    text = truncate_tool_result(message.content, config, handle_ref=ref(message.pk))
+    return text, Message.Compaction.TRUNCATED, ""
 
 
 def _stub(conversation_id: int, rows: list[Message]) -> int:
     """Replace older copies of identical calls by the stub, with one audit row."""
     if not rows:
         return 0
-    stub_tokens = estimate_tokens(STUB)
+    now = timezone.now()
     with stopwatch() as elapsed, transaction.atomic():
-        stubbed = (
-            Message.objects.filter(pk__in=[row.pk for row in rows])
-            .exclude(compaction=Message.Compaction.DEDUPLICATED)
-            .update(
-                compacted_content=STUB,
-                compaction=Message.Compaction.DEDUPLICATED,
-                compacted_at=timezone.now(),
-                token_estimate=stub_tokens + F("blocks_tokens"),
-                prepared_content=None,
-                prepared_compaction="",
-                prepared_token_estimate=None,
+        stubbed = after = 0
+        for row in rows:
+            text = stub_text(row.pk)
+            done = (
+                Message.objects.filter(pk=row.pk)
+                .exclude(compaction=Message.Compaction.DEDUPLICATED)
+                .update(
+                    compacted_content=text,
+                    compaction=Message.Compaction.DEDUPLICATED,
+                    compacted_at=now,
+                    token_estimate=estimate_tokens(text) + F("blocks_tokens"),
+                    prepared_content=None,
+                    prepared_compaction="",
+                    prepared_token_estimate=None,
+                )
             )
-        )
+            stubbed += done
+            after += estimate_tokens(text) * done
         if stubbed:
             record_compaction(
                 conversation_id,
                 CompactionEvent.Kind.DEDUP,
                 tokens_before=sum(row.token_estimate for row in rows),
-                tokens_after=stub_tokens * stubbed,
+                tokens_after=after,
                 messages_affected=stubbed,
                 duration_ms=elapsed.ms,
             )
@@ -444,7 +456,7 @@ def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = Fal
             current = row["id"] >= boundary
             if current and not has_media(row["blocks"]):
                 continue  # only thinking, which the current turn must send
-            kept = compacted_blocks(row["blocks"], keep_thinking=current)
+            kept = compacted_blocks(row["blocks"], keep_thinking=current, handle_ref=ref(row["id"]))
             kept_tokens = blocks_tokens(kept, provider)
             tokens = max(row["token_estimate"] - row["blocks_tokens"] + kept_tokens, 0)
             # Conditional: a concurrent run that got there first wins.

@@ -136,6 +136,13 @@ class CompactionConfig:
     # A failed summary (or one that would not shrink the context) is retried
     # for the same split only after this delay, doubled at each failure.
     SUMMARY_RETRY_SECONDS: int = key(60, at_least=1)
+    # The artifact index (files, URLs, record ids, definitions, each with the handle of
+    # its latest original) the window summary carries, at most this many tokens.
+    ARTIFACT_INDEX_MAX_TOKENS: int = key(800, at_least=0, at_most=10_000)
+    # The recall tools (assistant.recall): the most characters one result returns,
+    # and the most matches search_history lists.
+    RECALL_MAX_CHARS: int = key(8000, at_least=1000, at_most=200_000)
+    SEARCH_MAX_RESULTS: int = key(8, at_least=1, at_most=50)
 
     def policy_for(self, tool_name: str | None) -> ToolPolicy:
         return self.TOOL_POLICIES.get(tool_name or "", self.DEFAULT_TOOL_POLICY)

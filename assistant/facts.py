@@ -49,7 +49,7 @@ def carried_facts(summary: str | None) -> list[str]:
     """The statements under the carried section of `summary`."""
     if not summary or CARRIED_HEADING not in summary:
         return []
-    tail = summary.split(CARRIED_HEADING, 1)[1]
+    tail = summary.split(CARRIED_HEADING, 1)[1].split("\n## ", 1)[0]  # up to the next section
     return [line.strip().removeprefix("- ").strip() for line in tail.splitlines() if line.strip()]
 
 
@@ -61,11 +61,37 @@ def with_carried_facts(
 ) -> str:
     """`body` (a new summary of `messages`, merged into `previous`) followed by the
     statements it did not keep verbatim, within `max_tokens`."""
-    kept = _select(_ranked(messages, previous), body, max_tokens)
+    kept = _select(_ranked(messages, previous), body, max_tokens - _section_cost())
     if not kept:
         return body
     lines = "\n".join(f"- {statement}" for statement in reversed(kept))  # oldest first
     return f"{body}\n\n{CARRIED_HEADING}\n{lines}"
+
+
+def with_facts_within(summary: str, max_tokens: int) -> str:
+    """`summary` (no artifact index) with only the newest of its carried statements that
+    fit `max_tokens` (how `with_carried_facts` would have cut them with less room)."""
+    facts = carried_facts(summary)
+    if not facts:
+        return summary
+    body = summary_body(summary)
+    kept: list[str] = []
+    used = _section_cost()
+    for fact in reversed(facts):  # the text lists them oldest first
+        cost = estimate_tokens(fact) + 1
+        if used + cost > max_tokens:
+            break
+        kept.append(fact)
+        used += cost
+    if not kept:
+        return body
+    lines = "\n".join(f"- {fact}" for fact in reversed(kept))
+    return f"{body}\n\n{CARRIED_HEADING}\n{lines}"
+
+
+def _section_cost() -> int:
+    """The carried section's heading and the blank line before it, in tokens."""
+    return estimate_tokens(f"\n\n{CARRIED_HEADING}\n")
 
 
 def _ranked(messages: Sequence[dict[str, Any]], previous: str | None) -> list[Statement]:

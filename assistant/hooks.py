@@ -61,6 +61,7 @@ from assistant.summaries import (
 )
 from assistant.tokens import estimate_tokens
 from assistant.window import (
+    TOKEN_RATIO_DRIFT,
     WindowState,
     choose_split,
     load_window,
@@ -210,7 +211,7 @@ def remember_token_ratio(state: WindowState) -> None:
     compaction (when every count is stale) are scaled like the provider's."""
     measured = state.measured_token_ratio()
     stored = float(state.metadata.get(MetadataKeys.TOKEN_RATIO) or 1.0)
-    if measured is None or abs(measured - stored) <= 0.1 * stored:
+    if measured is None or abs(measured - stored) <= TOKEN_RATIO_DRIFT * stored:
         return
     merge_metadata(
         Conversation.objects.filter(pk=state.conversation_id),

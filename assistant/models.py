@@ -59,6 +59,26 @@ class MetadataKeys:
     # so the hook knows one answers.
     PREBUILD_REQUEST = "prebuild_request"
     WORKER_SEEN_AT = "worker_seen_at"
+    # The cumulative artifact index of the summarized messages (assistant.artifacts),
+    # and the one a pre-built summary was rendered with.
+    ARTIFACT_INDEX = "artifact_index"
+    PENDING_ARTIFACT_INDEX = "pending_artifact_index"
+
+
+def handle(message_id: int) -> str:
+    """The short, stable name of a message's stored original in the texts the model
+    sees ("m4182", written "ref m4182"): the recall tool reads the original by it.
+    Message ids never change, and recall is scoped to the conversation."""
+    return f"m{message_id}"
+
+
+def ref(message_id: int) -> str:
+    return f"ref {handle(message_id)}"
+
+
+# search_history's full-text index covers this many leading characters of each
+# original: to_tsvector refuses a text whose lexemes pass 1 MB, and content may be 5 MB.
+SEARCH_INDEX_CHARS = 100_000
 
 
 class Conversation(models.Model):
@@ -89,6 +109,8 @@ class Conversation(models.Model):
     summary_lease_expires_at = models.DateTimeField(null=True, blank=True)
     # The holder's PostgreSQL backend: once it is gone the lease is dead.
     summary_lease_holder_pid = models.IntegerField(null=True, blank=True)
+    # Calls of the recall tools (assistant.recall) the model made here.
+    recall_count = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["-updated_at"]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from assistant.compaction import STUB, CompactionPlan, plan_tool_results
+from assistant.compaction import CompactionPlan, plan_tool_results, stub_text
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.hooks import early_shift_pays
-from assistant.models import Conversation, Message, MetadataKeys
+from assistant.models import Conversation, Message, MetadataKeys, ref
 from assistant.summaries import failure_blocks, has_pending_summary
 from assistant.tokens import estimate_tokens
 from assistant.truncation import truncate_tool_result
@@ -121,7 +121,7 @@ def _apply_in_memory(
     of unknown size is part of it: the current estimate stands in for it."""
     if not tools:
         return state.context_tokens()
-    estimates = {row.pk: estimate_tokens(STUB) for row in tools.stub}
+    estimates = {row.pk: estimate_tokens(stub_text(row.pk)) for row in tools.stub}
     unknown = False
     to_truncate = []
     for row in tools.compact:
@@ -132,7 +132,7 @@ def _apply_in_memory(
         else:
             to_truncate.append(row.pk)
     for pk, content in Message.objects.filter(pk__in=to_truncate).values_list("id", "content"):
-        estimates[pk] = estimate_tokens(truncate_tool_result(content, config))
+        estimates[pk] = estimate_tokens(truncate_tool_result(content, config, handle_ref=ref(pk)))
     for row in state.rows:
         if row.pk in estimates and estimates[row.pk] < row.token_estimate:
             row.token_estimate = estimates[row.pk]

@@ -28,6 +28,7 @@ from assistant.llm.overflow import context_overflow
 from assistant.models import Conversation
 from assistant.previews import restore_preview
 from assistant.queue import enqueue_on_commit
+from assistant.recall import run_tool_call, tool_definitions
 from assistant.responses import record_response
 from assistant.staff_actions import ACTIONS, Outcome, run_staff_action
 from assistant.status import ContextStatus, context_status
@@ -179,5 +180,7 @@ __all__ = [
     "restore_originals",
     "restore_preview",
     "run_staff_action",
+    "run_tool_call",
     "summarize_messages",
+    "tool_definitions",
 ]

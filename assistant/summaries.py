@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from django.core.exceptions import ValidationError
 
 from assistant import llm
+from assistant.artifacts import render, updated_index, without_index
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.events import record_compaction, stopwatch
-from assistant.facts import summary_body, with_carried_facts, without_markers
+from assistant.facts import summary_body, with_carried_facts, with_facts_within, without_markers
 from assistant.leases import Lease, summary_lease, wait_for_release
 from assistant.llm.prompts import render_transcript
 from assistant.logs import log_event
@@ -34,6 +35,7 @@ from assistant.models import CompactionEvent, Conversation, Message, MetadataKey
 from assistant.tokens import estimate_tokens
 from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
 from assistant.window import (
+    TOKEN_RATIO_DRIFT,
     WindowState,
     anticipated_keep,
     choose_split,
@@ -52,6 +54,7 @@ PENDING_KEYS = (
     MetadataKeys.PENDING_BASE_MESSAGE_ID,
     MetadataKeys.PENDING_USAGE,
     MetadataKeys.PENDING_ANCHOR_MESSAGE_ID,
+    MetadataKeys.PENDING_ARTIFACT_INDEX,
 )
 
 
@@ -93,16 +96,19 @@ def summarize_messages(
     on_chunk: Callable[[], object] | None = None,
     max_tokens: int | None = None,
     provider: llm.Provider | None = None,
+    index: dict | None = None,
 ) -> SummaryOutcome:
     """Summarize `messages` (merging into `previous_summary`), in chunks the
-    summarizer can take. Carried facts fill what `max_tokens` (the room for
-    the whole summary) leaves beside the summarizer's text, up to
-    CARRIED_FACTS_MAX_TOKENS. `on_chunk` is called as the work advances
+    summarizer can take. The artifact `index` (assistant.artifacts, rendered
+    at the end) and the carried facts share what `max_tokens` (the room for
+    the whole summary, in the window's estimates) leaves beside the
+    summarizer's text (`shares`). `on_chunk` is called as the work advances
     (before and after each summarizer call, e.g. to renew the summary lease);
     when it returns False (the lease was lost) the work stops with LeaseLost.
     No database writes; raises if the provider fails and no fallback is
     configured. `provider`: the configured one unless given."""
     config = compaction_config()
+    previous_summary = without_index(previous_summary)
     # Only a provider given explicitly is passed on: llm.summarize picks the configured one.
     chosen = {"provider": provider} if provider is not None else {}
     # The summarizer reads the previous summary whole, carried facts included: it can
@@ -119,13 +125,63 @@ def summarize_messages(
         calls += 1
         tokens_in += result.usage.prompt_tokens
         tokens_out += result.usage.output_tokens
-    carried = config.CARRIED_FACTS_MAX_TOKENS
-    if max_tokens is not None:
-        carried = max(0, min(carried, max_tokens - estimate_tokens(body or "")))
+    index_tokens, rest = shares(body or "", max_tokens, config)
+    index_text = render(index, index_tokens)
     text = with_carried_facts(
-        body or "", [as_neutral(message) for message in messages], previous_summary, carried
+        body or "",
+        [as_neutral(message) for message in messages],
+        previous_summary,
+        min(config.CARRIED_FACTS_MAX_TOKENS, rest - used(index_text)),
     )
-    return SummaryOutcome(text, model, tokens_in, tokens_out, fallback, calls)
+    return SummaryOutcome(
+        with_index(text, index_text), model, tokens_in, tokens_out, fallback, calls
+    )
+
+
+def shares(body: str, max_tokens: int | None, config: CompactionConfig) -> tuple[int, int]:
+    """(the index's budget, what the index and the carried facts share): what
+    the summarizer's `body` leaves of `max_tokens` (None: no bound but the
+    settings'), the index taking at most half of it and the carried facts
+    what the index leaves, each within its own setting."""
+    if max_tokens is None:
+        return config.ARTIFACT_INDEX_MAX_TOKENS, config.CARRIED_FACTS_MAX_TOKENS
+    rest = max(0, max_tokens - used(body) - 1)  # the blank line before the index
+    return min(config.ARTIFACT_INDEX_MAX_TOKENS, rest // 2), rest
+
+
+def with_index(text: str, index_text: str) -> str:
+    if not index_text:
+        return text
+    return f"{text}\n\n{index_text}" if text else index_text
+
+
+def bounded_summary(summary: str, index: dict | None, max_tokens: int) -> str:
+    """A pre-built `summary` within `max_tokens`, the room the window left it
+    when it is adopted (more steps may have come since it was built): its
+    index rendered again and its carried facts cut, the newest kept, within
+    what its summarizer's text leaves (`shares`)."""
+    if used(summary) <= max_tokens:
+        return summary
+    config = compaction_config()
+    text = without_index(summary) or ""
+    index_tokens, rest = shares(summary_body(text), max_tokens, config)
+    index_text = render(index, index_tokens)
+    facts = min(config.CARRIED_FACTS_MAX_TOKENS, rest - used(index_text))
+    return with_index(with_facts_within(text, facts), index_text)
+
+
+def used(text: str) -> int:
+    return estimate_tokens(text) if text else 0
+
+
+def summary_room(state: WindowState, config: CompactionConfig, kept: Sequence[Message]) -> int:
+    """The room a new summary has under the trigger (in the window's
+    estimates) beside the system part, the parent summary and `kept`: sized
+    for the ratio the provider may reach before the stored one is renewed,
+    so that the index and the carried facts it holds never put the next
+    requests over the trigger."""
+    trigger = trigger_estimate(state, config, drift=TOKEN_RATIO_DRIFT)
+    return trigger - _context_after(state, "", kept)
 
 
 class LeaseLost(RuntimeError):
@@ -300,9 +356,15 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
             return False  # someone is summarizing this conversation right now
         if load_window(conversation.pk).through_id != state.through_id:
             return False  # the window shifted meanwhile; the next exchange re-evaluates
+        index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
+        kept = [anchor, *state.rows[start:]] if anchor else state.rows[start:]
         try:
             outcome = summarize_messages(
-                newly_old, previous_summary=state.summary, on_chunk=lease.renew
+                newly_old,
+                previous_summary=state.summary,
+                on_chunk=lease.renew,
+                max_tokens=summary_room(state, config, kept),
+                index=index,
             )
         except LeaseLost:
             log_event("summary_discarded", conversation_id=conversation.pk, reason="lease_lost")
@@ -322,6 +384,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
                 MetadataKeys.PENDING_THROUGH_MESSAGE_ID: through,
                 MetadataKeys.PENDING_BASE_MESSAGE_ID: state.through_id,
                 MetadataKeys.PENDING_ANCHOR_MESSAGE_ID: anchor.pk if anchor else None,
+                MetadataKeys.PENDING_ARTIFACT_INDEX: index,
                 MetadataKeys.PENDING_USAGE: {
                     "model": outcome.model,
                     "input_tokens": outcome.input_tokens,
@@ -359,12 +422,15 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     kept = [row for row in state.rows if row.pk > through]
     anchor_id = metadata.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
     anchor = next((row for row in [*state.rows, state.anchor] if row and row.pk == anchor_id), None)
+    sent = [anchor, *kept] if anchor else kept
+    index = metadata.get(MetadataKeys.PENDING_ARTIFACT_INDEX)
+    pending = bounded_summary(pending, index, summary_room(state, compaction_config(), sent))
     before = state.estimated_tokens()
-    after = _context_after(state, pending, [anchor, *kept] if anchor else kept)
+    after = _context_after(state, pending, sent)
     if after >= before:
         merge_metadata(lease.holding(), remove=PENDING_KEYS)
         return False
-    stored = _store_window(lease, pending, through, anchor, state)
+    stored = _store_window(lease, pending, through, anchor, state, index)
     if stored:
         usage = metadata.get(MetadataKeys.PENDING_USAGE) or {}
         record_compaction(
@@ -417,11 +483,18 @@ def record_failure(lease: Lease, state: WindowState, *, through: int | None = No
 
 
 def _store_window(
-    lease: Lease, summary: str, through: int, anchor: Message | None, state: WindowState
+    lease: Lease,
+    summary: str,
+    through: int,
+    anchor: Message | None,
+    state: WindowState,
+    index: dict | None,
 ) -> bool:
-    """Store a new split and its summary, while the lease is still ours."""
+    """Store a new split, its summary and the artifact index it renders, while
+    the lease is still ours."""
     values = {
         MetadataKeys.COMPACTION_SUMMARY: summary,
+        MetadataKeys.ARTIFACT_INDEX: index,
         MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: through,
         MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: state.rows[-1].pk,
     }
@@ -443,12 +516,13 @@ def _summarize_and_store(
     through = newly_old[-1].pk
     before = state.estimated_tokens()
     # The summary gives way to what stays verbatim: its room under the trigger.
-    room = trigger_estimate(state, config) - _context_after(state, "", kept)
+    room = summary_room(state, config, kept)
+    index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
     # Taken over from a stalled holder: the chat path does not wait on a provider again.
     provider = llm.OfflineProvider() if lease.took_over else None
     with stopwatch() as elapsed:
         outcome = _summarize_or_log(
-            state.conversation_id, newly_old, state.summary, lease, room, provider
+            state.conversation_id, newly_old, state.summary, lease, room, index, provider
         )
     if outcome is None:
         record_failure(lease, state)
@@ -458,7 +532,7 @@ def _summarize_and_store(
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="not_smaller")
         record_failure(lease, state, through=through)
         return state.summary
-    if not _store_window(lease, outcome.text, through, anchor, state):
+    if not _store_window(lease, outcome.text, through, anchor, state, index):
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")
         return load_window(state.conversation_id).summary
     record_compaction(
@@ -487,6 +561,7 @@ def _summarize_or_log(
     previous: str | None,
     lease: Lease,
     room: int,
+    index: dict,
     provider: llm.Provider | None = None,
 ) -> SummaryOutcome | None:
     try:
@@ -496,6 +571,7 @@ def _summarize_or_log(
             on_chunk=lease.renew,
             max_tokens=room,
             provider=provider,
+            index=index,
         )
     except LeaseLost:
         log_event("summary_discarded", conversation_id=conversation_id, reason="lease_lost")

@@ -12,11 +12,14 @@ from assistant.llm.statements import key_statements
 KEEP_VERBATIM = "keep_verbatim"
 
 
-def truncate_tool_result(content: str, config: CompactionConfig | None = None) -> str:
+def truncate_tool_result(
+    content: str, config: CompactionConfig | None = None, *, handle_ref: str = ""
+) -> str:
     """The head of the result, a marker giving the original size, and the key
     statements of the rest: the sentences, rows or lines holding its most specific
     identifiers (ids, paths, URLs, emails, amounts, errors, names, secrets) with
-    markup stripped, so a fact deep in a page is not cut off."""
+    markup stripped, so a fact deep in a page is not cut off. `handle_ref` ("ref m4182")
+    names the stored original in the marker."""
     config = config or compaction_config()
     head = content[: config.TRUNCATION_KEEP_CHARS]
     if len(content) > len(head):
@@ -26,7 +29,7 @@ def truncate_tool_result(content: str, config: CompactionConfig | None = None) -
             head = head[:boundary]
     marker = (
         f"[Tool result compacted: showing the first {len(head):,} of {len(content):,} "
-        "characters. The full original is stored and can be restored.]"
+        f"characters. The full original is stored and can be restored{_named(handle_ref)}.]"
     )
     # From the whole result, so a sentence cut by the head is kept whole.
     details = key_statements(content, config.TRUNCATION_DETAILS_MAX_CHARS, exclude=head)
@@ -34,3 +37,7 @@ def truncate_tool_result(content: str, config: CompactionConfig | None = None) -
     if details:
         text += "\n[Key details further in the original:\n" + "\n".join(details) + "\n]"
     return text
+
+
+def _named(handle_ref: str) -> str:
+    return f" ({handle_ref})" if handle_ref else ""

@@ -35,6 +35,10 @@ MIN_TOKEN_RATIO, MAX_TOKEN_RATIO = 0.5, 3.0
 # fixed per-request overhead dominates it, and an error there is too small to matter.
 MIN_JUDGED_ESTIMATE = 1_000
 
+# The stored ratio is renewed only when the measured one moves by more than this share
+# of it (assistant.hooks): until then the provider may count up to this much more.
+TOKEN_RATIO_DRIFT = 0.1
+
 
 @dataclass
 class WindowState:
@@ -281,10 +285,11 @@ def _turn_request(state: WindowState) -> Message | None:
     return next((row for row in reversed(state.rows) if row.role == Message.Role.USER), None)
 
 
-def trigger_estimate(state: WindowState, config: CompactionConfig) -> int:
+def trigger_estimate(state: WindowState, config: CompactionConfig, *, drift: float = 0.0) -> int:
     """The token trigger in our estimates: the provider counts this
-    conversation's text at `token_ratio` times them."""
-    return math.floor(config.CONTEXT_TOKEN_THRESHOLD / state.token_ratio)
+    conversation's text at `token_ratio` times them (at up to `drift` more
+    when what is sized must fit whatever the ratio does until it is renewed)."""
+    return math.floor(config.CONTEXT_TOKEN_THRESHOLD / (state.token_ratio * (1 + drift)))
 
 
 def split_boundaries(rows: list[Message]) -> list[int]:

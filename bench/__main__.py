@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json,
         write_markdown,
     )
-    from bench.sessions import EVERYTHING, load_sessions
+    from bench.sessions import EVERYTHING, OURS, load_sessions
     from bench.targets import (
         cost_lines,
         counter_rows,
@@ -383,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
             " without a model call: its trim to 4,000 tokens starting on a human message"
             " came back empty):",
             markdown(*counter_rows(real_results)),
+        ),
+        (
+            "Ours, retention probes per real session (recoverable: a handle in the request "
+            "names an original holding it; each priced as one more request, in the cost above):",
+            markdown(*measures.probe_rows(real_results[OURS])),
         ),
         (
             "Synthetic workloads, per conversation (tokens / cost under caching vs everything):",

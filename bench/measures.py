@@ -417,3 +417,81 @@ def throughput(workload: Workload, tasks: int, concurrency_: int = 2) -> dict[st
         "worker_tasks_per_s": round(tasks / worker_seconds, 2),
         "in_process_tasks_per_s": round(tasks / in_process_seconds, 2),
     }
+
+
+# --- probes the model could recall ------------------------------------------------
+
+
+def price_recalls(meter: CostMeter, conversation_id: int, payload: dict[str, Any]) -> None:
+    """For each probe the request just recorded did not hold: recoverable when the
+    request names the handle of one message ("ref m4182", not a range, which only
+    search_history would narrow) whose stored original in the conversation's scope
+    contains it. Each is priced as one more request (`CostMeter.record_recall`): this
+    request's tokens re-read, plus the page recall would return around the probe."""
+    if not meter.missing:
+        return
+    from django.db.models import F, Value
+    from django.db.models.functions import Greatest, StrIndex, Substr
+
+    from assistant.conf import compaction_config
+    from assistant.models import Message
+    from assistant.recall import HANDLE_IN_TEXT, visible_messages
+    from bench.fake_summarizer import count_tokens
+    from bench.payload import strings_in
+
+    handles = {int(h) for h in HANDLE_IN_TEXT.findall("\x00".join(strings_in(payload)))}
+    if not handles:
+        return
+    cap = compaction_config().RECALL_MAX_CHARS
+    scope = Message.objects.filter(visible_messages(conversation_id), pk__in=handles)
+    context_tokens = meter.requests[-1].tokens
+    for probe in meter.missing:
+        page = (
+            scope.filter(content__contains=probe)
+            .annotate(at=StrIndex("content", Value(probe)))
+            .annotate(page=Substr("content", Greatest(F("at") - cap // 2, 1), cap))
+            .order_by("-id")
+            .values_list("page", flat=True)
+            .first()
+        )
+        if page is not None:
+            meter.record_recall(context_tokens, count_tokens(page))
+
+
+def probe_rows(outcomes: list[Any]) -> tuple[list[str], list[list[str]]]:
+    """Per session and in all: retention probes present in the request, recoverable
+    (a handle in the request names an original holding them), lost; and what the
+    recalls cost as a share of the strategy's cost."""
+    header = ["conversation", "probes", "present", "recoverable", "lost", "recall cost"]
+    rows = []
+    total = [0, 0, 0, 0.0, 0.0]
+    for outcome in outcomes:
+        meter = outcome.meter
+        lost = meter.probes - meter.probes_kept - meter.probes_recoverable
+        rows.append(
+            [
+                outcome.conversation,
+                str(meter.probes),
+                str(meter.probes_kept),
+                str(meter.probes_recoverable),
+                str(lost),
+                f"{meter.recall_cost:,.0f} ({meter.recall_cost / max(outcome.cost, 1):.1%})",
+            ]
+        )
+        for i, value in enumerate(
+            (meter.probes, meter.probes_kept, meter.probes_recoverable, meter.recall_cost)
+        ):
+            total[i] += value
+        total[4] += outcome.cost
+    probes, present, recoverable, recall_cost, cost = total
+    rows.append(
+        [
+            "all",
+            str(probes),
+            f"{present} ({present / max(probes, 1):.1%})",
+            f"{recoverable} ({recoverable / max(probes, 1):.1%})",
+            str(probes - present - recoverable),
+            f"{recall_cost:,.0f} ({recall_cost / max(cost, 1):.1%})",
+        ]
+    )
+    return header, rows

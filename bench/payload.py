@@ -204,6 +204,12 @@ class CostMeter:
     requests_with_bad_start: int = 0
     probes: int = 0
     probes_kept: int = 0
+    # Probes not in the request that the model could recall (bench.measures.price_recalls),
+    # each priced as one more request: the context re-read, the recalled text written.
+    probes_recoverable: int = 0
+    recalls: list[RequestFigures] = field(default_factory=list)
+    # The probes the last recorded request did not hold.
+    missing: list[str] = field(default_factory=list, repr=False)
     _previous: list[Any] = field(default_factory=list, repr=False)
     _previous_tokens: list[int] = field(default_factory=list, repr=False)
     _previous_system: list[Any] = field(default_factory=list, repr=False)
@@ -244,11 +250,19 @@ class CostMeter:
         self.broken_pairs += broken
         self.requests_with_broken_pair += bool(broken)
         self.requests_with_bad_start += bad_start
+        self.missing = []
         if probes:
             text = "\x00".join(strings_in(payload))
             self.probes += len(probes)
             self.probes_kept += sum(probe in text for probe in probes)
+            self.missing = [probe for probe in probes if probe not in text]
         return figures
+
+    def record_recall(self, context_tokens: int, recalled_tokens: int) -> None:
+        """One probe recovered by one more request: the context at the cache-read
+        price, the recalled text at the cache-write price."""
+        self.recalls.append(RequestFigures(context_tokens + recalled_tokens, context_tokens))
+        self.probes_recoverable += 1
 
     @staticmethod
     def _reused_prefix(messages: list[Any], previous: list[Any]) -> int:
@@ -261,11 +275,15 @@ class CostMeter:
 
     @property
     def tokens(self) -> int:
-        return sum(r.tokens for r in self.requests)
+        return sum(r.tokens for r in self.requests) + sum(r.tokens for r in self.recalls)
 
     @property
     def cost(self) -> float:
-        return sum(r.cost for r in self.requests)
+        return sum(r.cost for r in self.requests) + self.recall_cost
+
+    @property
+    def recall_cost(self) -> float:
+        return sum(r.cost for r in self.recalls)
 
     @property
     def largest(self) -> int:
@@ -288,4 +306,6 @@ class CostMeter:
             "requests_with_bad_start": self.requests_with_bad_start,
             "probes": self.probes,
             "probes_kept": self.probes_kept,
+            "probes_recoverable": self.probes_recoverable,
+            "recall_cost": round(self.recall_cost, 1),
         }

@@ -28,7 +28,7 @@ from bench import peers as lib
 from bench.baselines import Everything, Reference
 from bench.chat import finish_turn, store
 from bench.fake_summarizer import FakeSummarizer
-from bench.measures import use_fake
+from bench.measures import price_recalls, use_fake
 from bench.openhands import OpenHandsCondenser
 from bench.payload import CostMeter
 from bench.server_compaction import ServerCompaction
@@ -127,9 +127,9 @@ def replay_ours(session: Session, summarizer: FakeSummarizer) -> Outcome:
                 if message["role"] == "assistant":
                     services.ensure_context_summary(conversation)
                     context = services.build_context(conversation)
-                    figures = outcome.meter.record(
-                        context.to_anthropic(), session.probes.get(index, [])
-                    )
+                    payload = context.to_anthropic()
+                    figures = outcome.meter.record(payload, session.probes.get(index, []))
+                    price_recalls(outcome.meter, conversation.pk, payload)
                     fields["input_tokens"] = figures.tokens
                 store(conversation, message, **fields)
                 if index in ends:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import anthropic
@@ -74,6 +75,99 @@ class SmallWindowModel:
             max_retries=0,
             http_client=httpx2.Client(transport=transport),
         )
+
+
+class RecallingModel:
+    """An in-process stand-in for a model that reads a handle in what it was sent and
+    asks for the original with the recall tool, then answers from what came back."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        body = json.loads(request.content)
+        self.requests.append(body)
+        last = body["messages"][-1]["content"]
+        results = [b for b in last if isinstance(b, dict) and b.get("type") == "tool_result"]
+        if results:
+            recalled = results[0]["content"]
+            recalled = recalled if isinstance(recalled, str) else recalled[0]["text"]
+            heading = next(line for line in recalled.splitlines() if "<h1>" in line)
+            title = heading.split("<h1>", 1)[1].split("</h1>", 1)[0]
+            content = [{"type": "text", "text": f"The original says its title is “{title}”."}]
+        else:
+            handles = re.findall(r"ref (m\d+)\b(?!\.\.)", json.dumps(body["messages"]))
+            call = {"handle": handles[0]} if handles else {"query": "feed"}
+            content = [
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_demo_{len(self.requests)}",
+                    "name": "recall" if handles else "search_history",
+                    "input": call,
+                }
+            ]
+        stop = "tool_use" if content[0]["type"] == "tool_use" else "end_turn"
+        return httpx2.Response(
+            200,
+            json={
+                "id": f"msg_recall_{len(self.requests)}",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": content,
+                "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 100, "output_tokens": 12},
+            },
+        )
+
+    def client(self) -> anthropic.Anthropic:
+        return anthropic.Anthropic(
+            api_key="demo-key-not-sent-anywhere",
+            base_url="http://demo.invalid",
+            max_retries=0,
+            http_client=httpx2.Client(transport=httpx2.MockTransport(self)),
+        )
+
+
+def run_recall_demo(stdout: Any, conversation: Conversation) -> dict[str, Any]:
+    """The chat loop with the recall tools beside the host's: the model reads a handle
+    of a compacted result and gets the original back as an ordinary tool result."""
+    from assistant.recall import run_tool_call, tool_definitions
+    from assistant.services import add_message, build_context, ensure_context_summary
+
+    stdout.write("\n== Scene: the model recalls a compacted result by its handle ==")
+    model = RecallingModel()
+    client = model.client()
+    add_message(conversation, "user", "What was the exact title of the pricing page?")
+    answer = ""
+    for _ in range(4):  # an agent turn: at most a few model calls here
+        ensure_context_summary(conversation)
+        response = client.messages.create(
+            model=DEMO_MODEL,
+            max_tokens=256,
+            tools=tool_definitions("anthropic"),
+            **build_context(conversation).to_anthropic(),
+        )
+        calls = [
+            {"id": b.id, "name": b.name, "arguments": b.input}
+            for b in response.content
+            if b.type == "tool_use"
+        ]
+        text = "".join(b.text for b in response.content if b.type == "text")
+        add_message(conversation, "assistant", text, tool_calls=calls or None)
+        if not calls:
+            answer = text
+            break
+        for call in calls:
+            result = run_tool_call(conversation, call["name"], call["arguments"])
+            stdout.write(f"  model calls {call['name']}({json.dumps(call['arguments'])})")
+            stdout.write(f"    -> {result.splitlines()[0][:110]}")
+            add_message(conversation, "tool", result, tool_call_id=call["id"])
+    conversation.refresh_from_db()
+    stdout.write(f"  answer: {answer}")
+    stdout.write(f"  recalls counted on the conversation (admin): {conversation.recall_count}")
+    return {"recall_answer": answer, "recall_count": conversation.recall_count}
 
 
 def build_demo_conversation() -> Conversation:
@@ -150,6 +244,7 @@ def run_overflow_and_fork_demo(stdout: Any) -> dict[str, Any]:
             )
     stdout.write(f"  answer: {response.content[0].text}")
     stdout.write("  nothing was deleted: every original is kept and can be restored")
+    recalled = run_recall_demo(stdout, conversation)
 
     stdout.write("\n== Scene: continue in a new conversation, and branch from a message ==")
     fork = fork_continuation(
@@ -176,4 +271,5 @@ def run_overflow_and_fork_demo(stdout: Any) -> dict[str, Any]:
         "tokens_after": context_tokens(conversation),
         "fork_id": fork.pk,
         "branch_id": branch.pk,
+        **recalled,
     }

@@ -3,7 +3,7 @@
 import pytest
 from django.test import override_settings
 
-from assistant.compaction import STUB
+from assistant.compaction import STUB, stub_text
 from assistant.models import CompactionEvent, Message
 from assistant.services import compact_tool_results, restore_originals
 from tests.builders import html, tool_turn
@@ -38,7 +38,8 @@ def test_it_truncates_large_consumed_results_and_keeps_small_ones(conversation):
     assert big_result.compaction == "truncated"
     assert big_result.compacted_content.startswith(
         "[Tool result compacted: showing the first 799 of 6,000 characters. "
-        "The full original is stored and can be restored.]\n<article>Post 42"
+        f"The full original is stored and can be restored (ref m{big_result.pk}).]\n"
+        "<article>Post 42"
     )
     assert big_result.content == big  # the original is intact
     assert big_result.token_estimate == -(-len(big_result.compacted_content) // 4)
@@ -83,7 +84,11 @@ def test_dedup_keeps_the_newest_and_treats_reordered_arguments_as_identical(conv
     assert compact_tool_results(conversation) == 1
 
     view = model_view(conversation)
-    assert view[first[2].pk] == STUB == "[Already retrieved earlier — omitted to reduce context]"
+    assert (
+        view[first[2].pk]
+        == stub_text(first[2].pk)
+        == (f"[Already retrieved earlier — omitted to reduce context (ref m{first[2].pk})]")
+    )
     assert view[other[2].pk] == "B"
     assert view[second[2].pk] == rows
     assert CompactionEvent.objects.get(kind="dedup").messages_affected == 1
@@ -97,7 +102,7 @@ def test_dedup_never_stubs_a_result_shorter_than_the_stub(conversation):
     assert compact_tool_results(conversation) == 0
 
     assert not CompactionEvent.objects.filter(conversation=conversation).exists()
-    assert STUB not in model_view(conversation).values()
+    assert not any(STUB[:-1] in text for text in model_view(conversation).values())
 
 
 def test_running_it_twice_changes_nothing(conversation):

@@ -30,3 +30,6 @@ def test_the_demo_recovers_from_a_real_sdk_overflow_error_and_forks():
     assert fork.parent_conversation_summary
     assert "attempt 1: BadRequestError 400: prompt is too long" in out.getvalue()
     assert f"branch {branch.pk}: “{branch.title}”" in out.getvalue()
+    # The model read a handle in a compacted result and recalled the original.
+    assert figures["recall_answer"] == "The original says its title is “Pricing”."
+    assert figures["recall_count"] == 1

@@ -78,7 +78,7 @@ def test_a_broker_outage_does_not_break_the_exchange(caplog):
 
 
 def test_the_worker_compacts_and_deduplicates_the_finished_exchange(celery_worker):
-    from assistant.compaction import STUB
+    from assistant.compaction import stub_text
     from tests.builders import html, tool_turn
 
     conversation = Conversation.objects.create(title="t")
@@ -104,7 +104,7 @@ def test_the_worker_compacts_and_deduplicates_the_finished_exchange(celery_worke
     ensure_context_summary(conversation)
 
     view = {m.pk: m for m in conversation.messages.model_view()}
-    assert view[first[2].pk].model_content == STUB
+    assert view[first[2].pk].model_content == stub_text(first[2].pk)
     assert view[second[2].pk].compaction == "truncated"
     assert conversation.compaction_events.filter(kind="tool_results").count() == 1
     assert conversation.compaction_events.filter(kind="dedup").count() == 1

@@ -11,6 +11,7 @@ import pytest
 from django.db import connection, connections
 from django.test import override_settings
 
+from assistant.artifacts import without_index
 from assistant.facts import CARRIED_HEADING, carried_facts
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import (
@@ -134,7 +135,9 @@ def test_eight_concurrent_callers_cause_one_summarizer_call(anthropic):
     assert errors == []
     assert summarizer_calls(anthropic) == 1
     assert len(results) == 8
-    assert {r.split(f"\n\n{CARRIED_HEADING}")[0] for r in results} == {summary_text()}
+    assert {without_index(r).split(f"\n\n{CARRIED_HEADING}")[0] for r in results} == {
+        summary_text()
+    }
     assert CompactionEvent.objects.filter(kind="window_summary").count() == 1
 
 
@@ -210,7 +213,8 @@ def test_a_rejected_summary_is_never_stored(anthropic, long_conversation, settin
 @override_settings(ASSISTANT_COMPACTION={**SMALL_WINDOW, "SOFT_WATERMARK": 0.8})
 def test_the_worker_prebuilds_and_the_hook_adopts_without_waiting(anthropic, db):
     conversation = Conversation.objects.create(title="soon", system_prompt="You help.")
-    chat_turns(conversation, 4)  # 8 messages: 80% of the count trigger
+    # Long enough that the summary (and the handles of its originals) is smaller.
+    chat_turns(conversation, 4, size=60)  # 8 messages: 80% of the count trigger
     anthropic.script_anthropic(ok(summary_text("prebuilt")))
 
     process_exchange(conversation.pk)
@@ -220,7 +224,7 @@ def test_the_worker_prebuilds_and_the_hook_adopts_without_waiting(anthropic, db)
     assert "compaction_summary" not in metadata
     assert summarizer_calls(anthropic) == 1
 
-    chat_turns(conversation, 1)  # 10 messages: the hard trigger
+    chat_turns(conversation, 1, size=60)  # 10 messages: the hard trigger
     summary = ensure_context_summary(conversation)
 
     assert summary.startswith(summary_text("prebuilt"))
@@ -372,7 +376,8 @@ def test_a_summary_without_some_headings_is_stored(anthropic, long_conversation)
 
     summary = ensure_context_summary(long_conversation)
 
-    assert summary == renamed
+    first, sixth = (m.pk for m in long_conversation.messages.all()[:6:5])
+    assert summary == f"{renamed}\n\n## Originals: ref m{first}..m{sixth}"
     assert summarizer_calls(anthropic) == 1
     assert compaction_cutoff_id(long_conversation) == long_conversation.messages.all()[5].pk
 

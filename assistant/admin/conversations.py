@@ -52,6 +52,7 @@ class ConversationAdmin(admin.ModelAdmin):
         "context_size",
         "cost",
         "last_compaction",
+        "recall_count",  # calls of the recall tools (assistant.recall) the model made
     )
     list_display_links = ("id", "__str__")
     list_filter = (DeletedFilter, ContextFilter, ForkFilter, SummaryFilter, "updated_at")
@@ -66,6 +67,7 @@ class ConversationAdmin(admin.ModelAdmin):
         "updated_at",
         "last_exchange_at",
         "post_exchange_done_at",
+        "recall_count",
         "summary_lease_token",
         "summary_lease_expires_at",
     )

@@ -1,0 +1,337 @@
+"""Nothing compacted is out of the model's reach: handles in what the model sees, the
+artifact index in the window summary, and the recall tools answering the model."""
+
+from __future__ import annotations
+
+import anthropic as anthropic_sdk
+import pytest
+from django.test import override_settings
+from django.urls import reverse
+from google import genai
+from google.genai import types
+
+from assistant.artifacts import definitions, without_index
+from assistant.models import Conversation, Message
+from assistant.recall import run_tool_call, tool_definitions
+from assistant.services import (
+    add_message,
+    build_context,
+    compact_tool_results,
+    ensure_context_summary,
+    fork_from_message,
+)
+from tests.builders import html, tool_turn
+from tests.fake_llm import ok
+from tests.scenarios import staff_user
+
+SECRET_ROW = "The webhook secret for the autumn newsletter is ORCHID-7731-QX."
+
+
+def compacted_lookup(conversation: Conversation) -> Message:
+    """A finished turn whose 6,000-character result holds SECRET_ROW deep inside, compacted."""
+    page = html(3000) + SECRET_ROW + html(3000)
+    turn = tool_turn(
+        conversation, "Show the newsletter settings", [("get_settings", {"id": 7}, page)]
+    )
+    assert compact_tool_results(conversation) == 1
+    return Message.objects.get(pk=turn[2].pk)
+
+
+def send(provider: str, fake_llm, conversation: Conversation):
+    """The next request through the real SDK, with the recall tools beside the host's."""
+    context = build_context(conversation)
+    if provider == "anthropic":
+        client = anthropic_sdk.Anthropic(api_key="k", base_url=fake_llm.url, max_retries=0)
+        response = client.messages.create(
+            model="claude-sonnet-4-6",
+            max_tokens=512,
+            tools=tool_definitions("anthropic"),
+            **context.to_anthropic(),
+        )
+        return [
+            {"id": block.id, "name": block.name, "arguments": block.input}
+            for block in response.content
+            if block.type == "tool_use"
+        ]
+    client = genai.Client(
+        api_key="k", http_options=types.HttpOptions(base_url=fake_llm.url, api_version="v1beta")
+    )
+    request = context.to_gemini()
+    response = client.models.generate_content(
+        model="gemini-2.5-flash",
+        contents=request["contents"],
+        config=types.GenerateContentConfig(
+            system_instruction=request["system_instruction"],
+            tools=tool_definitions("gemini"),
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        ),
+    )
+    return [
+        {"id": call.id, "name": call.name, "arguments": dict(call.args or {})}
+        for call in response.function_calls or []
+    ]
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "gemini"])
+def test_a_recall_tool_use_is_answered_and_the_next_request_is_valid(provider, fake_llm, db):
+    conversation = Conversation.objects.create(title="Newsletter", system_prompt="You help.")
+    result = compacted_lookup(conversation)
+    assert f"(ref m{result.pk})" in result.compacted_content
+    assert "ORCHID-7731-QX" not in result.compacted_content
+    add_message(conversation, "user", "What was the autumn webhook secret again?")
+    call = {"id": "call_recall_1", "name": "recall", "arguments": {"handle": f"m{result.pk}"}}
+    fake_llm.script(
+        "anthropic.messages" if provider == "anthropic" else "gemini.generate",
+        ok(tool_calls=[call]),
+        ok(text="It is ORCHID-7731-QX."),
+    )
+
+    calls = send(provider, fake_llm, conversation)
+    add_message(conversation, "assistant", "", tool_calls=calls)
+    answer = run_tool_call(conversation, calls[0]["name"], calls[0]["arguments"])
+    add_message(conversation, "tool", answer, tool_call_id=calls[0]["id"])
+    assert send(provider, fake_llm, conversation) == []  # the server accepted the request
+
+    first, second = (r.body for r in fake_llm.requests)
+    if provider == "anthropic":
+        assert [t["name"] for t in first["tools"]] == ["recall", "search_history"]
+        sent = second["messages"][-1]["content"][0]
+        assert sent["type"] == "tool_result" and sent["tool_use_id"] == "call_recall_1"
+        assert SECRET_ROW in sent["content"]
+    else:
+        declared = first["tools"][0]["functionDeclarations"]
+        assert [d["name"] for d in declared] == ["recall", "search_history"]
+        response = second["contents"][-1]["parts"][0]["functionResponse"]
+        assert response["name"] == "recall"
+        assert SECRET_ROW in str(response["response"])
+    assert answer.splitlines()[0] == (
+        f'[ref m{result.pk} · tool result of get_settings {{"id": 7}} · 6,063 characters · '
+        "showing 0-6,063]"
+    )
+    assert Conversation.objects.get(pk=conversation.pk).recall_count == 1
+
+
+def test_search_history_finds_a_value_from_a_result_compacted_100_steps_earlier(db):
+    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
+    add_message(conversation, "user", "Audit every newsletter setting.")
+    page = html(3000) + SECRET_ROW + html(3000)
+    first = None
+    for step in range(101):
+        call = {"id": f"c{step}", "name": "get_settings", "arguments": {"id": step}}
+        add_message(conversation, "assistant", "", tool_calls=[call])
+        result = add_message(
+            conversation,
+            "tool",
+            page if step == 0 else f"setting {step}: ok",
+            tool_call_id=call["id"],
+        )
+        first = first or result
+    add_message(conversation, "assistant", "All audited.")
+    compact_tool_results(conversation)
+    first.refresh_from_db()
+    assert first.compaction == "truncated"
+
+    # Words out of order and in other cases: full-text search, not a substring.
+    found = run_tool_call(
+        conversation, "search_history", {"query": "Newsletter webhook orchid-7731-qx"}
+    )
+
+    lines = found.splitlines()
+    assert lines[0] == '1 match for "Newsletter webhook orchid-7731-qx" (best first):'
+    assert lines[1].startswith(f"- ref m{first.pk} (tool get_settings): ")
+    assert "«webhook» secret for the autumn «newsletter» is «ORCHID»«-7731»-«QX»." in lines[1]
+    assert lines[2] == "Recall a ref to read its original."
+    assert "ORCHID-7731-QX" in run_tool_call(conversation, "recall", {"handle": f"ref m{first.pk}"})
+    assert Conversation.objects.get(pk=conversation.pk).recall_count == 2
+
+
+def test_a_2_mb_result_is_indexed_and_found_past_the_indexed_prefix(db):
+    conversation = Conversation.objects.create(title="Dump")
+    # 2 MB of distinct tokens: its whole text would pass tsvector's 1 MB limit.
+    dump = " ".join(f"k{n:07x}" for n in range(230_000)) + " TAIL-VALUE-991"
+    assert len(dump) > 2_000_000
+    turn = tool_turn(conversation, "Dump the keys", [("dump_keys", {}, dump)])
+
+    head = run_tool_call(conversation, "search_history", {"query": "k0000abc"})
+    tail = run_tool_call(conversation, "search_history", {"query": "TAIL-VALUE-991"})
+
+    assert head.splitlines()[1].startswith(f"- ref m{turn[2].pk} (tool dump_keys): ")
+    assert "k0000abc" in head
+    assert tail.splitlines()[1].startswith(f"- ref m{turn[2].pk} (tool dump_keys): ")
+    assert "TAIL-VALUE-991" in tail.splitlines()[1]
+
+
+def test_a_handle_of_another_conversation_is_refused_and_reveals_nothing(db):
+    mine = Conversation.objects.create(title="Mine")
+    theirs = Conversation.objects.create(title="Theirs")
+    tool_turn(mine, "hello", [("get_settings", {"id": 1}, "nothing here")])
+    secret = tool_turn(theirs, "secret", [("get_settings", {"id": 2}, SECRET_ROW)])[2]
+
+    refused = run_tool_call(mine, "recall", {"handle": f"m{secret.pk}"})
+    missing = run_tool_call(mine, "recall", {"handle": "m999999999"})
+    searched = run_tool_call(mine, "search_history", {"query": "ORCHID-7731-QX"})
+
+    assert refused == f"Error: no stored original named m{secret.pk} in this conversation."
+    assert missing == "Error: no stored original named m999999999 in this conversation."
+    assert searched == 'No stored original matches "ORCHID-7731-QX".'
+    assert Conversation.objects.get(pk=mine.pk).recall_count == 1  # the empty search only
+
+
+def test_a_fork_searches_its_parent_up_to_the_fork_point(db):
+    parent = Conversation.objects.create(title="Parent")
+    before = tool_turn(parent, "first", [("get_settings", {"id": 1}, "alpha PLUM-11 row")])
+    branch_at = add_message(parent, "user", "try again with PLUM-22")
+    add_message(parent, "assistant", "ok")
+    after = tool_turn(parent, "later", [("get_settings", {"id": 3}, "gamma PLUM-33 row")])
+    fork, _ = fork_from_message(parent, branch_at.pk, summarize=False)
+
+    found = run_tool_call(fork, "search_history", {"query": "PLUM"})
+
+    assert f"ref m{before[2].pk} " in found
+    assert f"ref m{branch_at.pk} " in found
+    assert f"ref m{after[2].pk} " not in found
+    assert run_tool_call(fork, "recall", {"handle": f"m{after[2].pk}"}).startswith("Error:")
+
+
+def test_bad_calls_get_an_error_text_not_an_exception(db):
+    conversation = Conversation.objects.create(title="t")
+    result = tool_turn(conversation, "q", [("get_settings", {}, "x" * 20_000)])[2]
+
+    assert run_tool_call(conversation, "delete_everything", {}) == (
+        "Error: unknown tool 'delete_everything'; the recall tools are recall and search_history."
+    )
+    assert run_tool_call(conversation, "recall", {}) == (
+        'Error: recall needs a "handle" as the text names it, e.g. "m4182".'
+    )
+    assert run_tool_call(conversation, "recall", "not json") == (
+        "Error: the arguments must be a JSON object."
+    )
+    assert run_tool_call(conversation, "recall", {"handle": f"m{result.pk}", "offset": -1}) == (
+        "Error: offset must be a whole number of at least 0."
+    )
+    assert run_tool_call(conversation, "search_history", {"query": " "}) == (
+        'Error: search_history needs a "query": the words or value to look for.'
+    )
+    assert Conversation.objects.get(pk=conversation.pk).recall_count == 0
+
+
+@override_settings(ASSISTANT_COMPACTION={"RECALL_MAX_CHARS": 3000})
+def test_a_long_original_is_read_a_page_at_a_time(db):
+    conversation = Conversation.objects.create(title="t")
+    text = "".join(f"line {n:05d}\n" for n in range(2000))  # 22,000 characters
+    result = tool_turn(conversation, "q", [("read_log", {"path": "app.log"}, text)])[2]
+
+    page = run_tool_call(conversation, "recall", {"handle": f"m{result.pk}", "offset": 11_000})
+
+    lines = page.splitlines()
+    assert lines[0] == (
+        f'[ref m{result.pk} · tool result of read_log {{"path": "app.log"}} · 22,000 characters '
+        "· showing 11,000-13,500]"
+    )
+    assert lines[1] == "line 01000"
+    assert lines[-1] == f"[8,500 more characters: recall m{result.pk} with offset 13500]"
+    assert len(page) <= 3000
+
+
+INDEX_WINDOW = {
+    "MAX_MESSAGES_BEFORE_SUMMARY": 10,
+    "MIN_RECENT_MESSAGES": 4,
+    "COMPACTION_TIMING": "eager",
+}
+
+
+def test_the_index_survives_three_window_shifts_with_a_summarizer_that_drops_everything(
+    fake_llm, settings, db
+):
+    # Through the `settings` fixture only: an @override_settings decorator here would be
+    # undone before the fixture's overrides, whose teardown then restores INDEX_WINDOW.
+    settings.ASSISTANT_COMPACTION = INDEX_WINDOW
+    fake_llm.use_anthropic(settings)  # every summary: the fake's, which keeps nothing
+    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
+    code = "defmodule Spotter.Services.ReviewTokenStore do\n  def load_session_messages(id) do\n"
+    turns = [
+        [("Read", {"file_path": "/srv/app/lib/review_store.ex"}, code + "x" * 400)],
+        [("Edit", {"file_path": "/srv/app/lib/review_store.ex", "old_string": "a"}, "ok " * 90)],
+        [("fetch", {"url": "https://docs.example.com/hooks"}, "Hooks page " * 40)],
+        [("get_reservation_details", {"reservation_id": "JG7FMM"}, "reservation " * 40)],
+        [("Bash", {"command": "cat config/dev.exs | head"}, "config :spotter " * 30)],
+    ]
+    results = []
+    for number, calls in enumerate(turns * 2):
+        results.append(tool_turn(conversation, f"step {number}", calls)[2])
+        if number in (3, 6, 9):
+            ensure_context_summary(conversation)
+
+    conversation.refresh_from_db()
+    assert conversation.compaction_events.filter(kind="window_summary").count() == 3
+    summary = conversation.compaction_summary
+    assert "ReviewTokenStore" not in without_index(summary)  # the summarizer dropped it
+    index = summary.split("\n\n## Originals:", 1)[1]
+    first = conversation.messages.order_by("id")[0].pk
+    through = conversation.compaction_through_message_id
+    # Eight turns summarized: the latest read, edit and fetch are the second round's,
+    # the record and the command the first round's, indexed two shifts before.
+    assert through == results[7].pk + 1
+    record, bash, read, edit, fetch = (r.pk for r in results[3:8])
+    assert index == (
+        f" ref m{first}..m{through}\n"
+        f"Files modified: /srv/app/lib/review_store.ex (ref m{edit})\n"
+        f"Files read: config/dev.exs (ref m{bash})\n"
+        f"URLs: https://docs.example.com/hooks (ref m{fetch})\n"
+        f"Records: reservation_id JG7FMM (ref m{record})\n"
+        f"Definitions: ref m{read}: Spotter.Services.ReviewTokenStore, load_session_messages"
+    )
+
+
+def test_definitions_are_found_in_source_code_of_several_languages():
+    source = "\n".join(
+        [
+            "     1→defmodule Spotter.Services.Tmux do",
+            "     2→  defp pane_table(rows), do: rows",
+            "lib/x.py:12:    async def load_session_messages(self, id):",
+            "export class ReviewPanel extends Base {",
+            "func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {",
+            "static int match_pattern_type(ast_t* ast)",
+            "  fun ref parse_args(argv: Array[String]): Command =>",
+            "The class of service is economy, not a definition.",
+            "if (x) {",
+        ]
+    )
+
+    assert definitions(source) == [
+        "Spotter.Services.Tmux",
+        "pane_table",
+        "load_session_messages",
+        "ReviewPanel",
+        "ServeHTTP",
+        "match_pattern_type",
+        "parse_args",
+    ]
+
+
+def test_the_tool_definitions_take_each_providers_shape():
+    anthropic_tools = tool_definitions("anthropic")
+    gemini_tools = tool_definitions("gemini")
+
+    assert [t["name"] for t in anthropic_tools] == ["recall", "search_history"]
+    assert anthropic_tools[0]["input_schema"]["required"] == ["handle"]
+    declarations = gemini_tools[0]["function_declarations"]
+    assert [d["name"] for d in declarations] == ["recall", "search_history"]
+    assert declarations[1]["parameters"]["required"] == ["query"]
+    with pytest.raises(ValueError):
+        tool_definitions("openai")
+
+
+def test_the_admin_list_shows_how_often_the_model_recalled(client, db):
+    conversation = Conversation.objects.create(title="Recalled")
+    result = tool_turn(conversation, "q", [("get_settings", {"id": 1}, SECRET_ROW)])[2]
+    for _ in range(3):
+        run_tool_call(conversation, "recall", {"handle": f"m{result.pk}"})
+    client.force_login(staff_user())
+
+    response = client.get(reverse("admin:assistant_conversation_changelist"))
+
+    assert response.status_code == 200
+    row = next(c for c in response.context["cl"].result_list if c.pk == conversation.pk)
+    assert row.recall_count == 3
+    assert "column-recall_count" in response.content.decode()
