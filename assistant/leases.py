@@ -134,13 +134,14 @@ def wait_for_release(conversation_id: int, timeout: float | None = None) -> bool
     delay, waited = 0.05, False
     while held_by_progressing_holder(conversation_id):
         if time.monotonic() >= deadline:
-            telemetry.lease_wait(released=False)
+            telemetry.lease_wait("timed_out")
             return False
         time.sleep(delay)
         delay, waited = min(delay * 2, 0.25), True
-    if waited:
-        telemetry.lease_wait(released=True)
-    return not held_by_live_holder(conversation_id)
+    free = not held_by_live_holder(conversation_id)
+    if waited or not free:
+        telemetry.lease_wait("released" if free else "stalled")
+    return free
 
 
 def refuse_inside_transaction() -> None:

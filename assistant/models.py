@@ -110,7 +110,7 @@ class Conversation(models.Model):
     # The holder's PostgreSQL backend: once it is gone the lease is dead.
     summary_lease_holder_pid = models.IntegerField(null=True, blank=True)
     # Calls of the recall tools (assistant.recall) the model made here.
-    recall_count = models.PositiveIntegerField(default=0)
+    recall_count = models.PositiveIntegerField(default=0, db_default=0)
 
     class Meta:
         ordering = ["-updated_at"]

@@ -249,6 +249,8 @@ def compaction(kind: str, *, tokens_before: int, tokens_after: int, prebuilt: bo
         _chat_path_summaries.add(1)
 
 
-def lease_wait(released: bool) -> None:
-    """A caller waited for another process's summary; `released`: it finished in time."""
-    _lease_waits.add(1, {OUTCOME: "released" if released else "timed_out"})
+def lease_wait(outcome: str) -> None:
+    """A caller waited for another process's summary: it was "released" in
+    time, the wait "timed_out", or the holder "stalled" (no progress for
+    SUMMARY_STALL_SECONDS, so the caller gave up on it)."""
+    _lease_waits.add(1, {OUTCOME: outcome})

@@ -3,6 +3,8 @@ artifact index in the window summary, and the recall tools answering the model."
 
 from __future__ import annotations
 
+import re
+
 import anthropic as anthropic_sdk
 import pytest
 from django.test import override_settings
@@ -322,16 +324,17 @@ def test_the_tool_definitions_take_each_providers_shape():
         tool_definitions("openai")
 
 
-def test_the_admin_list_shows_how_often_the_model_recalled(client, db):
+def test_the_conversation_page_shows_how_often_the_model_recalled(client, db):
     conversation = Conversation.objects.create(title="Recalled")
     result = tool_turn(conversation, "q", [("get_settings", {"id": 1}, SECRET_ROW)])[2]
     for _ in range(3):
         run_tool_call(conversation, "recall", {"handle": f"m{result.pk}"})
     client.force_login(staff_user())
 
-    response = client.get(reverse("admin:assistant_conversation_changelist"))
+    response = client.get(reverse("admin:assistant_conversation_change", args=[conversation.pk]))
 
     assert response.status_code == 200
-    row = next(c for c in response.context["cl"].result_list if c.pk == conversation.pk)
-    assert row.recall_count == 3
-    assert "column-recall_count" in response.content.decode()
+    assert response.context["original"].recall_count == 3
+    assert re.search(
+        r'field-recall_count.*?<div class="readonly">3</div>', response.content.decode(), re.S
+    )

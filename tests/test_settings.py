@@ -117,7 +117,8 @@ def test_compaction_defaults_match_the_design():
         ),
         (
             {"SUMMARY_STALL_SECONDS": 120},
-            r"'SUMMARY_STALL_SECONDS'\] \(120.0\) must be below 'SUMMARY_LEASE_SECONDS' \(120\)",
+            r"'SUMMARY_STALL_SECONDS'\] \(120.0\) must be below 'SUMMARY_LEASE_SECONDS' "
+            r"\(120, the default\)",
         ),
         ({"SUMMARY_STALL_SECONDS": 0}, r"'SUMMARY_STALL_SECONDS'\] must be > 0, got 0.0"),
     ],

@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from assistant import leases, telemetry
+from assistant.conf import compaction_config
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import (
     add_message,
@@ -250,21 +251,36 @@ def test_a_failing_summarizer_is_counted_with_its_fallback(fake_llm, settings, o
     assert len(otel.spans("chat offline-summarizer")) == 1
 
 
-@pytest.mark.django_db(transaction=True)
-def test_waiting_on_another_process_summary_is_counted(otel, conversation):
-    # A live holder: this test's own database session, for the next minute.
+def _hold_lease(conversation, *, progress_seconds_ago: float) -> None:
+    """A live holder (this test's own database session) whose last progress
+    was `progress_seconds_ago`: a holder renews its lease as its work advances."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
+    lease = timedelta(seconds=compaction_config().SUMMARY_LEASE_SECONDS - progress_seconds_ago)
     Conversation.objects.filter(pk=conversation.pk).update(
         summary_lease_token="00000000-0000-0000-0000-000000000001",
-        summary_lease_expires_at=timezone.now() + timedelta(minutes=1),
+        summary_lease_expires_at=timezone.now() + lease,
         summary_lease_holder_pid=pid,
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_waiting_on_another_process_summary_is_counted(otel, conversation):
+    _hold_lease(conversation, progress_seconds_ago=0)
 
     assert leases.wait_for_release(conversation.pk, timeout=0.1) is False
 
     assert otel.collect()[telemetry.LEASE_WAITS] == [({telemetry.OUTCOME: "timed_out"}, 1)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_giving_up_on_a_stalled_holder_is_counted(otel, conversation):
+    _hold_lease(conversation, progress_seconds_ago=60)
+
+    assert leases.wait_for_release(conversation.pk, timeout=5) is False
+
+    assert otel.collect()[telemetry.LEASE_WAITS] == [({telemetry.OUTCOME: "stalled"}, 1)]
 
 
 @pytest.mark.django_db(transaction=True)

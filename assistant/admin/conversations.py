@@ -52,7 +52,6 @@ class ConversationAdmin(admin.ModelAdmin):
         "context_size",
         "cost",
         "last_compaction",
-        "recall_count",  # calls of the recall tools (assistant.recall) the model made
     )
     list_display_links = ("id", "__str__")
     list_filter = (DeletedFilter, ContextFilter, ForkFilter, SummaryFilter, "updated_at")

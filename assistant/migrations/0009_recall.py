@@ -30,7 +30,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="conversation",
             name="recall_count",
-            field=models.PositiveIntegerField(default=0),
+            field=models.PositiveIntegerField(db_default=0, default=0),
         ),
         # search_history over a conversation's originals (SQLite, the demo's store,
         # falls back to a plain substring search).
