@@ -386,13 +386,21 @@ def test_the_database_refuses_a_second_result_for_one_call():
 @pytest.mark.parametrize("path", sorted(REAL.glob("*.jsonl")), ids=lambda p: p.stem)
 def test_every_real_conversation_replays_through_add_message(conversation, path):
     lines = path.read_text().splitlines()
+    refused = []
 
     for line in lines:
         message = json.loads(line)
         fields = {key: message[key] for key in ("tool_calls", "tool_call_id") if message.get(key)}
-        add_message(conversation, message["role"], message["content"], **fields)
+        try:
+            add_message(conversation, message["role"], message["content"], **fields)
+        except ValidationError as error:
+            refused.append((message["role"], message["content"], error.code))
 
-    assert conversation.messages.count() == len(lines)
+    # One model answer in cc-medgemma is empty (it was all thinking): refused, as
+    # every empty message is; everything else is stored.
+    empty = [("assistant", "", "empty_message")] if path.stem.startswith("cc-medgemma") else []
+    assert refused == empty
+    assert conversation.messages.count() == len(lines) - len(empty)
     results = conversation.messages.filter(role="tool")
     assert results.filter(tool_call_message__isnull=True).count() == 0
 
