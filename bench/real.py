@@ -8,7 +8,8 @@ token count of that request as the provider's `input_tokens`, then its tool
 results; after the last message of a user turn the exchange is stamped and
 the post-exchange pipeline (`process_exchange`) runs in-process.
 
-The peers run in memory (bench/baselines.py, bench/peers.py). One
+The peers run in memory (bench/baselines.py, bench/peers.py, and the two
+ported from their sources: bench/openhands.py, bench/server_compaction.py). One
 FakeSummarizer per strategy and conversation writes every summary. An
 exception in one strategy on one conversation is recorded, not fatal.
 Import after django.setup().

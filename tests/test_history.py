@@ -327,8 +327,9 @@ def test_a_third_result_for_a_reused_id_is_a_duplicate(with_tool_call):
     [
         {"name": "search", "arguments": {}},
         {"id": None, "name": "search", "arguments": {}},
+        {"id": "", "name": "search", "arguments": {}},
     ],
-    ids=["missing", "none"],
+    ids=["missing", "none", "empty"],
 )
 def test_a_call_without_an_id_gets_one_its_result_can_name(conversation, call):
     add_message(conversation, "user", "Find post 7")
@@ -385,22 +386,21 @@ def test_the_database_refuses_a_second_result_for_one_call():
 @pytest.mark.parametrize("path", sorted(REAL.glob("*.jsonl")), ids=lambda p: p.stem)
 def test_every_real_conversation_replays_through_add_message(conversation, path):
     lines = path.read_text().splitlines()
-    refused = 0
+    refused = []
 
     for line in lines:
         message = json.loads(line)
         fields = {key: message[key] for key in ("tool_calls", "tool_call_id") if message.get(key)}
-        if message["role"] == "assistant" and not message["content"].strip() and not fields:
-            # A model answer that was all thinking (the converter dropped it):
-            # refused as empty, and nothing is stored.
-            with pytest.raises(ValidationError) as raised:
-                add_message(conversation, message["role"], message["content"])
-            assert raised.value.code == "empty_message"
-            refused += 1
-            continue
-        add_message(conversation, message["role"], message["content"], **fields)
+        try:
+            add_message(conversation, message["role"], message["content"], **fields)
+        except ValidationError as error:
+            refused.append((message["role"], message["content"], error.code))
 
-    assert conversation.messages.count() == len(lines) - refused
+    # One model answer in cc-medgemma is empty (it was all thinking): refused, as
+    # every empty message is; everything else is stored.
+    empty = [("assistant", "", "empty_message")] if path.stem.startswith("cc-medgemma") else []
+    assert refused == empty
+    assert conversation.messages.count() == len(lines) - len(empty)
     results = conversation.messages.filter(role="tool")
     assert results.filter(tool_call_message__isnull=True).count() == 0
 
