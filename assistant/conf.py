@@ -133,6 +133,11 @@ class CompactionConfig:
     COMPACTION_TIMING: Literal["cache_aware", "eager"] = "cache_aware"
     # The provider's prompt-cache lifetime: 300 (Anthropic's default), 3600 for its 1-hour cache.
     CACHE_TTL_SECONDS: int = key(300, at_least=1)
+    # How a window summary is asked for: "transcript" (the summary model reads the
+    # newly old messages as a fresh transcript, input at 1.0x) or "cached_suffix" (the
+    # chat model gets the conversation's own request, which its prompt cache holds, with
+    # the summary instruction appended: input mostly at the cache-read price).
+    SUMMARY_REQUEST: Literal["transcript", "cached_suffix"] = "transcript"
     # A failed summary (or one that would not shrink the context) is retried
     # for the same split only after this delay, doubled at each failure.
     SUMMARY_RETRY_SECONDS: int = key(60, at_least=1)

@@ -14,11 +14,31 @@ from typing import Any
 
 from assistant.llm import convert
 from assistant.models import Conversation, Message
-from assistant.summaries import as_neutral
 from assistant.tokens import estimate_tokens
 from assistant.window import WindowState, load_window
 
 MISSING_RESULT = "[No result was recorded for this tool call]"
+
+
+def as_neutral(message: Message) -> dict:
+    """A message as the model sees it, in the neutral format of assistant.llm."""
+    content = getattr(message, "model_content", None)
+    if content is None:  # not loaded through model_view()
+        content = message.compacted_content
+    if content is None:
+        content = message.content
+    neutral: dict = {"role": message.role, "content": content}
+    blocks = getattr(message, "model_blocks", None)
+    if blocks is None and not hasattr(message, "model_blocks"):  # not loaded through model_view()
+        blocks = message.blocks if message.compacted_blocks is None else message.compacted_blocks
+    if blocks:
+        neutral["blocks"] = blocks
+    if message.tool_calls:
+        neutral["tool_calls"] = message.tool_calls
+    if message.role == Message.Role.TOOL:
+        neutral["tool_call_id"] = message.tool_call_id
+        neutral["tool_name"] = message.tool_name
+    return neutral
 
 
 class IncompleteToolCall(Exception):
@@ -99,7 +119,11 @@ def build_context(conversation: Conversation, *, allow_pending: bool = False) ->
     whatever the length of the conversation. Tool calls still waiting for
     their results raise IncompleteToolCall, unless `allow_pending` (the
     inspectors): then they are listed in `pending_calls`."""
-    state = load_window(conversation.pk)
+    return context_from_state(load_window(conversation.pk), allow_pending=allow_pending)
+
+
+def context_from_state(state: WindowState, *, allow_pending: bool = False) -> Context:
+    """build_context from a window state already loaded (e.g. under the summary lease)."""
     chat_rows = _repaired(state)
     system = state.system
     messages = _with_missing_results([as_neutral(row) for row in chat_rows], allow_pending)
@@ -111,7 +135,7 @@ def build_context(conversation: Conversation, *, allow_pending: bool = False) ->
         tool_results=sum(r.token_estimate for r in chat_rows if r.role == Message.Role.TOOL),
     )
     return Context(
-        conversation_id=conversation.pk,
+        conversation_id=state.conversation_id,
         system=system,
         parent_summary=state.parent_summary,
         window_summary=state.summary,

@@ -47,6 +47,9 @@ class MetadataKeys:
     SUMMARY_FAILURE = "summary_failure"
     # What compaction has saved under prompt caching (assistant.cache_ledger).
     CACHE_LEDGER = "cache_ledger"
+    # The tool specs ({name, description, parameters}) the last chat_step sent: a
+    # cached-suffix summary request sends them too, or the provider's cache misses.
+    CHAT_TOOLS = "chat_tools"
     # The provider's count of a request over our estimate of it: sizes the
     # context by estimates once compaction has made the provider's counts stale.
     TOKEN_RATIO = "token_ratio"

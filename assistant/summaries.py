@@ -25,10 +25,12 @@ from django.core.exceptions import ValidationError
 from assistant import llm
 from assistant.artifacts import render, updated_index, without_index
 from assistant.conf import CompactionConfig, compaction_config
+from assistant.context import Context, IncompleteToolCall, as_neutral, context_from_state
 from assistant.events import record_compaction, stopwatch
 from assistant.facts import summary_body, with_carried_facts, with_facts_within, without_markers
 from assistant.leases import Lease, summary_lease, wait_for_release
-from assistant.llm.prompts import render_transcript
+from assistant.llm.convert import InvalidRequest
+from assistant.llm.prompts import describe_message, render_transcript, suffix_instruction
 from assistant.logs import log_event
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
@@ -62,31 +64,47 @@ PENDING_KEYS = (
 class SummaryOutcome:
     text: str
     model: str
-    input_tokens: int
+    input_tokens: int  # the whole prompt, cached parts included
     output_tokens: int
     fallback: bool
     calls: int
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def usage_details(self) -> dict[str, int]:
+        """The cached part of the summarizer's input, for the event's details (cost.py
+        prices it at the cache prices)."""
+        if not (self.cache_read_tokens or self.cache_write_tokens):
+            return {}
+        return {
+            "summarizer_cache_read_tokens": self.cache_read_tokens,
+            "summarizer_cache_write_tokens": self.cache_write_tokens,
+        }
 
 
-def as_neutral(message: Message) -> dict:
-    """A message as the model sees it, in the neutral format of assistant.llm."""
-    content = getattr(message, "model_content", None)
-    if content is None:  # not loaded through model_view()
-        content = message.compacted_content
-    if content is None:
-        content = message.content
-    neutral: dict = {"role": message.role, "content": content}
-    blocks = getattr(message, "model_blocks", None)
-    if blocks is None and not hasattr(message, "model_blocks"):  # not loaded through model_view()
-        blocks = message.blocks if message.compacted_blocks is None else message.compacted_blocks
-    if blocks:
-        neutral["blocks"] = blocks
-    if message.tool_calls:
-        neutral["tool_calls"] = message.tool_calls
-    if message.role == Message.Role.TOOL:
-        neutral["tool_call_id"] = message.tool_call_id
-        neutral["tool_name"] = message.tool_name
-    return neutral
+@dataclass(frozen=True)
+class Suffix:
+    """What a "cached_suffix" summary request is made of: the context the
+    conversation's next request would send (its last one, plus what came since) and
+    the first message after the summarized part that stays verbatim."""
+
+    context: Context
+    first_kept: Message | None
+    tools: list[dict] | None = None
+
+
+def suffix_for(state: WindowState, newly_old: Sequence[Message]) -> Suffix | None:
+    """The cached-suffix request of a shift summarizing `newly_old`, or None when the
+    transcript path applies (the setting, or a turn whose tool calls are unanswered)."""
+    if compaction_config().SUMMARY_REQUEST != "cached_suffix" or not newly_old:
+        return None
+    try:
+        context = context_from_state(state)
+    except IncompleteToolCall:
+        return None
+    last = newly_old[-1].pk
+    first_kept = next((row for row in state.rows if row.pk > last), None)
+    return Suffix(context, first_kept, state.metadata.get(MetadataKeys.CHAT_TOOLS) or None)
 
 
 def summarize_messages(
@@ -97,6 +115,7 @@ def summarize_messages(
     max_tokens: int | None = None,
     provider: llm.Provider | None = None,
     index: dict | None = None,
+    suffix: Suffix | None = None,
 ) -> SummaryOutcome:
     """Summarize `messages` (merging into `previous_summary`), in chunks the
     summarizer can take. The artifact `index` (assistant.artifacts, rendered
@@ -106,16 +125,31 @@ def summarize_messages(
     (before and after each summarizer call, e.g. to renew the summary lease);
     when it returns False (the lease was lost) the work stops with LeaseLost.
     No database writes; raises if the provider fails and no fallback is
-    configured. `provider`: the configured one unless given."""
+    configured. `provider`: the configured one unless given. `suffix`: ask the
+    chat model with the conversation's own cached request instead ("cached_suffix",
+    one call), when the provider has a prompt cache to read."""
     config = compaction_config()
     previous_summary = without_index(previous_summary)
     # Only a provider given explicitly is passed on: llm.summarize picks the configured one.
     chosen = {"provider": provider} if provider is not None else {}
+    provider = provider or llm.get_provider()
     # The summarizer reads the previous summary whole, carried facts included: it can
     # merge them back into its text, and they are carried again only if it does not.
     body = previous_summary or None
     model, fallback, calls, tokens_in, tokens_out = "", False, 0, 0, 0
-    for chunk in _chunks(messages, config, previous_summary, provider or llm.get_provider()):
+    cache_read = cache_write = 0
+    chunks = _chunks(messages, config, previous_summary, provider)
+    request = _cached_request(suffix, messages, chunks, body, provider)
+    if request is not None:
+        _progress(on_chunk)
+        result = llm.summarize_cached(request, provider=provider)
+        _progress(on_chunk)
+        chunks = []
+        body = without_markers(summary_body(result.text))
+        model, fallback, calls = result.model, result.fallback, 1
+        tokens_in, tokens_out = result.usage.prompt_tokens, result.usage.output_tokens
+        cache_read, cache_write = result.usage.cache_read_tokens, result.usage.cache_write_tokens
+    for chunk in chunks:
         _progress(on_chunk)
         transcript = without_markers(render_transcript(chunk))
         result = llm.summarize(transcript, previous_summary=body, **chosen)
@@ -134,8 +168,56 @@ def summarize_messages(
         min(config.CARRIED_FACTS_MAX_TOKENS, rest - used(index_text)),
     )
     return SummaryOutcome(
-        with_index(text, index_text), model, tokens_in, tokens_out, fallback, calls
+        with_index(text, index_text),
+        model,
+        tokens_in,
+        tokens_out,
+        fallback,
+        calls,
+        cache_read,
+        cache_write,
     )
+
+
+def _cached_request(
+    suffix: Suffix | None,
+    messages: Sequence[Message],
+    chunks: list[list[dict]],
+    previous: str | None,
+    provider: llm.Provider,
+) -> llm.CachedRequest | None:
+    """The cached-suffix request, or None for the transcript path: no suffix asked, a
+    provider with no prompt cache (offline: no key), or a context the chat model could
+    not take with the instruction."""
+    if suffix is None or not provider.reads_prompt_cache or not messages:
+        return None
+    context = suffix.context
+    if context.tokens.total + SUFFIX_ROOM_TOKENS > provider.max_input_tokens:
+        return None
+    first_kept = as_neutral(suffix.first_kept) if suffix.first_kept is not None else None
+    request = llm.CachedRequest(
+        system=context.system,
+        summaries=context.summaries,
+        messages=context.messages,
+        instruction=suffix_instruction(
+            describe_message(as_neutral(messages[0])),
+            describe_message(first_kept) if first_kept else None,
+            bool(context.window_summary),
+        ),
+        # The same information for a summarizer without a cache (the offline fallback).
+        transcript="\n".join(without_markers(render_transcript(chunk)) for chunk in chunks),
+        previous_summary=previous,
+        tools=list(suffix.tools or ()),
+    )
+    try:  # the request's own check: never sent malformed
+        request.anthropic() if provider.name != "gemini" else request.gemini()
+    except InvalidRequest:
+        return None
+    return request
+
+
+# Room for the instruction and the summary beside the context, in tokens.
+SUFFIX_ROOM_TOKENS = 4000
 
 
 def shares(body: str, max_tokens: int | None, config: CompactionConfig) -> tuple[int, int]:
@@ -365,6 +447,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
                 on_chunk=lease.renew,
                 max_tokens=summary_room(state, config, kept),
                 index=index,
+                suffix=suffix_for(state, newly_old),
             )
         except LeaseLost:
             log_event("summary_discarded", conversation_id=conversation.pk, reason="lease_lost")
@@ -389,6 +472,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
                     "model": outcome.model,
                     "input_tokens": outcome.input_tokens,
                     "output_tokens": outcome.output_tokens,
+                    **outcome.usage_details(),
                 },
             },
         )
@@ -443,7 +527,11 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
             summarizer_model=usage.get("model", ""),
             summarizer_input_tokens=usage.get("input_tokens", 0),
             summarizer_output_tokens=usage.get("output_tokens", 0),
-            details={"through_message_id": through, "prebuilt": True},
+            details={
+                "through_message_id": through,
+                "prebuilt": True,
+                **{k: v for k, v in usage.items() if k.startswith("summarizer_cache_")},
+            },
         )
     return bool(stored)
 
@@ -522,7 +610,14 @@ def _summarize_and_store(
     provider = llm.OfflineProvider() if lease.took_over else None
     with stopwatch() as elapsed:
         outcome = _summarize_or_log(
-            state.conversation_id, newly_old, state.summary, lease, room, index, provider
+            state.conversation_id,
+            newly_old,
+            state.summary,
+            lease,
+            room,
+            index,
+            provider,
+            suffix_for(state, newly_old),
         )
     if outcome is None:
         record_failure(lease, state)
@@ -549,6 +644,7 @@ def _summarize_and_store(
             "through_message_id": through,
             "calls": outcome.calls,
             "fallback": outcome.fallback or lease.took_over,
+            **outcome.usage_details(),
             **({"took_over_stalled_lease": True} if lease.took_over else {}),
         },
     )
@@ -563,6 +659,7 @@ def _summarize_or_log(
     room: int,
     index: dict,
     provider: llm.Provider | None = None,
+    suffix: Suffix | None = None,
 ) -> SummaryOutcome | None:
     try:
         return summarize_messages(
@@ -572,6 +669,7 @@ def _summarize_or_log(
             max_tokens=room,
             provider=provider,
             index=index,
+            suffix=suffix,
         )
     except LeaseLost:
         log_event("summary_discarded", conversation_id=conversation_id, reason="lease_lost")

@@ -17,9 +17,17 @@ from assistant.llm.overflow import (
     response_overflowed,
 )
 from assistant.llm.prompts import build_summary_prompt, render_transcript, validate_summary
-from assistant.llm.registry import get_provider, offline_reason, provider_name, summarize
+from assistant.llm.registry import (
+    get_provider,
+    offline_reason,
+    provider_name,
+    summarize,
+    summarize_cached,
+)
+from assistant.llm.suffix import CachedRequest
 
 __all__ = [
+    "CachedRequest",
     "ChatResult",
     "OfflineProvider",
     "Provider",
@@ -38,5 +46,6 @@ __all__ = [
     "render_transcript",
     "response_overflowed",
     "summarize",
+    "summarize_cached",
     "validate_summary",
 ]

@@ -13,6 +13,7 @@ from assistant.llm.base import ChatResult, Provider, ProviderError, SummaryResul
 from assistant.llm.overflow import OVERFLOW_STOP_REASON, context_overflow, model_context_window
 from assistant.llm.prompts import build_summary_prompt, validate_summary
 from assistant.llm.responses import anthropic_result
+from assistant.llm.suffix import CachedRequest
 
 # A malformed 200 body surfaces as a ValueError (JSON decoding), not as an APIError.
 _CALL_ERRORS = (anthropic.APIError, ValueError)
@@ -39,6 +40,7 @@ def _retry_after_cap(seconds: float) -> Callable[[httpx2.Response], None]:
 
 class AnthropicProvider(Provider):
     name = "anthropic"
+    reads_prompt_cache = True
 
     def __init__(
         self,
@@ -101,23 +103,34 @@ class AnthropicProvider(Provider):
             system=system,
             messages=[{"role": "user", "content": user_text}],
         )
+        return self._summary(response, self.model)
+
+    def summarize_cached(self, request: CachedRequest) -> SummaryResult:
+        """The conversation's request to the chat model (its cache holds all of it
+        but the instruction), tools included so the cached prefix matches."""
+        response = self._create(
+            self.chat_model, max_tokens=self.max_output_tokens, **request.anthropic()
+        )
+        return self._summary(response, self.chat_model)
+
+    def _summary(self, response: Any, model: str) -> SummaryResult:
         if response.stop_reason == OVERFLOW_STOP_REASON:
             raise ProviderError(
                 "anthropic stopped at the context window",
                 provider=self.name,
-                model=self.model,
+                model=model,
                 overflow=True,
             )
         text = "".join(b.text for b in response.content if b.type == "text")
         try:
             text = validate_summary(text)
         except ProviderError as error:
-            error.provider, error.model = self.name, self.model
+            error.provider, error.model = self.name, model
             raise
         return SummaryResult(
             text=text,
             usage=Usage.from_anthropic(response.usage),
-            model=response.model or self.model,
+            model=response.model or model,
             provider=self.name,
         )
 

@@ -119,6 +119,13 @@ class Provider(abc.ABC):
     model: str  # the summary model
     chat_model: str
     max_input_tokens: int  # what one summarize() call can take in; callers chunk above it
+    # Can answer summarize_cached (a chat model behind a prompt cache; not the offline one).
+    reads_prompt_cache: bool = False
+
+    def summarize_cached(self, request: Any) -> SummaryResult:
+        """A summary from the chat model, asked with the conversation's own request and
+        the instruction appended (`assistant.llm.suffix.CachedRequest`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no prompt cache to read")
 
     @abc.abstractmethod
     def summarize(

@@ -20,6 +20,7 @@ from assistant.llm.base import (
 from assistant.llm.overflow import context_overflow, model_context_window
 from assistant.llm.prompts import build_summary_prompt, validate_summary
 from assistant.llm.responses import gemini_result
+from assistant.llm.suffix import CachedRequest
 
 RETRY_STATUS_CODES = [408, 429, 500, 502, 503, 504]
 # Timeouts and connection failures come through unwrapped from the SDK's HTTP stack; a
@@ -29,6 +30,7 @@ _CALL_ERRORS = (genai_errors.APIError, httpx2.HTTPError, ValueError)
 
 class GeminiProvider(Provider):
     name = "gemini"
+    reads_prompt_cache = True
 
     def __init__(
         self,
@@ -99,15 +101,35 @@ class GeminiProvider(Provider):
             system = f"{system}\n\n{instructions}"
         contents = [{"role": "user", "parts": [{"text": user_text}]}]
         response = self._generate(self.model, system, contents, self.max_output_tokens)
+        return self._summary(response, self.model)
+
+    def summarize_cached(self, request: CachedRequest) -> SummaryResult:
+        """The conversation's request to the chat model: implicit caching discounts the
+        prefix it repeats (system instruction, tools, contents)."""
+        shape = request.gemini()
+        extra: dict[str, Any] = {}
+        if shape["tools"]:
+            extra["tools"] = shape["tools"]
+            extra["automatic_function_calling"] = {"disable": True}
+        response = self._generate(
+            self.chat_model,
+            shape["system_instruction"],
+            shape["contents"],
+            self.max_output_tokens,
+            **extra,
+        )
+        return self._summary(response, self.chat_model)
+
+    def _summary(self, response: Any, model: str) -> SummaryResult:
         try:
             text = validate_summary(gemini_result(response).text)
         except ProviderError as error:
-            error.provider, error.model = self.name, self.model
+            error.provider, error.model = self.name, model
             raise
         return SummaryResult(
             text=text,
             usage=Usage.from_gemini(response.usage_metadata),
-            model=response.model_version or self.model,
+            model=response.model_version or model,
             provider=self.name,
         )
 

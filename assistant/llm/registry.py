@@ -10,6 +10,7 @@ from assistant.app_settings import app_setting
 from assistant.llm.base import Provider, ProviderError, SummaryResult
 from assistant.llm.offline import OfflineProvider
 from assistant.llm.prompts import validate_summary
+from assistant.llm.suffix import CachedRequest
 
 logger = logging.getLogger("assistant.llm")
 
@@ -152,19 +153,44 @@ def summarize(
             validate_summary(result.text)
         return result
     except ProviderError as error:
-        # Never the key or any message content: provider, model, class, status only.
-        cause = error.__cause__
-        logger.warning(
-            "summarizer call failed: provider=%s model=%s error=%s cause=%s status=%s reason=%s",
-            provider.name,
-            provider.model,
-            type(error).__name__,
-            type(cause).__name__ if cause else None,
-            error.status,
-            getattr(error, "reason", None),
-        )
+        _log_failure(provider, error, provider.model)
         if not app_setting("ASSISTANT_SUMMARY_FALLBACK") or isinstance(provider, OfflineProvider):
             raise
+    return _offline(provider, transcript, previous_summary)
+
+
+def summarize_cached(request: CachedRequest, *, provider: Provider) -> SummaryResult:
+    """A validated summary from `provider`'s chat model, asked with the conversation's
+    own cached request (`CachedRequest`); on failure or a rejected summary, the offline
+    summarizer's of `request.transcript`, unless fallback is off."""
+    try:
+        with telemetry.summarizer_call(provider.name, provider.chat_model) as span:
+            result = provider.summarize_cached(request)
+            telemetry.summarizer_usage(span, provider.name, provider.chat_model, result.usage)
+            validate_summary(result.text)
+        return result
+    except ProviderError as error:
+        _log_failure(provider, error, provider.chat_model)
+        if not app_setting("ASSISTANT_SUMMARY_FALLBACK"):
+            raise
+    return _offline(provider, request.transcript, request.previous_summary)
+
+
+def _log_failure(provider: Provider, error: ProviderError, model: str) -> None:
+    # Never the key or any message content: provider, model, class, status only.
+    cause = error.__cause__
+    logger.warning(
+        "summarizer call failed: provider=%s model=%s error=%s cause=%s status=%s reason=%s",
+        provider.name,
+        model,
+        type(error).__name__,
+        type(cause).__name__ if cause else None,
+        error.status,
+        getattr(error, "reason", None),
+    )
+
+
+def _offline(provider: Provider, transcript: str, previous_summary: str | None) -> SummaryResult:
     offline = OfflineProvider()
     telemetry.summarizer_fallback(provider.name, provider.model)
     with telemetry.summarizer_call(offline.name, offline.model) as span:
