@@ -9,16 +9,19 @@ or `lambda request: client.models.generate_content(model=M, **request)`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from assistant.conf import compaction_config
 from assistant.context import Context
 from assistant.hooks import call_with_overflow_recovery, ensure_context_summary
 from assistant.llm import convert
-from assistant.models import Conversation, Message
+from assistant.metadata import merge_metadata, read_metadata
+from assistant.models import Conversation, Message, MetadataKeys
 from assistant.responses import record_response
 
 PROVIDERS = ("anthropic", "gemini")
@@ -65,6 +68,49 @@ def model_request(
     return {"contents": shape["contents"], "config": config}
 
 
+def remember_chat_tools(conversation: Conversation, tools: Sequence[dict[str, Any]] | None) -> None:
+    """Keep the tool specs the host's model call sends ({name, description,
+    parameters}; None or [] for none), so that a "cached_suffix" window summary sends
+    them too: Anthropic caches tools ahead of the system prompt, and a request without
+    them would miss the cache. chat_step calls it; a host with its own loop calls it
+    when its tools change. Stored only under SUMMARY_REQUEST "cached_suffix", and
+    written only when they changed. Tool specs are definitions, never secrets."""
+    if compaction_config().SUMMARY_REQUEST != "cached_suffix":
+        return
+    specs = _tool_specs(tools)
+    # As JSON text: jsonb would reorder the schemas' keys, and the bytes must match.
+    stored = json.dumps(specs, ensure_ascii=False) if specs else None
+    if read_metadata(conversation.pk).get(MetadataKeys.CHAT_TOOLS) == stored:
+        return
+    if stored:
+        merge_metadata(
+            Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CHAT_TOOLS: stored}
+        )
+    else:
+        merge_metadata(
+            Conversation.objects.filter(pk=conversation.pk), remove=[MetadataKeys.CHAT_TOOLS]
+        )
+
+
+def _tool_specs(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    if tools is None:
+        return []
+    if isinstance(tools, (str, bytes, dict)) or not all(
+        isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"] for t in tools
+    ):
+        raise ValidationError(
+            "tools must be a list of {name, description, parameters} specs.", code="invalid_tools"
+        )
+    return [
+        {
+            "name": t["name"],
+            "description": t.get("description", ""),
+            "parameters": t.get("parameters"),
+        }
+        for t in tools
+    ]
+
+
 def _check_provider(provider: str) -> None:
     if provider not in PROVIDERS:
         raise ValidationError(
@@ -89,6 +135,7 @@ def chat_step(
     (`record_response`; `fields` go to it). Call it again while the step has
     tool calls, after adding their results."""
     _check_provider(provider)
+    remember_chat_tools(conversation, tools)
     ensure_context_summary(conversation)
     response = call_with_overflow_recovery(
         conversation,

@@ -5,7 +5,9 @@ What it cost (`chat`, `summarizer`): each recorded chat call (an assistant
 message with the usage its provider reported) priced as reported: uncached
 input, cache reads, cache writes and output at its model's prices; and each
 summarizer call (a CompactionEvent's summarizer tokens) at its model's
-input and output prices. Exact, as far as the recorded usage is.
+input and output prices, the cache reads and writes of a "cached_suffix"
+summary (the event's details) at its cache prices. Exact, as far as the
+recorded usage is.
 
 What sending everything would have cost (`everything`): the same calls, with
 the same answers (output), each carrying the whole uncompacted history
@@ -106,8 +108,11 @@ class Call:
 class SummarizerCall:
     at: datetime
     model: str
-    input_tokens: int
+    input_tokens: int  # the whole prompt, the cached parts below included
     output_tokens: int
+    # A "cached_suffix" summary reads the conversation's cached request.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass
@@ -161,7 +166,14 @@ def everything_cost(call: Call, cached: int, price: Price) -> float:
 
 
 def summarizer_cost(call: SummarizerCall, price: Price) -> float:
-    return (call.input_tokens * price.input + call.output_tokens * price.output) / PER_TOKENS
+    cached = call.cache_read_tokens + call.cache_write_tokens
+    uncached = max(0, call.input_tokens - cached)
+    return (
+        uncached * price.input
+        + call.cache_read_tokens * price.cache_read
+        + call.cache_write_tokens * price.cache_write
+        + call.output_tokens * price.output
+    ) / PER_TOKENS
 
 
 def cost_of(
@@ -257,6 +269,10 @@ def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, l
     return calls
 
 
+def _count(value: object) -> int:
+    return value if type(value) is int and value > 0 else 0
+
+
 def recorded_summarizer_calls(
     conversation_ids: Iterable[int] | None = None,
 ) -> dict[int, list[SummarizerCall]]:
@@ -266,14 +282,18 @@ def recorded_summarizer_calls(
     if conversation_ids is not None:
         events = events.filter(conversation_id__in=list(conversation_ids))
     found: dict[int, list[SummarizerCall]] = {}
-    for conversation_id, at, model, inp, out in events.order_by("id").values_list(
+    for conversation_id, at, model, inp, out, read, written in events.order_by("id").values_list(
         "conversation_id",
         "created_at",
         "summarizer_model",
         "summarizer_input_tokens",
         "summarizer_output_tokens",
+        # In the details: CompactionEvent has no cache columns (no migration for them).
+        "details__summarizer_cache_read_tokens",
+        "details__summarizer_cache_write_tokens",
     ):
-        found.setdefault(conversation_id, []).append(SummarizerCall(at, model, inp, out))
+        call = SummarizerCall(at, model, inp, out, _count(read), _count(written))
+        found.setdefault(conversation_id, []).append(call)
     return found
 
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from django.core.exceptions import ValidationError
 
 from assistant import compaction, emergency, forking, hooks, summaries
-from assistant.chat import Step, chat_step, model_request
+from assistant.chat import Step, chat_step, model_request, remember_chat_tools
 from assistant.context import Context, IncompleteToolCall, build_context, context_tokens
 from assistant.deletion import mark_deleted, require_live, restore_deleted
 from assistant.emergency import ContextTooLarge, compact_if_flagged
@@ -176,6 +176,7 @@ __all__ = [
     "queue_staff_action",
     "record_response",
     "regenerate_window_summary",
+    "remember_chat_tools",
     "restore_deleted",
     "restore_originals",
     "restore_preview",

@@ -15,6 +15,7 @@ written only while the lease is still ours.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -104,7 +105,8 @@ def suffix_for(state: WindowState, newly_old: Sequence[Message]) -> Suffix | Non
         return None
     last = newly_old[-1].pk
     first_kept = next((row for row in state.rows if row.pk > last), None)
-    return Suffix(context, first_kept, state.metadata.get(MetadataKeys.CHAT_TOOLS) or None)
+    tools = state.metadata.get(MetadataKeys.CHAT_TOOLS)  # JSON text: see chat.remember_chat_tools
+    return Suffix(context, first_kept, json.loads(tools) if tools else None)
 
 
 def summarize_messages(
