@@ -93,7 +93,10 @@ def _ensure_context_summary(conversation: Conversation) -> str | None:
     cold = not eager and state.cache_is_cold(config)
     tokens = state.context_tokens()
     trigger = config.CONTEXT_TOKEN_THRESHOLD
-    if cold or tokens >= config.COMPACT_WATERMARK * trigger:
+    # A cached-suffix summary re-sends the request as the cache holds it: at the
+    # trigger the shift goes first, and the results it keeps are compacted after it.
+    suffix_first = config.SUMMARY_REQUEST == "cached_suffix" and tokens >= trigger and not eager
+    if (cold or tokens >= config.COMPACT_WATERMARK * trigger) and not suffix_first:
         # At the trigger, on a cold cache, or without caching, any batch
         # goes; below it only one the conversation's savings pay for.
         free = cold or eager or tokens >= trigger
@@ -112,8 +115,12 @@ def _ensure_context_summary(conversation: Conversation) -> str | None:
         # context below what this one saw.
         share = min(1.0, state.context_tokens() / trigger) if at_trigger else 1.0
         summary = shift_window(conversation.pk, config, count=count, share=share)
-        _after_shift(state, cold=cold)
+        state = _after_shift(state, cold=cold)
+        if suffix_first:
+            compact_consumed_results(state, config, free=True, everything=cold)
         return summary
+    if suffix_first:  # a pre-built summary was adopted instead
+        state = compact_consumed_results(state, config, free=True, everything=cold) or state
     if not eager and early_shift_pays(state, config):
         if defer_to_worker(state, config):
             return state.summary
