@@ -116,6 +116,9 @@ class FakeSummarizer:
     lossy: bool = False
     latency: float = 0.0  # seconds per call, for the concurrency measure
     calls: list[Call] = field(default_factory=list)
+    # The Anthropic payloads of "cached_suffix" summary requests, for the replay to
+    # price against the request before them (bench.payload.CostMeter.suffix_cost).
+    cached_payloads: list[dict[str, Any]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -196,6 +199,10 @@ _DEFAULT_INSTRUCTIONS = (
 )
 
 
+# The kind of a "cached_suffix" window summary in FakeSummarizer.totals().
+SUFFIX = "window (cached suffix)"
+
+
 def _hash(text: str) -> int:
     return int.from_bytes(hashlib.sha1(text.encode()).digest()[:4], "big")
 
@@ -231,6 +238,23 @@ def make_provider(summarizer: FakeSummarizer, kind_of: Any = None) -> Any:
                 text=text,
                 usage=Usage(input_tokens=tokens_in, output_tokens=tokens_out),
                 model=self.model,
+                provider=self.name,
+            )
+
+        # "cached_suffix": the same information as the transcript path (the newly old
+        # messages, the previous summary), so probes and facts compare; the replay
+        # prices the request's shape, kept here.
+        reads_prompt_cache = True
+
+        def summarize_cached(self, request: Any) -> SummaryResult:
+            summarizer.cached_payloads.append(request.anthropic())
+            text, tokens_in, tokens_out = summarizer.summarize_text(
+                request.transcript, previous_summary=request.previous_summary, kind=SUFFIX
+            )
+            return SummaryResult(
+                text=text,
+                usage=Usage(input_tokens=tokens_in, output_tokens=tokens_out),
+                model=self.chat_model,
                 provider=self.name,
             )
 

@@ -258,6 +258,20 @@ class CostMeter:
             self.missing = [probe for probe in probes if probe not in text]
         return figures
 
+    def suffix_cost(self, payload: dict[str, Any]) -> float:
+        """A "cached_suffix" summary request, priced without recording it: its leading
+        units identical to the last recorded request at the cache-read price, the rest
+        (what came since, the instruction) at the cache-write price."""
+        units = _units(payload)
+        same = 0
+        for before, now in zip(self._previous, units, strict=False):
+            if before != now:
+                break
+            same += 1
+        cached = sum(self._previous_tokens[:same])
+        rest = sum(unit_tokens(unit) for unit in units[same:])
+        return CACHE_READ * cached + CACHE_WRITE * rest
+
     def record_recall(self, context_tokens: int, recalled_tokens: int) -> None:
         """One probe recovered by one more request: the context at the cache-read
         price, the recalled text at the cache-write price."""

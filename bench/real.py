@@ -23,17 +23,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+from django.test import override_settings
+
 from assistant import services
 from assistant.models import Conversation
 from bench import peers as lib
 from bench.baselines import Everything, Reference
 from bench.chat import finish_turn, store
-from bench.fake_summarizer import FakeSummarizer
+from bench.fake_summarizer import SUFFIX, FakeSummarizer
 from bench.measures import price_recalls, use_fake
 from bench.openhands import OpenHandsCondenser
 from bench.payload import CostMeter
 from bench.server_compaction import ServerCompaction
-from bench.sessions import COMPACT, EVERYTHING, OPENHANDS, OURS, SYSTEM_PROMPT, Session
+from bench.sessions import (
+    COMPACT,
+    EVERYTHING,
+    OPENHANDS,
+    OURS,
+    OURS_SUFFIX,
+    SYSTEM_PROMPT,
+    Session,
+)
 from bench.strategies import PayloadBuilder, Strategy
 
 
@@ -114,10 +125,22 @@ def replay_in_memory(session: Session, strategy: Strategy, summarizer: FakeSumma
 COUNTERS = ("summaries", "placeholders", "condensations", "compactions")
 
 
-def replay_ours(session: Session, summarizer: FakeSummarizer) -> Outcome:
-    outcome = Outcome(OURS, session.name, CostMeter())
+def replay_ours(session: Session, summarizer: FakeSummarizer, name: str = OURS) -> Outcome:
+    """Our strategy under the settings in force; a "cached_suffix" summary request is
+    priced against the chat request before it (`CostMeter.suffix_cost`), every other
+    summarizer input at 1.0x."""
+    outcome = Outcome(name, session.name, CostMeter())
     started = time.perf_counter()
     ends = session.turn_ends()
+    suffix_cost = 0.0
+
+    def price_suffix_requests() -> None:
+        nonlocal suffix_cost
+        while len(summarizer.cached_payloads) > priced[0]:
+            suffix_cost += outcome.meter.suffix_cost(summarizer.cached_payloads[priced[0]])
+            priced[0] += 1
+
+    priced = [0]
     with use_fake(summarizer):
         conversation = Conversation.objects.create(
             title=f"real {session.name}", system_prompt=SYSTEM_PROMPT
@@ -127,6 +150,7 @@ def replay_ours(session: Session, summarizer: FakeSummarizer) -> Outcome:
                 fields: dict[str, Any] = {}
                 if message["role"] == "assistant":
                     services.ensure_context_summary(conversation)
+                    price_suffix_requests()
                     context = services.build_context(conversation)
                     payload = context.to_anthropic()
                     figures = outcome.meter.record(payload, session.probes.get(index, []))
@@ -135,11 +159,24 @@ def replay_ours(session: Session, summarizer: FakeSummarizer) -> Outcome:
                 store(conversation, message, **fields)
                 if index in ends:
                     finish_turn(conversation)
+                    price_suffix_requests()
         except Exception as exc:  # reported per conversation, the run goes on
             outcome.error = _failed(exc)
     outcome.summarizer = summarizer.totals()
+    if summarizer.cached_payloads:
+        transcript = outcome.summarizer_input - outcome.summarizer.get(SUFFIX, {}).get(
+            "input_tokens", 0
+        )
+        outcome.summarizer_cost = transcript + suffix_cost
     outcome.seconds = time.perf_counter() - started
     return outcome
+
+
+def replay_ours_suffix(session: Session, summarizer: FakeSummarizer) -> Outcome:
+    """Ours with SUMMARY_REQUEST "cached_suffix", the other settings as in force."""
+    keys = {**(getattr(settings, "ASSISTANT_COMPACTION", None) or {})}
+    with override_settings(ASSISTANT_COMPACTION={**keys, "SUMMARY_REQUEST": "cached_suffix"}):
+        return replay_ours(session, summarizer, name=OURS_SUFFIX)
 
 
 def peers() -> dict[str, Callable[[FakeSummarizer], Strategy]]:
@@ -167,6 +204,10 @@ def replay_all(
     for session in sessions:
         progress(f"real {session.name}: ours ({session.model_calls} model calls)")
         results[OURS].append(replay_ours(session, FakeSummarizer()))
+    results[OURS_SUFFIX] = []
+    for session in sessions:
+        progress(f"real {session.name}: ours, cached-suffix summaries")
+        results[OURS_SUFFIX].append(replay_ours_suffix(session, FakeSummarizer()))
     for name, make in peers().items():
         progress(f"real sessions: {name}")
         results[name] = []

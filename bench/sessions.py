@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 OURS = "ours"
+OURS_SUFFIX = "ours (cached suffix)"
 EVERYTHING = "send everything"
 LANGCHAIN = "LangChain SummarizationMiddleware"
 LANGMEM = "langmem summarize_messages"

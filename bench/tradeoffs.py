@@ -31,6 +31,7 @@ SMALLEST = {
 }
 SETTINGS: list[tuple[str, dict[str, Any]]] = [
     ("defaults", {}),
+    ("cached-suffix summaries", {"SUMMARY_REQUEST": "cached_suffix"}),
     ("eager timing", {"COMPACTION_TIMING": "eager"}),
     ("compact from 0.15 of the trigger", {"COMPACT_WATERMARK": 0.15}),
     ("compact from 0.6 of the trigger", {"COMPACT_WATERMARK": 0.6}),
@@ -105,7 +106,7 @@ def measure_real(label: str, keys: dict[str, Any], sessions: list, everything: d
             sums["cost"] += outcome.cost
             sums["reads"] += sum(CACHE_READ * r.cached_tokens for r in requests)
             sums["writes"] += sum(CACHE_WRITE * (r.tokens - r.cached_tokens) for r in requests)
-            sums["summarizer"] += outcome.summarizer_input
+            sums["summarizer"] += outcome.cost - outcome.meter.cost  # as the strategy priced it
             row.largest = max(row.largest, outcome.meter.largest)
             row.probes += outcome.meter.probes
             row.probes_kept += outcome.meter.probes_kept
