@@ -327,9 +327,8 @@ def test_a_third_result_for_a_reused_id_is_a_duplicate(with_tool_call):
     [
         {"name": "search", "arguments": {}},
         {"id": None, "name": "search", "arguments": {}},
-        {"id": "", "name": "search", "arguments": {}},
     ],
-    ids=["missing", "none", "empty"],
+    ids=["missing", "none"],
 )
 def test_a_call_without_an_id_gets_one_its_result_can_name(conversation, call):
     add_message(conversation, "user", "Find post 7")
