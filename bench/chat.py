@@ -29,4 +29,3 @@ def finish_turn(conversation: Conversation) -> None:
     pipeline runs, in-process."""
     Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
     services.process_exchange(conversation.pk)
-

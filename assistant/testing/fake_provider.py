@@ -240,7 +240,9 @@ def anthropic_request_problem(body: Any) -> str | None:
             if block.get("type") == "text" and not block.get("text", "").strip():
                 return "messages: text content blocks must contain non-whitespace text"
         if message.get("role") == "assistant" and blocks[-1].get("type") in _THINKING:
-            return f"messages.{index}: The final block in an assistant message cannot be `thinking`."
+            return (
+                f"messages.{index}: The final block in an assistant message cannot be `thinking`."
+            )
         results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
         stray = [r for r in results if r not in calls]
         if stray:
