@@ -705,7 +705,7 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
     assert recall["handles_seen"] > 0
     assert (recall["recalled_role"], recall["original_in_request"]) == ("tool", False)
     assert recall["header"].startswith("[ref m")
-    assert " · tool result of get_blog_post {\"id\": " in recall["header"]
+    assert ' · tool result of get_blog_post {"id": ' in recall["header"]
     assert recall["holds_original"] is True
     assert recall["recall_count"] == 1
     # The whole usage the provider reported, cache reads and writes included, was stored.
