@@ -5,6 +5,9 @@ The host's `call_model(request)` adds what only it knows (model, max_tokens)
 and calls its own SDK client, e.g.
 `lambda request: client.messages.create(model=M, max_tokens=1024, **request)`
 or `lambda request: client.models.generate_content(model=M, **request)`.
+With `recall=True` the model is also offered the recall tools (assistant.recall),
+and `answer_tool_calls` answers them from the stored originals, the host's own
+tools with the host's function.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from django.core.exceptions import ValidationError
 
 from assistant.conf import compaction_config
 from assistant.context import Context
+from assistant.history import add_message
 from assistant.hooks import call_with_overflow_recovery, ensure_context_summary
 from assistant.llm import convert
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import Conversation, Message, MetadataKeys
+from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
 from assistant.responses import record_response
 
 PROVIDERS = ("anthropic", "gemini")
@@ -46,13 +51,19 @@ class Step:
 
 
 def model_request(
-    context: Context, provider: str = "anthropic", tools: Sequence[dict[str, Any]] | None = None
+    context: Context,
+    provider: str = "anthropic",
+    tools: Sequence[dict[str, Any]] | None = None,
+    *,
+    recall: bool = False,
 ) -> dict[str, Any]:
     """The keyword arguments of the provider's SDK call for this context, but the model
     (and Anthropic's max_tokens): Anthropic's `messages.create` gets system, messages and
     tools; google-genai's `models.generate_content` gets contents and a config holding the
-    system instruction and tools. `tools`: {name, description, parameters} specs."""
+    system instruction and tools. `tools`: {name, description, parameters} specs; with
+    `recall`, the recall and search_history tools after them."""
     _check_provider(provider)
+    tools = _with_recall_tools(tools) if recall else tools
     if provider == "anthropic":
         request = context.to_anthropic()
         if tools:
@@ -111,6 +122,17 @@ def _tool_specs(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
     ]
 
 
+def _with_recall_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    taken = [tool["name"] for tool in tools or () if is_recall_tool(tool["name"])]
+    if taken:
+        raise ValidationError(
+            f"The host's tools already have a tool named {taken[0]!r}, a name of the recall "
+            "tools: rename it, or pass recall=False.",
+            code="tool_name_taken",
+        )
+    return [*(tools or ()), *NEUTRAL_TOOLS]
+
+
 def _check_provider(provider: str) -> None:
     if provider not in PROVIDERS:
         raise ValidationError(
@@ -125,21 +147,43 @@ def chat_step(
     *,
     provider: str = "anthropic",
     tools: Sequence[dict[str, Any]] | None = None,
+    recall: bool = False,
     window_tokens: int | None = None,
     **fields: Any,
 ) -> Step:
-    """Run the pre-call hook, build the request (`model_request`), call
-    `call_model(request)` with overflow recovery (emergency compaction and a
-    retry on a context-overflow error; `window_tokens` as in
+    """Run the pre-call hook, build the request (`model_request`; `recall` offers the
+    recall tools beside `tools`), call `call_model(request)` with overflow recovery
+    (emergency compaction and a retry on a context-overflow error; `window_tokens` as in
     call_with_overflow_recovery) and record the response with its whole usage
-    (`record_response`; `fields` go to it). Call it again while the step has
-    tool calls, after adding their results."""
+    (`record_response`; `fields` go to it). Call it again while the step has tool calls,
+    after adding their results (`answer_tool_calls`). A step with no tool calls ends the
+    turn, an empty answer too (stored as it came; requests leave it out)."""
     _check_provider(provider)
-    remember_chat_tools(conversation, tools)
+    # A name clash with the recall tools is refused before any call.
+    sent = _with_recall_tools(tools) if recall else tools
+    remember_chat_tools(conversation, sent)
     ensure_context_summary(conversation)
     response = call_with_overflow_recovery(
         conversation,
-        lambda context: call_model(model_request(context, provider, tools)),
+        lambda context: call_model(model_request(context, provider, tools, recall=recall)),
         window_tokens=window_tokens,
     )
     return Step(record_response(conversation, response, **fields), response)
+
+
+def answer_tool_calls(
+    conversation: Conversation,
+    tool_calls: Sequence[dict[str, Any]],
+    run_tool: Callable[[str, dict[str, Any]], str],
+) -> list[Message]:
+    """Run each call and store its result, in order: `recall` and `search_history` are
+    answered from the stored originals (`run_tool_call`), any other by the host's
+    `run_tool(name, arguments)`, which returns the result as text."""
+    results = []
+    for call in tool_calls:
+        if is_recall_tool(call["name"]):
+            text = run_tool_call(conversation, call["name"], call["arguments"])
+        else:
+            text = run_tool(call["name"], call["arguments"])
+        results.append(add_message(conversation, "tool", text, tool_call_id=call["id"]))
+    return results

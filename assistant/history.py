@@ -35,6 +35,7 @@ _CALL_WITH_ID = (
 # The columns' own limits: PositiveIntegerField on PostgreSQL, CharField(max_length=255).
 _MAX_COUNT = 2**31 - 1
 _MAX_NAME_CHARS = Message._meta.get_field("tool_call_id").max_length
+_NEEDS_CONTENT = (Message.Role.USER, Message.Role.SYSTEM)
 _FIELDS = {
     "tool_calls",
     "tool_call_id",
@@ -62,17 +63,12 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
     metadata = _validated_metadata(fields.get("metadata"))
     tool_calls = _validated_tool_calls(role, fields.get("tool_calls"))
     blocks = validate_blocks(role, fields.get("blocks"), compaction_config().MAX_CONTENT_BYTES)
-    if (
-        role != Message.Role.TOOL
-        and not content.strip()
-        and not tool_calls
-        and not has_media(blocks)
-    ):
-        # Providers refuse an empty turn; the converters would have to drop it, and a
-        # request could then start with the assistant.
+    if role in _NEEDS_CONTENT and not content.strip() and not has_media(blocks):
+        # A model answer is stored as it came, even with nothing in it (Claude may end a
+        # turn with only thinking, or no content at all): the converters leave such an
+        # answer out of requests. A user or system message with nothing is a host's bug.
         raise ValidationError(
-            f"An empty {role} message (no text, no tool calls, no image or document) "
-            "cannot be stored.",
+            f"An empty {role} message (no text, no image or document) cannot be stored.",
             code="empty_message",
         )
     usage = {name: _validated_count(name, fields.get(name)) for name in _USAGE_FIELDS}

@@ -16,7 +16,13 @@ from typing import Any, TypeVar
 from django.core.exceptions import ValidationError
 
 from assistant import compaction, emergency, forking, hooks, summaries
-from assistant.chat import Step, chat_step, model_request, remember_chat_tools
+from assistant.chat import (
+    Step,
+    answer_tool_calls,
+    chat_step,
+    model_request,
+    remember_chat_tools,
+)
 from assistant.context import Context, IncompleteToolCall, build_context, context_tokens
 from assistant.deletion import mark_deleted, require_live, restore_deleted
 from assistant.emergency import ContextTooLarge, compact_if_flagged
@@ -154,6 +160,7 @@ __all__ = [
     "Outcome",
     "Step",
     "add_message",
+    "answer_tool_calls",
     "build_context",
     "call_with_overflow_recovery",
     "chat_step",

@@ -14,12 +14,9 @@ from assistant.models import Conversation
 
 
 def store(conversation: Conversation, message: dict[str, Any], **fields: Any) -> None:
-    """One neutral message of a replay, through add_message. An assistant
-    message with neither text nor tool calls (a model answer that was all
-    thinking, in cc-medgemma) is not stored: add_message refuses it, as a chat
-    backend would have nothing to store; its request was made all the same."""
-    if message["role"] == "assistant" and is_empty(message):
-        return
+    """One neutral message of a replay, through add_message; an assistant message
+    with neither text nor tool calls (a model answer that was all thinking, in
+    cc-medgemma) is stored too, as a chat backend stores what the model said."""
     if message.get("tool_calls"):
         fields["tool_calls"] = message["tool_calls"]
     if message["role"] == "tool":
@@ -32,7 +29,3 @@ def finish_turn(conversation: Conversation) -> None:
     pipeline runs, in-process."""
     Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
     services.process_exchange(conversation.pk)
-
-
-def is_empty(message: dict[str, Any]) -> bool:
-    return not (message.get("content") or "").strip() and not message.get("tool_calls")

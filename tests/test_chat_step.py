@@ -211,6 +211,100 @@ def test_a_gemini_function_call_without_an_id_round_trips(fake_llm, conversation
     )
 
 
+def thinking_call(client):
+    def call_model(request):
+        return client.messages.create(
+            model="claude-sonnet-4-6",
+            max_tokens=4096,
+            thinking={"type": "enabled", "budget_tokens": 2048},
+            **request,
+        )
+
+    return call_model
+
+
+def test_an_all_thinking_answer_is_stored_and_the_turns_thinking_still_goes_back(
+    fake_llm, conversation
+):
+    client = anthropic_client(fake_llm)
+    fake_llm.script_anthropic(
+        ok(thinking="The title misspells Hello.", tool_calls=[CALL]),
+        ok(text="", thinking="The fix is in; nothing to say."),
+        ok("Post 42 is fixed."),
+    )
+    add_message(conversation, "user", "Fix the typo in post 42")
+    first = chat_step(conversation, thinking_call(client), tools=TOOLS)
+    add_message(conversation, "tool", "<h1>Helo</h1>", tool_call_id="toolu_01")
+
+    empty = chat_step(conversation, thinking_call(client), tools=TOOLS)
+    # A host that asks again (the turn had no answer): the fake server refuses, in the
+    # API's words, an assistant message ending with thinking, and a tool-use turn whose
+    # thinking went missing.
+    again = chat_step(conversation, thinking_call(client), tools=TOOLS)
+
+    assert (empty.text, empty.tool_calls) == ("", [])
+    assert empty.message.blocks == [thinking_block("The fix is in; nothing to say.")]
+    assert again.text == "Post 42 is fixed."
+    assert list(conversation.messages.values_list("role", "content")) == [
+        ("user", "Fix the typo in post 42"),
+        ("assistant", ""),
+        ("tool", "<h1>Helo</h1>"),
+        ("assistant", ""),
+        ("assistant", "Post 42 is fixed."),
+    ]
+    sent = fake_llm.requests_for("anthropic.messages")[2].body["messages"]
+    assert [(m["role"], [b["type"] for b in m["content"]]) for m in sent] == [
+        ("user", ["text"]),
+        ("assistant", ["thinking", "tool_use"]),
+        ("user", ["tool_result"]),
+    ]
+    assert sent[1]["content"][0] == first.message.blocks[0]
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "gemini"])
+def test_after_an_empty_answer_the_next_turns_request_is_valid(fake_llm, conversation, provider):
+    if provider == "anthropic":
+        client = anthropic_client(fake_llm)
+        fake_llm.script_anthropic(ok(tool_calls=[CALL]), ok(text=""), ok("Post 43 is fine."))
+
+        def call_model(request):
+            return client.messages.create(model="claude-sonnet-4-6", max_tokens=1024, **request)
+    else:
+        client = gemini_client(fake_llm)
+        fake_llm.script_gemini(ok(tool_calls=[CALL]), ok(text=""), ok("Post 43 is fine."))
+
+        def call_model(request):
+            return client.models.generate_content(model="gemini-2.5-flash", **request)
+
+    add_message(conversation, "user", "Fix the typo in post 42")
+    chat_step(conversation, call_model, provider=provider, tools=TOOLS)
+    add_message(conversation, "tool", "<h1>Helo</h1>", tool_call_id="toolu_01")
+    empty = chat_step(conversation, call_model, provider=provider, tools=TOOLS)
+    add_message(conversation, "user", "And post 43?")
+    # The fake server refuses, in each API's words, empty content and a broken alternation.
+    last = chat_step(conversation, call_model, provider=provider, tools=TOOLS)
+
+    assert (empty.text, empty.tool_calls, empty.message.blocks) == ("", [], None)
+    assert last.text == "Post 43 is fine."
+    assert conversation.messages.filter(role="assistant", content="").count() == 2
+    if provider == "anthropic":
+        sent = fake_llm.requests_for("anthropic.messages")[2].body["messages"]
+        shape = [(m["role"], [b["type"] for b in m["content"]]) for m in sent]
+        assert shape == [
+            ("user", ["text"]),
+            ("assistant", ["tool_use"]),
+            ("user", ["tool_result", "text"]),
+        ]
+    else:
+        sent = fake_llm.requests_for("gemini.generate")[2].body["contents"]
+        shape = [(c["role"], [next(iter(p)) for p in c["parts"]]) for c in sent]
+        assert shape == [
+            ("user", ["text"]),
+            ("model", ["functionCall"]),
+            ("user", ["functionResponse", "text"]),
+        ]
+
+
 def test_an_overflow_is_recovered_inside_the_step(fake_llm):
     client = anthropic_client(fake_llm)
     conversation, _ = tool_heavy_conversation()

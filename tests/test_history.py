@@ -45,6 +45,26 @@ def test_an_assistant_message_with_empty_text_beside_tool_calls_is_stored(conver
     assert (message.content, len(message.tool_calls)) == ("\n", 1)
 
 
+@pytest.mark.parametrize(
+    "blocks",
+    [None, [{"type": "thinking", "thinking": "Nothing to add.", "signature": "sig-1"}]],
+    ids=["no-content", "only-thinking"],
+)
+def test_a_model_answer_with_no_text_and_no_tool_calls_is_stored(conversation, blocks):
+    add_message(conversation, "user", "Thanks, that's all")
+
+    message = add_message(conversation, "assistant", "", blocks=blocks)
+
+    message.refresh_from_db()
+    assert (message.role, message.content, message.tool_calls, message.blocks) == (
+        "assistant",
+        "",
+        None,
+        blocks,
+    )
+    assert conversation.messages.count() == 2
+
+
 def test_an_empty_tool_result_is_stored(with_tool_call):
     result = add_message(with_tool_call, "tool", "", tool_call_id="call_1")
 
@@ -127,11 +147,6 @@ BAD_INPUT = [
     ),
     pytest.param({"role": "user", "content": ""}, "empty_message", id="empty-user-message"),
     pytest.param({"role": "user", "content": " \n\t"}, "empty_message", id="blank-user-message"),
-    pytest.param(
-        {"role": "assistant", "content": "", "tool_calls": []},
-        "empty_message",
-        id="empty-assistant-message",
-    ),
     pytest.param({"role": "system", "content": ""}, "empty_message", id="empty-system-message"),
     pytest.param({"role": "user", "content": "nul\x00byte"}, "nul_byte", id="nul-byte"),
     pytest.param(
@@ -395,11 +410,9 @@ def test_every_real_conversation_replays_through_add_message(conversation, path)
         except ValidationError as error:
             refused.append((message["role"], message["content"], error.code))
 
-    # One model answer in cc-medgemma is empty (it was all thinking): refused, as
-    # every empty message is; everything else is stored.
-    empty = [("assistant", "", "empty_message")] if path.stem.startswith("cc-medgemma") else []
-    assert refused == empty
-    assert conversation.messages.count() == len(lines) - len(empty)
+    # Every message is stored, the model answer of cc-medgemma that was all thinking too.
+    assert refused == []
+    assert conversation.messages.count() == len(lines)
     results = conversation.messages.filter(role="tool")
     assert results.filter(tool_call_message__isnull=True).count() == 0
 

@@ -4,7 +4,13 @@ import json
 
 import pytest
 
-from assistant.llm.convert import MAX_CACHE_BREAKPOINTS, InvalidRequest, to_anthropic, to_gemini
+from assistant.llm.convert import (
+    MAX_CACHE_BREAKPOINTS,
+    InvalidRequest,
+    check_anthropic_messages,
+    to_anthropic,
+    to_gemini,
+)
 
 EPHEMERAL = {"type": "ephemeral"}
 
@@ -142,6 +148,87 @@ def test_empty_messages_are_left_out():
 
 CALL_A = {"id": "a", "name": "search", "arguments": {}}
 RESULT_A = {"role": "tool", "content": "found", "tool_call_id": "a", "tool_name": "search"}
+THINKING = {"type": "thinking", "thinking": "Nothing to add.", "signature": "sig-1"}
+REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgB"}
+
+
+def test_an_answer_that_was_all_thinking_is_left_out_with_nothing_after_it():
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL_A]},
+        RESULT_A,
+        {"role": "assistant", "content": "", "blocks": [THINKING, REDACTED]},
+    ]
+
+    anthropic = to_anthropic("", [], messages)["messages"]
+    gemini = to_gemini("", [], messages)["contents"]
+
+    assert [(m["role"], [b["type"] for b in m["content"]]) for m in anthropic] == [
+        ("user", ["text"]),
+        ("assistant", ["tool_use"]),
+        ("user", ["tool_result"]),
+    ]
+    assert [(c["role"], [next(iter(p)) for p in c["parts"]]) for c in gemini] == [
+        ("user", ["text"]),
+        ("model", ["function_call"]),
+        ("user", ["function_response"]),
+    ]
+
+
+def test_an_all_thinking_answer_opens_the_assistant_message_after_it():
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "blocks": [THINKING]},
+        {"role": "assistant", "content": ""},
+        {"role": "assistant", "content": "Searching.", "tool_calls": [CALL_A]},
+        RESULT_A,
+    ]
+
+    anthropic = to_anthropic("", [], messages)["messages"]
+
+    assert anthropic[1] == {
+        "role": "assistant",
+        "content": [
+            THINKING,
+            {"type": "text", "text": "Searching."},
+            {"type": "tool_use", "id": "a", "name": "search", "input": {}},
+        ],
+    }
+    assert [m["role"] for m in anthropic] == ["user", "assistant", "user"]
+
+
+def test_an_empty_answer_between_two_user_messages_leaves_one_user_turn():
+    messages = [
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "", "blocks": [THINKING]},
+        {"role": "user", "content": "Are you there?"},
+    ]
+
+    anthropic = to_anthropic("", [], messages)["messages"]
+    gemini = to_gemini("", [], messages)["contents"]
+
+    assert anthropic == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Hello"},
+                {"type": "text", "text": "Are you there?", "cache_control": EPHEMERAL},
+            ],
+        }
+    ]
+    assert gemini == [{"role": "user", "parts": [{"text": "Hello"}, {"text": "Are you there?"}]}]
+
+
+def test_an_assistant_message_ending_with_thinking_is_refused_by_the_check():
+    request = [
+        {"role": "user", "content": [{"type": "text", "text": "go"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Hm."}, THINKING]},
+    ]
+
+    with pytest.raises(InvalidRequest, match=r"messages\[1\] ends with a thinking block"):
+        check_anthropic_messages(request)
+
+
 BROKEN = {
     "an empty first user message": [
         {"role": "user", "content": ""},

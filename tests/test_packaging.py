@@ -516,14 +516,51 @@ django.setup()
 
 README_USAGE
 
-for turn in range(TURNS - 2):
+for turn in range(TURNS - 3):
     last_answer = answer(conversation, f"Fix the typo in post {100 + turn}")
 
+import re
 import time
+import urllib.request
 
 from django.db.models import F
 
 from assistant.models import CompactionEvent, Message
+from assistant.services import build_context
+
+# The last turn: the model recalls a tool result whose handle it sees in its request (in a
+# compacted result or the summary's artifact index), its original out of view.
+def text_of(block):
+    content = block.get("content", block.get("text")) or ""
+    return content if isinstance(content, str) else "\\n".join(text_of(b) for b in content)
+
+
+request = build_context(conversation).to_anthropic()
+texts = [block["text"] for block in request["system"]] + [
+    text_of(block) for message in request["messages"] for block in message["content"]
+]
+seen = [
+    number
+    for number in dict.fromkeys(
+        int(n) for n in re.findall(r"\\bref m(\\d+)\\b(?!\\.\\.)", "\\n".join(texts))
+    )
+    if Message.objects.filter(pk=number, role="tool").exists()
+]
+post = 100 + TURNS - 3
+calls = [
+    {"name": "get_blog_post", "arguments": {"id": post}},
+    {"name": "recall", "arguments": {"handle": f"m{seen[0]}"}},
+]
+script = {
+    "provider": "anthropic",
+    "replies": [{"tool_calls": calls}, {"text": f"Fixed the typo in post {post}."}],
+}
+urllib.request.urlopen(urllib.request.Request(
+    os.environ["ANTHROPIC_BASE_URL"] + "/_fake/script", data=json.dumps(script).encode()
+), timeout=30)
+last_answer = answer(conversation, f"Fix the typo in post {post}")
+recalled = Message.objects.get(pk=seen[0])
+recall_result = Message.objects.get(conversation=conversation, tool_name="recall")
 
 done = Conversation.objects.filter(
     pk=conversation.pk, post_exchange_done_at__gte=F("last_exchange_at")
@@ -548,6 +585,14 @@ print(json.dumps({
     "last_usage": [
         last.input_tokens, last.cache_read_tokens, last.cache_write_tokens, last.output_tokens
     ],
+    "recall": {
+        "handles_seen": len(seen),
+        "recalled_role": recalled.role,
+        "original_in_request": any(recalled.content in text for text in texts),
+        "header": recall_result.content.splitlines()[0],
+        "holds_original": recalled.content[:7000] in recall_result.content,
+        "recall_count": conversation.recall_count,
+    },
 }))
 '''
 
@@ -560,7 +605,9 @@ def loop_script() -> list[dict[str, object]]:
         call = {"name": "get_blog_post", "arguments": {"id": post}}
         return [{"tool_calls": [call]}, {"text": f"Fixed the typo in post {post}."}]
 
-    claude = turn(42) + [reply for post in range(100, 100 + LOOP_TURNS - 2) for reply in turn(post)]
+    # The last turn is scripted by the loop itself: its recall names a handle it sees.
+    posts = range(100, 100 + LOOP_TURNS - 3)
+    claude = turn(42) + [reply for post in posts for reply in turn(post)]
     return [
         {"provider": "anthropic", "replies": claude},
         {"provider": "gemini", "replies": turn(43)},
@@ -631,13 +678,14 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
     print(
         f"README loop: {len(requests)} requests, largest {max(s for s, _ in sizes):,} tokens "
         f"(trigger {trigger:,}), events {dict(Counter(result['events']))}, "
-        f"{result['compacted_tool_results']} of {result['tool_results']} results compacted"
+        f"{result['compacted_tool_results']} of {result['tool_results']} results compacted, "
+        f"recall: {result['recall']['header']}"
     )
 
     assert "Fixed the typo in post 42.\nFixed the typo in post 43.\n" in output
     assert result["last_answer"] == f"Fixed the typo in post {100 + LOOP_TURNS - 3}."
     assert result["user_messages"] == LOOP_TURNS
-    assert result["tool_results"] == LOOP_TURNS
+    assert result["tool_results"] == LOOP_TURNS + 1  # the last turn's recall
     assert [r["kind"] for r in requests].count("anthropic.messages") == 2 * (LOOP_TURNS - 1)
     assert [r["kind"] for r in requests].count("gemini.generate") == 2
     assert result["worker_done"] is True, log.read_text()
@@ -646,6 +694,20 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
     assert "window_summary" in result["events"]
     assert result["window_summary"] is True
     assert [(i, s, n) for i, (s, n) in enumerate(sizes) if s > trigger + n] == []
+    # The recall tools were offered beside the host's, to each provider in its shape...
+    first_claude = next(r for r in requests if r["kind"] == "anthropic.messages")["body"]
+    first_gemini = next(r for r in requests if r["kind"] == "gemini.generate")["body"]
+    offered = ["get_blog_post", "recall", "search_history"]
+    assert [t["name"] for t in first_claude["tools"]] == offered
+    assert [d["name"] for d in first_gemini["tools"][0]["functionDeclarations"]] == offered
+    # ...and a recall of a result compacted in the request brought back its original.
+    recall = result["recall"]
+    assert recall["handles_seen"] > 0
+    assert (recall["recalled_role"], recall["original_in_request"]) == ("tool", False)
+    assert recall["header"].startswith("[ref m")
+    assert ' · tool result of get_blog_post {"id": ' in recall["header"]
+    assert recall["holds_original"] is True
+    assert recall["recall_count"] == 1
     # The whole usage the provider reported, cache reads and writes included, was stored.
     usage = requests[-1]["usage"]
     assert result["last_usage"] == [

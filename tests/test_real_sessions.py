@@ -6,15 +6,14 @@ the post-exchange pipeline after each user turn.
 
 No exception; every request (Anthropic and Gemini shapes) starts with a user
 message and has no tool call without its result or result without its call;
-every original message is stored byte for byte (but the one empty
-assistant message, in cc-medgemma, which add_message refuses)."""
+every original message is stored byte for byte (the empty assistant answer of
+cc-medgemma too)."""
 
 from __future__ import annotations
 
 import pytest
 
 from assistant.models import Message
-from bench.chat import is_empty
 from bench.sessions import load_sessions
 from tests.replays import replay
 
@@ -35,11 +34,8 @@ def test_real_session_replays_with_well_formed_requests_and_every_original_kept(
 
     assert problems == []
     stored = list(Message.objects.filter(conversation=conversation).order_by("id"))
-    # An assistant message with neither text nor tool calls is not stored (add_message
-    # refuses it); its request is made all the same.
-    originals = [m for m in session.messages if not (m["role"] == "assistant" and is_empty(m))]
-    assert len(stored) == len(originals)
-    for row, original in zip(stored, originals, strict=True):
+    assert len(stored) == len(session.messages)
+    for row, original in zip(stored, session.messages, strict=True):
         assert row.role == original["role"]
         assert row.content == original["content"]
         assert [(c["id"], c["name"], c["arguments"]) for c in row.tool_calls or []] == [

@@ -7,6 +7,7 @@ import re
 
 import anthropic as anthropic_sdk
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import override_settings
 from django.urls import reverse
 from google import genai
@@ -17,7 +18,9 @@ from assistant.models import Conversation, Message
 from assistant.recall import run_tool_call, tool_definitions
 from assistant.services import (
     add_message,
+    answer_tool_calls,
     build_context,
+    chat_step,
     compact_tool_results,
     ensure_context_summary,
     fork_from_message,
@@ -111,6 +114,83 @@ def test_a_recall_tool_use_is_answered_and_the_next_request_is_valid(provider, f
         "showing 0-6,063]"
     )
     assert Conversation.objects.get(pk=conversation.pk).recall_count == 1
+
+
+HOST_TOOLS = [
+    {
+        "name": "get_settings",
+        "description": "The newsletter settings by id.",
+        "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}},
+    }
+]
+
+
+def sdk_call(provider: str, fake_llm):
+    if provider == "anthropic":
+        client = anthropic_sdk.Anthropic(api_key="k", base_url=fake_llm.url, max_retries=0)
+        return lambda request: client.messages.create(
+            model="claude-sonnet-4-6", max_tokens=512, **request
+        )
+    options = types.HttpOptions(base_url=fake_llm.url, api_version="v1beta")
+    client = genai.Client(api_key="k", http_options=options)
+    return lambda request: client.models.generate_content(model="gemini-2.5-flash", **request)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "gemini"])
+def test_chat_step_offers_the_recall_tools_and_answer_tool_calls_routes_each_call(
+    provider, fake_llm, db
+):
+    conversation = Conversation.objects.create(title="Newsletter", system_prompt="You help.")
+    result = compacted_lookup(conversation)
+    add_message(conversation, "user", "Is the autumn secret still the one in settings 8?")
+    calls = [
+        {"id": "call_settings", "name": "get_settings", "arguments": {"id": 8}},
+        {"id": "call_recall", "name": "recall", "arguments": {"handle": f"m{result.pk}"}},
+    ]
+    fake_llm.script(
+        "anthropic.messages" if provider == "anthropic" else "gemini.generate",
+        ok(tool_calls=calls),
+        ok(text="Yes: ORCHID-7731-QX."),
+    )
+    host_calls = []
+
+    def run_tool(name, arguments):
+        host_calls.append((name, arguments))
+        return "<settings id=8>secret: ORCHID-7731-QX</settings>"
+
+    call_model = sdk_call(provider, fake_llm)
+    step = chat_step(conversation, call_model, provider=provider, tools=HOST_TOOLS, recall=True)
+    stored = answer_tool_calls(conversation, step.tool_calls, run_tool)
+    # The fake server refuses a result without its call, or a call without its result.
+    last = chat_step(conversation, call_model, provider=provider, tools=HOST_TOOLS, recall=True)
+
+    assert Conversation.objects.get(pk=conversation.pk).recall_count == 1
+    assert host_calls == [("get_settings", {"id": 8})]
+    assert [(m.tool_name, m.tool_call_id) for m in stored] == [
+        ("get_settings", "call_settings"),
+        ("recall", "call_recall"),
+    ]
+    assert stored[1].content == run_tool_call(conversation, "recall", {"handle": f"m{result.pk}"})
+    assert SECRET_ROW in stored[1].content
+    assert last.text == "Yes: ORCHID-7731-QX."
+    first = fake_llm.requests[0].body
+    if provider == "anthropic":
+        names = [t["name"] for t in first["tools"]]
+    else:
+        names = [d["name"] for d in first["tools"][0]["functionDeclarations"]]
+    assert names == ["get_settings", "recall", "search_history"]
+
+
+def test_a_host_tool_named_like_a_recall_tool_is_refused_before_any_call(db):
+    conversation = Conversation.objects.create(title="Clash")
+    add_message(conversation, "user", "Hello")
+    tools = [{"name": "recall", "description": "The host's own.", "parameters": None}]
+
+    with pytest.raises(ValidationError) as raised:
+        chat_step(conversation, lambda request: pytest.fail("called"), tools=tools, recall=True)
+
+    assert raised.value.code == "tool_name_taken"
+    assert conversation.messages.count() == 1
 
 
 def test_search_history_finds_a_value_from_a_result_compacted_100_steps_earlier(db):

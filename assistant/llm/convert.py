@@ -10,8 +10,10 @@ Each tool result follows the message of the call it answers (context.build_conte
 Two things are fixed here rather than sent as they are: a model may reuse a tool-call id once
 its first call was answered, which both APIs refuse within one request, so repeated ids are
 renamed (each result follows its call's new name); and Anthropic accepts only ids made of
-letters, digits, `_` and `-`. The final shapes are then checked, so a malformed history
-raises `InvalidRequest` here instead of a provider's 400.
+letters, digits, `_` and `-`. A stored model answer with nothing to send (no text, no tool
+call, only thinking that Anthropic would refuse alone) is left out, its neighbours merged. The
+final shapes are then checked, so a malformed history raises `InvalidRequest` here instead
+of a provider's 400.
 """
 
 from __future__ import annotations
@@ -130,8 +132,11 @@ def to_anthropic(
         system_blocks[-1]["cache_control"] = EPHEMERAL
 
     converted: list[dict[str, Any]] = []
-    for message in _with_unique_call_ids(_without_old_thinking(messages), _anthropic_id):
-        role, blocks = _anthropic_blocks(message)
+    pieces = [
+        _anthropic_blocks(message)
+        for message in _with_unique_call_ids(_without_old_thinking(messages), _anthropic_id)
+    ]
+    for role, blocks in _without_lone_thinking(pieces):
         if not blocks:
             continue
         # Consecutive same-role messages merge: the API wants alternating turns, and all
@@ -152,6 +157,23 @@ def to_anthropic(
     if converted:
         converted[-1]["content"][-1]["cache_control"] = EPHEMERAL
     return {"system": system_blocks, "messages": converted}
+
+
+def _without_lone_thinking(
+    pieces: list[tuple[str, list[dict[str, Any]]]],
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """An answer that was all thinking (Claude may end a turn so) rides on the assistant
+    message after it, which it then opens as the API wants; with none after it, it is left
+    out: Anthropic refuses an assistant message whose last block is thinking."""
+    kept: list[tuple[str, list[dict[str, Any]]]] = []
+    carried = False  # the next non-empty piece is an assistant message that can carry it
+    for role, blocks in reversed(pieces):
+        if role == "assistant" and blocks and all(b["type"] in THINKING_TYPES for b in blocks):
+            blocks = blocks if carried else []
+        if blocks:
+            carried = role == "assistant"
+        kept.append((role, blocks))
+    return kept[::-1]
 
 
 def to_gemini(
@@ -229,7 +251,8 @@ def _gemini_parts(blocks: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
 def check_anthropic_messages(messages: list[dict[str, Any]]) -> None:
     """Raise InvalidRequest unless Anthropic would accept these messages: user first, roles
     alternating, no empty content, every tool_use answered by a tool_result in the next
-    message and every tool_result answering a tool_use of the message before it."""
+    message and every tool_result answering a tool_use of the message before it, no
+    assistant message ending with thinking."""
 
     def pairs(blocks: list[dict[str, Any]], kind: str, key: str) -> list[str]:
         return [b[key] for b in blocks if b["type"] == kind]
@@ -241,6 +264,8 @@ def check_anthropic_messages(messages: list[dict[str, Any]]) -> None:
         blocks = message["content"]
         if not blocks or any(b["type"] == "text" and not b["text"].strip() for b in blocks):
             raise InvalidRequest(f"messages[{index}] has empty content")
+        if message["role"] == "assistant" and blocks[-1]["type"] in THINKING_TYPES:
+            raise InvalidRequest(f"messages[{index}] ends with a thinking block")
         answers = pairs(blocks, "tool_result", "tool_use_id")
         if sorted(answers) != sorted(calls):
             raise InvalidRequest(f"messages[{index}] answers tool uses {answers}, expected {calls}")

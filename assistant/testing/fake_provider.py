@@ -105,7 +105,9 @@ def ok(
     tool_calls: list[dict[str, Any]] | None = None,
     thinking: str | None = None,
 ) -> Reply:
-    """A normal response; `usage` is the provider's raw usage object (wire field names)."""
+    """A normal response; `usage` is the provider's raw usage object (wire field names).
+    `text=""` is an empty answer, as Claude may give one: no text block (with `thinking`,
+    only the thinking block; without, no content at all)."""
     return Reply(
         "ok",
         text=text,
@@ -218,6 +220,7 @@ def _gemini_error(code: int, status: str, message: str) -> dict[str, Any]:
 
 
 _ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+_THINKING = ("thinking", "redacted_thinking")
 
 
 def anthropic_request_problem(body: Any) -> str | None:
@@ -236,6 +239,10 @@ def anthropic_request_problem(body: Any) -> str | None:
         for block in blocks:
             if block.get("type") == "text" and not block.get("text", "").strip():
                 return "messages: text content blocks must contain non-whitespace text"
+        if message.get("role") == "assistant" and blocks[-1].get("type") in _THINKING:
+            return (
+                f"messages.{index}: The final block in an assistant message cannot be `thinking`."
+            )
         results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
         stray = [r for r in results if r not in calls]
         if stray:
@@ -387,7 +394,7 @@ def render_anthropic(
         tokens = (reply.usage or {}).get("tokens", prompt_tokens(body))
         return 200, {}, {"input_tokens": tokens}
     content: list[dict[str, Any]] = [thinking_block(reply.thinking)] if reply.thinking else []
-    if reply.text is not None or not reply.tool_calls:
+    if reply.text or (reply.text is None and not reply.tool_calls):
         content.append(
             {"type": "text", "text": DEFAULT_SUMMARY if reply.text is None else reply.text}
         )
@@ -432,7 +439,7 @@ def render_gemini(
         tokens = (reply.usage or {}).get("tokens", prompt_tokens(body))
         return 200, {}, {"totalTokens": tokens}
     parts: list[dict[str, Any]] = []
-    if reply.text is not None or not reply.tool_calls:
+    if reply.text or (reply.text is None and not reply.tool_calls):
         parts.append({"text": DEFAULT_SUMMARY if reply.text is None else reply.text})
     for call in reply.tool_calls:
         # Gemini may send a function call without an id: leave it out when the script does.
