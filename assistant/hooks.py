@@ -158,12 +158,19 @@ def ask_worker_ahead(state: WindowState) -> bool:
 def defer_to_worker(state: WindowState, config: CompactionConfig) -> bool:
     """Whether an early shift waits for the worker's summary: while the
     request for the current split is outstanding, for at most
-    SUMMARY_WAIT_SECONDS (a worker that does not answer by then is not
-    waited for again on this split)."""
+    SUMMARY_WAIT_SECONDS. A worker that does not answer by then is no longer
+    waited for, until one runs this conversation's work again."""
     if not ask_worker_ahead(state):
         return False
     asked = float(state.metadata[MetadataKeys.PREBUILD_REQUEST].get("at", 0))
-    return time.time() - asked < config.SUMMARY_WAIT_SECONDS
+    if time.time() - asked < config.SUMMARY_WAIT_SECONDS:
+        return True
+    merge_metadata(
+        Conversation.objects.filter(pk=state.conversation_id),
+        remove=[MetadataKeys.WORKER_SEEN_AT],
+    )
+    state.metadata.pop(MetadataKeys.WORKER_SEEN_AT, None)
+    return False
 
 
 def note_worker(conversation_id: int) -> None:

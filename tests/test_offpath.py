@@ -92,4 +92,7 @@ def test_a_shift_waits_for_a_worker_that_does_not_answer_at_most_summary_wait_se
     # ...but no longer than SUMMARY_WAIT_SECONDS: then it summarizes itself.
     time.sleep(0.6)
     assert defer_to_worker(load_window(served.pk), config) is False
+    # And it is not waited for again until a worker runs this conversation's work.
+    assert MetadataKeys.WORKER_SEEN_AT not in conversation_metadata(served)
+    assert defer_to_worker(load_window(served.pk), config) is False
     assert redis_client.llen("compaction") == 1
