@@ -10,8 +10,8 @@ import time
 from django.test import override_settings
 
 from assistant.conf import compaction_config
-from assistant.hooks import defer_to_worker
 from assistant.models import CompactionEvent, Conversation, MetadataKeys
+from assistant.prebuild import defer_to_worker
 from assistant.queue import PREBUILD_TASK
 from assistant.services import add_message, ensure_context_summary, finish_exchange
 from assistant.window import load_window
