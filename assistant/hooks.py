@@ -23,7 +23,6 @@ providers without prompt caching.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -47,12 +46,11 @@ from assistant.emergency import (
     note_response,
 )
 from assistant.events import stopwatch
-from assistant.llm import ProviderError
 from assistant.llm.overflow import context_overflow, overflow_token_counts
 from assistant.logs import log_event
-from assistant.metadata import merge_metadata, read_metadata
+from assistant.metadata import merge_metadata
 from assistant.models import Conversation, Message, MetadataKeys
-from assistant.queue import PREBUILD_TASK, enqueue_on_commit
+from assistant.prebuild import ask_worker_ahead, defer_to_worker
 from assistant.summaries import (
     adopt_pending_summary,
     has_pending_summary,
@@ -132,84 +130,6 @@ def _ensure_context_summary(conversation: Conversation) -> str | None:
     if not eager and state.context_tokens() >= config.SOFT_WATERMARK * trigger:
         ask_worker_ahead(state)
     return state.summary
-
-
-# --- Summaries off the chat path -------------------------------------------
-# The post-exchange task runs once per turn, but the hook shifts inside
-# turns: a summary the worker builds at the end of a turn is for a split
-# that the next turn's calls have long moved past. So, once a Celery worker
-# is known to serve the conversation, the hook asks it for the summary of
-# the split it is heading for (past SOFT_WATERMARK, or when an early shift
-# pays), and a voluntary early shift waits for that summary instead of
-# making the user wait on the summarizer. At the trigger nothing waits: the
-# hook adopts what is ready, or waits on a worker holding the lease, or
-# summarizes itself.
-
-
-def worker_serves(state: WindowState) -> bool:
-    return bool(state.metadata.get(MetadataKeys.WORKER_SEEN_AT))
-
-
-def ask_worker_ahead(state: WindowState) -> bool:
-    """Ask the worker for the summary of the split ahead, once per split;
-    True when a request for the current split is outstanding."""
-    if has_pending_summary(state) or not worker_serves(state):
-        return False
-    request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
-    if request and request.get("base") == state.through_id:
-        return not request.get("answered")
-    request = {"base": state.through_id, "at": time.time()}
-    merge_metadata(
-        Conversation.objects.filter(pk=state.conversation_id),
-        {MetadataKeys.PREBUILD_REQUEST: request},
-    )
-    state.metadata[MetadataKeys.PREBUILD_REQUEST] = request
-    # The queued marker keeps one such task waiting per conversation.
-    enqueue_on_commit(PREBUILD_TASK, state.conversation_id, unless_queued=True)
-    return True
-
-
-def defer_to_worker(state: WindowState, config: CompactionConfig) -> bool:
-    """Whether an early shift waits for the worker's summary: while the
-    request for the current split is outstanding, for at most
-    SUMMARY_WAIT_SECONDS (a worker that does not answer by then is not
-    waited for again on this split)."""
-    if not ask_worker_ahead(state):
-        return False
-    asked = float(state.metadata[MetadataKeys.PREBUILD_REQUEST].get("at", 0))
-    return time.time() - asked < config.SUMMARY_WAIT_SECONDS
-
-
-def note_worker(conversation_id: int) -> None:
-    """Called by the Celery tasks: a worker serves this conversation."""
-    merge_metadata(
-        Conversation.objects.filter(pk=conversation_id),
-        {MetadataKeys.WORKER_SEEN_AT: round(time.time(), 3)},
-    )
-
-
-def serve_prebuild_request(conversation_id: int) -> bool:
-    """The worker's side of `ask_worker_ahead`: build the summary of the
-    split the hook is heading for, then mark the request answered (whatever
-    came of it, so the hook stops waiting). False when nothing was built."""
-    conversation = Conversation.objects.filter(pk=conversation_id, deleted_at__isnull=True).first()
-    if conversation is None:
-        return False
-    request = read_metadata(conversation_id).get(MetadataKeys.PREBUILD_REQUEST) or {}
-    try:
-        return prebuild_window_summary(conversation, requested=True)
-    except ProviderError as exc:  # the hook summarizes itself; never retried from here
-        logger.warning(
-            "summary_failed conversation=%s error=%s", conversation_id, type(exc).__name__
-        )
-        return False
-    finally:
-        current = read_metadata(conversation_id).get(MetadataKeys.PREBUILD_REQUEST) or {}
-        if request and current.get("base") == request.get("base"):
-            merge_metadata(
-                Conversation.objects.filter(pk=conversation_id),
-                {MetadataKeys.PREBUILD_REQUEST: {**current, "answered": True}},
-            )
 
 
 def remember_token_ratio(state: WindowState) -> None:

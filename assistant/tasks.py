@@ -7,7 +7,7 @@ import logging
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from assistant import cleanup, hooks, staff_actions, telemetry
+from assistant import cleanup, hooks, prebuild, staff_actions, telemetry
 from assistant.app_settings import app_setting
 from assistant.deliveries import over_delivery_cap
 from assistant.forking import generate_parent_summary
@@ -45,7 +45,7 @@ def post_exchange_task(self, conversation_id: int) -> None:
     task_started(self.name, conversation_id)
     if over_delivery_cap(self.name, conversation_id):
         return  # this exchange keeps killing its worker: stop; a new exchange is new work
-    hooks.note_worker(conversation_id)
+    prebuild.note_worker(conversation_id)
     try:
         with telemetry.post_exchange(conversation_id):
             hooks.process_exchange(conversation_id)
@@ -79,8 +79,8 @@ def prebuild_summary_task(self, conversation_id: int) -> None:
     task_started(self.name, conversation_id)
     if over_delivery_cap(self.name, conversation_id):
         return
-    hooks.note_worker(conversation_id)
-    hooks.serve_prebuild_request(conversation_id)
+    prebuild.note_worker(conversation_id)
+    prebuild.serve_prebuild_request(conversation_id)
 
 
 @shared_task(bind=True, name=PARENT_SUMMARY_TASK, **_DB_RETRY)

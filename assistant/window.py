@@ -31,8 +31,9 @@ from assistant.tokens import estimate_tokens
 # Bounds of the provider's count over our estimate: tokenizers differ by less;
 # a ratio beyond them comes from a bad report, not from the text.
 MIN_TOKEN_RATIO, MAX_TOKEN_RATIO = 0.5, 3.0
-# Below this estimate a request's count is neither judged nor learnt from:
-# fixed per-request overhead dominates it, and an error there is too small to matter.
+# Below this estimate a low count is not set aside when sizing the context
+# (fixed per-request overhead dominates it, and an error there is too small
+# to matter); it is still never learnt from as a token ratio.
 MIN_JUDGED_ESTIMATE = 1_000
 
 # The stored ratio is renewed only when the measured one moves by more than this share
@@ -112,15 +113,16 @@ class WindowState:
 
     def measured_token_ratio(self) -> float | None:
         """The newest fresh provider count over our estimate of the same
-        request (None without one, or when that request was too small to
-        judge or its count implausible)."""
+        request (None without one, or when the count is below MIN_TOKEN_RATIO
+        of the estimate: never learnt from, whatever the request's size)."""
         index = self._fresh_count_index()
         if index is None:
             return None
         estimate = self._request_estimate(index)
-        if estimate < MIN_JUDGED_ESTIMATE or self.implausible_count() is not None:
+        if estimate <= 0:
             return None
-        return self.rows[index].prompt_tokens / estimate
+        ratio = self.rows[index].prompt_tokens / estimate
+        return ratio if ratio >= MIN_TOKEN_RATIO else None
 
     def implausible_count(self) -> tuple[int, int] | None:
         """(count, estimate) when the newest fresh provider count is below

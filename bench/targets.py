@@ -348,7 +348,8 @@ def offpath_lines(result: dict[str, Any]) -> list[Line]:
             on_path,
             inline["chat_path_summaries"] / inline["shifts"] if inline["shifts"] else 0.0,
             "inline",
-            f"<= 10% ({worker['chat_path_summaries']} of {worker['shifts']})",
+            f"<= 10% ({worker['chat_path_summaries']} of {worker['shifts']}; "
+            f"summarizer calls {worker['summarizer_calls']})",
             on_path <= 0.1,
             "%",
         )
@@ -367,11 +368,31 @@ def offpath_lines(result: dict[str, Any]) -> list[Line]:
         )
     lines.append(
         Line(
+            "requests over the trigger plus the newest step, worker loop",
+            worker["requests_over_trigger_plus_newest_step"],
+            inline["requests_over_trigger_plus_newest_step"],
+            "inline",
+            "0",
+            worker["requests_over_trigger_plus_newest_step"] == 0,
+        )
+    )
+    lines.append(
+        Line(
             "chat input tokens, worker loop",
             worker["chat_input_tokens"],
             inline["chat_input_tokens"],
             "inline",
             "info (a shift waits for the worker's summary)",
+            None,
+        )
+    )
+    lines.append(
+        Line(
+            "chat cost under caching, worker loop",
+            worker["chat_cost_under_caching"],
+            inline["chat_cost_under_caching"],
+            "inline",
+            "info (summarizer input not included)",
             None,
         )
     )

@@ -10,8 +10,8 @@ import time
 from django.test import override_settings
 
 from assistant.conf import compaction_config
-from assistant.hooks import defer_to_worker
 from assistant.models import CompactionEvent, Conversation, MetadataKeys
+from assistant.prebuild import defer_to_worker
 from assistant.queue import PREBUILD_TASK
 from assistant.services import add_message, ensure_context_summary, finish_exchange
 from assistant.window import load_window
@@ -91,5 +91,8 @@ def test_a_shift_waits_for_a_worker_that_does_not_answer_at_most_summary_wait_se
     assert request(served)["base"] is None
     # ...but no longer than SUMMARY_WAIT_SECONDS: then it summarizes itself.
     time.sleep(0.6)
+    assert defer_to_worker(load_window(served.pk), config) is False
+    # And it is not waited for again until a worker runs this conversation's work.
+    assert MetadataKeys.WORKER_SEEN_AT not in conversation_metadata(served)
     assert defer_to_worker(load_window(served.pk), config) is False
     assert redis_client.llen("compaction") == 1
