@@ -102,6 +102,11 @@ class CompactionConfig:
     DEFAULT_TOOL_POLICY: ToolPolicy = "prune"
     # Pre-build the next window summary in the worker past this share of the trigger.
     SOFT_WATERMARK: float = key(0.8, above=0, at_most=1)
+    # Inside a turn, ask the worker for the next window summary and let an early
+    # shift wait for it (assistant.prebuild), so the chat does not wait on the
+    # summarizer. Off by default: measured in `make bench` ("summaries off the chat
+    # path"), a chat faster than the worker shifts later and sends more tokens.
+    PREBUILD_IN_TURN: bool = False
     # A summary lease older than this is considered abandoned (its holder died).
     SUMMARY_LEASE_SECONDS: int = key(120, at_least=1)
     # How long a pre-exchange caller waits for another process's summary.
@@ -189,6 +194,10 @@ def _typed(name: str, declared: Any, value: Any) -> Any:
     if declared in ("int", int):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ImproperlyConfigured(f"{label} must be int, got {value!r}")
+        return value
+    if declared in ("bool", bool):
+        if not isinstance(value, bool):
+            raise ImproperlyConfigured(f"{label} must be true or false, got {value!r}")
         return value
     if declared in ("float", float):
         if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):

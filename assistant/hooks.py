@@ -120,14 +120,18 @@ def _ensure_context_summary(conversation: Conversation) -> str | None:
     if suffix_first:  # a pre-built summary was adopted instead
         state = compact_consumed_results(state, config, free=True, everything=cold) or state
     if not eager and early_shift_pays(state, config):
-        if defer_to_worker(state, config):
+        if config.PREBUILD_IN_TURN and defer_to_worker(state, config):
             return state.summary
         summary = shift_window(
             conversation.pk, config, count=False, share=config.COMPACT_WATERMARK, early=True
         )
         _after_shift(state, cold=cold)
         return summary
-    if not eager and state.context_tokens() >= config.SOFT_WATERMARK * trigger:
+    if (
+        config.PREBUILD_IN_TURN
+        and not eager
+        and state.context_tokens() >= config.SOFT_WATERMARK * trigger
+    ):
         ask_worker_ahead(state)
     return state.summary
 

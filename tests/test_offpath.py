@@ -37,6 +37,7 @@ def test_inside_a_turn_the_hook_adopts_the_summary_the_worker_built(
     celery_worker, fake_llm, settings
 ):
     fake_llm.use_anthropic(settings)
+    settings.ASSISTANT_COMPACTION = {"PREBUILD_IN_TURN": True}
     conversation = Conversation.objects.create(title="Audit", system_prompt="You audit a blog.")
     add_message(conversation, "user", "Hello.")
     add_message(conversation, "assistant", "Hello, what shall I audit?")
@@ -66,7 +67,7 @@ def conversation_metadata(conversation: Conversation) -> dict:
     return Conversation.objects.get(pk=conversation.pk).metadata
 
 
-@override_settings(ASSISTANT_COMPACTION={"SUMMARY_WAIT_SECONDS": 0.5})
+@override_settings(ASSISTANT_COMPACTION={"SUMMARY_WAIT_SECONDS": 0.5, "PREBUILD_IN_TURN": True})
 def test_a_shift_waits_for_a_worker_that_does_not_answer_at_most_summary_wait_seconds(
     transactional_db, empty_queues, redis_client
 ):
