@@ -290,8 +290,12 @@ def _turn_request(state: WindowState) -> Message | None:
 def trigger_estimate(state: WindowState, config: CompactionConfig, *, drift: float = 0.0) -> int:
     """The token trigger in our estimates: the provider counts this
     conversation's text at `token_ratio` times them (at up to `drift` more
-    when what is sized must fit whatever the ratio does until it is renewed)."""
-    return math.floor(config.CONTEXT_TOKEN_THRESHOLD / (state.token_ratio * (1 + drift)))
+    when what is sized must fit whatever the ratio does until it is renewed).
+    A fresh count above the stored ratio, too close to it to renew it, counts:
+    sized at the stored ratio, a window the count puts over the trigger fits
+    by the estimates, so the split would not move."""
+    ratio = max(state.token_ratio, min(state.measured_token_ratio() or 0.0, MAX_TOKEN_RATIO))
+    return math.floor(config.CONTEXT_TOKEN_THRESHOLD / (ratio * (1 + drift)))
 
 
 def split_boundaries(rows: list[Message]) -> list[int]:

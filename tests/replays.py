@@ -12,7 +12,7 @@ from typing import Any
 from assistant import services
 from assistant.llm import convert
 from assistant.models import Conversation
-from bench.chat import finish_turn, store
+from bench.chat import finish_turn, is_empty, store
 from bench.payload import CostMeter, anthropic_problems, gemini_problems, payload_tokens
 from bench.sessions import SYSTEM_PROMPT
 
@@ -22,6 +22,11 @@ class Request:
     index: int  # of the assistant message it produced
     tokens: int
     newest_step_tokens: int  # the last assistant message and its results, always sent
+    # Nothing verbatim but the turn's user message and the newest step: all the
+    # request can shrink to (DESIGN 6: when those two alone pass the trigger,
+    # the request is they and the summaries).
+    minimal: bool = False
+    floor_tokens: int = 0  # the system prompt, the turn's user message and the newest step
 
 
 def replay(
@@ -50,7 +55,17 @@ def replay(
                         f"message {index}, {shape}: {broken} broken, bad start {bad_start}"
                     )
             tokens = meter.record(anthropic).tokens
-            requests.append(Request(index, tokens, _newest_step_tokens(messages[:index])))
+            before = messages[:index]
+            required = _turn_request_and_newest_step(before)
+            requests.append(
+                Request(
+                    index,
+                    tokens,
+                    _newest_step_tokens(before),
+                    minimal=len(context.messages) == len(required),
+                    floor_tokens=_payload_tokens(SYSTEM_PROMPT, required),
+                )
+            )
             fields["input_tokens"] = tokens
         store(conversation, message, **fields)
         if index in ends:
@@ -62,5 +77,20 @@ def _newest_step_tokens(before: list[dict[str, Any]]) -> int:
     steps = [i for i, m in enumerate(before) if m["role"] == "assistant"]
     if not steps:
         return 0
-    step = [{k: v for k, v in m.items() if k != "tool_name"} for m in before[steps[-1] :]]
-    return payload_tokens(convert.to_anthropic("", [], step, check=False))
+    return _payload_tokens("", before[steps[-1] :])
+
+
+def _payload_tokens(system: str, messages: list[dict[str, Any]]) -> int:
+    neutral = [{k: v for k, v in m.items() if k != "tool_name"} for m in messages]
+    return payload_tokens(convert.to_anthropic(system, [], neutral, check=False))
+
+
+def _turn_request_and_newest_step(before: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages a request must carry verbatim: the current turn's user
+    message and, if the turn has one, its newest step (as stored)."""
+    user = max((i for i, m in enumerate(before) if m["role"] == "user"), default=0)
+    step = max((i for i, m in enumerate(before) if m["role"] == "assistant"), default=-1)
+    newest = [m for m in before[step:] if m["role"] == "tool" or not is_empty(m)]
+    if step < user:
+        newest = []
+    return [before[user], *newest]

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from assistant.conf import compaction_config
 from assistant.models import Conversation, Message
+from assistant.services import add_message, ensure_context_summary
 from assistant.window import choose_split, load_window, should_shift
 from tests.builders import chat_turns, html, tool_turn
 
@@ -195,3 +196,36 @@ def test_the_window_query_reads_the_window_not_every_message_of_a_long_conversat
     # Both halves of "after the cutoff, or a system message" come from an index:
     # the system messages from their own, not by filtering every message.
     assert "assistant_msg_system" in plan and "Seq Scan" not in plan, plan
+
+
+@override_settings(
+    ASSISTANT_COMPACTION={
+        "CONTEXT_TOKEN_THRESHOLD": 2_000,
+        "MAX_RECENT_TOKENS": 1_999,
+        "MAX_MESSAGES_BEFORE_SUMMARY": 100,
+    }
+)
+def test_a_count_over_the_trigger_moves_the_split_though_the_estimates_fit(conversation):
+    # The provider counts this text at 1.09 times our estimate, too little a
+    # drift to renew the stored ratio (1.0): the estimates alone say the window
+    # fits the trigger; the provider's count says it does not. The verbatim
+    # budget is sized at the provider's count, so the split moves instead of
+    # sending the request over the trigger with a newest step of a few tokens.
+    chat_turns(conversation, 1, size=2_400)
+    add_message(conversation, "user", "q1 " + "x" * 2_400)
+    state = load_window(conversation.pk)
+    request = state.estimated_tokens()
+    add_message(conversation, "assistant", "a1", input_tokens=round(request * 1.09))
+    add_message(conversation, "user", "q2 " + "z" * 200)
+    call = [{"id": "call_1", "name": "lookup", "arguments": {}}]
+    add_message(conversation, "assistant", "", tool_calls=call)
+    add_message(conversation, "tool", "ok", tool_call_id="call_1")
+    state = load_window(conversation.pk)
+    assert state.context_tokens() >= 2_000 > state.estimated_tokens()
+    assert state.measured_token_ratio() == pytest.approx(1.09, abs=0.005)
+
+    ensure_context_summary(conversation)
+
+    after = load_window(conversation.pk)
+    assert [row.role for row in after.rows] == ["user", "assistant", "user", "assistant", "tool"]
+    assert after.rows[0].content == "q1 " + "x" * 2_400
