@@ -74,9 +74,14 @@ def answerable(fact: Fact, texts: list[str]) -> bool:
 
 
 def carried_tokens(summary: str) -> int:
-    """Tokens of the section a summary carries forward beyond the summarizer's text."""
+    """Tokens of the carried-facts section of a summary, up to the next section
+    (the artifact index follows it, within a budget of its own)."""
     match = _CARRIED_SECTION.search(summary or "")
-    return count_tokens(summary[match.start() :]) if match else 0
+    if not match:
+        return 0
+    section = summary[match.start() :]
+    end = section.find("\n## ", 1)
+    return count_tokens(section if end < 0 else section[:end])
 
 
 @dataclass

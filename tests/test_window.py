@@ -118,8 +118,6 @@ def test_a_fresh_provider_count_outweighs_the_estimate(conversation):
     state = load_window(conversation.pk)
     assert state.context_tokens() == sum(row.token_estimate for row in state.rows) + 3
 
-    from assistant.services import add_message
-
     add_message(conversation, "user", "next")
     add_message(conversation, "assistant", "ok", input_tokens=900, cache_read_tokens=200)
 
