@@ -12,7 +12,7 @@ from typing import Any
 from assistant import services
 from assistant.llm import convert
 from assistant.models import Conversation
-from bench.chat import finish_turn, is_empty, store
+from bench.chat import finish_turn, store
 from bench.payload import CostMeter, anthropic_problems, gemini_problems, payload_tokens
 from bench.sessions import SYSTEM_PROMPT
 
@@ -85,12 +85,17 @@ def _payload_tokens(system: str, messages: list[dict[str, Any]]) -> int:
     return payload_tokens(convert.to_anthropic(system, [], neutral, check=False))
 
 
+def _empty_answer(message: dict[str, Any]) -> bool:
+    """A model answer with no text and no tool calls: stored, never sent."""
+    return not (message.get("content") or "").strip() and not message.get("tool_calls")
+
+
 def _turn_request_and_newest_step(before: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The messages a request must carry verbatim: the current turn's user
     message and, if the turn has one, its newest step (as stored)."""
     user = max((i for i, m in enumerate(before) if m["role"] == "user"), default=0)
     step = max((i for i, m in enumerate(before) if m["role"] == "assistant"), default=-1)
-    newest = [m for m in before[step:] if m["role"] == "tool" or not is_empty(m)]
+    newest = [m for m in before[step:] if m["role"] == "tool" or not _empty_answer(m)]
     if step < user:
         newest = []
     return [before[user], *newest]
