@@ -32,20 +32,8 @@ _DB_RETRY = {
 
 @shared_task(bind=True, name=POST_EXCHANGE_TASK, **_DB_RETRY)
 def post_exchange_task(self, conversation_id: int) -> None:
-    if not _is_row_id(conversation_id):
-        # A malformed message from some other producer: log it and drop it; raising
-        # would only fail the same way on every delivery.
-        log_event(
-            "post_exchange_refused",
-            level=logging.WARNING,
-            conversation_id=repr(conversation_id)[:80],
-            reason="not_an_id",
-        )
+    if not _worker_takes(self, conversation_id, refused="post_exchange_refused"):
         return
-    task_started(self.name, conversation_id)
-    if over_delivery_cap(self.name, conversation_id):
-        return  # this exchange keeps killing its worker: stop; a new exchange is new work
-    prebuild.note_worker(conversation_id)
     try:
         with telemetry.post_exchange(conversation_id):
             hooks.process_exchange(conversation_id)
@@ -65,22 +53,31 @@ def _is_row_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
 
 
-@shared_task(bind=True, name=PREBUILD_TASK, **_DB_RETRY)
-def prebuild_summary_task(self, conversation_id: int) -> None:
-    """The next window summary, asked for by the pre-call hook inside a turn."""
+def _worker_takes(task, conversation_id: object, *, refused: str) -> bool:
+    """Whether a conversation task goes on: a malformed id from some other
+    producer is logged and dropped (raising would only fail the same way on
+    every delivery), and so is work that keeps killing its worker (a new
+    exchange is new work). The worker is noted as serving the conversation."""
     if not _is_row_id(conversation_id):
         log_event(
-            "prebuild_refused",
+            refused,
             level=logging.WARNING,
             conversation_id=repr(conversation_id)[:80],
             reason="not_an_id",
         )
-        return
-    task_started(self.name, conversation_id)
-    if over_delivery_cap(self.name, conversation_id):
-        return
+        return False
+    task_started(task.name, conversation_id)
+    if over_delivery_cap(task.name, conversation_id):
+        return False
     prebuild.note_worker(conversation_id)
-    prebuild.serve_prebuild_request(conversation_id)
+    return True
+
+
+@shared_task(bind=True, name=PREBUILD_TASK, **_DB_RETRY)
+def prebuild_summary_task(self, conversation_id: int) -> None:
+    """The next window summary, asked for by the pre-call hook inside a turn."""
+    if _worker_takes(self, conversation_id, refused="prebuild_refused"):
+        prebuild.serve_prebuild_request(conversation_id)
 
 
 @shared_task(bind=True, name=PARENT_SUMMARY_TASK, **_DB_RETRY)

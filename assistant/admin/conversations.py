@@ -20,7 +20,7 @@ from django.utils.html import format_html
 
 from assistant import services
 from assistant.admin import actions
-from assistant.admin.cost_chart import cost_section, money, saved_text
+from assistant.admin.cost_chart import cost_money, cost_section, money, saved_text
 from assistant.admin.filters import ContextFilter, DeletedFilter, ForkFilter, SummaryFilter
 from assistant.admin.inspector import context_inspector, request_body
 from assistant.admin.listing import with_list_figures
@@ -258,12 +258,7 @@ class ConversationAdmin(admin.ModelAdmin):
             {
                 "label": label,
                 "cost": cost,
-                "money": {
-                    "chat": money(cost.chat),
-                    "summarizer": money(cost.summarizer),
-                    "total": money(cost.total),
-                    "everything": money(cost.everything),
-                },
+                "money": cost_money(cost),
                 "saved": saved_text(cost),
             }
             for label, cost in totals.items()

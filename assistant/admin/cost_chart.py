@@ -23,6 +23,16 @@ def money(value: float) -> str:
     return f"${value:,.2f}" if value >= 1 else f"${value:.4f}"
 
 
+def cost_money(cost: Cost) -> dict[str, str]:
+    """The figures of a cost as the admin shows them."""
+    return {
+        "chat": money(cost.chat),
+        "summarizer": money(cost.summarizer),
+        "total": money(cost.total),
+        "everything": money(cost.everything),
+    }
+
+
 def saved_text(cost: Cost) -> str:
     share = cost.saved_share
     return "—" if share is None else f"{round(100 * share)}%"
@@ -40,12 +50,7 @@ def cost_section(conversation: Conversation) -> dict[str, Any]:
         events = [event for event in events if event[0] >= drawn[0].at]
     return {
         "cost": cost,
-        "money": {
-            "chat": money(cost.chat),
-            "summarizer": money(cost.summarizer),
-            "total": money(cost.total),
-            "everything": money(cost.everything),
-        },
+        "money": cost_money(cost),
         "saved": saved_text(cost),
         "calls_total": len(calls),
         "calls_drawn": len(drawn),
