@@ -5,8 +5,9 @@ With late acks and reject-on-worker-lost, a task whose run kills its worker
 every crash, forever; and the sweep re-enqueues unprocessed work under new
 task ids. So deliveries are counted per piece of work, not per task id: per
 exchange (conversation and its last-exchange stamp) for the post-exchange
-task, per fork for the deferred parent summary. Past the cap the task is
-dropped; a new exchange starts a new count.
+task, per request of the pre-call hook for the in-turn summary, per fork
+for the deferred parent summary. Past the cap the task is dropped; a new
+exchange (or request) starts a new count.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import redis
 
 from assistant.app_settings import app_setting
 from assistant.logs import log_event
-from assistant.models import Conversation
-from assistant.queue import POST_EXCHANGE_TASK, redis_client, uses_redis
+from assistant.models import Conversation, MetadataKeys
+from assistant.queue import POST_EXCHANGE_TASK, PREBUILD_TASK, redis_client, uses_redis
 
 logger = logging.getLogger(__name__)
 
@@ -28,15 +29,16 @@ _TTL_SECONDS = 7 * 24 * 3600
 
 def work_key(task_name: str, conversation_id: int) -> str:
     """Which piece of work a delivery is: the exchange for the post-exchange
-    task (a later exchange is new work), the conversation otherwise."""
+    task (a later exchange is new work), the hook's request for the in-turn
+    summary task (a later request is new work), the conversation otherwise."""
     key = f"assistant:deliveries:{task_name}:{conversation_id}"
+    rows = Conversation.objects.filter(pk=conversation_id)
     if task_name == POST_EXCHANGE_TASK:
-        stamp = (
-            Conversation.objects.filter(pk=conversation_id)
-            .values_list("last_exchange_at", flat=True)
-            .first()
-        )
+        stamp = rows.values_list("last_exchange_at", flat=True).first()
         key += f":{stamp.timestamp() if stamp else 0}"
+    elif task_name == PREBUILD_TASK:
+        metadata = rows.values_list("metadata", flat=True).first() or {}
+        key += f":{(metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}).get('at', 0)}"
     return key
 
 

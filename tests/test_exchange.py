@@ -2,6 +2,7 @@
 real worker on the real Redis broker runs it."""
 
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -201,3 +202,33 @@ def test_a_crash_looping_exchange_stops_at_the_cap_whatever_the_task_id(
     assert int(redis_client.get(key)) == 3
     conversation.refresh_from_db()
     assert conversation.post_exchange_done_at is None
+
+
+@pytest.mark.django_db
+def test_in_turn_summary_deliveries_are_capped_per_request(settings, redis_client):
+    """Each request of the pre-call hook is new work: past the cap one request
+    is dropped, and the hook's next request is served again."""
+    from assistant.deliveries import over_delivery_cap, work_key
+    from assistant.models import MetadataKeys
+    from assistant.queue import PREBUILD_TASK
+
+    settings.ASSISTANT_MAX_TASK_DELIVERIES = 3
+    conversation = Conversation.objects.create(title="t")
+
+    def ask() -> str:
+        # Stamped as the hook stamps it: the suite's Redis db outlives its database.
+        request = {"base": None, "at": time.time()}
+        Conversation.objects.filter(pk=conversation.pk).update(
+            metadata={MetadataKeys.PREBUILD_REQUEST: request}
+        )
+        return work_key(PREBUILD_TASK, conversation.pk)
+
+    first = ask()
+    redis_client.delete(first)  # a conversation id of an earlier run of the suite
+    verdicts = [over_delivery_cap(PREBUILD_TASK, conversation.pk) for _ in range(4)]
+    second = ask()
+    next_request = over_delivery_cap(PREBUILD_TASK, conversation.pk)
+
+    assert verdicts == [False, False, False, True]
+    assert next_request is False
+    assert second != first
