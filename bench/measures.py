@@ -343,6 +343,16 @@ def _wait_done(ids: list[int], timeout: float) -> float:
     raise TimeoutError(f"the worker finished {done} of {len(ids)} tasks in {timeout:.0f} s")
 
 
+def worker_command(concurrency: int) -> list[str]:
+    """A real Celery worker process of the demo project on the bench's queues."""
+    return [
+        str(Path(sys.executable).parent / "celery"),
+        *("-A", "config", "worker", "-Q", "compaction,celery"),
+        *("--pool", "prefork", "--concurrency", str(concurrency), "--loglevel", "WARNING"),
+        *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+    ]
+
+
 def throughput(workload: Workload, tasks: int, concurrency_: int = 2) -> dict[str, Any]:
     """Post-exchange tasks per second through `celery -A config worker` (a
     subprocess, prefork pool, Redis broker) against the same work called
@@ -372,23 +382,7 @@ def throughput(workload: Workload, tasks: int, concurrency_: int = 2) -> dict[st
     redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
     worker = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "celery"),
-            "-A",
-            "config",
-            "worker",
-            "-Q",
-            "compaction,celery",
-            "--pool",
-            "prefork",
-            "--concurrency",
-            str(concurrency_),
-            "--loglevel",
-            "WARNING",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
+        worker_command(concurrency_),
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

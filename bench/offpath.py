@@ -18,7 +18,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from django.test import override_settings
 from assistant.conf import compaction_config
 from assistant.models import CompactionEvent, Conversation
 from assistant.services import add_message, build_context, ensure_context_summary, finish_exchange
+from bench.measures import worker_command
 from bench.payload import CostMeter
 from tests.fake_llm import FakeLLM, Reply, ok, slow
 
@@ -119,23 +119,7 @@ def chat_loop(label: str, *, with_worker: bool) -> dict[str, Any]:
 
 def _start_worker(env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "celery"),
-            "-A",
-            "config",
-            "worker",
-            "-Q",
-            "compaction,celery",
-            "--pool",
-            "prefork",
-            "--concurrency",
-            "2",
-            "--loglevel",
-            "WARNING",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
+        worker_command(2),
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
