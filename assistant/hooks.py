@@ -50,7 +50,7 @@ from assistant.llm.overflow import context_overflow, overflow_token_counts
 from assistant.logs import log_event
 from assistant.metadata import merge_metadata
 from assistant.models import Conversation, Message, MetadataKeys
-from assistant.prebuild import ask_worker_ahead, defer_to_worker
+from assistant.prebuild import ask_worker_ahead, awaiting_worker, defer_to_worker, worker_serves
 from assistant.summaries import (
     adopt_pending_summary,
     has_pending_summary,
@@ -94,11 +94,14 @@ def _ensure_context_summary(conversation: Conversation) -> str | None:
     # A cached-suffix summary re-sends the request as the cache holds it: at the
     # trigger the shift goes first, and the results it keeps are compacted after it.
     suffix_first = config.SUMMARY_REQUEST == "cached_suffix" and tokens >= trigger and not eager
+    worker_ahead = config.PREBUILD_IN_TURN and not eager and worker_serves(state)
     if (cold or tokens >= config.COMPACT_WATERMARK * trigger) and not suffix_first:
         # At the trigger, on a cold cache, or without caching, any batch
-        # goes; below it only one the conversation's savings pay for.
+        # goes; below it only one the conversation's savings pay for, and
+        # none while the worker builds the shift that would rewrite it.
         free = cold or eager or tokens >= trigger
-        state = compact_consumed_results(state, config, free=free, everything=cold) or state
+        if free or not (worker_ahead and awaiting_worker(state)):
+            state = compact_consumed_results(state, config, free=free, everything=cold) or state
     count = eager or cold
     # At the trigger the cached prefix breaks anyway, so the window shifts
     # even when compaction alone got the context under it: the request drops
@@ -108,11 +111,17 @@ def _ensure_context_summary(conversation: Conversation) -> str | None:
     if cold and has_pending_summary(state) and adopt_pending_summary(conversation.pk):
         state = _after_shift(state, cold=cold)
         at_trigger = False
-    if at_trigger or should_shift(state, config, count=count):
+    needed = should_shift(state, config, count=count)
+    if at_trigger and not needed and worker_ahead and defer_to_worker(state, config):
+        # Compaction got the request under the trigger: the shift the trigger
+        # calls for need not hold the chat up; the worker makes it.
+        return state.summary
+    if at_trigger or needed:
         # Under the lease the shift goes on unless another caller got the
-        # context below what this one saw.
+        # context below what this one saw. Only a shift the request needs to
+        # fit waits on another process's summary.
         share = min(1.0, state.context_tokens() / trigger) if at_trigger else 1.0
-        summary = shift_window(conversation.pk, config, count=count, share=share)
+        summary = shift_window(conversation.pk, config, count=count, share=share, wait=needed)
         state = _after_shift(state, cold=cold)
         if suffix_first:
             compact_consumed_results(state, config, free=True, everything=cold)
@@ -120,18 +129,19 @@ def _ensure_context_summary(conversation: Conversation) -> str | None:
     if suffix_first:  # a pre-built summary was adopted instead
         state = compact_consumed_results(state, config, free=True, everything=cold) or state
     if not eager and early_shift_pays(state, config):
-        if config.PREBUILD_IN_TURN and defer_to_worker(state, config):
+        if worker_ahead and defer_to_worker(state, config):
             return state.summary
         summary = shift_window(
-            conversation.pk, config, count=False, share=config.COMPACT_WATERMARK, early=True
+            conversation.pk,
+            config,
+            count=False,
+            share=config.COMPACT_WATERMARK,
+            early=True,
+            wait=False,
         )
         _after_shift(state, cold=cold)
         return summary
-    if (
-        config.PREBUILD_IN_TURN
-        and not eager
-        and state.context_tokens() >= config.SOFT_WATERMARK * trigger
-    ):
+    if worker_ahead and state.context_tokens() >= config.SOFT_WATERMARK * trigger:
         ask_worker_ahead(state)
     return state.summary
 
