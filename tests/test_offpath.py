@@ -100,6 +100,19 @@ def test_a_shift_waits_for_a_worker_that_does_not_answer_at_most_summary_wait_se
     assert redis_client.llen("compaction") == 1
 
 
+def served_agent_turn(steps: int) -> Conversation:
+    """One user request answered by `steps` page reads (about 5,000 tokens
+    each), on a conversation a worker has served."""
+    conversation = Conversation.objects.create(title="Audit", system_prompt="You audit a blog.")
+    add_message(conversation, "user", "Audit every page of the blog.")
+    for step in range(steps):
+        read_step(conversation, 0, step)
+    Conversation.objects.filter(pk=conversation.pk).update(
+        metadata={MetadataKeys.WORKER_SEEN_AT: time.time()}
+    )
+    return conversation
+
+
 TRIGGER_30K = {"CONTEXT_TOKEN_THRESHOLD": 30_000, "MAX_MESSAGES_BEFORE_SUMMARY": 1000}
 
 
@@ -112,13 +125,7 @@ def test_at_the_trigger_a_shift_compaction_made_unneeded_is_left_to_the_worker(
     summarizing. The chat neither waits on it nor summarizes itself."""
     fake_llm.use_anthropic(settings)
     settings.ASSISTANT_COMPACTION = TRIGGER_30K
-    conversation = Conversation.objects.create(title="Audit", system_prompt="You audit a blog.")
-    add_message(conversation, "user", "Audit every page of the blog.")
-    for step in range(8):
-        read_step(conversation, 0, step)
-    Conversation.objects.filter(pk=conversation.pk).update(
-        metadata={MetadataKeys.WORKER_SEEN_AT: time.time()}
-    )
+    conversation = served_agent_turn(steps=8)
     assert load_window(conversation.pk).context_tokens() > TRIGGER_30K["CONTEXT_TOKEN_THRESHOLD"]
 
     with hung_lease_holder(conversation.pk):  # the worker, inside its summarizer call
@@ -145,13 +152,7 @@ def test_over_the_trigger_after_compaction_the_chat_still_shifts_itself(fake_llm
     path whatever the worker does: no request goes over the trigger."""
     fake_llm.use_anthropic(settings)
     settings.ASSISTANT_COMPACTION = {**TRIGGER_30K, "CONTEXT_TOKEN_THRESHOLD": 12_000}
-    conversation = Conversation.objects.create(title="Audit", system_prompt="You audit a blog.")
-    add_message(conversation, "user", "Audit every page of the blog.")
-    for step in range(8):
-        read_step(conversation, 0, step)
-    Conversation.objects.filter(pk=conversation.pk).update(
-        metadata={MetadataKeys.WORKER_SEEN_AT: time.time()}
-    )
+    conversation = served_agent_turn(steps=8)
 
     ensure_context_summary(conversation)
 
