@@ -343,10 +343,6 @@ class Message(models.Model):
         return f"{self.role} #{self.pk}"
 
     @property
-    def is_compacted(self) -> bool:
-        return bool(self.compaction)
-
-    @property
     def prompt_tokens(self) -> int | None:
         """The whole prompt the provider reported for the call that produced
         this message (uncached input plus cache reads and writes)."""

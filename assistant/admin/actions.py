@@ -7,7 +7,6 @@ History."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
@@ -36,8 +35,6 @@ from assistant.staff_actions import (
 # A run over more conversations than this goes to the worker.
 INLINE_LIMIT = 5
 BRANCH_MESSAGES_SHOWN = 50
-
-Confirmed = Callable[[HttpRequest, list[Conversation]], None]
 
 
 def describe(conversations: list[Conversation]) -> str:
