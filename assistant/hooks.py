@@ -57,13 +57,13 @@ from assistant.summaries import (
     prebuild_window_summary,
     shift_window,
 )
-from assistant.tokens import estimate_tokens
 from assistant.window import (
     TOKEN_RATIO_DRIFT,
     WindowState,
     choose_split,
     load_window,
     should_shift,
+    store_size,
     verbatim_budget,
 )
 
@@ -76,15 +76,18 @@ def ensure_context_summary(conversation: Conversation) -> str | None:
     """The pre-call hook: bring the context within budget and return the
     window summary the next request carries. Two queries when nothing is due."""
     with telemetry.pre_call_hook(conversation.pk):
-        return _ensure_context_summary(conversation)
+        summary, state = _ensure_context_summary(conversation, compaction_config())
+        store_size(state)  # the admin list's figure: the size this call left
+        return summary
 
 
-def _ensure_context_summary(conversation: Conversation) -> str | None:
-    config = compaction_config()
-    state = load_window(conversation.pk)
-    if state.metadata.get(MetadataKeys.NEEDS_EMERGENCY_COMPACTION):
+def _ensure_context_summary(
+    conversation: Conversation, config: CompactionConfig
+) -> tuple[str | None, WindowState]:
+    state = load_window(conversation.pk, config)
+    if state.meta.needs_emergency:
         compact_if_flagged(conversation)
-        state = load_window(conversation.pk)
+        state = load_window(conversation.pk, config)
     remember_token_ratio(state)
     warn_implausible_usage(state)
     eager = config.COMPACTION_TIMING == "eager"
@@ -105,7 +108,7 @@ def _ensure_context_summary(conversation: Conversation) -> str | None:
     # to the summaries and the verbatim budget, and the next break is far off
     # (DESIGN 6: what is sent changes in rare, large steps).
     at_trigger = tokens >= trigger and not eager
-    if cold and has_pending_summary(state) and adopt_pending_summary(conversation.pk):
+    if cold and has_pending_summary(state) and adopt_pending_summary(conversation.pk, config):
         state = _after_shift(state, cold=cold)
         at_trigger = False
     if at_trigger or should_shift(state, config, count=count):
@@ -115,25 +118,24 @@ def _ensure_context_summary(conversation: Conversation) -> str | None:
         summary = shift_window(conversation.pk, config, count=count, share=share)
         state = _after_shift(state, cold=cold)
         if suffix_first:
-            compact_consumed_results(state, config, free=True, everything=cold)
-        return summary
+            state = compact_consumed_results(state, config, free=True, everything=cold) or state
+        return summary, state
     if suffix_first:  # a pre-built summary was adopted instead
         state = compact_consumed_results(state, config, free=True, everything=cold) or state
     if not eager and early_shift_pays(state, config):
         if config.PREBUILD_IN_TURN and defer_to_worker(state, config):
-            return state.summary
+            return state.summary, state
         summary = shift_window(
             conversation.pk, config, count=False, share=config.COMPACT_WATERMARK, early=True
         )
-        _after_shift(state, cold=cold)
-        return summary
+        return summary, _after_shift(state, cold=cold)
     if (
         config.PREBUILD_IN_TURN
         and not eager
         and state.context_tokens() >= config.SOFT_WATERMARK * trigger
     ):
         ask_worker_ahead(state)
-    return state.summary
+    return state.summary, state
 
 
 def remember_token_ratio(state: WindowState) -> None:
@@ -141,7 +143,7 @@ def remember_token_ratio(state: WindowState) -> None:
     it moved by more than a tenth, so that sizes estimated after the next
     compaction (when every count is stale) are scaled like the provider's."""
     measured = state.measured_token_ratio()
-    stored = float(state.metadata.get(MetadataKeys.TOKEN_RATIO) or 1.0)
+    stored = state.meta.stored_token_ratio or 1.0
     if measured is None or abs(measured - stored) <= TOKEN_RATIO_DRIFT * stored:
         return
     merge_metadata(
@@ -156,7 +158,7 @@ def warn_implausible_usage(state: WindowState) -> None:
     usage wiring is wrong, and compaction goes on by our estimates. Ids and
     counts only."""
     implausible = state.implausible_count()
-    if implausible is None or state.metadata.get(MetadataKeys.IMPLAUSIBLE_USAGE_WARNED):
+    if implausible is None or state.meta.implausible_usage_warned:
         return
     count, estimate = implausible
     logger.warning(
@@ -184,10 +186,10 @@ def early_shift_pays(state: WindowState, config: CompactionConfig) -> bool:
     start = choose_split(state.rows, config, budget=verbatim_budget(state, config, early=True))
     if start is None:
         return False
-    system = estimate_tokens(state.system)
+    system = state.tokens(state.system)
     before = state.estimated_tokens() - system
     summarized = sum(row.token_estimate for row in state.rows[:start])
-    old_summary = estimate_tokens(state.summary or "")
+    old_summary = state.tokens(state.summary)
     after = before - summarized + (old_summary or config.SUMMARY_ESTIMATE_TOKENS)
     cost = step_cost(before, after, summarizer_input=summarized + old_summary)
     return before - after >= config.COMPACT_MIN_FREE_TOKENS and Ledger.of(state.metadata).affords(
@@ -211,7 +213,7 @@ def compact_consumed_results(
         # Old images, documents and thinking change the context only when it may change
         # freely, or along with a batch of tool results (below).
         if free and compact_old_blocks(state.conversation_id):
-            return load_window(state.conversation_id)
+            return load_window(state.conversation_id, state.config)
         return None
     tail = _tail_tokens(state, plan)
     ledger = Ledger.of(state.metadata)
@@ -223,7 +225,7 @@ def compact_consumed_results(
     if not apply_plan(state.conversation_id, plan, config):
         return None
     compact_old_blocks(state.conversation_id)
-    after = load_window(state.conversation_id)
+    after = load_window(state.conversation_id, state.config)
     freed = state.estimated_tokens() - after.estimated_tokens()
     _write_ledger(after, state, ledger, freed=freed, cost=step_cost(tail, tail - freed))
     return after
@@ -244,14 +246,14 @@ def _after_shift(before: WindowState, *, cold: bool) -> WindowState:
     """Book a window shift in the ledger: everything after the system part
     changed (the summary leads), so the whole context is written again, and
     the summarizer read the newly summarized messages and the old summary."""
-    after = load_window(before.conversation_id)
+    after = load_window(before.conversation_id, before.config)
     if after.through_id == before.through_id:
         return after
-    system = estimate_tokens(before.system)
+    system = before.tokens(before.system)
     old, new = before.estimated_tokens() - system, after.estimated_tokens() - system
     summarized = sum(row.token_estimate for row in before.rows if row.pk <= after.through_id)
     cost = step_cost(
-        old, new, cold=cold, summarizer_input=summarized + estimate_tokens(before.summary or "")
+        old, new, cold=cold, summarizer_input=summarized + before.tokens(before.summary)
     )
     _write_ledger(after, before, Ledger.of(after.metadata), freed=old - new, cost=cost)
     return after
@@ -305,7 +307,7 @@ def shift_ahead(conversation_id: int, config: CompactionConfig) -> bool:
     shift that never comes is paid for and thrown away."""
     if config.COMPACTION_TIMING == "eager":
         return True
-    state = load_window(conversation_id)
+    state = load_window(conversation_id, config)
     tokens = state.context_tokens()
     if tokens >= config.CONTEXT_TOKEN_THRESHOLD:
         return True

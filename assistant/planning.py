@@ -48,7 +48,7 @@ class RunPlan:
 
 def plan_run(conversation: Conversation, level: int = 0) -> RunPlan:
     config = compaction_config()
-    state = load_window(conversation.pk)
+    state = load_window(conversation.pk, config)
     tokens = state.context_tokens()
     if level:
         # Emergency levels compact every tool result, current turn included.

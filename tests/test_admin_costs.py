@@ -13,12 +13,13 @@ from assistant.admin.inspector import context_inspector
 from assistant.admin.listing import with_list_figures
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import add_message, context_tokens
+from assistant.window import refresh_size
 from tests.scenarios import staff_user, tool_heavy_conversation
 from tests.test_cost import priced_conversation
 
 
 def list_size(conversation: Conversation) -> int:
-    return with_list_figures(Conversation.objects.filter(pk=conversation.pk)).get()._context_tokens
+    return with_list_figures(Conversation.objects.filter(pk=conversation.pk)).get().context_tokens
 
 
 def split_inside_a_turn() -> Conversation:
@@ -55,6 +56,7 @@ def split_inside_a_turn() -> Conversation:
             MetadataKeys.TOKEN_RATIO: 1.37,
         }
     )
+    refresh_size(conversation.pk)  # as the shift that stores such a split does
     conversation.refresh_from_db()
     return conversation
 
