@@ -102,11 +102,13 @@ class CompactionConfig:
     DEFAULT_TOOL_POLICY: ToolPolicy = "prune"
     # Pre-build the next window summary in the worker past this share of the trigger.
     SOFT_WATERMARK: float = key(0.8, above=0, at_most=1)
-    # Inside a turn, ask the worker for the next window summary and let an early
-    # shift wait for it (assistant.prebuild), so the chat does not wait on the
-    # summarizer. Off by default: measured in `make bench` ("summaries off the chat
-    # path"), a chat faster than the worker shifts later and sends more tokens.
-    PREBUILD_IN_TURN: bool = False
+    # Once a Celery worker serves the conversation, ask it for the next window
+    # summary inside a turn, and let every shift the request does not need to fit
+    # wait for it (assistant.prebuild): the chat waits on the summarizer only to
+    # fit the trigger. Off: the hook summarizes early shifts itself (a chat much
+    # faster than its worker shifts later and sends more tokens; `make bench`,
+    # "summaries off the chat path", measures both).
+    PREBUILD_IN_TURN: bool = True
     # A summary lease older than this is considered abandoned (its holder died).
     SUMMARY_LEASE_SECONDS: int = key(120, at_least=1)
     # How long a pre-exchange caller waits for another process's summary.

@@ -65,6 +65,9 @@ class Shift:
     count: bool
     budget: int
     start: int | None
+    # The request needs it to fit (a trigger still reached once compaction is
+    # done): only such a shift waits on another process's summary.
+    needed: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class Plan:
     tokens: int  # the size at the call (WindowState.context_tokens)
     eager: bool
     cold: bool
+    # PREBUILD_IN_TURN with a worker known to serve the conversation: a shift the
+    # request does not need to fit is left to it (assistant.prebuild).
+    worker_ahead: bool
     at_trigger: bool
     suffix_first: bool
     results: Results | None  # compact consumed results first (None: not now)
@@ -116,27 +122,26 @@ def decide(
     adopt = cold and not adopted and state.meta.has_pending_summary
     if adopt:
         reasons.append(ADOPT_PENDING)
+    worker_ahead = config.PREBUILD_IN_TURN and not eager and state.meta.worker_seen
     shift = None
-    if at_trigger or should_shift(state, config, count=count):
+    needed = should_shift(state, config, count=count)
+    if at_trigger or needed:
         reasons.append(AT_TRIGGER if at_trigger else COUNT_TRIGGER)
         share = min(1.0, state.context_tokens() / trigger) if at_trigger else 1.0
         budget = verbatim_budget(state, config)
         start = choose_split(state.rows, config, budget=budget)
-        shift = Shift("forced", share, count, budget, start)
+        shift = Shift("forced", share, count, budget, start, needed)
     elif not eager and (early := early_shift(state, config)) is not None:
         reasons.append(EARLY_PAYS)
         shift = early
-    ask = (
-        config.PREBUILD_IN_TURN
-        and not eager
-        and state.context_tokens() >= config.SOFT_WATERMARK * trigger
-    )
+    ask = worker_ahead and state.context_tokens() >= config.SOFT_WATERMARK * trigger
     if ask:
         reasons.append(SOFT_WATERMARK)
     return Plan(
         tokens=tokens,
         eager=eager,
         cold=cold,
+        worker_ahead=worker_ahead,
         at_trigger=at_trigger,
         suffix_first=suffix_first,
         results=results,

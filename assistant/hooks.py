@@ -46,7 +46,7 @@ from assistant.llm.overflow import context_overflow, overflow_token_counts
 from assistant.logs import log_event
 from assistant.metadata import merge_metadata
 from assistant.models import Conversation, MetadataKeys
-from assistant.prebuild import ask_worker_ahead, defer_to_worker
+from assistant.prebuild import ask_worker_ahead, awaiting_worker, defer_to_worker
 from assistant.summaries import (
     adopt_pending_summary,
     prebuild_window_summary,
@@ -82,7 +82,11 @@ def _ensure_context_summary(
     warn_implausible_usage(state)
     now = timezone.now()
     plan = decide(state, config, now)
-    if plan.results is not None:
+    # Below the trigger, no voluntary batch while the worker builds the shift that
+    # would rewrite it.
+    if plan.results is not None and (
+        plan.results.free or not (plan.worker_ahead and awaiting_worker(state))
+    ):
         state = compact_consumed_results(state, plan.results) or state
     plan = decide(state, config, now, first=plan)
     adopted = plan.adopt_pending and adopt_pending_summary(conversation.pk, config)
@@ -91,7 +95,16 @@ def _ensure_context_summary(
         plan = decide(state, config, now, first=plan, adopted=True)
     shift = plan.shift
     if shift is not None and shift.kind == "forced":
-        summary = shift_window(conversation.pk, config, count=shift.count, share=shift.share)
+        if not shift.needed and plan.worker_ahead and defer_to_worker(state, config):
+            # Compaction got the request under the trigger: the shift the trigger
+            # calls for need not hold the chat up; the worker makes it.
+            return state.summary, state
+        # Under the lease the shift goes on unless another caller got the context
+        # below what this one saw. Only a shift the request needs waits on another
+        # process's summary.
+        summary = shift_window(
+            conversation.pk, config, count=shift.count, share=shift.share, wait=shift.needed
+        )
         state = _after_shift(state, cold=plan.cold)
         if plan.suffix_first:  # the results it keeps are compacted after the shift
             state = _compact_all(state, plan) or state
@@ -102,10 +115,10 @@ def _ensure_context_summary(
         # The adopted summary stood for the shift at the trigger: only an early one now.
         shift = early_shift(state, config)
     if shift is not None:  # an early shift, which pays
-        if config.PREBUILD_IN_TURN and defer_to_worker(state, config):
+        if plan.worker_ahead and defer_to_worker(state, config):
             return state.summary, state
         summary = shift_window(
-            conversation.pk, config, count=shift.count, share=shift.share, early=True
+            conversation.pk, config, count=shift.count, share=shift.share, early=True, wait=False
         )
         return summary, _after_shift(state, cold=plan.cold)
     if plan.ask_worker:

@@ -6,10 +6,11 @@ inside turns: a summary the worker builds at the end of a turn is for a
 split that the next turn's calls have long moved past. So, once a Celery
 worker is known to serve the conversation (its tasks stamp WORKER_SEEN_AT),
 the hook asks it for the summary of the split it is heading for (past
-SOFT_WATERMARK, or when an early shift pays), and a voluntary early shift
-waits for that summary instead of making the user wait on the summarizer.
-At the trigger nothing waits: the hook adopts what is ready, or waits on a
-worker holding the lease, or summarizes itself.
+SOFT_WATERMARK, or when an early shift pays), and every shift the request
+does not need to fit waits for that summary instead of making the user wait
+on the summarizer: an early shift, and one at the trigger once compacting
+the consumed results got the request under it. Only a shift the request
+needs waits on the worker or summarizes on the chat path.
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ logger = logging.getLogger(__name__)
 
 def worker_serves(state: WindowState) -> bool:
     return bool(state.metadata.get(MetadataKeys.WORKER_SEEN_AT))
+
+
+def awaiting_worker(state: WindowState) -> bool:
+    """The worker was asked for the summary of the current split and has
+    not answered yet: a voluntary compaction now would be rewritten by the
+    shift that summary brings, so it waits too."""
+    request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
+    return (
+        worker_serves(state)
+        and request.get("base") == state.through_id
+        and not request.get("answered")
+    )
 
 
 def ask_worker_ahead(state: WindowState) -> bool:

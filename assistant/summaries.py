@@ -330,6 +330,7 @@ def shift_window(
     recent_fraction: float | None = None,
     keep_last: int | None = None,
     newest_step_only: bool = False,
+    wait: bool = True,
 ) -> str | None:
     """Move the split forward when the context reaches `share` of a trigger
     (always with `force`), adopting a pre-built summary when one fits, and
@@ -339,9 +340,13 @@ def shift_window(
     it while it makes progress, then uses what it stored. A holder silent for
     SUMMARY_STALL_SECONDS (alive but stopped) is taken over, and the shift is
     made with the offline summarizer: the chat does not wait on a provider
-    again, nor send a request over the trigger."""
+    again, nor send a request over the trigger. Without `wait` (a shift the
+    request does not need to fit) a held lease skips the shift instead."""
     for attempt in range(2):
         with summary_lease(conversation_id, take_over_stalled=attempt == 1) as lease:
+            if lease is None and not wait:
+                log_event("summary_skipped", conversation_id=conversation_id, reason="lease_held")
+                return load_window(conversation_id).summary
             if lease is not None:
                 return _shift_holding(
                     lease,

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
 from django.conf import settings
+from django.db import connections
 
+from assistant.leases import claim
 from assistant.models import Conversation
 from config.celery import app as celery_app
 
@@ -86,3 +90,28 @@ def wait_until(
 @pytest.fixture
 def conversation(db) -> Conversation:
     return Conversation.objects.create(title="Blog admin session", system_prompt="You help.")
+
+
+@contextmanager
+def hung_lease_holder(conversation_id: int) -> Iterator[dict]:
+    """A thread that claims the summary lease on its own database connection
+    (alive: its backend stays) and then stops, as a frozen worker does."""
+    claimed, release, held = threading.Event(), threading.Event(), {}
+
+    def hold() -> None:
+        try:
+            held["lease"] = claim(conversation_id)
+            claimed.set()
+            release.wait(timeout=300)
+            held["renewed_after_hang"] = held["lease"].renew()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert claimed.wait(timeout=10) and held["lease"] is not None
+        yield held
+    finally:
+        release.set()
+        thread.join(timeout=30)

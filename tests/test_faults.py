@@ -33,7 +33,7 @@ from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import add_message, finish_exchange
 from config.celery import app as celery_app
 from tests.builders import html, tool_turn
-from tests.conftest import QUEUES, use_broker, wait_until
+from tests.conftest import QUEUES, hung_lease_holder, use_broker, wait_until
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 CELERY = str(Path(sys.executable).with_name("celery"))
@@ -796,35 +796,6 @@ HUNG_TRIGGER = {
     "MAX_RECENT_TOKENS": 3000,
     "MAX_MESSAGES_BEFORE_SUMMARY": 1000,
 }
-
-
-@contextmanager
-def hung_lease_holder(conversation_id: int) -> Iterator[dict]:
-    """A thread that claims the summary lease on its own database connection
-    (alive: its backend stays) and then stops, as a frozen worker does."""
-    from django.db import connections
-
-    from assistant.leases import claim
-
-    claimed, release, held = threading.Event(), threading.Event(), {}
-
-    def hold() -> None:
-        try:
-            held["lease"] = claim(conversation_id)
-            claimed.set()
-            release.wait(timeout=300)
-            held["renewed_after_hang"] = held["lease"].renew()
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    try:
-        assert claimed.wait(timeout=10) and held["lease"] is not None
-        yield held
-    finally:
-        release.set()
-        thread.join(timeout=30)
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from django.test import override_settings
 
 from assistant.conf import compaction_config
@@ -16,7 +17,7 @@ from assistant.queue import PREBUILD_TASK
 from assistant.services import add_message, ensure_context_summary, finish_exchange
 from assistant.window import load_window
 from tests.builders import html
-from tests.conftest import wait_until
+from tests.conftest import hung_lease_holder, wait_until
 
 
 def read_step(conversation: Conversation, turn: int, step: int) -> None:
@@ -97,3 +98,64 @@ def test_a_shift_waits_for_a_worker_that_does_not_answer_at_most_summary_wait_se
     assert MetadataKeys.WORKER_SEEN_AT not in conversation_metadata(served)
     assert defer_to_worker(load_window(served.pk), config) is False
     assert redis_client.llen("compaction") == 1
+
+
+TRIGGER_30K = {"CONTEXT_TOKEN_THRESHOLD": 30_000, "MAX_MESSAGES_BEFORE_SUMMARY": 1000}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_at_the_trigger_a_shift_compaction_made_unneeded_is_left_to_the_worker(
+    fake_llm, settings, empty_queues, redis_client
+):
+    """Past the trigger, compacting the consumed results gets the request under
+    it: the shift the trigger calls for is asked of the worker, which is busy
+    summarizing. The chat neither waits on it nor summarizes itself."""
+    fake_llm.use_anthropic(settings)
+    settings.ASSISTANT_COMPACTION = TRIGGER_30K
+    conversation = Conversation.objects.create(title="Audit", system_prompt="You audit a blog.")
+    add_message(conversation, "user", "Audit every page of the blog.")
+    for step in range(8):
+        read_step(conversation, 0, step)
+    Conversation.objects.filter(pk=conversation.pk).update(
+        metadata={MetadataKeys.WORKER_SEEN_AT: time.time()}
+    )
+    assert load_window(conversation.pk).context_tokens() > TRIGGER_30K["CONTEXT_TOKEN_THRESHOLD"]
+
+    with hung_lease_holder(conversation.pk):  # the worker, inside its summarizer call
+        started = time.monotonic()
+        ensure_context_summary(conversation)
+        waited = time.monotonic() - started
+
+    assert waited < 5.0  # it waited 1 s, then summarized offline on the chat path
+    kinds = CompactionEvent.objects.filter(conversation=conversation).values_list("kind", flat=True)
+    assert "tool_results" in kinds and "window_summary" not in kinds
+    assert fake_llm.count("anthropic.messages") == 0
+    assert load_window(conversation.pk).context_tokens() < TRIGGER_30K["CONTEXT_TOKEN_THRESHOLD"]
+    # The worker is asked for the summary of the current split, once.
+    assert request(conversation) == {"base": None, "at": pytest.approx(time.time(), abs=30)}
+    queued = [
+        json.loads(body)["headers"]["task"] for body in redis_client.lrange("compaction", 0, -1)
+    ]
+    assert queued == [PREBUILD_TASK]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_over_the_trigger_after_compaction_the_chat_still_shifts_itself(fake_llm, settings):
+    """What compaction cannot bring under the trigger is shifted on the chat
+    path whatever the worker does: no request goes over the trigger."""
+    fake_llm.use_anthropic(settings)
+    settings.ASSISTANT_COMPACTION = {**TRIGGER_30K, "CONTEXT_TOKEN_THRESHOLD": 12_000}
+    conversation = Conversation.objects.create(title="Audit", system_prompt="You audit a blog.")
+    add_message(conversation, "user", "Audit every page of the blog.")
+    for step in range(8):
+        read_step(conversation, 0, step)
+    Conversation.objects.filter(pk=conversation.pk).update(
+        metadata={MetadataKeys.WORKER_SEEN_AT: time.time()}
+    )
+
+    ensure_context_summary(conversation)
+
+    kinds = CompactionEvent.objects.filter(conversation=conversation).values_list("kind", flat=True)
+    assert "window_summary" in kinds
+    assert fake_llm.count("anthropic.messages") == 1
+    assert load_window(conversation.pk).context_tokens() < 12_000
