@@ -26,27 +26,24 @@ from django.utils import timezone
 from assistant.cleanup_conf import CleanupConfig, cleanup_config
 from assistant.logs import log_event
 from assistant.metadata import metadata_expression
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.models import (
+    PENDING_SUMMARY_KEYS,
+    WINDOW_SUMMARY_KEYS,
+    CompactionEvent,
+    Conversation,
+    Message,
+    MetadataKeys,
+)
 from assistant.queue import PARENT_SUMMARY_TASK, POST_EXCHANGE_TASK, enqueue_on_commit
+from assistant.window import refresh_size
 
 logger = logging.getLogger(__name__)
 
 # Cached summaries: the key holding the id of the last message each covers,
 # and the keys removed together when that message no longer exists.
 _CACHED_SUMMARY_KEYS = (
-    (
-        MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID,
-        (MetadataKeys.COMPACTION_SUMMARY, MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID),
-    ),
-    (
-        MetadataKeys.PENDING_THROUGH_MESSAGE_ID,
-        (
-            MetadataKeys.PENDING_SUMMARY,
-            MetadataKeys.PENDING_THROUGH_MESSAGE_ID,
-            MetadataKeys.PENDING_BASE_MESSAGE_ID,
-            MetadataKeys.PENDING_USAGE,
-        ),
-    ),
+    (MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID, WINDOW_SUMMARY_KEYS),
+    (MetadataKeys.PENDING_THROUGH_MESSAGE_ID, PENDING_SUMMARY_KEYS),
 )
 
 
@@ -343,6 +340,9 @@ def clear_stale_summaries(*, config: CleanupConfig | None = None) -> CleanupResu
             .filter(pk__in=ids)
             .update(metadata=metadata_expression(remove=list(keys)))
         )
+        if through_key == MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID:
+            for pk in ids:  # the summary left the context: the list's figure follows
+                refresh_size(pk)
         log_event(
             "stale_summaries_cleared",
             conversations=count,

@@ -29,6 +29,7 @@ from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, ref
 from assistant.tokens import estimate_tokens
 from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
+from assistant.window import refresh_size
 
 logger = logging.getLogger(__name__)
 
@@ -429,6 +430,7 @@ def _mark_context_changed(conversation_id: int) -> None:
         Conversation.objects.filter(pk=conversation_id),
         {MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: latest["last"] or 0},
     )
+    refresh_size(conversation_id)
 
 
 def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = False) -> int:

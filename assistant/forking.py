@@ -34,6 +34,7 @@ from assistant.history import add_message
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.queue import PARENT_SUMMARY_TASK, enqueue_on_commit
+from assistant.window import refresh_size
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +196,7 @@ def generate_parent_summary(conversation: Conversation) -> str | None:
             _record_event(conversation.pk, parent, summary, deferred=True)
     if not stored:  # another run wrote it first: theirs stands
         return read_metadata(conversation.pk).get(MetadataKeys.PARENT_CONVERSATION_SUMMARY)
+    refresh_size(conversation.pk)
     conversation.metadata = {**conversation.metadata, **values}
     return summary.text
 
@@ -273,6 +275,7 @@ def _create_fork(
             _record_event(fork.pk, parent, summary, deferred=False)
         if summary is None:
             enqueue_on_commit(PARENT_SUMMARY_TASK, fork.pk)
+        refresh_size(fork.pk)
     logger.info("fork_created parent=%s fork=%s deferred=%s", parent.pk, fork.pk, summary is None)
     return fork
 

@@ -26,6 +26,7 @@ from assistant.llm.base import new_tool_call_id
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
 from assistant.queue import POST_EXCHANGE_TASK, enqueue_on_commit
 from assistant.tokens import estimate_message_tokens
+from assistant.window import context_size
 
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 _CALL_KEYS = {"id", "name", "arguments"}
@@ -91,10 +92,14 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
                 **tool_fields,
                 **usage,
             )
+            try:  # the admin list's figure, with this message
+                size = context_size(conversation.pk)
+            except Conversation.DoesNotExist:  # purged meanwhile
+                raise deleted_error(conversation.pk) from None
             # Last, so the row lock is held briefly; a soft-deleted (or purged)
             # conversation matches nothing and the insert is rolled back.
             live = Conversation.objects.filter(pk=conversation.pk, deleted_at__isnull=True)
-            if not live.update(updated_at=timezone.now()):
+            if not live.update(updated_at=timezone.now(), context_tokens=size):
                 raise deleted_error(conversation.pk)
     except IntegrityError as error:
         # Another writer stored this call's result between our check and our insert.

@@ -26,18 +26,14 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+from django.utils import timezone
+
 from assistant import telemetry
 from assistant.cache_ledger import Ledger, step_cost
-from assistant.compaction import (
-    CompactionPlan,
-    apply_plan,
-    compact_old_blocks,
-    consumed_tool_rows,
-    plan_compaction,
-    prepare_tool_results,
-)
+from assistant.compaction import apply_plan, compact_old_blocks, prepare_tool_results
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.context import Context, build_context
+from assistant.decision import Plan, Results, decide, early_shift, results_step, tail_tokens
 from assistant.emergency import (
     LEVELS,
     ContextTooLarge,
@@ -49,23 +45,14 @@ from assistant.events import stopwatch
 from assistant.llm.overflow import context_overflow, overflow_token_counts
 from assistant.logs import log_event
 from assistant.metadata import merge_metadata
-from assistant.models import Conversation, Message, MetadataKeys
-from assistant.prebuild import ask_worker_ahead, awaiting_worker, defer_to_worker, worker_serves
+from assistant.models import Conversation, MetadataKeys
+from assistant.prebuild import ask_worker_ahead, awaiting_worker, defer_to_worker
 from assistant.summaries import (
     adopt_pending_summary,
-    has_pending_summary,
     prebuild_window_summary,
     shift_window,
 )
-from assistant.tokens import estimate_tokens
-from assistant.window import (
-    TOKEN_RATIO_DRIFT,
-    WindowState,
-    choose_split,
-    load_window,
-    should_shift,
-    verbatim_budget,
-)
+from assistant.window import TOKEN_RATIO_DRIFT, WindowState, load_window, store_size
 
 logger = logging.getLogger(__name__)
 
@@ -76,74 +63,74 @@ def ensure_context_summary(conversation: Conversation) -> str | None:
     """The pre-call hook: bring the context within budget and return the
     window summary the next request carries. Two queries when nothing is due."""
     with telemetry.pre_call_hook(conversation.pk):
-        return _ensure_context_summary(conversation)
+        summary, state = _ensure_context_summary(conversation, compaction_config())
+        store_size(state)  # the admin list's figure: the size this call left
+        return summary
 
 
-def _ensure_context_summary(conversation: Conversation) -> str | None:
-    config = compaction_config()
-    state = load_window(conversation.pk)
-    if state.metadata.get(MetadataKeys.NEEDS_EMERGENCY_COMPACTION):
+def _ensure_context_summary(
+    conversation: Conversation, config: CompactionConfig
+) -> tuple[str | None, WindowState]:
+    """Load the window once, decide (assistant.decision), execute the plan:
+    each step that changes the window is followed by a decision on the
+    window it left. Returns the summary and the window as the call left it."""
+    state = load_window(conversation.pk, config)
+    if state.meta.needs_emergency:
         compact_if_flagged(conversation)
-        state = load_window(conversation.pk)
+        state = load_window(conversation.pk, config)
     remember_token_ratio(state)
     warn_implausible_usage(state)
-    eager = config.COMPACTION_TIMING == "eager"
-    cold = not eager and state.cache_is_cold(config)
-    tokens = state.context_tokens()
-    trigger = config.CONTEXT_TOKEN_THRESHOLD
-    # A cached-suffix summary re-sends the request as the cache holds it: at the
-    # trigger the shift goes first, and the results it keeps are compacted after it.
-    suffix_first = config.SUMMARY_REQUEST == "cached_suffix" and tokens >= trigger and not eager
-    worker_ahead = config.PREBUILD_IN_TURN and not eager and worker_serves(state)
-    if (cold or tokens >= config.COMPACT_WATERMARK * trigger) and not suffix_first:
-        # At the trigger, on a cold cache, or without caching, any batch
-        # goes; below it only one the conversation's savings pay for, and
-        # none while the worker builds the shift that would rewrite it.
-        free = cold or eager or tokens >= trigger
-        if free or not (worker_ahead and awaiting_worker(state)):
-            state = compact_consumed_results(state, config, free=free, everything=cold) or state
-    count = eager or cold
-    # At the trigger the cached prefix breaks anyway, so the window shifts
-    # even when compaction alone got the context under it: the request drops
-    # to the summaries and the verbatim budget, and the next break is far off
-    # (DESIGN 6: what is sent changes in rare, large steps).
-    at_trigger = tokens >= trigger and not eager
-    if cold and has_pending_summary(state) and adopt_pending_summary(conversation.pk):
-        state = _after_shift(state, cold=cold)
-        at_trigger = False
-    needed = should_shift(state, config, count=count)
-    if at_trigger and not needed and worker_ahead and defer_to_worker(state, config):
-        # Compaction got the request under the trigger: the shift the trigger
-        # calls for need not hold the chat up; the worker makes it.
-        return state.summary
-    if at_trigger or needed:
-        # Under the lease the shift goes on unless another caller got the
-        # context below what this one saw. Only a shift the request needs to
-        # fit waits on another process's summary.
-        share = min(1.0, state.context_tokens() / trigger) if at_trigger else 1.0
-        summary = shift_window(conversation.pk, config, count=count, share=share, wait=needed)
-        state = _after_shift(state, cold=cold)
-        if suffix_first:
-            compact_consumed_results(state, config, free=True, everything=cold)
-        return summary
-    if suffix_first:  # a pre-built summary was adopted instead
-        state = compact_consumed_results(state, config, free=True, everything=cold) or state
-    if not eager and early_shift_pays(state, config):
-        if worker_ahead and defer_to_worker(state, config):
-            return state.summary
+    now = timezone.now()
+    plan = decide(state, config, now)
+    # Below the trigger, no voluntary batch while the worker builds the shift that
+    # would rewrite it.
+    if plan.results is not None and (
+        plan.results.free or not (plan.worker_ahead and awaiting_worker(state))
+    ):
+        state = compact_consumed_results(state, plan.results) or state
+    plan = decide(state, config, now, first=plan)
+    adopted = plan.adopt_pending and adopt_pending_summary(conversation.pk, config)
+    if adopted:
+        state = _after_shift(state, cold=plan.cold)
+        plan = decide(state, config, now, first=plan, adopted=True)
+    shift = plan.shift
+    if shift is not None and shift.kind == "forced":
+        if not shift.needed and plan.worker_ahead and defer_to_worker(state, config):
+            # Compaction got the request under the trigger: the shift the trigger
+            # calls for need not hold the chat up; the worker makes it.
+            return state.summary, state
+        # Under the lease the shift goes on unless another caller got the context
+        # below what this one saw. Only a shift the request needs waits on another
+        # process's summary.
         summary = shift_window(
-            conversation.pk,
-            config,
-            count=False,
-            share=config.COMPACT_WATERMARK,
-            early=True,
-            wait=False,
+            conversation.pk, config, count=shift.count, share=shift.share, wait=shift.needed
         )
-        _after_shift(state, cold=cold)
-        return summary
-    if worker_ahead and state.context_tokens() >= config.SOFT_WATERMARK * trigger:
+        state = _after_shift(state, cold=plan.cold)
+        if plan.suffix_first:  # the results it keeps are compacted after the shift
+            state = _compact_all(state, plan) or state
+        return summary, state
+    if plan.suffix_first:  # a pre-built summary was adopted instead
+        state = _compact_all(state, plan) or state
+        plan = decide(state, config, now, first=plan, adopted=adopted)
+        # The adopted summary stood for the shift at the trigger: only an early one now.
+        shift = early_shift(state, config)
+    if shift is not None:  # an early shift, which pays
+        if plan.worker_ahead and defer_to_worker(state, config):
+            return state.summary, state
+        summary = shift_window(
+            conversation.pk, config, count=shift.count, share=shift.share, early=True, wait=False
+        )
+        return summary, _after_shift(state, cold=plan.cold)
+    if plan.ask_worker:
         ask_worker_ahead(state)
-    return state.summary
+    return state.summary, state
+
+
+def _compact_all(state: WindowState, plan: Plan) -> WindowState | None:
+    """At the trigger (or without a cache to keep) any batch of results goes."""
+    return compact_consumed_results(
+        state, results_step(state, state.config, free=True, everything=plan.cold)
+    )
 
 
 def remember_token_ratio(state: WindowState) -> None:
@@ -151,7 +138,7 @@ def remember_token_ratio(state: WindowState) -> None:
     it moved by more than a tenth, so that sizes estimated after the next
     compaction (when every count is stale) are scaled like the provider's."""
     measured = state.measured_token_ratio()
-    stored = float(state.metadata.get(MetadataKeys.TOKEN_RATIO) or 1.0)
+    stored = state.meta.stored_token_ratio or 1.0
     if measured is None or abs(measured - stored) <= TOKEN_RATIO_DRIFT * stored:
         return
     merge_metadata(
@@ -166,7 +153,7 @@ def warn_implausible_usage(state: WindowState) -> None:
     usage wiring is wrong, and compaction goes on by our estimates. Ids and
     counts only."""
     implausible = state.implausible_count()
-    if implausible is None or state.metadata.get(MetadataKeys.IMPLAUSIBLE_USAGE_WARNED):
+    if implausible is None or state.meta.implausible_usage_warned:
         return
     count, estimate = implausible
     logger.warning(
@@ -184,84 +171,41 @@ def warn_implausible_usage(state: WindowState) -> None:
     state.metadata[MetadataKeys.IMPLAUSIBLE_USAGE_WARNED] = True
 
 
-def early_shift_pays(state: WindowState, config: CompactionConfig) -> bool:
-    """Past COMPACT_WATERMARK, shift the window before the trigger when it
-    frees at least COMPACT_MIN_FREE_TOKENS and the conversation's savings
-    cover what it costs: rewriting the context (the new summary leads it) and
-    the summarizer reading what it summarizes."""
-    if state.context_tokens() < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
-        return False
-    start = choose_split(state.rows, config, budget=verbatim_budget(state, config, early=True))
-    if start is None:
-        return False
-    system = estimate_tokens(state.system)
-    before = state.estimated_tokens() - system
-    summarized = sum(row.token_estimate for row in state.rows[:start])
-    old_summary = estimate_tokens(state.summary or "")
-    after = before - summarized + (old_summary or config.SUMMARY_ESTIMATE_TOKENS)
-    cost = step_cost(before, after, summarizer_input=summarized + old_summary)
-    return before - after >= config.COMPACT_MIN_FREE_TOKENS and Ledger.of(state.metadata).affords(
-        state.rows, cost
-    )
-
-
-def compact_consumed_results(
-    state: WindowState, config: CompactionConfig, *, free: bool = False, everything: bool = False
-) -> WindowState | None:
-    """Compact the consumed tool results of the window (the current turn's
-    too) but the newest KEEP_NEWEST_TOOL_RESULTS, using what the worker
-    prepared. Unless `free`, only a batch that frees at least
-    COMPACT_MIN_FREE_TOKENS and that the conversation's savings under prompt
-    caching cover (assistant.cache_ledger), so the cached prefix breaks
-    rarely and never at a loss. With `everything` (a cold cache) the newest
-    results are compacted too. Returns the new window, None if unchanged."""
-    keep = 0 if everything else config.KEEP_NEWEST_TOOL_RESULTS
-    plan = plan_compaction(consumed_tool_rows(state.rows), config, keep_newest=keep)
-    if not plan:
+def compact_consumed_results(state: WindowState, results: Results) -> WindowState | None:
+    """Execute a results step of the plan (assistant.decision.results_step),
+    using what the worker prepared. Returns the new window, None if unchanged."""
+    conversation_id = state.conversation_id
+    if not results.plan:
         # Old images, documents and thinking change the context only when it may change
         # freely, or along with a batch of tool results (below).
-        if free and compact_old_blocks(state.conversation_id):
-            return load_window(state.conversation_id)
+        if results.free and compact_old_blocks(conversation_id):
+            return load_window(conversation_id, state.config)
         return None
-    tail = _tail_tokens(state, plan)
+    if not results.goes:
+        return None
+    tail = tail_tokens(state, results.plan)
     ledger = Ledger.of(state.metadata)
-    cost = step_cost(tail, tail - min(plan.most_freed, tail))
-    if not free and (
-        plan.most_freed < config.COMPACT_MIN_FREE_TOKENS or not ledger.affords(state.rows, cost)
-    ):
+    if not apply_plan(conversation_id, results.plan, state.config):
         return None
-    if not apply_plan(state.conversation_id, plan, config):
-        return None
-    compact_old_blocks(state.conversation_id)
-    after = load_window(state.conversation_id)
+    compact_old_blocks(conversation_id)
+    after = load_window(conversation_id, state.config)
     freed = state.estimated_tokens() - after.estimated_tokens()
     _write_ledger(after, state, ledger, freed=freed, cost=step_cost(tail, tail - freed))
     return after
-
-
-def _tail_tokens(state: WindowState, plan: CompactionPlan) -> int:
-    """The verbatim tokens from the first provider message the plan changes on
-    (consecutive tool results travel in one message)."""
-    changed = {row.pk for row in [*plan.compact, *plan.stub]}
-    verbatim = state.verbatim
-    first = next(index for index, row in enumerate(verbatim) if row.pk in changed)
-    while first > 0 and verbatim[first - 1].role == verbatim[first].role == Message.Role.TOOL:
-        first -= 1
-    return sum(row.token_estimate for row in verbatim[first:])
 
 
 def _after_shift(before: WindowState, *, cold: bool) -> WindowState:
     """Book a window shift in the ledger: everything after the system part
     changed (the summary leads), so the whole context is written again, and
     the summarizer read the newly summarized messages and the old summary."""
-    after = load_window(before.conversation_id)
+    after = load_window(before.conversation_id, before.config)
     if after.through_id == before.through_id:
         return after
-    system = estimate_tokens(before.system)
+    system = before.tokens(before.system)
     old, new = before.estimated_tokens() - system, after.estimated_tokens() - system
     summarized = sum(row.token_estimate for row in before.rows if row.pk <= after.through_id)
     cost = step_cost(
-        old, new, cold=cold, summarizer_input=summarized + estimate_tokens(before.summary or "")
+        old, new, cold=cold, summarizer_input=summarized + before.tokens(before.summary)
     )
     _write_ledger(after, before, Ledger.of(after.metadata), freed=old - new, cost=cost)
     return after
@@ -308,21 +252,12 @@ def process_exchange(conversation_id: int) -> bool:
 
 
 def shift_ahead(conversation_id: int, config: CompactionConfig) -> bool:
-    """Whether a window shift is in sight, so a summary built now will be
-    used: at the trigger (the pre-call hook shifts there whatever compaction
-    frees), or past SOFT_WATERMARK of it even once the consumed tool results
-    are compacted (which the pre-call hook does first). A summary built for a
-    shift that never comes is paid for and thrown away."""
+    """Whether a window shift is in sight (`Plan.shift_in_sight`), so a
+    summary the worker builds now will be used."""
     if config.COMPACTION_TIMING == "eager":
         return True
-    state = load_window(conversation_id)
-    tokens = state.context_tokens()
-    if tokens >= config.CONTEXT_TOKEN_THRESHOLD:
-        return True
-    plan = plan_compaction(
-        consumed_tool_rows(state.rows), config, keep_newest=config.KEEP_NEWEST_TOOL_RESULTS
-    )
-    return tokens - plan.most_freed >= config.SOFT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD
+    state = load_window(conversation_id, config)
+    return decide(state, config, timezone.now()).shift_in_sight
 
 
 def call_with_overflow_recovery(

@@ -10,6 +10,9 @@ never leave the database on the chat path.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models.functions import Coalesce
@@ -68,6 +71,131 @@ class MetadataKeys:
     PENDING_ARTIFACT_INDEX = "pending_artifact_index"
 
 
+# The cached window summary: the keys stored together by a shift, and removed
+# together when its split message no longer exists (assistant.cleanup).
+WINDOW_SUMMARY_KEYS = (
+    MetadataKeys.COMPACTION_SUMMARY,
+    MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID,
+    MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID,
+    MetadataKeys.ARTIFACT_INDEX,
+)
+# A pre-built summary: removed together when it is adopted, refused or stale.
+PENDING_SUMMARY_KEYS = (
+    MetadataKeys.PENDING_SUMMARY,
+    MetadataKeys.PENDING_THROUGH_MESSAGE_ID,
+    MetadataKeys.PENDING_BASE_MESSAGE_ID,
+    MetadataKeys.PENDING_USAGE,
+    MetadataKeys.PENDING_ANCHOR_MESSAGE_ID,
+    MetadataKeys.PENDING_ARTIFACT_INDEX,
+)
+
+
+def _id(value: Any) -> int | None:
+    return int(value) if value is not None else None
+
+
+@dataclass(frozen=True)
+class PendingSummary:
+    """A summary the worker pre-built for the split `base` (None: no split yet)."""
+
+    text: str
+    through_id: int | None
+    base_id: int | None
+    anchor_id: int | None
+    usage: dict[str, Any]
+    artifact_index: dict[str, Any] | None
+
+
+class ConversationMetadata:
+    """Typed reads of `Conversation.metadata` (the keys are MetadataKeys). A
+    view over the dict, not a copy: a write to the dict (a caller recording
+    what it just stored) shows at once."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: dict[str, Any] | None) -> None:
+        self.raw = raw if raw is not None else {}
+
+    @property
+    def summary(self) -> str | None:
+        return self.raw.get(MetadataKeys.COMPACTION_SUMMARY) or None
+
+    @property
+    def through_id(self) -> int | None:
+        return _id(self.raw.get(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID))
+
+    @property
+    def anchor_id(self) -> int | None:
+        return _id(self.raw.get(MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID))
+
+    @property
+    def parent_summary(self) -> str | None:
+        return self.raw.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY) or None
+
+    @property
+    def fork_message_id(self) -> int | None:
+        return _id(self.raw.get(MetadataKeys.FORK_MESSAGE_ID))
+
+    @property
+    def tool_services(self) -> list[str]:
+        return list(self.raw.get(MetadataKeys.TOOL_SERVICES) or [])
+
+    @property
+    def context_epoch_id(self) -> int:
+        return int(self.raw.get(MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID) or 0)
+
+    @property
+    def stored_token_ratio(self) -> float | None:
+        """The provider's count over our estimate, as stored (None: never measured)."""
+        value = self.raw.get(MetadataKeys.TOKEN_RATIO)
+        return float(value) if value else None
+
+    @property
+    def needs_emergency(self) -> bool:
+        return bool(self.raw.get(MetadataKeys.NEEDS_EMERGENCY_COMPACTION))
+
+    @property
+    def implausible_usage_warned(self) -> bool:
+        return bool(self.raw.get(MetadataKeys.IMPLAUSIBLE_USAGE_WARNED))
+
+    @property
+    def artifact_index(self) -> dict[str, Any] | None:
+        return self.raw.get(MetadataKeys.ARTIFACT_INDEX)
+
+    @property
+    def summary_failure(self) -> dict[str, Any]:
+        return self.raw.get(MetadataKeys.SUMMARY_FAILURE) or {}
+
+    @property
+    def prebuild_request(self) -> dict[str, Any]:
+        return self.raw.get(MetadataKeys.PREBUILD_REQUEST) or {}
+
+    @property
+    def worker_seen(self) -> bool:
+        return bool(self.raw.get(MetadataKeys.WORKER_SEEN_AT))
+
+    @property
+    def pending(self) -> PendingSummary | None:
+        """The pre-built summary, whatever split it was built on (None: none)."""
+        text = self.raw.get(MetadataKeys.PENDING_SUMMARY)
+        if not text:
+            return None
+        return PendingSummary(
+            text=text,
+            through_id=_id(self.raw.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)),
+            base_id=_id(self.raw.get(MetadataKeys.PENDING_BASE_MESSAGE_ID)),
+            anchor_id=_id(self.raw.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)),
+            usage=self.raw.get(MetadataKeys.PENDING_USAGE) or {},
+            artifact_index=self.raw.get(MetadataKeys.PENDING_ARTIFACT_INDEX),
+        )
+
+    @property
+    def has_pending_summary(self) -> bool:
+        """A pre-built summary is ready for the current split."""
+        pending = self.pending
+        return pending is not None and pending.base_id == self.through_id
+
+
 def handle(message_id: int) -> str:
     """The short, stable name of a message's stored original in the texts the model
     sees ("m4182", written "ref m4182"): the recall tool reads the original by it.
@@ -114,6 +242,10 @@ class Conversation(models.Model):
     summary_lease_holder_pid = models.IntegerField(null=True, blank=True)
     # Calls of the recall tools (assistant.recall) the model made here.
     recall_count = models.PositiveIntegerField(default=0, db_default=0)
+    # How large the next request's context is (assistant.window.context_size),
+    # stored whenever the window changes: the admin list shows, sorts and
+    # filters on it, so it is the figure the pre-call hook decides on.
+    context_tokens = models.PositiveBigIntegerField(default=0, db_default=0)
 
     class Meta:
         ordering = ["-updated_at"]
@@ -164,6 +296,8 @@ class Conversation(models.Model):
                 name="assistant_conv_fork_deferred",
                 condition=models.Q(**{f"metadata__{MetadataKeys.SUMMARY_DEFERRED}": True}),
             ),
+            # The admin list sorted by context size, and its "context" filter.
+            models.Index(fields=["context_tokens"], name="assistant_conv_context"),
             models.Index(
                 fields=["-updated_at"],
                 name="assistant_conv_summarized",
@@ -177,26 +311,28 @@ class Conversation(models.Model):
     # Typed accessors over metadata (DESIGN section 4).
 
     @property
+    def meta(self) -> ConversationMetadata:
+        return ConversationMetadata(self.metadata)
+
+    @property
     def compaction_summary(self) -> str | None:
-        return self.metadata.get(MetadataKeys.COMPACTION_SUMMARY) or None
+        return self.meta.summary
 
     @property
     def compaction_through_message_id(self) -> int | None:
-        value = self.metadata.get(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID)
-        return int(value) if value is not None else None
+        return self.meta.through_id
 
     @property
     def parent_conversation_summary(self) -> str | None:
-        return self.metadata.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY) or None
+        return self.meta.parent_summary
 
     @property
     def fork_message_id(self) -> int | None:
-        value = self.metadata.get(MetadataKeys.FORK_MESSAGE_ID)
-        return int(value) if value is not None else None
+        return self.meta.fork_message_id
 
     @property
     def tool_services(self) -> list[str]:
-        return list(self.metadata.get(MetadataKeys.TOOL_SERVICES) or [])
+        return self.meta.tool_services
 
 
 ONE_RESULT_PER_CALL = "assistant_msg_one_result_per_call"
@@ -341,10 +477,6 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role} #{self.pk}"
-
-    @property
-    def is_compacted(self) -> bool:
-        return bool(self.compaction)
 
     @property
     def prompt_tokens(self) -> int | None:

@@ -1,23 +1,24 @@
 """What a compaction run would do, without doing it: `compact_conversation
 --dry-run`. Built from the decisions the real run takes (the tool-result
 plan of compact_tool_results; then, on the window as that compaction would
-leave it, the pre-call hook's: should_shift with the same count rule, a
-pre-built summary, a failed summary's back-off, choose_split, an early shift
-that pays), so the dry run and the real run cannot disagree.
+leave it, the pre-call hook's plan, `assistant.decision.decide`, put into words, with a
+failed summary's back-off), so the dry run and the real run cannot disagree.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils import timezone
+
 from assistant.compaction import CompactionPlan, plan_tool_results, stub_text
 from assistant.conf import CompactionConfig, compaction_config
-from assistant.hooks import early_shift_pays
+from assistant.decision import Plan, decide
 from assistant.models import Conversation, Message, MetadataKeys, ref
-from assistant.summaries import failure_blocks, has_pending_summary
+from assistant.summaries import failure_blocks
 from assistant.tokens import estimate_tokens
 from assistant.truncation import truncate_tool_result
-from assistant.window import WindowState, choose_split, load_window, should_shift, verbatim_budget
+from assistant.window import WindowState, load_window
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class RunPlan:
 
 def plan_run(conversation: Conversation, level: int = 0) -> RunPlan:
     config = compaction_config()
-    state = load_window(conversation.pk)
+    state = load_window(conversation.pk, config)
     tokens = state.context_tokens()
     if level:
         # Emergency levels compact every tool result, current turn included.
@@ -63,9 +64,7 @@ def plan_run(conversation: Conversation, level: int = 0) -> RunPlan:
     if state.metadata.get(MetadataKeys.NEEDS_EMERGENCY_COMPACTION):
         return _plan(level, tokens, tools, config, "emergency level 1 first (flagged)")
     projected = _apply_in_memory(state, tools, config)
-    eager = config.COMPACTION_TIMING == "eager"
-    cold = not eager and state.cache_is_cold(config)
-    window = _window_decision(state, config, count=eager or cold, cold=cold, eager=eager)
+    window = _window_decision(state, decide(state, config, timezone.now()))
     summarized = window if isinstance(window, int) else 0
     words = (
         f"due: {summarized} message(s) would be summarized (kept if the summary is shorter)"
@@ -75,22 +74,19 @@ def plan_run(conversation: Conversation, level: int = 0) -> RunPlan:
     return _plan(level, tokens, tools, config, words, projected=projected, summarized=summarized)
 
 
-def _window_decision(
-    state: WindowState, config: CompactionConfig, *, count: bool, cold: bool, eager: bool
-) -> str | int:
-    """What ensure_context_summary would do to the window (an int: how many
-    messages it would summarize)."""
-    pending = has_pending_summary(state)
-    if should_shift(state, config, count=count):
+def _window_decision(state: WindowState, plan: Plan) -> str | int:
+    """The window step of the pre-call hook's plan, in words (an int: how
+    many messages it would summarize)."""
+    pending = state.meta.has_pending_summary
+    if plan.shift is not None and plan.shift.kind == "forced":
         if pending:
             return "due: the pre-built summary would be adopted"
         if failure_blocks(state):
             return "due, but waiting after a failed summary (nothing would change)"
-        start = choose_split(state.rows, config, budget=verbatim_budget(state, config))
-        return start or "due, but the split cannot move (nothing would change)"
-    if cold and pending:
+        return plan.shift.start or "due, but the split cannot move (nothing would change)"
+    if plan.adopt_pending:
         return "not due; the pre-built summary would be adopted (the prompt cache is cold)"
-    if not eager and early_shift_pays(state, config):
+    if plan.shift is not None:
         return "not due, but an early shift pays and would be made"
     return "not due"
 

@@ -13,7 +13,7 @@ from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import Length
 
 from assistant.compaction import KEEP_VERBATIM
-from assistant.conf import compaction_config
+from assistant.conf import CompactionConfig, compaction_config
 from assistant.models import Conversation, Message
 from assistant.window import WindowState, choose_split, load_window, split_parts
 
@@ -52,9 +52,8 @@ def _split_sentence(state: WindowState, start: int | None) -> tuple[str, str]:
     )
 
 
-def _open_tool_results(conversation_id: int) -> int:
+def _open_tool_results(conversation_id: int, config: CompactionConfig) -> int:
     """Tool results an emergency level would compact (all, whatever their size)."""
-    config = compaction_config()
     rows = (
         Message.objects.filter(conversation_id=conversation_id, role=Message.Role.TOOL)
         .filter(compaction="")
@@ -66,19 +65,19 @@ def _open_tool_results(conversation_id: int) -> int:
 
 def regenerate_preview(conversation: Conversation) -> Preview:
     state = load_window(conversation.pk)
-    change, reason = _split_sentence(state, choose_split(state.rows))
+    change, reason = _split_sentence(state, choose_split(state.rows, state.config))
     return Preview(conversation.pk, state.context_tokens(), [change] if change else [], reason)
 
 
 def emergency_preview(conversation: Conversation, level: int) -> Preview:
     config = compaction_config()
-    state = load_window(conversation.pk)
+    state = load_window(conversation.pk, config)
     if level == 1:
-        start = choose_split(state.rows, recent_fraction=config.EMERGENCY_RECENT_FRACTION)
+        start = choose_split(state.rows, config, recent_fraction=config.EMERGENCY_RECENT_FRACTION)
     else:
-        start = choose_split(state.rows, newest_step_only=True)
+        start = choose_split(state.rows, config, newest_step_only=True)
     changes = []
-    tools = _open_tool_results(conversation.pk)
+    tools = _open_tool_results(conversation.pk, config)
     if tools:
         changes.append(f"{tools} tool result(s) compacted, whatever their size")
     summary, reason = _split_sentence(state, start)
@@ -92,7 +91,7 @@ def compact_preview(conversation: Conversation) -> Preview:
     """Why a run of the post-exchange tool-result compaction may change nothing."""
     config = compaction_config()
     counts = _tool_counts(conversation, config.TOOL_RESULT_CHAR_THRESHOLD)
-    state_tokens = load_window(conversation.pk).context_tokens()
+    state_tokens = load_window(conversation.pk, config).context_tokens()
     if not counts["total"]:
         because = "it has no tool result"
     elif not counts["open"]:

@@ -32,7 +32,8 @@ from assistant.history import add_message, finish_exchange
 from assistant.hooks import call_with_overflow_recovery, process_exchange
 from assistant.llm.overflow import context_overflow
 from assistant.models import Conversation
-from assistant.previews import restore_preview
+from assistant.planning import RunPlan, plan_run
+from assistant.previews import Preview, emergency_preview, regenerate_preview, restore_preview
 from assistant.queue import enqueue_on_commit
 from assistant.recall import run_tool_call, tool_definitions
 from assistant.responses import record_response
@@ -158,6 +159,8 @@ __all__ = [
     "ContextTooLarge",
     "IncompleteToolCall",
     "Outcome",
+    "Preview",
+    "RunPlan",
     "Step",
     "add_message",
     "answer_tool_calls",
@@ -171,6 +174,7 @@ __all__ = [
     "context_status",
     "context_tokens",
     "emergency_compact",
+    "emergency_preview",
     "ensure_context_summary",
     "finish_exchange",
     "fork_continuation",
@@ -178,10 +182,12 @@ __all__ = [
     "generate_parent_summary",
     "mark_deleted",
     "model_request",
+    "plan_run",
     "prebuild_window_summary",
     "process_exchange",
     "queue_staff_action",
     "record_response",
+    "regenerate_preview",
     "regenerate_window_summary",
     "remember_chat_tools",
     "restore_deleted",

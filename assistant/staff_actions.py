@@ -46,10 +46,6 @@ class Outcome:
     message: str
 
 
-class ConversationDeleted(Exception):
-    """Staff actions refuse deleted conversations (restore them first)."""
-
-
 def run_staff_action(action: str, conversation_id: int, user_id: int | None) -> Outcome:
     """Run one staff action on one conversation for `user_id` and record it."""
     if action not in ACTIONS:

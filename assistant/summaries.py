@@ -34,7 +34,13 @@ from assistant.llm.convert import InvalidRequest
 from assistant.llm.prompts import describe_message, render_transcript, suffix_instruction
 from assistant.logs import log_event
 from assistant.metadata import merge_metadata, read_metadata
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.models import (
+    PENDING_SUMMARY_KEYS,
+    CompactionEvent,
+    Conversation,
+    Message,
+    MetadataKeys,
+)
 from assistant.tokens import estimate_tokens
 from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
 from assistant.window import (
@@ -43,6 +49,7 @@ from assistant.window import (
     anticipated_keep,
     choose_split,
     load_window,
+    refresh_size,
     should_shift,
     split_parts,
     trigger_estimate,
@@ -50,15 +57,6 @@ from assistant.window import (
 )
 
 logger = logging.getLogger(__name__)
-
-PENDING_KEYS = (
-    MetadataKeys.PENDING_SUMMARY,
-    MetadataKeys.PENDING_THROUGH_MESSAGE_ID,
-    MetadataKeys.PENDING_BASE_MESSAGE_ID,
-    MetadataKeys.PENDING_USAGE,
-    MetadataKeys.PENDING_ANCHOR_MESSAGE_ID,
-    MetadataKeys.PENDING_ARTIFACT_INDEX,
-)
 
 
 @dataclass(frozen=True)
@@ -97,7 +95,7 @@ class Suffix:
 def suffix_for(state: WindowState, newly_old: Sequence[Message]) -> Suffix | None:
     """The cached-suffix request of a shift summarizing `newly_old`, or None when the
     transcript path applies (the setting, or a turn whose tool calls are unanswered)."""
-    if compaction_config().SUMMARY_REQUEST != "cached_suffix" or not newly_old:
+    if state.config.SUMMARY_REQUEST != "cached_suffix" or not newly_old:
         return None
     try:
         context = context_from_state(state)
@@ -118,6 +116,7 @@ def summarize_messages(
     provider: llm.Provider | None = None,
     index: dict | None = None,
     suffix: Suffix | None = None,
+    config: CompactionConfig | None = None,
 ) -> SummaryOutcome:
     """Summarize `messages` (merging into `previous_summary`), in chunks the
     summarizer can take. The artifact `index` (assistant.artifacts, rendered
@@ -129,8 +128,9 @@ def summarize_messages(
     No database writes; raises if the provider fails and no fallback is
     configured. `provider`: the configured one unless given. `suffix`: ask the
     chat model with the conversation's own cached request instead ("cached_suffix",
-    one call), when the provider has a prompt cache to read."""
-    config = compaction_config()
+    one call), when the provider has a prompt cache to read. `config`: the
+    caller's settings (read here when it has none)."""
+    config = config or compaction_config()
     previous_summary = without_index(previous_summary)
     # Only a provider given explicitly is passed on: llm.summarize picks the configured one.
     chosen = {"provider": provider} if provider is not None else {}
@@ -239,14 +239,15 @@ def with_index(text: str, index_text: str) -> str:
     return f"{text}\n\n{index_text}" if text else index_text
 
 
-def bounded_summary(summary: str, index: dict | None, max_tokens: int) -> str:
+def bounded_summary(
+    summary: str, index: dict | None, max_tokens: int, config: CompactionConfig
+) -> str:
     """A pre-built `summary` within `max_tokens`, the room the window left it
     when it is adopted (more steps may have come since it was built): its
     index rendered again and its carried facts cut, the newest kept, within
     what its summarizer's text leaves (`shares`)."""
     if used(summary) <= max_tokens:
         return summary
-    config = compaction_config()
     text = without_index(summary) or ""
     index_tokens, rest = shares(summary_body(text), max_tokens, config)
     index_text = render(index, index_tokens)
@@ -361,7 +362,7 @@ def shift_window(
         if attempt == 0:
             # Released, or given up on (then the second claim takes over a stalled holder).
             wait_for_release(conversation_id)
-    return load_window(conversation_id).summary
+    return load_window(conversation_id, config).summary
 
 
 def _shift_holding(
@@ -376,12 +377,12 @@ def _shift_holding(
 ):
     if lease.took_over:
         log_event("summary_lease_taken_over", conversation_id=lease.conversation_id)
-    state = load_window(lease.conversation_id)  # re-read under the lease
+    state = load_window(lease.conversation_id, config)  # re-read under the lease
     if not force:
         if not should_shift(state, config, share, count=count):
             return state.summary  # another process shifted it meanwhile
         if adopt_pending(state, lease):
-            state = load_window(lease.conversation_id)
+            state = load_window(lease.conversation_id, config)
             # The adopted summary is this shift; a second one, made here on
             # the chat path, only when the context is still over a trigger.
             if not should_shift(state, config, max(share, 1.0), count=count):
@@ -414,7 +415,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
     a turn (`requested`: the split the hook would take now, from what the
     window holds when the worker gets to it)."""
     config = compaction_config()
-    state = load_window(conversation.pk)
+    state = load_window(conversation.pk, config)
     # With cache-aware timing the count trigger waits for a cold cache, which
     # may never come: a summary built for it would be paid for and thrown away.
     count = config.COMPACTION_TIMING == "eager"
@@ -443,7 +444,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
     with summary_lease(conversation.pk) as lease:
         if lease is None:
             return False  # someone is summarizing this conversation right now
-        if load_window(conversation.pk).through_id != state.through_id:
+        if load_window(conversation.pk, config).through_id != state.through_id:
             return False  # the window shifted meanwhile; the next exchange re-evaluates
         index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
         kept = [anchor, *state.rows[start:]] if anchor else state.rows[start:]
@@ -455,6 +456,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
                 max_tokens=summary_room(state, config, kept),
                 index=index,
                 suffix=suffix_for(state, newly_old),
+                config=config,
             )
         except LeaseLost:
             log_event("summary_discarded", conversation_id=conversation.pk, reason="lease_lost")
@@ -490,16 +492,14 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
 
 def has_pending_summary(state: WindowState) -> bool:
     """A pre-built summary is ready for the current split."""
-    return bool(state.metadata.get(MetadataKeys.PENDING_SUMMARY)) and (
-        state.metadata.get(MetadataKeys.PENDING_BASE_MESSAGE_ID) == state.through_id
-    )
+    return state.meta.has_pending_summary
 
 
-def adopt_pending_summary(conversation_id: int) -> bool:
+def adopt_pending_summary(conversation_id: int, config: CompactionConfig | None = None) -> bool:
     """Take the pre-built summary now (the pre-call hook, when the cache is
     cold anyway); False when none fits or another process holds the lease."""
     with summary_lease(conversation_id) as lease:
-        return lease is not None and adopt_pending(load_window(conversation_id), lease)
+        return lease is not None and adopt_pending(load_window(conversation_id, config), lease)
 
 
 def adopt_pending(state: WindowState, lease: Lease) -> bool:
@@ -515,11 +515,12 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     anchor = next((row for row in [*state.rows, state.anchor] if row and row.pk == anchor_id), None)
     sent = [anchor, *kept] if anchor else kept
     index = metadata.get(MetadataKeys.PENDING_ARTIFACT_INDEX)
-    pending = bounded_summary(pending, index, summary_room(state, compaction_config(), sent))
+    room = summary_room(state, state.config, sent)
+    pending = bounded_summary(pending, index, room, state.config)
     before = state.estimated_tokens()
     after = _context_after(state, pending, sent)
     if after >= before:
-        merge_metadata(lease.holding(), remove=PENDING_KEYS)
+        merge_metadata(lease.holding(), remove=PENDING_SUMMARY_KEYS)
         return False
     stored = _store_window(lease, pending, through, anchor, state, index)
     if stored:
@@ -562,7 +563,7 @@ def record_failure(lease: Lease, state: WindowState, *, through: int | None = No
     (None: the summarizer itself failed)."""
     failure = state.metadata.get(MetadataKeys.SUMMARY_FAILURE) or {}
     attempts = failure.get("attempts", 0) + 1 if failure.get("base") == state.through_id else 1
-    delay = compaction_config().SUMMARY_RETRY_SECONDS * 2 ** min(attempts - 1, 10)
+    delay = state.config.SUMMARY_RETRY_SECONDS * 2 ** min(attempts - 1, 10)
     merge_metadata(
         lease.holding(),
         {
@@ -593,12 +594,15 @@ def _store_window(
         MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: through,
         MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: state.rows[-1].pk,
     }
-    remove = [*PENDING_KEYS, MetadataKeys.SUMMARY_FAILURE]
+    remove = [*PENDING_SUMMARY_KEYS, MetadataKeys.SUMMARY_FAILURE]
     if anchor is None:
         remove.append(MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID)
     else:
         values[MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID] = anchor.pk
-    return bool(merge_metadata(lease.holding(), values, remove=remove))
+    stored = bool(merge_metadata(lease.holding(), values, remove=remove))
+    if stored:
+        refresh_size(state.conversation_id, state.config)
+    return stored
 
 
 def _summarize_and_store(
@@ -625,6 +629,7 @@ def _summarize_and_store(
             index,
             provider,
             suffix_for(state, newly_old),
+            config,
         )
     if outcome is None:
         record_failure(lease, state)
@@ -636,7 +641,7 @@ def _summarize_and_store(
         return state.summary
     if not _store_window(lease, outcome.text, through, anchor, state, index):
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")
-        return load_window(state.conversation_id).summary
+        return load_window(state.conversation_id, config).summary
     record_compaction(
         state.conversation_id,
         CompactionEvent.Kind.WINDOW_SUMMARY,
@@ -667,6 +672,7 @@ def _summarize_or_log(
     index: dict,
     provider: llm.Provider | None = None,
     suffix: Suffix | None = None,
+    config: CompactionConfig | None = None,
 ) -> SummaryOutcome | None:
     try:
         return summarize_messages(
@@ -677,6 +683,7 @@ def _summarize_or_log(
             provider=provider,
             index=index,
             suffix=suffix,
+            config=config,
         )
     except LeaseLost:
         log_event("summary_discarded", conversation_id=conversation_id, reason="lease_lost")
@@ -690,14 +697,14 @@ def _summarize_or_log(
 
 def _context_after(state: WindowState, summary: str, kept: Sequence[Message]) -> int:
     return (
-        estimate_tokens(state.system)
-        + estimate_tokens(state.parent_summary or "")
-        + estimate_tokens(summary)
+        state.tokens(state.system)
+        + state.tokens(state.parent_summary)
+        + state.tokens(summary)
         + sum(row.token_estimate for row in kept)
     )
 
 
-def _summarizer_texts(messages: Sequence[Message]) -> dict[int, str]:
+def _summarizer_texts(messages: Sequence[Message], config: CompactionConfig) -> dict[int, str]:
     """Message id -> what the summarizer reads for a tool result the context
     still carries whole: the compaction the worker prepared, else, past the
     size threshold and under the "prune" policy, its truncation; only where
@@ -708,7 +715,6 @@ def _summarizer_texts(messages: Sequence[Message]) -> dict[int, str]:
     ids = [m.pk for m in messages if m.role == Message.Role.TOOL and not m.compaction]
     if not ids:
         return {}
-    config = compaction_config()
     texts = {}
     rows = (
         Message.objects.filter(pk__in=ids)
@@ -737,17 +743,18 @@ def _chunks(
     """Cut the slice into pieces the summarizer can take with the running
     summary beside them; a single oversized message is cut to fit."""
     budget = min(config.SUMMARIZER_MAX_INPUT_TOKENS, provider.max_input_tokens)
-    budget = max(budget - estimate_tokens(previous or "") - 1000, 1000)
+    per_token = config.CHARS_PER_TOKEN
+    budget = max(budget - estimate_tokens(previous or "", per_token) - 1000, 1000)
     max_chars = budget * config.CHARS_PER_TOKEN
     chunks: list[list[dict]] = [[]]
     used = 0
-    readable = _summarizer_texts(messages)
+    readable = _summarizer_texts(messages, config)
     for message in messages:
         neutral = as_neutral(message)
         neutral["content"] = readable.get(message.pk, neutral["content"])
         if len(neutral["content"]) > max_chars:
             neutral["content"] = neutral["content"][:max_chars] + " [cut for the summarizer]"
-        cost = estimate_tokens(neutral["content"]) + 20
+        cost = estimate_tokens(neutral["content"], per_token) + 20
         if chunks[-1] and used + cost > budget:
             chunks.append([])
             used = 0

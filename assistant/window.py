@@ -25,7 +25,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from assistant.conf import CompactionConfig, compaction_config
-from assistant.models import Conversation, Message, MetadataKeys
+from assistant.models import Conversation, ConversationMetadata, Message
 from assistant.tokens import estimate_tokens
 
 # Bounds of the provider's count over our estimate: tokenizers differ by less;
@@ -46,6 +46,8 @@ class WindowState:
     conversation_id: int
     system_prompt: str
     metadata: dict[str, Any]
+    # The settings of the call that loaded it: every size below uses them.
+    config: CompactionConfig
     # The messages after the cutoff, oldest first, as the model sees them
     # (system messages excluded: see `system_rows`).
     rows: list[Message] = field(default_factory=list)
@@ -53,19 +55,28 @@ class WindowState:
     system_rows: list[Message] = field(default_factory=list)
     # The user message of a turn the split falls inside, sent verbatim.
     anchor: Message | None = None
+    # Conversation.context_tokens as loaded: `store_size` writes only a change.
+    stored_size: int | None = None
+
+    @property
+    def meta(self) -> ConversationMetadata:
+        return ConversationMetadata(self.metadata)
 
     @property
     def summary(self) -> str | None:
-        return self.metadata.get(MetadataKeys.COMPACTION_SUMMARY) or None
+        return self.meta.summary
 
     @property
     def through_id(self) -> int | None:
-        value = self.metadata.get(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID)
-        return int(value) if value is not None else None
+        return self.meta.through_id
 
     @property
     def parent_summary(self) -> str | None:
-        return self.metadata.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY) or None
+        return self.meta.parent_summary
+
+    def tokens(self, text: str | None) -> int:
+        """estimate_tokens with this state's settings."""
+        return estimate_tokens(text or "", self.config.CHARS_PER_TOKEN)
 
     @property
     def system(self) -> str:
@@ -76,11 +87,8 @@ class WindowState:
     @property
     def fixed_tokens(self) -> int:
         """System part and summaries: the leading part of every request."""
-        return (
-            estimate_tokens(self.system)
-            + estimate_tokens(self.parent_summary or "")
-            + estimate_tokens(self.summary or "")
-        )
+        summaries = self.tokens(self.parent_summary) + self.tokens(self.summary)
+        return self.tokens(self.system) + summaries
 
     @property
     def verbatim(self) -> list[Message]:
@@ -91,10 +99,13 @@ class WindowState:
     def context_epoch_id(self) -> int:
         """Provider counts reported at or before this message id describe a
         context that compaction has changed since: they are stale."""
-        return int(self.metadata.get(MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID) or 0)
+        return self.meta.context_epoch_id
 
     def context_tokens(self) -> int:
-        """The provider's latest count of the prompt plus estimates of what was
+        """The one size of the context: what the pre-call hook decides on,
+        what the conversation stores for the admin list (`store_size`), and
+        what the inspector, the status, the previews and the dry run show.
+        The provider's latest count of the prompt plus estimates of what was
         added after it; when compaction has made every count stale, or the
         count is implausible (`implausible_count`), our estimates scaled by
         the provider's last known ratio to them (dense text, ids and hashes,
@@ -108,8 +119,8 @@ class WindowState:
 
     @property
     def token_ratio(self) -> float:
-        stored = self.metadata.get(MetadataKeys.TOKEN_RATIO)
-        return min(max(float(stored), MIN_TOKEN_RATIO), MAX_TOKEN_RATIO) if stored else 1.0
+        stored = self.meta.stored_token_ratio
+        return min(max(stored, MIN_TOKEN_RATIO), MAX_TOKEN_RATIO) if stored else 1.0
 
     def measured_token_ratio(self) -> float | None:
         """The newest fresh provider count over our estimate of the same
@@ -167,22 +178,38 @@ class WindowState:
                 return row.created_at
         return None
 
-    def cache_is_cold(self, config: CompactionConfig) -> bool:
-        """The provider's prompt cache has expired since the previous request,
-        so changing the context now costs no cache that still holds."""
+    def cache_is_cold(self, config: CompactionConfig | None = None, now=None) -> bool:
+        """The provider's prompt cache has expired since the previous request
+        (at `now`, the current time unless given), so changing the context
+        now costs no cache that still holds."""
         last = self.last_request_at()
         if last is None:
             return False
-        return timezone.now() - last > timedelta(seconds=config.CACHE_TTL_SECONDS)
+        ttl = (config or self.config).CACHE_TTL_SECONDS
+        return (now or timezone.now()) - last > timedelta(seconds=ttl)
 
 
-def load_window(conversation_id: int, through_id: int | None = None) -> WindowState:
+def load_window(
+    conversation_id: int,
+    config: CompactionConfig | None = None,
+    *,
+    through_id: int | None = None,
+) -> WindowState:
     """Read the conversation's metadata and its window fresh from the
-    database (never from a possibly stale in-memory object): two queries."""
-    values = Conversation.objects.values("system_prompt", "metadata").get(pk=conversation_id)
-    state = WindowState(conversation_id, values["system_prompt"], values["metadata"] or {})
+    database (never from a possibly stale in-memory object): two queries.
+    `config`: the caller's settings (read here only when it has none)."""
+    values = Conversation.objects.values("system_prompt", "metadata", "context_tokens").get(
+        pk=conversation_id
+    )
+    state = WindowState(
+        conversation_id,
+        values["system_prompt"],
+        values["metadata"] or {},
+        config or compaction_config(),
+        stored_size=values["context_tokens"],
+    )
     cutoff = state.through_id if through_id is None else through_id
-    anchor_id = state.metadata.get(MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID)
+    anchor_id = state.meta.anchor_id
     rows = Message.objects.filter(conversation_id=conversation_id)
     if cutoff is not None:
         wanted = Q(id__gt=cutoff) | Q(role=Message.Role.SYSTEM)
@@ -197,6 +224,26 @@ def load_window(conversation_id: int, through_id: int | None = None) -> WindowSt
         else:
             state.rows.append(row)
     return state
+
+
+def context_size(conversation_id: int, config: CompactionConfig | None = None) -> int:
+    """The size of a conversation's next request (`WindowState.context_tokens`)."""
+    return load_window(conversation_id, config).context_tokens()
+
+
+def store_size(state: WindowState) -> int:
+    """Store the state's size on its conversation (the admin list's figure),
+    one UPDATE when it changed, none otherwise; returns it."""
+    size = state.context_tokens()
+    if size != state.stored_size:
+        Conversation.objects.filter(pk=state.conversation_id).update(context_tokens=size)
+        state.stored_size = size
+    return size
+
+
+def refresh_size(conversation_id: int, config: CompactionConfig | None = None) -> int:
+    """After a write that changed the window: load it and store its size."""
+    return store_size(load_window(conversation_id, config))
 
 
 def should_shift(
@@ -239,7 +286,7 @@ def choose_split(
     turn (its user message is then sent as the anchor), so no tool call is
     separated from its results. The newest step is always kept. At most
     `budget` tokens (default MAX_RECENT_TOKENS) stay verbatim, short of it."""
-    config = config or compaction_config()
+    config = config or compaction_config()  # staff previews pass none: the settings now
     cap = config.MAX_RECENT_TOKENS if budget is None else budget
     boundaries = split_boundaries(rows)
     if not boundaries:

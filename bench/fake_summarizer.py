@@ -258,9 +258,6 @@ def make_provider(summarizer: FakeSummarizer, kind_of: Any = None) -> Any:
                 provider=self.name,
             )
 
-        def count_tokens(self, system: str, messages: list[dict[str, Any]]) -> int | None:
-            return None
-
         def chat(self, system, summaries, messages, *, max_tokens, tools=None):
             raise NotImplementedError("the benchmark never chats")
 

@@ -103,7 +103,7 @@ def test_the_list_shows_ids_counts_context_share_and_fork_depth(staff_client):
     shown = {c.pk: c for c in response.context["cl"].result_list}
     assert shown[parent.pk]._message_count == 20
     expected = sum(m.token_estimate for m in rows) + estimate_tokens("You help.")
-    assert shown[parent.pk]._context_tokens == expected
+    assert shown[parent.pk].context_tokens == expected
     assert [shown[c.pk]._fork_depth for c in (parent, fork, grandchild)] == [0, 1, 2]
     assert shown[parent.pk]._last_compaction is None
     html_text = response.content.decode()
@@ -158,7 +158,7 @@ def test_the_context_filter_uses_the_figures_not_a_flag(staff_client, settings):
     row = [
         c for c in staff_client.get(CHANGELIST).context["cl"].result_list if c.pk == overflowed.pk
     ]
-    assert row[0]._context_tokens == 250_000 + 2  # the count, plus the answer's estimate
+    assert row[0].context_tokens == 250_000 + 2  # the count, plus the answer's estimate
 
 
 def test_the_list_costs_the_same_queries_for_2_and_12_conversations(
@@ -910,7 +910,7 @@ def test_the_largest_accepted_usage_counts_leave_every_admin_page_working(staff_
 
     assert [page.status_code for page in pages] == [200] * len(filters)
     row = next(c for c in pages[0].context["cl"].result_list if c.pk == conversation.pk)
-    assert row._context_tokens == 3 * largest + 1  # the count, plus the answer's estimate
+    assert row.context_tokens == 3 * largest + 1  # the count, plus the answer's estimate
     assert staff_client.get(change_url(conversation)).status_code == 200
     assert staff_client.get(reverse("admin:assistant_message_changelist")).status_code == 200
     Conversation.objects.filter(pk=conversation.pk).update(deleted_at=timezone.now())

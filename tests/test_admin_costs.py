@@ -12,13 +12,23 @@ from django.utils import timezone
 from assistant.admin.inspector import context_inspector
 from assistant.admin.listing import with_list_figures
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
-from assistant.services import add_message, context_tokens
+from assistant.services import (
+    add_message,
+    compact_tool_results,
+    context_tokens,
+    emergency_compact,
+    ensure_context_summary,
+    fork_continuation,
+    regenerate_window_summary,
+    restore_originals,
+)
+from assistant.window import load_window, refresh_size
 from tests.scenarios import staff_user, tool_heavy_conversation
 from tests.test_cost import priced_conversation
 
 
 def list_size(conversation: Conversation) -> int:
-    return with_list_figures(Conversation.objects.filter(pk=conversation.pk)).get()._context_tokens
+    return with_list_figures(Conversation.objects.filter(pk=conversation.pk)).get().context_tokens
 
 
 def split_inside_a_turn() -> Conversation:
@@ -55,6 +65,7 @@ def split_inside_a_turn() -> Conversation:
             MetadataKeys.TOKEN_RATIO: 1.37,
         }
     )
+    refresh_size(conversation.pk)  # as the shift that stores such a split does
     conversation.refresh_from_db()
     return conversation
 
@@ -108,3 +119,36 @@ def test_the_list_page_shows_cost_and_saving_and_events_link_their_conversation(
     assert f'<a href="{url}">#{conversation.pk} priced</a>' in events
     assert "100 / 20" in events  # summarizer tokens in / out
     assert Message.objects.filter(conversation=conversation).count() == 6
+
+
+def one_size(conversation: Conversation) -> tuple[int, int, int]:
+    """(the list's figure, the inspector's total, the size the pre-call hook decides on)."""
+    conversation.refresh_from_db()
+    decided = load_window(conversation.pk).context_tokens()
+    return list_size(conversation), context_inspector(conversation)["total"], decided
+
+
+def test_the_list_the_inspector_and_the_hook_agree_after_every_kind_of_write(db):
+    conversation, _ = tool_heavy_conversation()
+    sizes = {"messages": one_size(conversation)}
+    add_message(conversation, "user", "And post 43?")
+    add_message(conversation, "assistant", "Post 43 is fine.", input_tokens=4321)
+    sizes["a provider count"] = one_size(conversation)
+    compact_tool_results(conversation, include_current_turn=True, min_chars=0)
+    sizes["compaction"] = one_size(conversation)
+    restore_originals(conversation)
+    sizes["restore"] = one_size(conversation)
+    regenerate_window_summary(conversation, keep_last=4)
+    sizes["a shift"] = one_size(conversation)
+    emergency_compact(conversation, level=2)
+    sizes["emergency"] = one_size(conversation)
+    ensure_context_summary(conversation)
+    sizes["the hook"] = one_size(conversation)
+    fork = fork_continuation(conversation)
+    sizes["a fork"] = one_size(fork)
+    add_message(fork, "user", "Go on.")
+    sizes["a fork's message"] = one_size(fork)
+
+    assert {what: len(set(three)) for what, three in sizes.items()} == dict.fromkeys(sizes, 1)
+    # The writes did change the size: the figures followed them.
+    assert len({three[0] for three in sizes.values()}) >= 5

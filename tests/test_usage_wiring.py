@@ -139,4 +139,4 @@ def test_the_admin_list_sizes_the_context_by_the_same_rule(conversation, reporte
 
     expected = reported + answer.token_estimate if plausible else state.estimated_tokens()
     assert state.context_tokens() == expected
-    assert listed._context_tokens == expected
+    assert listed.context_tokens == expected

@@ -7,7 +7,6 @@ History."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
@@ -22,7 +21,6 @@ from assistant import services, telemetry
 from assistant.conf import compaction_config
 from assistant.deletion import purge_after
 from assistant.models import Conversation, Message
-from assistant.previews import emergency_preview, regenerate_preview
 from assistant.staff_actions import (
     CALLS_THE_MODEL,
     COMPACT_TOOL_RESULTS,
@@ -36,8 +34,6 @@ from assistant.staff_actions import (
 # A run over more conversations than this goes to the worker.
 INLINE_LIMIT = 5
 BRANCH_MESSAGES_SHOWN = 50
-
-Confirmed = Callable[[HttpRequest, list[Conversation]], None]
 
 
 def describe(conversations: list[Conversation]) -> str:
@@ -143,7 +139,7 @@ def emergency_compact_level_1(modeladmin, request, queryset):
         "Level 1 compacts every tool result, whatever its size, and regenerates the window "
         f"summary keeping {compaction_config().EMERGENCY_RECENT_FRACTION:.0%} of the window "
         "verbatim. Originals are kept; “Restore compacted originals” undoes the tool-result part.",
-        lambda c: emergency_preview(c, 1),
+        lambda c: services.emergency_preview(c, 1),
     )
 
 
@@ -157,7 +153,7 @@ def emergency_compact_level_2(modeladmin, request, queryset):
         "Level 2 summarizes everything but the current turn's user message and the newest "
         "step (never splitting a tool call from its result) and compacts every tool result. "
         "Originals are kept.",
-        lambda c: emergency_preview(c, 2),
+        lambda c: services.emergency_preview(c, 2),
     )
 
 
@@ -170,7 +166,7 @@ def regenerate_window_summary(modeladmin, request, queryset):
         REGENERATE_SUMMARY,
         "Shifts the window now, whatever the triggers say: the older messages go into a new "
         "window summary and the recent ones stay verbatim.",
-        regenerate_preview,
+        services.regenerate_preview,
     )
 
 

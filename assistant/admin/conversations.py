@@ -182,10 +182,10 @@ class ConversationAdmin(admin.ModelAdmin):
     def message_count(self, obj: Conversation) -> int:
         return obj._message_count
 
-    @admin.display(description="context · % trigger · % window", ordering="_context_tokens")
+    @admin.display(description="context · % trigger · % window", ordering="context_tokens")
     def context_size(self, obj: Conversation) -> str:
         limits = current_limits()
-        tokens = obj._context_tokens
+        tokens = obj.context_tokens
         level = limits.level(tokens)
         return format_html(
             '<span class="context-{}" style="white-space:nowrap;color:{};{}">{} · {}% · {}%</span>',

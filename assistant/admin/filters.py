@@ -25,7 +25,7 @@ class DeletedFilter(admin.SimpleListFilter):
 
 
 class ContextFilter(admin.SimpleListFilter):
-    """From the same figures as the "context" column, never from a flag."""
+    """From the same figure as the "context" column (Conversation.context_tokens)."""
 
     title = "context size"
     parameter_name = "context"
@@ -45,7 +45,7 @@ class ContextFilter(admin.SimpleListFilter):
         )
         if floor is None:
             return queryset
-        return queryset.filter(_context_tokens__gte=floor)
+        return queryset.filter(context_tokens__gte=floor)
 
 
 class ForkFilter(admin.SimpleListFilter):

@@ -134,16 +134,6 @@ class AnthropicProvider(Provider):
             provider=self.name,
         )
 
-    def count_tokens(self, system: str, messages: list[dict[str, Any]]) -> int | None:
-        request = convert.to_anthropic(system, [], messages)
-        if not request["messages"]:
-            return None
-        try:
-            result = self._client.messages.count_tokens(model=self.chat_model, **request)
-        except _CALL_ERRORS as error:
-            raise self._error(error, self.chat_model) from error
-        return result.input_tokens
-
     def chat(
         self,
         system: str,

@@ -137,9 +137,6 @@ class Provider(abc.ABC):
     ) -> SummaryResult: ...
 
     @abc.abstractmethod
-    def count_tokens(self, system: str, messages: list[dict[str, Any]]) -> int | None: ...
-
-    @abc.abstractmethod
     def chat(
         self,
         system: str,

@@ -133,20 +133,6 @@ class GeminiProvider(Provider):
             provider=self.name,
         )
 
-    def count_tokens(self, system: str, messages: list[dict[str, Any]]) -> int | None:
-        request = convert.to_gemini(system, [], messages)
-        contents = request["contents"]
-        if request["system_instruction"]:
-            # the Gemini API's countTokens takes contents only: count the system as a turn
-            contents = [
-                {"role": "user", "parts": [{"text": request["system_instruction"]}]},
-                *contents,
-            ]
-        if not contents:
-            return None
-        result = self._call("count_tokens", self.chat_model, contents=contents)
-        return result.total_tokens
-
     def chat(
         self,
         system: str,

@@ -225,9 +225,6 @@ class OfflineProvider(Provider):
         usage = self._usage(transcript + (previous_summary or ""), text)
         return SummaryResult(text=text, usage=usage, model=self.model, provider=self.name)
 
-    def count_tokens(self, system: str, messages: list[dict[str, Any]]) -> int | None:
-        return None
-
     def chat(
         self,
         system: str,

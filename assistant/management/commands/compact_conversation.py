@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from assistant import services
 from assistant.management.commands._common import get_conversation
-from assistant.planning import plan_run
 
 LEVELS = (0, 1, 2)
 
@@ -33,28 +33,21 @@ class Command(BaseCommand):
         conversation = get_conversation(options["conversation_id"])
         if conversation.deleted_at is not None:
             raise CommandError(f"Conversation {conversation.pk} is deleted.")
-        from assistant.context import context_tokens
-
-        before = context_tokens(conversation)
+        before = services.context_tokens(conversation)
         if options["dry_run"]:
             self._report_plan(conversation, level)
             return
         if level == 0:
-            from assistant.compaction import compact_tool_results
-            from assistant.hooks import ensure_context_summary
-
-            changed = compact_tool_results(conversation)
-            ensure_context_summary(conversation)
+            changed = services.compact_tool_results(conversation)
+            services.ensure_context_summary(conversation)
             what = f"{changed} tool result(s) compacted or stubbed"
         else:
-            from assistant.emergency import emergency_compact
-
-            shrank = emergency_compact(conversation, level=level)
+            shrank = services.emergency_compact(conversation, level=level)
             what = f"emergency level {level} {'shrank' if shrank else 'did not shrink'} the context"
-        after = context_tokens(conversation)
+        after = services.context_tokens(conversation)
         self.stdout.write(
             f"Conversation {conversation.pk}: {what}; context {before} -> {after} tokens."
         )
 
     def _report_plan(self, conversation, level: int) -> None:
-        self.stdout.write(plan_run(conversation, level).describe(conversation.pk))
+        self.stdout.write(services.plan_run(conversation, level).describe(conversation.pk))

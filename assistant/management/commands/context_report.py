@@ -6,6 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count, Q
 
+from assistant import services
 from assistant.management.commands._common import get_conversation
 from assistant.models import CompactionEvent, Conversation, Message
 
@@ -36,9 +37,7 @@ class Command(BaseCommand):
 
 
 def context_report(conversation: Conversation, *, events: int = 20) -> dict[str, Any]:
-    from assistant.context import build_context
-
-    context = build_context(conversation, allow_pending=True)
+    context = services.build_context(conversation, allow_pending=True)
     counts = Message.objects.filter(conversation=conversation).aggregate(
         total=Count("id"),
         compacted=Count("id", filter=~Q(compaction="")),

@@ -1,0 +1,223 @@
+"""What the next request sends, decided in one place: `decide(state, config,
+now) -> Plan`, a pure function (no query, no clock read) over a window loaded
+once (assistant.window). The pre-call hook executes the plan
+(assistant.hooks), the worker asks it whether a shift is in sight
+(`Plan.shift_in_sight`), and the dry run puts it into words
+(assistant.planning).
+
+A plan is decided on the window as it is. Its first step, compacting consumed
+tool results, changes the window, so the hook decides again on the window
+that step left (`decide(..., first=plan)`): the second plan keeps what the
+first one saw (the size at the call, whether the cache was cold), as one
+decision taken in two looks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from assistant.cache_ledger import Ledger, step_cost
+from assistant.compaction import CompactionPlan, consumed_tool_rows, plan_compaction
+from assistant.conf import CompactionConfig
+from assistant.models import Message
+from assistant.window import WindowState, choose_split, should_shift, verbatim_budget
+
+# Why a plan does what it does: reason codes, for logs, tests and the dry run's words.
+AT_TRIGGER = "at_trigger"  # the context reached the token trigger: the prefix breaks anyway
+COUNT_TRIGGER = "count_trigger"  # the message-count trigger (eager timing or a cold cache)
+COLD_CACHE = "cold_cache"  # the provider's cache expired: changing the context is free
+EAGER = "eager"  # COMPACTION_TIMING "eager": no prompt cache to keep
+WATERMARK = "past_compact_watermark"  # a results batch may go if it pays for itself
+SUFFIX_FIRST = "cached_suffix_shift_first"  # the shift re-sends the cached request first
+ADOPT_PENDING = "adopt_prebuilt_on_cold_cache"
+EARLY_PAYS = "early_shift_pays"
+SOFT_WATERMARK = "past_soft_watermark"  # the worker is asked for the next summary
+
+
+@dataclass(frozen=True)
+class Results:
+    """Consumed tool results to compact: `plan` (empty: none), whether any
+    batch goes (`free`: at the trigger, cold or eager) or only one that frees
+    COMPACT_MIN_FREE_TOKENS and that the savings cover (`pays`), and whether
+    the newest results go too (`everything`: a cold cache)."""
+
+    plan: CompactionPlan
+    free: bool
+    everything: bool
+    pays: bool
+
+    @property
+    def goes(self) -> bool:
+        return bool(self.plan) and (self.free or self.pays)
+
+
+@dataclass(frozen=True)
+class Shift:
+    """A window shift: `forced` (a trigger) or `early` (before it, because it
+    pays), made under the lease unless the context got below `share` of the
+    trigger meanwhile; `start`: where the split would fall now (None: it
+    cannot move), keeping at most `budget` tokens verbatim."""
+
+    kind: Literal["forced", "early"]
+    share: float
+    count: bool
+    budget: int
+    start: int | None
+    # The request needs it to fit (a trigger still reached once compaction is
+    # done): only such a shift waits on another process's summary.
+    needed: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    tokens: int  # the size at the call (WindowState.context_tokens)
+    eager: bool
+    cold: bool
+    # PREBUILD_IN_TURN with a worker known to serve the conversation: a shift the
+    # request does not need to fit is left to it (assistant.prebuild).
+    worker_ahead: bool
+    at_trigger: bool
+    suffix_first: bool
+    results: Results | None  # compact consumed results first (None: not now)
+    adopt_pending: bool  # take the worker's pre-built summary (a cold cache)
+    shift: Shift | None
+    ask_worker: bool  # with no shift, ask the worker for the next summary (PREBUILD_IN_TURN)
+    shift_in_sight: bool  # a summary built now will be used (the worker pre-builds)
+    reasons: tuple[str, ...]
+
+
+def decide(
+    state: WindowState,
+    config: CompactionConfig,
+    now: datetime,
+    *,
+    first: Plan | None = None,
+    adopted: bool = False,
+) -> Plan:
+    """The plan for the next request. `first`: the plan whose results step
+    was executed, deciding again on the window it left; `adopted`: the
+    pre-built summary was taken meanwhile (the shift at the trigger it stands
+    for is made)."""
+    eager = config.COMPACTION_TIMING == "eager"
+    cold = first.cold if first else not eager and state.cache_is_cold(config, now)
+    tokens = first.tokens if first else state.context_tokens()
+    trigger = config.CONTEXT_TOKEN_THRESHOLD
+    suffix_first = config.SUMMARY_REQUEST == "cached_suffix" and tokens >= trigger and not eager
+    reasons = [EAGER] if eager else []
+    if cold:
+        reasons.append(COLD_CACHE)
+    results = None
+    if first is None and (cold or tokens >= config.COMPACT_WATERMARK * trigger):
+        if suffix_first:
+            reasons.append(SUFFIX_FIRST)
+        else:
+            reasons.append(WATERMARK)
+            results = results_step(
+                state, config, free=cold or eager or tokens >= trigger, everything=cold
+            )
+    count = eager or cold
+    at_trigger = tokens >= trigger and not eager and not adopted
+    adopt = cold and not adopted and state.meta.has_pending_summary
+    if adopt:
+        reasons.append(ADOPT_PENDING)
+    worker_ahead = config.PREBUILD_IN_TURN and not eager and state.meta.worker_seen
+    shift = None
+    needed = should_shift(state, config, count=count)
+    if at_trigger or needed:
+        reasons.append(AT_TRIGGER if at_trigger else COUNT_TRIGGER)
+        share = min(1.0, state.context_tokens() / trigger) if at_trigger else 1.0
+        budget = verbatim_budget(state, config)
+        start = choose_split(state.rows, config, budget=budget)
+        shift = Shift("forced", share, count, budget, start, needed)
+    elif not eager and (early := early_shift(state, config)) is not None:
+        reasons.append(EARLY_PAYS)
+        shift = early
+    ask = worker_ahead and state.context_tokens() >= config.SOFT_WATERMARK * trigger
+    if ask:
+        reasons.append(SOFT_WATERMARK)
+    return Plan(
+        tokens=tokens,
+        eager=eager,
+        cold=cold,
+        worker_ahead=worker_ahead,
+        at_trigger=at_trigger,
+        suffix_first=suffix_first,
+        results=results,
+        adopt_pending=adopt,
+        shift=shift,
+        ask_worker=ask,
+        shift_in_sight=eager or shift_in_sight(state, config),
+        reasons=tuple(reasons),
+    )
+
+
+def results_step(
+    state: WindowState, config: CompactionConfig, *, free: bool, everything: bool
+) -> Results:
+    """Compact the consumed tool results of the window (the current turn's
+    too) but the newest KEEP_NEWEST_TOOL_RESULTS (all with `everything`).
+    Unless `free`, only a batch that frees at least COMPACT_MIN_FREE_TOKENS
+    and that the conversation's savings under prompt caching cover
+    (assistant.cache_ledger), so the cached prefix breaks rarely and never
+    at a loss."""
+    keep = 0 if everything else config.KEEP_NEWEST_TOOL_RESULTS
+    plan = plan_compaction(consumed_tool_rows(state.rows), config, keep_newest=keep)
+    pays = False
+    if plan and not free:
+        tail = tail_tokens(state, plan)
+        cost = step_cost(tail, tail - min(plan.most_freed, tail))
+        pays = plan.most_freed >= config.COMPACT_MIN_FREE_TOKENS and Ledger.of(
+            state.metadata
+        ).affords(state.rows, cost)
+    return Results(plan, free, everything, pays)
+
+
+def tail_tokens(state: WindowState, plan: CompactionPlan) -> int:
+    """The verbatim tokens from the first provider message the plan changes on
+    (consecutive tool results travel in one message)."""
+    changed = {row.pk for row in [*plan.compact, *plan.stub]}
+    verbatim = state.verbatim
+    first = next(index for index, row in enumerate(verbatim) if row.pk in changed)
+    while first > 0 and verbatim[first - 1].role == verbatim[first].role == Message.Role.TOOL:
+        first -= 1
+    return sum(row.token_estimate for row in verbatim[first:])
+
+
+def early_shift(state: WindowState, config: CompactionConfig) -> Shift | None:
+    """Past COMPACT_WATERMARK, shift the window before the trigger when it
+    frees at least COMPACT_MIN_FREE_TOKENS and the conversation's savings
+    cover what it costs: rewriting the context (the new summary leads it) and
+    the summarizer reading what it summarizes. None when it does not pay."""
+    if state.context_tokens() < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
+        return None
+    budget = verbatim_budget(state, config, early=True)
+    start = choose_split(state.rows, config, budget=budget)
+    if start is None:
+        return None
+    system = state.tokens(state.system)
+    before = state.estimated_tokens() - system
+    summarized = sum(row.token_estimate for row in state.rows[:start])
+    old_summary = state.tokens(state.summary)
+    after = before - summarized + (old_summary or config.SUMMARY_ESTIMATE_TOKENS)
+    cost = step_cost(before, after, summarizer_input=summarized + old_summary)
+    pays = before - after >= config.COMPACT_MIN_FREE_TOKENS and Ledger.of(state.metadata).affords(
+        state.rows, cost
+    )
+    return Shift("early", config.COMPACT_WATERMARK, False, budget, start) if pays else None
+
+
+def shift_in_sight(state: WindowState, config: CompactionConfig) -> bool:
+    """Whether a window shift is in sight, so a summary built now will be
+    used: at the trigger (the pre-call hook shifts there whatever compaction
+    frees), or past SOFT_WATERMARK of it even once the consumed tool results
+    are compacted (which the pre-call hook does first). A summary built for a
+    shift that never comes is paid for and thrown away."""
+    tokens = state.context_tokens()
+    if tokens >= config.CONTEXT_TOKEN_THRESHOLD:
+        return True
+    plan = plan_compaction(
+        consumed_tool_rows(state.rows), config, keep_newest=config.KEEP_NEWEST_TOOL_RESULTS
+    )
+    return tokens - plan.most_freed >= config.SOFT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD
