@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class AssistantConfig(AppConfig):
@@ -9,7 +10,11 @@ class AssistantConfig(AppConfig):
     def ready(self) -> None:
         from assistant import checks  # noqa: F401  (registers the system checks)
         from assistant.conf import check_summarizer_deadline, compaction_config
+        from assistant.window import measure_unsized
 
         # Refuse out-of-range thresholds at start-up (web, worker, commands),
         # naming the key, not at the first exchange.
         check_summarizer_deadline(compaction_config())
+        # Conversations stored before the size column get it measured once the
+        # schema is current (migration 0010 cannot run today's code).
+        post_migrate.connect(measure_unsized, sender=self, dispatch_uid="assistant.measure_unsized")

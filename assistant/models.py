@@ -244,8 +244,9 @@ class Conversation(models.Model):
     recall_count = models.PositiveIntegerField(default=0, db_default=0)
     # How large the next request's context is (assistant.window.context_size),
     # stored whenever the window changes: the admin list shows, sorts and
-    # filters on it, so it is the figure the pre-call hook decides on.
-    context_tokens = models.PositiveBigIntegerField(default=0, db_default=0)
+    # filters on it, so it is the figure the pre-call hook decides on. NULL on
+    # a conversation stored before the column, until `migrate` measures it.
+    context_tokens = models.PositiveBigIntegerField(null=True, default=0)
 
     class Meta:
         ordering = ["-updated_at"]

@@ -246,6 +246,17 @@ def refresh_size(conversation_id: int, config: CompactionConfig | None = None) -
     return store_size(load_window(conversation_id, config))
 
 
+def measure_unsized(**kwargs: object) -> int:
+    """Store the size of every conversation that has none (stored before the
+    column existed): the app's post_migrate receiver. How many it measured."""
+    unsized = Conversation.objects.filter(context_tokens__isnull=True)
+    measured = 0
+    for pk in unsized.order_by("pk").values_list("pk", flat=True).iterator():
+        refresh_size(pk)
+        measured += 1
+    return measured
+
+
 def should_shift(
     state: WindowState, config: CompactionConfig, share: float = 1.0, *, count: bool = True
 ) -> bool:

@@ -186,6 +186,8 @@ class ConversationAdmin(admin.ModelAdmin):
     def context_size(self, obj: Conversation) -> str:
         limits = current_limits()
         tokens = obj.context_tokens
+        if tokens is None:
+            return "not measured yet (manage.py migrate measures it)"
         level = limits.level(tokens)
         return format_html(
             '<span class="context-{}" style="white-space:nowrap;color:{};{}">{} · {}% · {}%</span>',

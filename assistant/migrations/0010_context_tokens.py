@@ -1,17 +1,13 @@
 from django.db import migrations, models
 
 
-def store_sizes(apps, schema_editor):
-    """The size of every existing conversation's context, as the window computes
-    it (the app's own function: the list's figure must be that one, not a copy)."""
-    from assistant.window import refresh_size
-
-    Conversation = apps.get_model("assistant", "Conversation")
-    for pk in Conversation.objects.order_by("pk").values_list("pk", flat=True).iterator():
-        refresh_size(pk)
-
-
 class Migration(migrations.Migration):
+    """The stored context size. Existing conversations start at NULL ("not
+    measured"): the size is the window's own computation, which a migration
+    must not import (it follows today's models, not this migration's), so
+    the app's post_migrate receiver measures them with the current code
+    (assistant.window.measure_unsized)."""
+
     dependencies = [
         ("assistant", "0009_recall"),
     ]
@@ -20,11 +16,16 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="conversation",
             name="context_tokens",
-            field=models.PositiveBigIntegerField(db_default=0, default=0),
+            field=models.PositiveBigIntegerField(null=True),
+        ),
+        # New conversations start at 0; the rows above stay NULL.
+        migrations.AlterField(
+            model_name="conversation",
+            name="context_tokens",
+            field=models.PositiveBigIntegerField(null=True, default=0),
         ),
         migrations.AddIndex(
             model_name="conversation",
             index=models.Index(fields=["context_tokens"], name="assistant_conv_context"),
         ),
-        migrations.RunPython(store_sizes, migrations.RunPython.noop, elidable=True),
     ]
