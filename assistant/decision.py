@@ -167,10 +167,11 @@ def results_step(
     pays = False
     if plan and not free:
         tail = tail_tokens(state, plan)
-        cost = step_cost(tail, tail - min(plan.most_freed, tail))
+        prices = state.cache_prices
+        cost = step_cost(tail, tail - min(plan.most_freed, tail), prices=prices)
         pays = plan.most_freed >= config.COMPACT_MIN_FREE_TOKENS and Ledger.of(
             state.metadata
-        ).affords(state.rows, cost)
+        ).affords(state.rows, cost, prices)
     return Results(plan, free, everything, pays)
 
 
@@ -201,9 +202,10 @@ def early_shift(state: WindowState, config: CompactionConfig) -> Shift | None:
     summarized = sum(row.token_estimate for row in state.rows[:start])
     old_summary = state.tokens(state.summary)
     after = before - summarized + (old_summary or config.SUMMARY_ESTIMATE_TOKENS)
-    cost = step_cost(before, after, summarizer_input=summarized + old_summary)
+    prices = state.cache_prices
+    cost = step_cost(before, after, summarizer_input=summarized + old_summary, prices=prices)
     pays = before - after >= config.COMPACT_MIN_FREE_TOKENS and Ledger.of(state.metadata).affords(
-        state.rows, cost
+        state.rows, cost, prices
     )
     return Shift("early", config.COMPACT_WATERMARK, False, budget, start) if pays else None
 

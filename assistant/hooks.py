@@ -190,7 +190,8 @@ def compact_consumed_results(state: WindowState, results: Results) -> WindowStat
     compact_old_blocks(conversation_id)
     after = load_window(conversation_id, state.config)
     freed = state.estimated_tokens() - after.estimated_tokens()
-    _write_ledger(after, state, ledger, freed=freed, cost=step_cost(tail, tail - freed))
+    cost = step_cost(tail, tail - freed, prices=state.cache_prices)
+    _write_ledger(after, state, ledger, freed=freed, cost=cost)
     return after
 
 
@@ -205,7 +206,11 @@ def _after_shift(before: WindowState, *, cold: bool) -> WindowState:
     old, new = before.estimated_tokens() - system, after.estimated_tokens() - system
     summarized = sum(row.token_estimate for row in before.rows if row.pk <= after.through_id)
     cost = step_cost(
-        old, new, cold=cold, summarizer_input=summarized + before.tokens(before.summary)
+        old,
+        new,
+        cold=cold,
+        summarizer_input=summarized + before.tokens(before.summary),
+        prices=before.cache_prices,
     )
     _write_ledger(after, before, Ledger.of(after.metadata), freed=old - new, cost=cost)
     return after
@@ -217,7 +222,9 @@ def _write_ledger(
     """Book a step (`before` -> `after`) in the database and in `after`, so the
     caller goes on with the window as it now is, without reading it again."""
     newest = before.rows[-1].pk if before.rows else 0
-    value = ledger.after_step(before.rows, freed=freed, cost=cost, newest_id=newest)
+    value = ledger.after_step(
+        before.rows, freed=freed, cost=cost, newest_id=newest, prices=before.cache_prices
+    )
     merge_metadata(
         Conversation.objects.filter(pk=before.conversation_id), {MetadataKeys.CACHE_LEDGER: value}
     )

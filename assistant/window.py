@@ -24,7 +24,9 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
+from assistant.cache_ledger import CachePrices, cache_prices
 from assistant.conf import CompactionConfig, compaction_config
+from assistant.cost import chat_model
 from assistant.models import Conversation, ConversationMetadata, Message
 from assistant.tokens import estimate_tokens
 
@@ -100,6 +102,14 @@ class WindowState:
         """Provider counts reported at or before this message id describe a
         context that compaction has changed since: they are stale."""
         return self.meta.context_epoch_id
+
+    @property
+    def cache_prices(self) -> CachePrices:
+        """The chat model's cache prices (assistant.cache_ledger): the model
+        of the newest answer in the window, else the configured one."""
+        answers = (row for row in reversed(self.rows) if row.role == Message.Role.ASSISTANT)
+        newest = next(answers, None)
+        return cache_prices(chat_model(newest.metadata if newest is not None else None))
 
     def context_tokens(self) -> int:
         """The one size of the context: what the pre-call hook decides on,

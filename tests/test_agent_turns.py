@@ -490,3 +490,40 @@ def test_the_turns_user_message_is_summarized_once_the_split_leaves_its_turn(
 def conversation_anchor(conversation: Conversation) -> int | None:
     metadata = Conversation.objects.get(pk=conversation.pk).metadata
     return metadata.get("compaction_anchor_message_id")
+
+
+def six_reads_answered_by(conversation: Conversation, model: str) -> None:
+    """A turn of six 20 KB reads (about 30,000 tokens, under the 50,000
+    trigger), each model call recorded with the model that made it."""
+    add_message(conversation, "user", "Review the six modules.")
+    for index in range(6):
+        call = {"id": f"toolu_{index}", "name": "Read", "arguments": {"path": f"/src/m{index}.py"}}
+        add_message(conversation, "assistant", "", tool_calls=[call], metadata={"model": model})
+        add_message(
+            conversation, "tool", html(20_000, marker=f"module {index} "), tool_call_id=call["id"]
+        )
+    add_message(conversation, "assistant", "Reading on.", metadata={"model": model})
+
+
+@pytest.mark.parametrize(
+    ("model", "compacted"), [("claude-haiku-4-5", False), ("gemini-2.5-flash", True)]
+)
+def test_a_voluntary_batch_is_priced_at_the_chat_models_cache_prices(
+    conversation, model, compacted
+):
+    # The conversation has saved 15,500 tokens' worth. Compacting the three
+    # oldest reads frees about 13,650 tokens and rewrites the 16,450 left after
+    # the first of them: about 17,500 at Anthropic's 1.25x (more than the
+    # savings), about 13,400 at Gemini's 1.0x, its implicit caching having no
+    # write premium (covered).
+    six_reads_answered_by(conversation, model)
+    newest = conversation.messages.last().pk
+    ledger = {"balance": 15_500.0, "gap": 0, "since": newest}
+    Conversation.objects.filter(pk=conversation.pk).update(
+        metadata={MetadataKeys.CACHE_LEDGER: ledger}
+    )
+
+    ensure_context_summary(conversation)
+
+    events = CompactionEvent.objects.filter(conversation=conversation, kind="tool_results")
+    assert events.exists() is compacted
