@@ -13,7 +13,8 @@ from django.urls import reverse
 from google import genai
 from google.genai import types
 
-from assistant.artifacts import definitions, without_index
+from assistant.artifacts import without_index
+from assistant.identifiers import definitions
 from assistant.models import Conversation, Message
 from assistant.recall import run_tool_call, tool_definitions
 from assistant.services import (
