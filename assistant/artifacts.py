@@ -1,13 +1,15 @@
 """The cumulative artifact index the window summary carries: files read and modified, URLs
-fetched, records looked up (ids) and definitions (function, class, module names) found in
-tool results, each with the handle of its latest stored original ("ref m4182").
+fetched, records looked up (ids), and every summarized tool result by its handle ("ref
+m4182") with what its call did and the names found in it (definitions, paths, keys,
+quoted and qualified names: assistant.identifiers). Each entry has the handle of its
+latest stored original, so whatever the summary left out stays one recall away.
 
 Built from the tool calls' arguments and the results' text, never from the summarizer's
 prose, so a summarizer that drops everything cannot drop these. Kept structured in the
 conversation's metadata (ARTIFACT_INDEX), updated with each newly summarized slice, and
-rendered into the summary deterministically (fixed order, newest entries kept first within
-ARTIFACT_INDEX_MAX_TOKENS), so the text changes only when the index does. Files read then
-modified are promoted to modified (as the Opal seed's read/modified files are).
+rendered into the summary deterministically within ARTIFACT_INDEX_MAX_TOKENS, the most
+recently used entries first (used: found, or named again by the user or the model), so the
+text changes only when the index does. A file read then modified keeps both handles.
 
 The rules are general, not tuned to one agent: a path is the value of an argument whose
 name says path or file, or a path-shaped token (a slash and an extension) in a command;
@@ -76,10 +78,10 @@ def updated_index(previous: dict[str, Any] | None, messages: Sequence[Message]) 
         .annotate(head=Left("content", SEARCH_INDEX_CHARS))
         .values_list("pk", "head")
     )
-    _mark_used(index, messages, texts)
     for message in messages:
         if message.role == Message.Role.TOOL:
             _add_result(index, message, texts.get(message.pk) or "")
+    _mark_used(index, messages, texts)
     for name in CATEGORIES:
         entries = index[name]
         if len(entries) > MAX_ENTRIES:  # the least recently used go first
@@ -122,11 +124,16 @@ def _mark_used(index: dict[str, Any], messages: Sequence[Message], texts: dict[i
             last_seen[token] = message.pk
             for cut in range(1, token.count("/") + 1):  # a path's tails: lib/x.ex, x.ex
                 last_seen[token.split("/", cut)[-1]] = message.pk
-    for category in CATEGORIES:
+    results: dict[int, int] = {}  # handle -> when a name found in it was used
+    for category in ("modified", "read", "urls", "records", "names"):
         for key, entry in index[category].items():
-            seen = last_seen.get(key.rsplit(" ", 1)[-1])
+            # A record is named by its value ("reservation_id JG7FMM": JG7FMM).
+            seen = last_seen.get(key.rsplit(" ", 1)[-1] if category == "records" else key)
             if seen is not None and seen > entry[1]:
                 entry[1] = seen
+                results[entry[0]] = max(seen, results.get(entry[0], 0))
+    for entry in index["calls"].values():  # what the call did goes with its names
+        entry[1] = max(entry[1], results.get(entry[0], 0))
 
 
 def _add_result(index: dict[str, Any], message: Message, text: str) -> None:
@@ -327,7 +334,7 @@ def _rendered(heading: str, entries: list[tuple[int, int, str, str]]) -> str:
 def _root(paths: list[str]) -> str:
     """The deepest directory (with its trailing slash) at least half of the absolute
     `paths`, and two or more, lie under, when long enough to be worth naming once; else ""."""
-    absolute = [path for path in paths if path.startswith("/")]
+    absolute = sorted({path for path in paths if path.startswith("/")})
     if len(absolute) < 2:
         return ""
     counts: dict[str, int] = {}

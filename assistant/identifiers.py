@@ -85,11 +85,14 @@ def names_in(text: str, most: int) -> list[str]:
     definitions, paths, assigned names and keys, quoted and qualified names, then the
     code-shaped names code uses."""
     found: dict[str, None] = {}
+    tails: set[str] = set()  # of qualified names: Module.name says more than name
     for kind in (_definitions, _paths, _assigned, _keys, _quoted, _qualified, _used):
         for name in kind(text):
             if len(found) >= most:
                 return list(found)
-            found.setdefault(name, None)
+            if name not in tails:
+                found.setdefault(name, None)
+                tails.update(re.split(r"\.|::", name)[1:])
     return list(found)
 
 
