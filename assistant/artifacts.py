@@ -1,13 +1,15 @@
 """The cumulative artifact index the window summary carries: files read and modified, URLs
-fetched, records looked up (ids) and definitions (function, class, module names) found in
-tool results, each with the handle of its latest stored original ("ref m4182").
+fetched, records looked up (ids), and every summarized tool result by its handle ("ref
+m4182") with what its call did and the names found in it (definitions, paths, keys,
+quoted and qualified names: assistant.identifiers). Each entry has the handle of its
+latest stored original, so whatever the summary left out stays one recall away.
 
 Built from the tool calls' arguments and the results' text, never from the summarizer's
 prose, so a summarizer that drops everything cannot drop these. Kept structured in the
 conversation's metadata (ARTIFACT_INDEX), updated with each newly summarized slice, and
-rendered into the summary deterministically (fixed order, newest entries kept first within
-ARTIFACT_INDEX_MAX_TOKENS), so the text changes only when the index does. Files read then
-modified are promoted to modified (as the Opal seed's read/modified files are).
+rendered into the summary deterministically within ARTIFACT_INDEX_MAX_TOKENS, the most
+recently used entries first (used: found, or named again by the user or the model), so the
+text changes only when the index does. A file read then modified keeps both handles.
 
 The rules are general, not tuned to one agent: a path is the value of an argument whose
 name says path or file, or a path-shaped token (a slash and an extension) in a command;
@@ -17,24 +19,29 @@ a tool modifies when its name says so (edit, write, create, replace, ...) unless
 
 from __future__ import annotations
 
-import os
+import json
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db.models.functions import Left
 
+from assistant.identifiers import PATH, names_in
 from assistant.models import SEARCH_INDEX_CHARS, Message, handle
 from assistant.tokens import estimate_tokens
 
 # Opens the index: the handles of every summarized original (the recall tools' description
 # says what a ref is), then one line per category.
 HEADING = "## Originals:"
-CATEGORIES = ("modified", "read", "urls", "records", "definitions")
+CATEGORIES = ("modified", "read", "urls", "records", "calls", "names")
 # Entries kept in metadata per category (the render keeps fewer, within its budget).
 MAX_ENTRIES = 400
-# Definitions taken from one result: a whole source file is not an index.
-MAX_DEFINITIONS_PER_RESULT = 24
+# Names taken from one result: a whole source file is not an index.
+MAX_NAMES_PER_RESULT = 24
+# ...of which the render shows the most recently used few.
+NAMES_SHOWN_PER_RESULT = 6
+# What a call did, when it names no file, URL or record: at most this many characters.
+LABEL_CHARS = 48
 
 _PATH_KEY = re.compile(r"(?:^|_)(?:path|file|filename|filepath|dir|directory)$|path", re.I)
 _URL_KEY = re.compile(r"(?:^|_)(?:url|uri|href|link)s?$", re.I)
@@ -46,24 +53,9 @@ _MODIFYING_TOOL = re.compile(
 )
 _VIEW_COMMANDS = frozenset({"view", "read", "cat", "show", "open", "list", "ls"})
 _URL = re.compile(r"https?://[^\s\"'<>`)\]}]+")
-_COMMAND_PATH = re.compile(
-    r"(?<![\w/.~-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w@+-][\w.@+-]*\.[A-Za-z][A-Za-z0-9]{0,7}(?![\w/])"
-)
-# Line prefixes of tool output before code: "  12→", "12\t", "path/x.py:12:", "12:".
-_LINE_PREFIX = re.compile(r"^(?:\S+?:\d+[:-]|\s*\d+(?:→|\t|:\s|\s\|))")
-_DEFINITION = re.compile(
-    r"^\s*(?:(?:export|pub(?:\([\w ]+\))?|async|static|public|private|protected|abstract|"
-    r"final|default|extern|inline|override|open|sealed|data|partial)\s+)*"
-    r"(?:def|defp|defmacro|defmacrop|defmodule|defprotocol|defimpl|defstruct|defn|function|"
-    r"func|fn|fun|class|module|interface|struct|enum|trait|impl|actor|primitive|object|"
-    r"type|typedef\s+struct|union|sub|procedure|be)\s+"
-    r"(?:\([^)]*\)\s*)?"  # a Go receiver
-    r"(?:(?:ref|box|val|iso|trn|tag)\s+)?"  # a Pony capability
-    r"([A-Za-z_][\w]*(?:(?:\.|::)[A-Za-z_]\w*)*[!?]?)"
-)
-# A C-like function definition at the start of a line: `static int name(args) {`.
-_C_FUNCTION = re.compile(r"^(?:[A-Za-z_][\w]*[\s*]+){1,4}\**([A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{?\s*$")
-_NOT_NAMES = frozenset({"if", "for", "while", "switch", "return", "else", "do", "sizeof", "main"})
+_LEADING_CD = re.compile(r"^cd\s+\S+\s*(?:&&|;)\s*")
+# A word, path or value of a message, as an entry's key would name it.
+_TOKEN = re.compile(r"[\w$@./:+-]+")
 
 
 def empty_index() -> dict[str, Any]:
@@ -72,49 +64,127 @@ def empty_index() -> dict[str, Any]:
 
 def updated_index(previous: dict[str, Any] | None, messages: Sequence[Message]) -> dict[str, Any]:
     """`previous` (None: nothing indexed yet) with the artifacts of `messages`, a newly
-    summarized slice in id order. One query: the leading text of its tool results."""
-    index = empty_index()
-    for name, value in (previous or {}).items():
-        index[name] = dict(value) if isinstance(value, dict) else value
+    summarized slice in id order. One query: the leading text of the slice's messages.
+    An entry named again in the slice (a path, a name, a record value in any message's
+    text or call) counts as used there: the render keeps the most recently used."""
+    index = _loaded(previous)
     if not messages:
         return index
     ids = [m.pk for m in messages]
     index["first"] = min(ids) if index["first"] is None else min(index["first"], *ids)
     index["through"] = max(ids) if index["through"] is None else max(index["through"], *ids)
-    tools = [m for m in messages if m.role == Message.Role.TOOL]
     texts = dict(
-        Message.objects.filter(pk__in=[m.pk for m in tools])
+        Message.objects.filter(pk__in=ids)
         .annotate(head=Left("content", SEARCH_INDEX_CHARS))
         .values_list("pk", "head")
     )
-    for message in tools:
-        _add_result(index, message, texts.get(message.pk) or "")
+    for message in messages:
+        if message.role == Message.Role.TOOL:
+            _add_result(index, message, texts.get(message.pk) or "")
+    _mark_used(index, messages, texts)
     for name in CATEGORIES:
         entries = index[name]
-        if len(entries) > MAX_ENTRIES:  # the oldest handles go first
-            kept = sorted(entries.items(), key=lambda item: (-item[1], item[0]))[:MAX_ENTRIES]
+        if len(entries) > MAX_ENTRIES:  # the least recently used go first
+            kept = sorted(entries.items(), key=lambda item: (-item[1][1], item[0]))[:MAX_ENTRIES]
             index[name] = dict(kept)
     return index
+
+
+def _loaded(previous: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of a stored index, each entry as [handle, last used]; an index stored before
+    entries had a last use (a bare handle) or before names ("definitions") still loads."""
+    index = empty_index()
+    for name, value in (previous or {}).items():
+        if not isinstance(value, dict):
+            index[name] = value
+            continue
+        target = "names" if name == "definitions" else name
+        if target not in CATEGORIES:
+            continue
+        for key, entry in value.items():
+            pair = [entry, entry] if isinstance(entry, int) else list(entry)[:2]
+            index[target][key] = pair
+    return index
+
+
+def _mark_used(index: dict[str, Any], messages: Sequence[Message], texts: dict[int, str]) -> None:
+    """An entry the user or the model names again (in a message or a call's arguments)
+    is used there; a tool result naming it again does not count (outputs repeat names
+    nobody asked for), it takes the entry's handle instead when it is indexed again."""
+    last_seen: dict[str, int] = {}
+    for message in messages:
+        if message.role == Message.Role.TOOL:
+            continue
+        parts = [texts.get(message.pk) or ""]
+        for call in message.tool_calls or ():
+            if isinstance(call, dict):
+                parts.append(json.dumps(call.get("arguments") or {}, ensure_ascii=False))
+        for token in _TOKEN.findall("\n".join(parts)):
+            token = token.rstrip(".:,;-")
+            last_seen[token] = message.pk
+            for cut in range(1, token.count("/") + 1):  # a path's tails: lib/x.ex, x.ex
+                last_seen[token.split("/", cut)[-1]] = message.pk
+    results: dict[int, int] = {}  # handle -> when a name found in it was used
+    for category in ("modified", "read", "urls", "records", "names"):
+        for key, entry in index[category].items():
+            # A record is named by its value ("reservation_id JG7FMM": JG7FMM).
+            seen = last_seen.get(key.rsplit(" ", 1)[-1] if category == "records" else key)
+            if seen is not None and seen > entry[1]:
+                entry[1] = seen
+                results[entry[0]] = max(seen, results.get(entry[0], 0))
+    for entry in index["calls"].values():  # what the call did goes with its names
+        entry[1] = max(entry[1], results.get(entry[0], 0))
 
 
 def _add_result(index: dict[str, Any], message: Message, text: str) -> None:
     arguments = message.tool_arguments if isinstance(message.tool_arguments, dict) else {}
     found = message.pk
+    named = False
     modifies = _modifies(message.tool_name, arguments)
-    for path in _paths(arguments):
-        if modifies:
-            index["read"].pop(path, None)
-            index["modified"][path] = found
-        elif path in index["modified"]:
-            index["modified"][path] = found  # promoted once: it stays modified
-        else:
-            index["read"][path] = found
+    paths = _paths(arguments)
+    for path in paths:
+        named = True
+        # A file read then modified keeps both handles: its text, and the change.
+        index["modified" if modifies else "read"][path] = [found, found]
     for url in _urls(arguments):
-        index["urls"][url] = found
+        named = True
+        index["urls"][url] = [found, found]
     for record in _records(arguments):
-        index["records"][record] = found
-    for name in definitions(text):
-        index["definitions"][name] = found
+        named = True
+        index["records"][record] = [found, found]
+    if not named:
+        label = _label(message.tool_name, arguments)
+        if label:
+            index["calls"][label] = [found, found]
+    for name in names_in(text, MAX_NAMES_PER_RESULT):
+        # A result naming its own file (an edit's "updated x.py") says nothing new.
+        if not _random_looking(name) and not any(p.endswith(name) for p in paths):
+            index["names"][name] = [found, found]
+
+
+def _label(tool_name: str, arguments: dict[str, Any]) -> str:
+    """What a call that names no file, URL or record did, in a few words: its tool and
+    its first string argument (a command without its leading `cd DIR &&`)."""
+    value = next(
+        (
+            v
+            for k, v in arguments.items()
+            if isinstance(v, str) and v.strip() and not _SECRET_KEY.search(str(k))
+        ),
+        "",
+    )
+    value = _LEADING_CD.sub("", " ".join(value.split()))
+    if len(value) > LABEL_CHARS:
+        value = value[: LABEL_CHARS - 1].rstrip() + "…"
+    return f"{tool_name or 'tool'} {value}".strip()
+
+
+def _random_looking(name: str) -> bool:
+    """A generated value (a key, a token, a hash) rather than a name: never indexed."""
+    return any(
+        len(run) >= 16 and re.search(r"\d", run) and re.search(r"[A-Za-z]", run)
+        for run in re.findall(r"[A-Za-z0-9]+", name)
+    )
 
 
 def _modifies(tool_name: str, arguments: dict[str, Any]) -> bool:
@@ -140,7 +210,7 @@ def _paths(arguments: dict[str, Any]) -> list[str]:
         if _PATH_KEY.search(key) and _path_like(value):
             found.append(value)
         elif key.lower() in ("command", "cmd", "script", "input"):
-            found.extend(match.group() for match in _COMMAND_PATH.finditer(value[:4000]))
+            found.extend(match.group() for match in PATH.finditer(value[:4000]))
     return list(dict.fromkeys(found))
 
 
@@ -175,95 +245,107 @@ def _records(arguments: dict[str, Any]) -> list[str]:
     return found
 
 
-def definitions(text: str) -> list[str]:
-    """Names defined in source code within `text` (a file read, a grep, a diff), in order:
-    `def`, `class`, `defmodule`, `function`, `func`, `fn`, `struct`, ... at the start of a
-    line, and C-like function definitions; at most MAX_DEFINITIONS_PER_RESULT."""
-    names: list[str] = []
-    for raw in text.splitlines():
-        line = _LINE_PREFIX.sub("", raw, count=1).lstrip("+- ") if raw else raw
-        if len(line) > 400:
-            continue
-        match = _DEFINITION.match(line) or _C_FUNCTION.match(line)
-        if match is None:
-            continue
-        name = match.group(1)
-        if len(name) >= 3 and name not in _NOT_NAMES and name not in names:
-            names.append(name)
-            if len(names) >= MAX_DEFINITIONS_PER_RESULT:
-                break
-    return names
+# --- the rendered index ---------------------------------------------------------------
 
 
 def render(index: dict[str, Any] | None, max_tokens: int) -> str:
-    """The index as the summary carries it: its heading, the handles of every summarized
-    original, then each category (modified files, files read, URLs, records,
-    definitions), entries in handle order; when over `max_tokens`, the entries with the
-    oldest handles are left out. "" when there is nothing to show or no room."""
+    """The index as the summary carries it: its heading with the handles of every
+    summarized original, then files modified and read, URLs, records, and the summarized
+    results by handle (what the call did, the names found in it). Within `max_tokens`,
+    the most recently used entries are kept. "" when there is nothing to show or no room."""
+    index = _loaded(index) if index else None
     if not index or index.get("first") is None or max_tokens <= 0:
         return ""
-    lines = [f"{HEADING} ref {handle(index['first'])}..{handle(index['through'])}"]
-    if estimate_tokens("\n".join(lines)) > max_tokens:
+    heading = f"{HEADING} ref {handle(index['first'])}..{handle(index['through'])}"
+    if estimate_tokens(heading) > max_tokens:
         return ""
     entries = sorted(
         (
-            (found, category, name)
+            (entry[1], entry[0], category, key)
             for category in CATEGORIES
-            for name, found in index[category].items()
+            for key, entry in index[category].items()
         ),
-        key=lambda entry: (-entry[0], CATEGORIES.index(entry[1]), entry[2]),
+        key=lambda item: (-item[0], -item[1], CATEGORIES.index(item[2]), item[3]),
     )
-    budget = max_tokens - estimate_tokens("\n".join(lines)) - 1
-    kept: list[tuple[int, str, str]] = []
+    budget = max_tokens - estimate_tokens(heading) - 1
+    kept: list[tuple[int, int, str, str]] = []
     used = 0
-    for entry in entries:  # newest first, each at about its own size
-        cost = estimate_tokens(f"{entry[2]} (ref {handle(entry[0])}), ")
+    shown: dict[int, int] = {}
+    for entry in entries:  # the most recently used first, each at about its own size
+        if entry[2] == "names":  # a few names per result: room for more results
+            shown[entry[1]] = shown.get(entry[1], 0) + 1
+            if shown[entry[1]] > NAMES_SHOWN_PER_RESULT:
+                continue
+        cost = estimate_tokens(f"{entry[3]} (ref {handle(entry[1])}), ")
         if used + cost > budget:
             break
         kept.append(entry)
         used += cost
-    body = _body(kept)
-    while kept and estimate_tokens(body) > budget:  # labels and prefixes: checked exactly
-        kept.pop()
-        body = _body(kept)
-    return "\n".join([*lines, body]) if body else "\n".join(lines)
+    text = _rendered(heading, kept)
+    while kept and estimate_tokens(text) > max_tokens:  # labels and prefixes: checked exactly
+        del kept[-max(1, len(kept) // 20) :]
+        text = _rendered(heading, kept)
+    return text
 
 
-def _body(entries: list[tuple[int, str, str]]) -> str:
-    by_category: dict[str, list[tuple[int, str]]] = {name: [] for name in CATEGORIES}
-    for found, category, name in entries:
-        by_category[category].append((found, name))
-    lines = []
-    files = [name for category in ("modified", "read") for _, name in by_category[category]]
-    prefix = _common_directory(files)
-    for category, label in (("modified", "Files modified"), ("read", "Files read")):
-        items = sorted(by_category[category])
-        if items:
-            shown = ", ".join(f"{name.removeprefix(prefix)} (ref {handle(h)})" for h, name in items)
-            lines.append(f"{label}{f' (under {prefix})' if prefix else ''}: {shown}")
-    for category, label in (("urls", "URLs"), ("records", "Records")):
-        items = sorted(by_category[category])
-        if items:
-            lines.append(f"{label}: " + ", ".join(f"{name} (ref {handle(h)})" for h, name in items))
-    grouped: dict[int, list[str]] = {}
-    for found, name in sorted(by_category["definitions"]):
-        grouped.setdefault(found, []).append(name)
-    if grouped:
+def _rendered(heading: str, entries: list[tuple[int, int, str, str]]) -> str:
+    by_category: dict[str, dict[str, int]] = {name: {} for name in CATEGORIES}
+    for _, found, category, key in entries:
+        by_category[category][key] = found
+    root = _root([*by_category["modified"], *by_category["read"], *by_category["names"]])
+
+    def short(path: str) -> str:
+        return "./" + path.removeprefix(root) if root and path.startswith(root) else path
+
+    lines = [f"{heading} (./ is {root})" if root else heading]
+    modified, read = by_category["modified"], by_category["read"]
+    if modified:
+        items = []
+        for path, found in sorted(modified.items(), key=lambda item: (item[1], item[0])):
+            also = read.get(path)
+            shown = f"ref {handle(found)}"
+            if also is not None and also != found:
+                shown = f"read ref {handle(also)}, changed ref {handle(found)}"
+            items.append(f"{short(path)} ({shown})")
+        lines.append("Files modified: " + ", ".join(items))
+    read_only = sorted((found, path) for path, found in read.items() if path not in modified)
+    if read_only:
         lines.append(
-            "Definitions: "
-            + "; ".join(f"ref {handle(h)}: {', '.join(names)}" for h, names in grouped.items())
+            "Files read: " + ", ".join(f"{short(p)} (ref {handle(h)})" for h, p in read_only)
         )
+    for category, label in (("urls", "URLs"), ("records", "Records")):
+        items = sorted((found, key) for key, found in by_category[category].items())
+        if items:
+            lines.append(f"{label}: " + ", ".join(f"{k} (ref {handle(h)})" for h, k in items))
+    results: dict[int, tuple[list[str], list[str]]] = {}
+    for label, found in by_category["calls"].items():
+        results.setdefault(found, ([], []))[0].append(label)
+    for name, found in by_category["names"].items():
+        results.setdefault(found, ([], []))[1].append(short(name))
+    if results:
+        items = []
+        for found, (labels, names) in sorted(results.items()):
+            what = f" {labels[0]}" if labels else ""
+            items.append(f"ref {handle(found)}{what}{': ' if names else ''}{', '.join(names)}")
+        lines.append("Results: " + "; ".join(items))
     return "\n".join(lines)
 
 
-def _common_directory(paths: list[str]) -> str:
-    """The directory every absolute path shares (with its trailing slash), when there are
-    two or more and it is long enough to be worth naming once; else ""."""
-    absolute = [path for path in paths if path.startswith("/")]
-    if len(absolute) < 2 or len(absolute) != len(paths):
+def _root(paths: list[str]) -> str:
+    """The deepest directory (with its trailing slash) at least half of the absolute
+    `paths`, and two or more, lie under, when long enough to be worth naming once; else ""."""
+    absolute = sorted({path for path in paths if path.startswith("/")})
+    if len(absolute) < 2:
         return ""
-    common = os.path.commonpath(absolute)
-    return f"{common}/" if len(common) >= 12 else ""
+    counts: dict[str, int] = {}
+    for path in absolute:
+        parts = path.split("/")[1:-1]
+        for depth in range(1, len(parts) + 1):
+            directory = "/" + "/".join(parts[:depth]) + "/"
+            counts[directory] = counts.get(directory, 0) + 1
+    wanted = max(2, (len(absolute) + 1) // 2)
+    shared = [d for d, n in counts.items() if n >= wanted and len(d) >= 12]
+    return max(shared, key=lambda d: (d.count("/"), d)) if shared else ""
 
 
 def without_index(summary: str | None) -> str | None:

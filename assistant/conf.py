@@ -148,9 +148,12 @@ class CompactionConfig:
     # A failed summary (or one that would not shrink the context) is retried
     # for the same split only after this delay, doubled at each failure.
     SUMMARY_RETRY_SECONDS: int = key(60, at_least=1)
-    # The artifact index (files, URLs, record ids, definitions, each with the handle of
-    # its latest original) the window summary carries, at most this many tokens.
-    ARTIFACT_INDEX_MAX_TOKENS: int = key(800, at_least=0, at_most=10_000)
+    # The artifact index (files, URLs, record ids, the summarized results with the names
+    # found in them, each with the handle of its latest original) the window summary
+    # carries, at most this many tokens (and at most half the summary's room). A long
+    # agent session summarizes hundreds of results, about ten tokens each: 800 named only
+    # the newest fifty or so, and what an agent needs again often lies further back.
+    ARTIFACT_INDEX_MAX_TOKENS: int = key(2000, at_least=0, at_most=10_000)
     # The recall tools (assistant.recall): the most characters one result returns,
     # and the most matches search_history lists.
     RECALL_MAX_CHARS: int = key(8000, at_least=1000, at_most=200_000)

@@ -13,7 +13,8 @@ from django.urls import reverse
 from google import genai
 from google.genai import types
 
-from assistant.artifacts import definitions, without_index
+from assistant.artifacts import without_index
+from assistant.identifiers import definitions
 from assistant.models import Conversation, Message
 from assistant.recall import run_tool_call, tool_definitions
 from assistant.services import (
@@ -352,16 +353,17 @@ def test_the_index_survives_three_window_shifts_with_a_summarizer_that_drops_eve
     first = conversation.messages.order_by("id")[0].pk
     through = conversation.compaction_through_message_id
     # Eight turns summarized: the latest read, edit and fetch are the second round's,
-    # the record and the command the first round's, indexed two shifts before.
+    # the record and the command the first round's, indexed two shifts before. The file
+    # read then edited keeps both handles: the text read, and the change.
     assert through == results[7].pk + 1
     record, bash, read, edit, fetch = (r.pk for r in results[3:8])
     assert index == (
         f" ref m{first}..m{through}\n"
-        f"Files modified: /srv/app/lib/review_store.ex (ref m{edit})\n"
+        f"Files modified: /srv/app/lib/review_store.ex (read ref m{read}, changed ref m{edit})\n"
         f"Files read: config/dev.exs (ref m{bash})\n"
         f"URLs: https://docs.example.com/hooks (ref m{fetch})\n"
         f"Records: reservation_id JG7FMM (ref m{record})\n"
-        f"Definitions: ref m{read}: Spotter.Services.ReviewTokenStore, load_session_messages"
+        f"Results: ref m{read}: Spotter.Services.ReviewTokenStore, load_session_messages"
     )
 
 

@@ -1,0 +1,158 @@
+"""The artifact index names every summarized result by its handle, with the names found in
+it: what a summary leaves out stays one recall away, whatever kind of value it is."""
+
+from __future__ import annotations
+
+from assistant.artifacts import HEADING, render, without_index
+from assistant.identifiers import names_in
+from assistant.models import Conversation
+from assistant.recall import run_tool_call
+from assistant.services import add_message, ensure_context_summary
+from tests.builders import tool_turn
+
+WINDOW = {"MAX_MESSAGES_BEFORE_SUMMARY": 10, "MIN_RECENT_MESSAGES": 4, "COMPACTION_TIMING": "eager"}
+
+
+def index_of(conversation: Conversation) -> str:
+    conversation.refresh_from_db()
+    summary = conversation.compaction_summary
+    assert summary is not None and HEADING in summary
+    return summary.split(HEADING, 1)[1]
+
+
+def test_names_of_each_kind_are_found_in_any_language():
+    grep = (
+        "cli/hooks_gemini.go-574-func handleGeminiBeforeAgent() error {\n"
+        "cli/agent/gemini.go:159:// converts an id"
+    )
+    yaml = "endpoints:\n  - name: chat\n    endpoint_type: llm/v1/chat\n    api_base: $BASE\n"
+    elixir = '  @review_heartbeat_interval 10_000\n  def mount(%{"session_id" => id}, socket) do'
+    prose = "- Add a catch-all handler for a malformed `terminal_scrolled` payload."
+    code = (
+        "children = [\n  Spotter.Services.ReviewTokenStore,\n]\n"
+        "const entries = this.sessionManager.loadEntries();\n"
+        'Phoenix.PubSub.subscribe(Spotter.PubSub, "pane_sessions")'
+    )
+    listing = "create mode 100644 packages/agent/test/hooks.test.ts\nnpm notice 2.2kB dist/index.js"
+
+    assert names_in(grep, 10) == [
+        "handleGeminiBeforeAgent",
+        "cli/hooks_gemini.go",
+        "cli/agent/gemini.go",
+    ]
+    assert names_in(yaml, 10) == ["endpoint_type", "api_base"]
+    assert names_in(elixir, 10) == ["mount", "review_heartbeat_interval", "session_id"]
+    assert names_in(prose, 10) == ["terminal_scrolled"]
+    assert names_in(code, 10) == [
+        "pane_sessions",
+        "Spotter.Services.ReviewTokenStore",
+        "Phoenix.PubSub.subscribe",
+        "Spotter.PubSub",
+        "sessionManager",
+        "loadEntries",
+    ]
+    assert names_in(listing, 10) == ["packages/agent/test/hooks.test.ts", "dist/index.js"]
+    assert names_in(code, 2) == ["pane_sessions", "Spotter.Services.ReviewTokenStore"]
+
+
+def test_prose_words_are_never_names():
+    text = "Note: the class of service is economy.\nTotal: 3 items, in stock. Then call us."
+
+    assert names_in(text, 10) == []
+
+
+def test_every_summarized_result_is_named_by_its_handle_and_recall_returns_its_value(
+    fake_llm, settings, db
+):
+    settings.ASSISTANT_COMPACTION = WINDOW
+    fake_llm.use_anthropic(settings)  # every summary: the fake's, which keeps nothing
+    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
+    listing = "\n".join(f"/srv/app/config/{name}.exs" for name in ("runtime", "dev", "prod"))
+    plan = "Plan:\n- Handle a malformed `terminal_scrolled` payload.\n" + "- step\n" * 40
+    gateway = "endpoints:\n  - name: chat\n    endpoint_type: llm/v1/chat\n" + "#\n" * 40
+    token = "sk_live_4f9a8b7c6d5e4f3a2b1c0d9e"
+    results = [
+        tool_turn(conversation, "List configs", [("Glob", {"pattern": "**/*.exs"}, listing)])[2],
+        tool_turn(conversation, "Show the plan", [("Bash", {"command": "cat PLAN"}, plan)])[2],
+        tool_turn(conversation, "Gateway?", [("Task", {"prompt": "gateway"}, gateway)])[2],
+        tool_turn(conversation, "Key?", [("Bash", {"command": "env"}, f'KEY="{token}"')])[2],
+    ]
+    for number in range(3):
+        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
+    ensure_context_summary(conversation)
+
+    index = index_of(conversation)
+    glob, bash, task, env = (r.pk for r in results)
+    assert f"ref m{glob} Glob **/*.exs: " in index
+    assert f"ref m{bash} Bash cat PLAN: terminal_scrolled" in index
+    assert f"ref m{task} Task gateway: endpoint_type" in index
+    assert f"ref m{env} Bash env" in index and token not in index  # a generated value
+    for pk, value in ((glob, "/srv/app/config/dev.exs"), (bash, "terminal_scrolled")):
+        assert value in run_tool_call(conversation, "recall", {"handle": f"m{pk}"})
+
+
+def test_a_name_the_model_uses_again_outlives_newer_ones_nobody_used(fake_llm, settings, db):
+    settings.ASSISTANT_COMPACTION = {**WINDOW, "ARTIFACT_INDEX_MAX_TOKENS": 60}
+    fake_llm.use_anthropic(settings)
+    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
+    first = tool_turn(
+        conversation, "Read it", [("Bash", {"command": "cat a"}, "def alpha_widget_store():")]
+    )[2]
+    later = [
+        tool_turn(
+            conversation,
+            f"Read {n}",
+            [("Bash", {"command": f"cat {n}"}, f"def beta_gadget_{n}_loader():")],
+        )[2]
+        for n in range(5)
+    ]
+    for number in range(3):
+        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
+    ensure_context_summary(conversation)
+    assert f"ref m{first.pk} " not in index_of(conversation)  # the oldest: no room left
+    # Named again by the model: in the next summarized slice, it counts as used there.
+    add_message(conversation, "user", "Which store?")
+    add_message(conversation, "assistant", "alpha_widget_store keeps them.")
+    for number in range(6):
+        tool_turn(conversation, f"more {number}", [("Bash", {"command": "true"}, "ok")])
+    ensure_context_summary(conversation)
+
+    index = index_of(conversation)
+    assert f"ref m{first.pk} Bash cat a: alpha_widget_store" in index
+    assert f"ref m{later[0].pk} " not in index  # newer, never named again: left out first
+    assert f"ref m{later[-1].pk} " in index
+
+
+def test_an_index_stored_by_the_previous_version_still_renders():
+    stored = {
+        "first": 1,
+        "through": 9,
+        "modified": {},
+        "read": {"/srv/app/a.py": 3},
+        "urls": {},
+        "records": {"user_id 7": 5},
+        "definitions": {"load_rows": 4},
+    }
+
+    assert render(stored, 500) == (
+        f"{HEADING} ref m1..m9\n"
+        "Files read: /srv/app/a.py (ref m3)\n"
+        "Records: user_id 7 (ref m5)\n"
+        "Results: ref m4: load_rows"
+    )
+
+
+def test_a_shared_directory_is_named_once_and_other_paths_stay_whole():
+    index = {
+        "first": 1,
+        "through": 9,
+        "read": {"/home/dev/project/lib/a.ex": [3, 3], "/home/dev/project/lib/b.ex": [4, 4]},
+        "names": {"/tmp/run.log": [5, 5]},
+    }
+
+    text = render(index, 500)
+
+    assert text.splitlines()[0] == f"{HEADING} ref m1..m9 (./ is /home/dev/project/lib/)"
+    assert "Files read: ./a.ex (ref m3), ./b.ex (ref m4)" in text
+    assert "ref m5: /tmp/run.log" in text
+    assert without_index(f"Summary.\n\n{text}") == "Summary."
