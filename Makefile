@@ -47,7 +47,7 @@ test: $(VENV)/.dev $(VENV)/.docs browser
 
 ## docs: the documentation site in docs/_build/html (warnings are errors)
 docs: $(VENV)/.docs
-	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	$(VENV)/bin/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 
 ## bench: the benchmark suite (prints ratios, writes bench/results/)
 bench: $(VENV)/.bench

@@ -399,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         print(title)
         print(body)
         print()
-    tables_path = write_markdown([("Targets and measures:", markdown(*line_rows(lines))), *sections])
+    targets = ("Targets and measures:", markdown(*line_rows(lines)))
+    tables_path = write_markdown([targets, *sections])
     for total in real_sums.values():
         for failure in total.exceptions:
             print(f"exception, {total.strategy}: {failure}")

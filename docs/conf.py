@@ -12,7 +12,10 @@ copyright = "the django-assistant-compaction authors"
 extensions = ["assistant_docs"]
 exclude_patterns = ["_build"]
 html_theme = "alabaster"
-html_theme_options = {"description": "Context compaction for LLM chat backends", "fixed_sidebar": True}
+html_theme_options = {
+    "description": "Context compaction for LLM chat backends",
+    "fixed_sidebar": True,
+}
 html_static_path = ["_static"]
 html_title = project
 pygments_style = "sphinx"

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 import typing
@@ -64,9 +65,7 @@ def compaction_rows() -> list[tuple[str, str, str, str]]:
     follows = {smaller: (larger, why) for smaller, larger, why in conf._BELOW}
     rows = []
     for name, spec in known.items():
-        default = (
-            spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
-        )
+        default = spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
         valid = spec.metadata.get("range")
         if valid is not None:
             kind = "int" if isinstance(default, int) else "float"
@@ -212,6 +211,53 @@ class MarkdownTables(Directive):
         return container.children
 
 
+# --- modules ---------------------------------------------------------------------
+
+
+def _without_design(text: str) -> str:
+    """Docstrings may cite the design document, which does not ship: the docs do not."""
+    text = re.sub(r" ?\((?:strategy \d+ of )?DESIGN(?: section)? \d+\)", "", text)
+    return re.sub(r"\(DESIGN(?: section)? \d+: ", "(", text)
+
+
+def _summary(tree: ast.Module) -> str:
+    """The module's docstring; else a command's help or its first class's docstring."""
+    if doc := ast.get_docstring(tree):
+        return doc
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and any(isinstance(t, ast.Name) and t.id == "help" for t in node.targets)
+        ):
+            return str(node.value.value)
+        if isinstance(node, ast.ClassDef) and (doc := ast.get_docstring(node)):
+            return doc
+    return ""
+
+
+class Modules(Directive):
+    """Every module of the app with the first sentence of its docstring."""
+
+    def run(self) -> list[nodes.Node]:
+        root = Path(__file__).resolve().parents[2] / "assistant"
+        lines = [".. list-table::", "   :header-rows: 1", "   :widths: 30 70", ""]
+        lines += ["   * - module", "     - what it holds"]
+        for path in sorted(root.rglob("*.py")):
+            parts = path.relative_to(root.parent).with_suffix("").parts
+            if "migrations" in parts:
+                continue
+            doc = _summary(ast.parse(path.read_text()))
+            if parts[-1] == "__init__" and not doc:
+                continue
+            first = _without_design(" ".join(doc.split("\n\n")[0].split()))
+            name = ".".join(part for part in parts if part != "__init__")
+            lines += [f"   * - ``{name}``", f"     - {first}"]
+        container = nodes.container()
+        self.state.nested_parse(StringList(lines), 0, container)
+        return container.children
+
+
 # --- examples --------------------------------------------------------------------
 
 
@@ -239,4 +285,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("assistant-settings", SettingsTable)
     app.add_directive("markdown-tables", MarkdownTables)
     app.add_directive("example", Example)
+    app.add_directive("assistant-modules", Modules)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
