@@ -31,8 +31,8 @@ $(VENV)/.bench: $(VENV)/.dev requirements/bench.txt
 
 ## demo: set up, migrate, start a real worker, replay a tool-heavy conversation
 demo: $(VENV)/.base
-	$(LOCAL_ENV) $(PY) manage.py migrate --noinput -v 0
-	$(LOCAL_ENV) $(PY) manage.py demo
+	$(LOCAL_ENV) ASSISTANT_SUMMARIZER="$${ASSISTANT_SUMMARIZER:-offline}" $(PY) manage.py migrate --noinput -v 0
+	$(LOCAL_ENV) ASSISTANT_SUMMARIZER="$${ASSISTANT_SUMMARIZER:-offline}" $(PY) manage.py demo
 
 ## browser: Debian's chromium for the headless admin test (playwright drives it)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

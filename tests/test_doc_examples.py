@@ -171,3 +171,23 @@ def test_a_make_example_runs_on_a_fresh_var_dir(example: Example, tmp_path: Path
         print("\n".join(done.stdout.splitlines()[-16:]))
         assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
         assert "Traceback" not in done.stdout + done.stderr
+        if line == "make demo":
+            demo_screen(done.stdout, tmp_path)
+
+
+def demo_screen(stdout: str, var_dir: Path) -> None:
+    """The demo's screen: a line per compaction step, the log lines in var/demo.log
+    (not on the screen), and a final table of tokens beside their cost under caching."""
+    steps = [line for line in stdout.splitlines() if " -> " in line and "tokens   context" in line]
+    assert steps, "no compaction line under the progress bar"
+    assert "window summary" in "\n".join(steps)
+    assert "assistant.events" not in stdout  # the log lines went to the file
+    assert "event=window_summary" in (var_dir / "demo.log").read_text()
+    (header,) = [line for line in stdout.splitlines() if "cost under caching" in line]
+    assert "input tokens" in header
+    everything, ours = (
+        next(line for line in stdout.splitlines() if line.strip().startswith(label)).split()
+        for label in ("sending everything", "with compaction")
+    )
+    assert everything[-1].startswith("$") and ours[-1].startswith("$")
+    assert float(ours[-1][1:].replace(",", "")) < float(everything[-1][1:].replace(",", ""))
