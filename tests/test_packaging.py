@@ -180,6 +180,13 @@ def test_version_and_changelog_agree(wheel: Path) -> None:
     assert re.findall(r"^## \[?(\d+\.\d+\.\d+)", changelog, re.M)[0] == metadata["Version"]
 
 
+def test_the_package_index_shows_the_readme(wheel: Path) -> None:
+    metadata = wheel_metadata(wheel)
+    assert metadata["Description-Content-Type"] == "text/markdown"
+    assert metadata.get_payload().strip() == (REPO / "README.md").read_text().strip()
+    assert len((REPO / "README.md").read_bytes()) < 10_000  # short: the rest is in docs/
+
+
 def pinned_versions() -> dict[str, str]:
     pins: dict[str, str] = {}
     for name in ("base.txt", "constraints.txt"):
