@@ -15,7 +15,10 @@ html_theme = "alabaster"
 html_theme_options = {
     "description": "Context compaction for LLM chat backends",
     "fixed_sidebar": True,
+    "page_width": "1360px",
+    "body_max_width": "none",
 }
+html_css_files = ["custom.css"]
 html_static_path = ["_static"]
 html_title = project
 pygments_style = "sphinx"

@@ -78,7 +78,7 @@ def compaction_rows() -> list[tuple[str, str, str, str]]:
         if name in follows:
             larger, _ = follows[name]
             ratio = default / known[larger].default
-            shown += f", or {ratio:g} of ``{larger}`` when that is set lower"
+            shown += f", or {ratio:.3g} of ``{larger}`` when that is set lower"
             allowed += f"; below ``{larger}``"
         rows.append((name, shown, allowed))
     return rows
