@@ -2,9 +2,10 @@
 
 The wheel is built from the sources (offline: no build isolation, no index),
 installed in a fresh virtualenv next to a project made with
-`django-admin startproject`, and wired exactly as the README's "Add it to
-your project" section says: its code blocks are applied to the project's
-files and its commands are run. Then the project migrates its own PostgreSQL
+`django-admin startproject`, and wired exactly as the README says: its blocks
+marked `run host-...` (tests/doc_examples.py) are applied to the project's
+files and its commands are run, word for word (the docs' copies of them are
+checked to be the same blocks: tests/test_doc_examples.py). Then the project migrates its own PostgreSQL
 database, runs the chat loop through the services with a real worker of its
 own Celery app, and opens the admin.
 
