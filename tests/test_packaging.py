@@ -6,8 +6,8 @@ installed in a fresh virtualenv next to a project made with
 marked `run host-...` (tests/doc_examples.py) are applied to the project's
 files and its commands are run, word for word (the docs' copies of them are
 checked to be the same blocks: tests/test_doc_examples.py). Then the project
-migrates its own PostgreSQL database, runs the chat loop through the services with a real worker of its
-own Celery app, and opens the admin.
+migrates its own PostgreSQL database, runs the chat loop through the services
+with a real worker of its own Celery app, and opens the admin.
 
 The fresh virtualenv reuses the installed dependencies through a .pth file
 pointing at this interpreter's site-packages, and pip installs the wheel
