@@ -104,7 +104,7 @@ def free_port() -> int:
 
 @pytest.fixture
 def runserver_debug_off():
-    """`manage.py runserver` as the README runs it: DEBUG off, the default
+    """`manage.py runserver` as the docs run it: DEBUG off, the default
     settings, an empty STATIC_ROOT (no collectstatic)."""
     port = free_port()
     with tempfile.TemporaryDirectory() as var_dir:

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 from django.core import checks
+from django.db import transaction
 
 from assistant.conf import compaction_config
 from assistant.cost import model_prices, price_of
 from assistant.models import Conversation
+from assistant.services import compact_tool_results
 from tests.doc_examples import (
     CODE_LANGUAGES,
     HOST_KINDS,
@@ -32,6 +34,7 @@ from tests.doc_examples import (
     plain_code_blocks,
     readme_examples,
 )
+from tests.scenarios import tool_heavy_conversation
 
 # A bound against a stall, not a timing: `make demo` replays 120 turns through a worker.
 MAKE_TIMEOUT = 900
@@ -100,10 +103,18 @@ def given_names(example: Example) -> dict[str, object]:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("example", examples_of("django"), ids=str)
-def test_a_django_example_runs(example: Example, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_django_example_runs(example: Example, django_capture_on_commit_callbacks) -> None:
     given = given_names(example)
     namespace: dict[str, object] = {"__name__": "docs_example", **given}
     exec(compile(example.code, str(example), "exec"), namespace)
+    if "notify" in given:
+        # A block that pushes notices: a compaction, once committed, reaches its `notify`.
+        conversation, _ = tool_heavy_conversation()
+        with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+            assert compact_tool_results(conversation) >= 1
+        ((conversation_id, text),) = given["notify"]
+        assert conversation_id == conversation.pk
+        assert text.startswith("Compacted (") and " · tool_results · Total: " in text
     # The functions it defines that take only given names are called, as its reader would.
     for name, value in list(namespace.items()):
         if inspect.isfunction(value) and value.__module__ == "docs_example":
