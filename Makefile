@@ -49,7 +49,7 @@ test: $(VENV)/.dev $(VENV)/.docs browser
 docs: $(VENV)/.docs
 	$(VENV)/bin/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 
-## bench: the benchmark suite (prints ratios, writes bench/results/)
+## bench: the benchmark suite (prints ratios; writes docs/benchmarks/results.md and performance.png, which the docs include, and bench/results/)
 bench: $(VENV)/.bench
 	DJANGO_SETTINGS_MODULE=config.test_settings $(PY) manage.py check_services
 	$(PY) -m bench
