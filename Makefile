@@ -8,7 +8,7 @@ WORKER_QUEUES := compaction,celery
 # (settings refuse to start without one unless DEBUG): a public, local-only key.
 LOCAL_ENV := DJANGO_SECRET_KEY="$${DJANGO_SECRET_KEY:-insecure-local-demo-key-never-deploy}"
 
-.PHONY: demo test bench lint migrate web worker beat services clean browser wheel
+.PHONY: demo test docs bench lint migrate web worker beat services clean browser wheel
 
 $(VENV)/.base: requirements/base.txt requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ $(VENV)/.dev: $(VENV)/.base requirements/dev.txt
 	$(PIP) -r requirements/dev.txt -c requirements/constraints.txt
 	touch $@
 
+# Sphinx, for the documentation site (`make docs`, and `make test`).
+$(VENV)/.docs: $(VENV)/.base requirements/docs.txt
+	$(PIP) -r requirements/docs.txt -c requirements/constraints.txt
+	touch $@
+
 # The peers the benchmark replays (LangChain, langmem): `make bench` only.
 $(VENV)/.bench: $(VENV)/.dev requirements/bench.txt
 	$(PIP) -r requirements/bench.txt -c requirements/constraints.txt
@@ -26,20 +31,25 @@ $(VENV)/.bench: $(VENV)/.dev requirements/bench.txt
 
 ## demo: set up, migrate, start a real worker, replay a tool-heavy conversation
 demo: $(VENV)/.base
-	$(LOCAL_ENV) $(PY) manage.py migrate --noinput -v 0
-	$(LOCAL_ENV) $(PY) manage.py demo
+	$(LOCAL_ENV) ASSISTANT_SUMMARIZER="$${ASSISTANT_SUMMARIZER:-offline}" $(PY) manage.py migrate --noinput -v 0
+	$(LOCAL_ENV) ASSISTANT_SUMMARIZER="$${ASSISTANT_SUMMARIZER:-offline}" $(PY) manage.py demo
 
 ## browser: Debian's chromium for the headless admin test (playwright drives it)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser:
 	command -v chromium >/dev/null || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
 
-## test: set up, check PostgreSQL and Redis answer, run the suite
-test: $(VENV)/.dev browser
+## test: set up, build the docs (warnings are errors), check PostgreSQL and Redis answer, run the suite
+test: $(VENV)/.dev $(VENV)/.docs browser
+	$(MAKE) docs
 	DJANGO_SETTINGS_MODULE=config.test_settings $(PY) manage.py check_services
 	$(VENV)/bin/pytest
 
-## bench: the benchmark suite (prints ratios, writes bench/results/)
+## docs: the documentation site in docs/_build/html (warnings are errors)
+docs: $(VENV)/.docs
+	$(VENV)/bin/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
+
+## bench: the benchmark suite (prints ratios; writes docs/benchmarks/results.md and performance.png, which the docs include, and bench/results/)
 bench: $(VENV)/.bench
 	DJANGO_SETTINGS_MODULE=config.test_settings $(PY) manage.py check_services
 	$(PY) -m bench

@@ -1,6 +1,7 @@
 """`make bench` (or `python -m bench`): every measure of DESIGN section 7, each
 against a baseline measured in the same run. Needs PostgreSQL and Redis
-(bench/settings.py); writes bench/results/latest.json and latest.png."""
+(bench/settings.py); writes bench/results/latest.json, and the tables and the chart
+the docs include (docs/benchmarks/results.md, docs/benchmarks/performance.png)."""
 
 from __future__ import annotations
 
@@ -374,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         (
             "Per session: cost under caching / input tokens as shares of sending everything,"
-            " probes kept, requests with a broken tool pair; DESIGN 7's per-session targets"
+            " probes kept, requests with a broken tool pair; the per-session targets"
             " against the peers that break no tool pair on that session:",
             markdown(*session_rows(real_results, verdicts(real_results))),
         ),
@@ -398,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         print(title)
         print(body)
         print()
-    write_markdown([("Targets and measures:", markdown(*line_rows(lines))), *sections])
+    targets = ("Targets and measures:", markdown(*line_rows(lines)))
+    tables_path = write_markdown([targets, *sections])
     for total in real_sums.values():
         for failure in total.exceptions:
             print(f"exception, {total.strategy}: {failure}")
@@ -460,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
         },
     )
     print(
-        f"wrote {json_path.relative_to(json_path.parents[2])} and "
+        f"wrote {json_path.relative_to(json_path.parents[2])}, "
+        f"{tables_path.relative_to(tables_path.parents[2])} and "
         f"{chart_path.relative_to(chart_path.parents[2])} in {elapsed:.0f} s"
     )
     return 0

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# The documentation includes these (docs/benchmarks.rst): committed, rewritten by each run.
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks"
 
 
 @dataclass
@@ -17,7 +19,7 @@ class Line:
     baseline: float | int | None
     baseline_name: str
     target: str
-    passed: bool | None  # None: no DESIGN target, reported for information
+    passed: bool | None  # None: no target, reported for information
     unit: str = ""  # "%" shows shares as percentages
 
     @property
@@ -49,7 +51,7 @@ def _ratio(line: Line) -> str:
 
 
 def line_rows(lines: list[Line]) -> tuple[list[str], list[list[str]]]:
-    header = ["measure", "ours", "baseline", "ratio", "DESIGN target", ""]
+    header = ["measure", "ours", "baseline", "ratio", "target", ""]
     rows = [
         [
             line.measure,
@@ -76,15 +78,15 @@ def table(lines: list[Line]) -> str:
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table (the README's tables are pasted from it)."""
+    """A Markdown table (docs/benchmarks.rst includes the file of them)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def write_markdown(sections: list[tuple[str, str]], path: Path | None = None) -> Path:
-    """The run's tables as Markdown (title, table), ready for the README."""
-    path = path or RESULTS / "latest.md"
+    """The run's tables as Markdown (title, table): the page the docs include."""
+    path = path or DOCS / "results.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n\n".join(f"{title}\n\n{body}" for title, body in sections) + "\n")
     return path
@@ -118,7 +120,7 @@ def write_chart(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = path or RESULTS / "latest.png"
+    path = path or DOCS / "performance.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = 2 if real else 1
     fig, axes = plt.subplots(

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench import baselines, measures, real
     from bench.baselines import Everything
     from bench.fake_summarizer import FakeSummarizer
-    from bench.report import markdown
+    from bench.report import DOCS, markdown, write_markdown
     from bench.sessions import SYSTEM_PROMPT, load_sessions
     from bench.targets import written_once
     from bench.workload import generate
@@ -195,12 +195,16 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(measure(label, keys).cells(conversations))
             print(" | ".join(rows[-1]), flush=True)
     floor = written_once(all_tokens, all_cost) / all_cost
-    print(
-        f"\nShares of sending everything ({all_tokens:,} tokens, cost {all_cost:,.0f} under"
-        f" caching). Floor, every message written once at 1.25x: {floor:.1%} of the cost.\n"
+    title = (
+        f"Shares of sending everything ({all_tokens:,} tokens, cost {all_cost:,.0f} under"
+        f" caching). Floor, every message written once at 1.25x: {floor:.1%} of the cost."
     )
     header = HEADER if not args.synthetic else [*HEADER[:-2], "facts answerable", HEADER[-1]]
+    print(f"\n{title}\n")
     print(markdown(header, rows))
+    if not args.only:  # the whole table: the page the docs include
+        name = "tradeoffs-synthetic.md" if args.synthetic else "tradeoffs-real.md"
+        print(f"wrote {write_markdown([(title, markdown(header, rows))], DOCS / name)}")
     return 0
 
 

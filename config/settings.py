@@ -1,4 +1,4 @@
-"""Django settings, driven by environment variables (see the README's table).
+"""Django settings, driven by environment variables (docs/demo-environment.rst).
 
 The defaults are the embedded ones for the demo: a SQLite file and kombu's
 filesystem broker, so `make demo` runs on a machine with no servers. A
@@ -39,7 +39,7 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
-# HTTPS, by environment (README, "Deployment"): all off by default, so the
+# HTTPS, by environment (docs/demo-environment.rst): all off by default, so the
 # local stack works over plain HTTP; a deployment behind TLS turns them on.
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
 SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)

@@ -1,8 +1,10 @@
 """The admin in a real headless browser: Debian's chromium driven by
 playwright (the project installs both: requirements/dev.txt and `make test`).
 
-Screenshots go to test-output/; the figures (page bytes, pixel heights) are
-printed for the record.
+Screenshots go to test-output/, and those the documentation shows to
+docs/_static/admin/ (committed: docs/admin.rst includes them, so each run
+refreshes them); the figures (page bytes, pixel heights) are printed for the
+record.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tests.scenarios import staff_user, tool_heavy_conversation
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 OUTPUT_DIR = Path(django_settings.BASE_DIR) / "test-output"
+DOCS_DIR = Path(django_settings.BASE_DIR) / "docs" / "_static" / "admin"
 # The admin's header colour (--header-bg) once its stylesheet has loaded.
 STYLED_HEADER = "rgb(65, 118, 144)"
 # Headless as root on a machine with no outside network: no sandbox, no GPU,
@@ -57,6 +60,7 @@ def browser(monkeypatch):
     # the test makes between browser steps are still plain synchronous calls.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     OUTPUT_DIR.mkdir(exist_ok=True)
+    DOCS_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             profile,
@@ -100,7 +104,7 @@ def free_port() -> int:
 
 @pytest.fixture
 def runserver_debug_off():
-    """`manage.py runserver` as the README runs it: DEBUG off, the default
+    """`manage.py runserver` as the docs run it: DEBUG off, the default
     settings, an empty STATIC_ROOT (no collectstatic)."""
     port = free_port()
     with tempfile.TemporaryDirectory() as var_dir:
@@ -170,13 +174,13 @@ def test_the_admin_as_an_operator_uses_it(live_server, browser, settings):
     assert deleted_row.locator("td.field-status").inner_text().startswith("deleted ")
     assert deleted_row.locator("span.context-near").count() == 1  # 909 tokens: past 80%
     page.click("#toggle-nav-sidebar")
-    page.screenshot(path=str(OUTPUT_DIR / "conversation_list.png"), full_page=True)
+    page.screenshot(path=str(DOCS_DIR / "conversation_list.png"), full_page=True)
 
     # A confirmation page naming what will change.
     run_from_list(page, conversation, "emergency_compact_level_2")
     assert "go into the window summary" in page.locator("#confirm-rows").inner_text()
     assert page.locator("#on-worker").count() == 1
-    page.screenshot(path=str(OUTPUT_DIR / "confirm_emergency_2.png"), full_page=True)
+    page.screenshot(path=str(DOCS_DIR / "confirm_emergency_2.png"), full_page=True)
     page.click("a.cancel-link")
 
     # The conversation page: the inspector first.
@@ -185,7 +189,7 @@ def test_the_admin_as_an_operator_uses_it(live_server, browser, settings):
     inspector.wait_for()
     assert page.locator("#context-inspector .token-bar span").count() == 4
     assert page.locator("#compaction-events tbody tr").count() == 2
-    inspector.screenshot(path=str(OUTPUT_DIR / "context_inspector.png"))
+    inspector.screenshot(path=str(DOCS_DIR / "context_inspector.png"))
 
     # Branch: search, choose, land on the fork that shows the whole message.
     page.click("#branch-from-message")
@@ -194,7 +198,7 @@ def test_the_admin_as_an_operator_uses_it(live_server, browser, settings):
     page.click("#branch-search input[type=submit]")
     page.locator("#branch-form").wait_for()
     assert page.locator("input[name=message_id]").count() == 1
-    page.screenshot(path=str(OUTPUT_DIR / "branch_search.png"), full_page=True)
+    page.screenshot(path=str(DOCS_DIR / "branch_search.png"), full_page=True)
     page.click("#branch-form input[type=submit]")
     page.wait_for_url(f"{live_server.url}/admin/assistant/conversation/*/change/")
     fork = Conversation.objects.get(parent_conversation=conversation)
@@ -206,7 +210,7 @@ def test_the_admin_as_an_operator_uses_it(live_server, browser, settings):
     page.goto(f"{live_server.url}/admin/assistant/conversation/{conversation.pk}/history/")
     assert f"Branched into #{fork.pk}." in page.locator("#change-history").inner_text()
     assert "browser-staff" in page.locator("#change-history").inner_text()
-    page.screenshot(path=str(OUTPUT_DIR / "history.png"), full_page=True)
+    page.screenshot(path=str(DOCS_DIR / "history.png"), full_page=True)
 
     # A deleted conversation: the banner, and a restore.
     page.goto(f"{live_server.url}/admin/assistant/conversation/{gone.pk}/change/")

@@ -2,11 +2,12 @@
 
 The wheel is built from the sources (offline: no build isolation, no index),
 installed in a fresh virtualenv next to a project made with
-`django-admin startproject`, and wired exactly as the README's "Add it to
-your project" section says: its code blocks are applied to the project's
-files and its commands are run. Then the project migrates its own PostgreSQL
-database, runs the chat loop through the services with a real worker of its
-own Celery app, and opens the admin.
+`django-admin startproject`, and wired exactly as the README says: its blocks
+marked `run host-...` (tests/doc_examples.py) are applied to the project's
+files and its commands are run, word for word (the docs' copies of them are
+checked to be the same blocks: tests/test_doc_examples.py). Then the project
+migrates its own PostgreSQL database, runs the chat loop through the services
+with a real worker of its own Celery app, and opens the admin.
 
 The fresh virtualenv reuses the installed dependencies through a .pth file
 pointing at this interpreter's site-packages, and pip installs the wheel
@@ -43,6 +44,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from assistant.testing.fake_provider import prompt_tokens
+from tests.doc_examples import examples_of, readme_examples
 from tests.media import b64, png
 
 pytestmark = pytest.mark.packaging
@@ -79,37 +81,44 @@ def host_env(venv: Path) -> dict[str, str]:
     return env
 
 
-# --- the README section -------------------------------------------------------
+# --- the README's blocks -----------------------------------------------------------
+# Marked `run host-...` (tests/doc_examples.py): every one is applied or run below.
 
 
-def readme_section(title: str = "Add it to your project") -> str:
-    text = (REPO / "README.md").read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else len(text)]
-
-
-def readme_file_steps(section: str) -> list[tuple[str, str, str]]:
-    """(action, path, code) for each "Append to `path`...:" / "Create `path`...:" block
-    (the sentence may go on, over more lines, before its colon)."""
-    steps = re.findall(
-        r"^(Append to|Create) `([^`]+)`[^\n]*(?:\n[^\n]+)*:\n\n```python\n(.*?)^```",
-        section,
-        re.M | re.S,
-    )
-    assert steps, "the README's section has no file steps"
+def readme_file_steps() -> list[tuple[str, str, str]]:
+    """(action, path, code) of each block marked host-create or host-append, in order."""
+    steps = [
+        ("Create" if example.kind == "host-create" else "Append to", example.args[0], example.code)
+        for example in readme_examples()
+        if example.kind in ("host-create", "host-append")
+    ]
+    assert steps, "the README has no host file steps"
     return steps
 
 
-def readme_commands(section: str) -> list[str]:
-    blocks = re.findall(r"^```sh\n(.*?)^```", section, re.M | re.S)
-    return [line.split(" #")[0].strip() for block in blocks for line in block.splitlines()]
+def readme_commands() -> list[str]:
+    return [
+        line.split(" #")[0].strip()
+        for example in readme_examples()
+        if example.kind == "host-shell"
+        for line in example.code.splitlines()
+    ]
 
 
-def readme_command(section: str, prefix: str) -> list[str]:
-    found = [line for line in readme_commands(section) if line.startswith(prefix)]
-    assert len(found) == 1, f"the README's section should have one `{prefix}` command"
+# The prefixes of the README's host commands, each run by this module.
+HOST_COMMANDS = ("pip install ", "python manage.py migrate", f"celery -A {PROJECT} worker",
+                 f"celery -A {PROJECT} beat")  # fmt: skip
+
+
+def readme_command(prefix: str) -> list[str]:
+    found = [line for line in readme_commands() if line.startswith(prefix)]
+    assert len(found) == 1, f"the README should have one `{prefix}` command"
     return shlex.split(found[0])
+
+
+def test_every_host_command_of_the_readme_is_run_here() -> None:
+    assert [line for line in readme_commands() if not line.startswith(HOST_COMMANDS)] == []
+    assert all(readme_command(prefix) for prefix in HOST_COMMANDS)
 
 
 # --- the wheel ------------------------------------------------------------------
@@ -170,6 +179,13 @@ def test_version_and_changelog_agree(wheel: Path) -> None:
     assert wheel.name == "django_assistant_compaction-0.2.0-py3-none-any.whl"
     changelog = (REPO / "CHANGELOG.md").read_text()
     assert re.findall(r"^## \[?(\d+\.\d+\.\d+)", changelog, re.M)[0] == metadata["Version"]
+
+
+def test_the_package_index_shows_the_readme(wheel: Path) -> None:
+    metadata = wheel_metadata(wheel)
+    assert metadata["Description-Content-Type"] == "text/markdown"
+    assert metadata.get_payload().strip() == (REPO / "README.md").read_text().strip()
+    assert len((REPO / "README.md").read_bytes()) < 10_000  # short: the rest is in docs/
 
 
 def pinned_versions() -> dict[str, str]:
@@ -245,6 +261,10 @@ def make_venv(root: Path) -> Path:
     (Path(purelib.strip()) / "shared-dependencies.pth").write_text(
         sysconfig.get_path("purelib") + "\n"
     )
+    # `pip`, as a reader's virtualenv has it: this venv's python running the shared pip.
+    pip = root / "bin" / "pip"
+    pip.write_text(f'#!/bin/sh\nexec "{python}" -m pip "$@"\n')
+    pip.chmod(0o755)
     return python
 
 
@@ -369,16 +389,19 @@ print(json.dumps({
 
 
 @contextmanager
-def worker(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> Iterator[Callable]:
-    """The host's worker, started at once; the caller waits for it with the function yielded."""
+def worker(
+    argv: list[str], cwd: Path, env: dict[str, str], log: Path, ready: str = "ready."
+) -> Iterator[Callable]:
+    """The host's worker (or beat), started at once; the caller waits for it to log
+    `ready` with the function yielded."""
     with log.open("w") as handle:
         process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT)
 
         def wait_ready() -> None:
             deadline = time.monotonic() + 180  # a bound against a stall, not a timing
-            while "ready." not in log.read_text():
+            while ready not in log.read_text():
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"the host's worker did not start:\n{log.read_text()}")
+                    raise AssertionError(f"{shlex.join(argv)} did not start:\n{log.read_text()}")
                 time.sleep(0.2)
 
         try:
@@ -397,7 +420,6 @@ class Host:
     python: Path
     env: dict[str, str]
     project: Path
-    section: str  # the README's "Add it to your project"
 
 
 def host_project(
@@ -405,25 +427,24 @@ def host_project(
 ) -> Host:
     """A fresh virtualenv with the wheel installed and a `startproject` project wired
     by the README's blocks, then this test's settings."""
-    section = readme_section()
-    assert wheel.name in section, "the README's install line names another wheel"
     venv = tmp_path / "venv"
     python = make_venv(venv)
-    env = host_env(venv)
-    installed = run(
-        [str(python), "-m", "pip", "install", "--no-index", "--disable-pip-version-check",
-         f"{wheel}[postgres]"],
-        cwd=tmp_path, env=env,
-    )  # fmt: skip
+    env = {**host_env(venv), "PIP_NO_INDEX": "1"}  # offline: only what is installed
+    # The README's install line, word for word, next to a dist/ holding the wheel.
+    install = readme_command("pip install ")
+    assert install[-1] == f"dist/{wheel.name}[postgres]", "the README names another wheel"
+    (tmp_path / "dist").mkdir()
+    shutil.copy2(wheel, tmp_path / "dist" / wheel.name)
+    installed = run([shutil.which(install[0], path=env["PATH"]), *install[1:]], tmp_path, env)
     # Only the app itself: every dependency was already there at a version its range admits.
     assert "Successfully installed django-assistant-compaction-0.2.0\n" in installed
 
     run([str(python), "-m", "django", "startproject", PROJECT], cwd=tmp_path, env=env)
     project = tmp_path / PROJECT
-    apply_file_steps(project, readme_file_steps(section))
+    apply_file_steps(project, readme_file_steps())
     with (project / PROJECT / "settings.py").open("a") as file:
         file.write(host_settings(database, compaction))
-    return Host(python, env, project, section)
+    return Host(python, env, project)
 
 
 def apply_file_steps(project: Path, steps: list[tuple[str, str, str]]) -> None:
@@ -437,8 +458,8 @@ def apply_file_steps(project: Path, steps: list[tuple[str, str, str]]) -> None:
 @contextmanager
 def migrated_with_a_worker(host: Host, log: Path) -> Iterator[None]:
     """The README's migrate, and its worker of the project's own Celery app, ready."""
-    migrate = readme_command(host.section, "python manage.py migrate")
-    celery = readme_command(host.section, f"celery -A {PROJECT} worker")
+    migrate = readme_command("python manage.py migrate")
+    celery = readme_command(f"celery -A {PROJECT} worker")
     python, project, env = str(host.python), host.project, host.env
     # The worker boots while the project migrates: it touches no table before a task comes.
     with worker([python, "-m", *celery], project, env, log) as wait_ready:
@@ -456,11 +477,16 @@ def test_host_project_with_the_installed_wheel(
     host = host_project(wheel, tmp_path, host_database, EAGER_SMALL)
     python, project, env, venv = host.python, host.project, host.env, tmp_path / "venv"
     log = tmp_path / "worker.log"
+    beat = readme_command(f"celery -A {PROJECT} beat")
+    beat_log = tmp_path / "beat.log"
     with migrated_with_a_worker(host, log):
         (project / "chat_loop.py").write_text(
             CHAT_LOOP.replace("SCREENSHOT_BASE64", repr(b64(png(4, 3))))
         )
         output = run([str(python), "chat_loop.py"], cwd=project, env=env)
+        # The README's beat starts with the project's schedule.
+        with worker([str(python), "-m", *beat], project, env, beat_log, "beat: Starting...") as up:
+            up()
     result = last_json_line(output)
     print(f"host project: {json.dumps(result, indent=1)}")
 
@@ -647,11 +673,8 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
     wheel: Path, tmp_path: Path, host_database: dict[str, str]
 ) -> None:
     host = host_project(wheel, tmp_path, host_database, LOOP_COMPACTION)
-    loop = readme_section("The chat loop")
-    apply_file_steps(host.project, readme_file_steps(loop))
-    (usage,) = re.findall(
-        r"^Then, in a view or a task[^\n]*:\n\n```python\n(.*?)^```", loop, re.M | re.S
-    )
+    (usage,) = examples_of("host-usage", "README.md")
+    usage = usage.code + "\n"
     (host.project / PROJECT / "tools.py").write_text(TOOL_FUNCTION)
     (host.project / "run_loop.py").write_text(
         RUN_LOOP.replace("README_USAGE", usage).replace("TURNS", str(LOOP_TURNS))

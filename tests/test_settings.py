@@ -166,7 +166,7 @@ def test_a_renamed_compaction_key_is_refused_naming_the_new_one(monkeypatch):
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PRODUCTION = {
-    # What README "Deployment" documents for a deployment behind a TLS proxy.
+    # What docs/demo-environment.rst documents for a deployment behind a TLS proxy.
     "DJANGO_SECRET_KEY": "k3y-" + "x7Qp9vL2mZ8rT4wN6yB1cF5hJ0dG3sK" * 2,
     "DJANGO_DEBUG": "false",
     "DJANGO_ALLOWED_HOSTS": "chat.example.com",

@@ -42,7 +42,7 @@ def short(tokens: int) -> str:
 
 
 def notice(kind: str, tokens_before: int, tokens_after: int, window: int, **_) -> str:
-    """The README's client notice, word for word."""
+    """The client notice of docs/operations.rst (Signals), word for word."""
     share = round(100 * tokens_after / window)
     return (
         f"Compacted ({short(tokens_before)} -> {short(tokens_after)}) · {kind} · "

@@ -83,7 +83,7 @@ def otel(sdk) -> Readings:
 
 
 def chat_call(fake_llm, conversation: Conversation) -> None:
-    """One model call through the real anthropic SDK, recorded as the README's loop does."""
+    """One model call through the real anthropic SDK, recorded as the docs' chat loop does."""
     body = build_context(conversation).to_anthropic()
     client = anthropic.Anthropic(api_key="test-key-anthropic", base_url=fake_llm.url)
     response = client.messages.create(model=CHAT_MODEL, max_tokens=256, **body)

@@ -3,11 +3,18 @@
 Each model call goes through the pre-exchange hook (`ensure_context_summary`)
 and `build_context`; each completed exchange is handed to the worker with
 `finish_exchange`, which compacts tool results and pre-builds summaries.
-The workload is the benchmark's deterministic blog-admin conversation.
+The workload is the benchmark's deterministic blog-admin conversation. Each
+model call's usage is recorded as a provider with prompt caching would report
+it (assistant.testing.fake_provider's prompt cache), so the final table prices
+the conversation as the admin does.
+
+The screen shows a progress bar and, under it, one line per compaction step;
+log lines go to var/demo.log unless `--log` asks for them on the screen.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -19,11 +26,25 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from assistant.cost import conversation_cost
 from assistant.llm.overflow import model_context_window
 from assistant.models import CompactionEvent, Conversation
 from assistant.services import add_message, build_context, ensure_context_summary, finish_exchange
+from assistant.testing.fake_provider import PromptCache, default_usage
 from bench.workload import generate
 from demo.scenes import run_overflow_and_fork_demo
+
+
+def log_to_file(path: Path) -> None:
+    """The log lines (the app's one line per compaction, kombu's, the SDKs') to a file,
+    so they do not interleave with the progress bar."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
+    handler = logging.FileHandler(path, mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root.addHandler(handler)
 
 
 @contextmanager
@@ -59,10 +80,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--turns", type=int, default=120)
+        parser.add_argument(
+            "--log", action="store_true", help="log lines on the screen too (else var/demo.log)"
+        )
 
-    def handle(self, *args, turns: int, **options):
+    def handle(self, *args, turns: int, log: bool, **options):
         db = settings.DATABASES["default"]
         self.stdout.write(f"database: {db['ENGINE'].rsplit('.', 1)[-1]} {db['NAME']}")
+        if not log:
+            log_path = Path(settings.VAR_DIR) / "demo.log"
+            log_to_file(log_path)
+            self.stdout.write(f"log lines: {log_path} (--log shows them here)")
         workload = generate(turns, name="demo")
         self.window = model_context_window(settings.ANTHROPIC_CHAT_MODEL)
         with worker_process(self.stdout):
@@ -77,19 +105,24 @@ class Command(BaseCommand):
         totals = {"calls": 0, "sent": 0, "everything": 0, "largest": 0}
         everything = len(workload.system_prompt) // 4
         last_event = 0
+        cache = PromptCache()  # what the provider's prompt cache holds
         progress = tqdm(workload.turns, desc="turns", unit="turn", file=sys.stdout)
         for turn in progress:
             for message in turn.messages:
+                usage = {}
                 if message["role"] == "assistant":
                     ensure_context_summary(conversation)  # the pre-exchange hook
-                    sent = build_context(conversation).tokens.total
+                    context = build_context(conversation)
+                    sent = context.tokens.total
                     totals["calls"] += 1
                     totals["sent"] += sent
                     totals["everything"] += everything
                     totals["largest"] = max(totals["largest"], sent)
+                    usage = cached_usage(cache, context.to_anthropic())
                 added = add_message(
                     conversation, message["role"], message["content"],
                     tool_calls=message["tool_calls"], tool_call_id=message["tool_call_id"] or "",
+                    **usage,
                 )  # fmt: skip
                 everything += added.original_token_estimate
             finish_exchange(conversation)  # no transaction open: enqueued at once
@@ -108,18 +141,27 @@ class Command(BaseCommand):
         raise CommandError("The worker did not process the exchange within 60 s")
 
     def notify(self, progress, conversation: Conversation, turn: int, last_event: int) -> int:
-        events = CompactionEvent.objects.filter(conversation=conversation, pk__gt=last_event)
-        for event in events.order_by("pk"):
-            now = build_context(conversation).tokens.total
-            progress.write(
-                f"  turn {turn:>3}: {event.get_kind_display().lower()}: "
-                f"{event.messages_affected} message{'s' if event.messages_affected != 1 else ''}, "
-                f"{event.tokens_before:,} -> "
-                f"{event.tokens_after:,} tokens; context now {now:,} tokens "
-                f"({now / self.window:.1%} of the {self.window:,}-token window)"
+        """One line under the progress bar per compaction step of this turn (the worker
+        records a step over many tool results as one event per result: summed here)."""
+        events = list(
+            CompactionEvent.objects.filter(conversation=conversation, pk__gt=last_event).order_by(
+                "pk"
             )
-            last_event = event.pk
-        return last_event
+        )
+        steps: dict[str, list[CompactionEvent]] = {}
+        for event in events:
+            steps.setdefault(event.get_kind_display().lower(), []).append(event)
+        now = build_context(conversation).tokens.total if steps else 0
+        for kind, group in steps.items():
+            affected = sum(event.messages_affected for event in group)
+            before = sum(event.tokens_before for event in group)
+            after = sum(event.tokens_after for event in group)
+            progress.write(
+                f"turn {turn:>3}  {kind:<32} {affected:>4} message{'s' if affected != 1 else ' '}"
+                f"  {before:>8,} -> {after:>7,} tokens   context {now:>7,} "
+                f"({now / self.window:.1%} of {self.window:,})"
+            )
+        return events[-1].pk if events else last_event
 
     def scenes(self) -> None:
         run_overflow_and_fork_demo(self.stdout)
@@ -128,18 +170,43 @@ class Command(BaseCommand):
         events = CompactionEvent.objects.filter(conversation=conversation)
         compacted = events.filter(kind="tool_results")
         stubbed = events.filter(kind="dedup")
+        cost, _ = conversation_cost(conversation)
+        self.stdout.write(
+            f"\nconversation {conversation.pk}: {conversation.title}, "
+            f"{totals['calls']:,} model calls ({settings.ANTHROPIC_CHAT_MODEL} prices)"
+        )
         rows = [
-            ("model calls", f"{totals['calls']:,}"),
-            ("tokens without compaction", f"{totals['everything']:,}"),
-            ("tokens sent with compaction", f"{totals['sent']:,}"),
-            ("share sent", f"{totals['sent'] / max(totals['everything'], 1):.2%}"),
-            ("largest single context", f"{totals['largest']:,}"),
+            ("", "input tokens", "cost under caching"),
+            ("sending everything", f"{totals['everything']:,}", f"${cost.everything:,.2f}"),
+            ("with compaction", f"{totals['sent']:,}", f"${cost.total:,.2f}"),
+            (
+                "  share of sending everything",
+                f"{totals['sent'] / max(totals['everything'], 1):.1%}",
+                f"{cost.total / cost.everything:.1%}" if cost.everything else "-",
+            ),
+            ("  of which the summarizer", "", f"${cost.summarizer:,.2f}"),
+        ]
+        for name, tokens, money in rows:
+            self.stdout.write(f"  {name:<30} {tokens:>14} {money:>20}")
+        facts = [
+            ("largest single context", f"{totals['largest']:,} tokens"),
             ("window summaries generated", f"{events.filter(kind='window_summary').count()}"),
             ("tool results compacted", f"{sum(e.messages_affected for e in compacted)}"),
             ("tool results deduplicated", f"{sum(e.messages_affected for e in stubbed)}"),
             ("messages stored (all originals kept)", f"{conversation.messages.count():,}"),
         ]
-        width = max(len(name) for name, _ in rows)
-        self.stdout.write(f"\nconversation {conversation.pk}: {conversation.title}")
-        for name, value in rows:
-            self.stdout.write(f"  {name:<{width}}  {value:>12}")
+        self.stdout.write("")
+        for name, value in facts:
+            self.stdout.write(f"  {name:<36} {value:>14}")
+
+
+def cached_usage(cache: PromptCache, request: dict) -> dict[str, int]:
+    """The usage a provider with prompt caching reports for this request, as
+    add_message's fields (cache reads and writes apart from uncached input)."""
+    usage = default_usage("anthropic.messages", request, cache)
+    return {
+        "input_tokens": usage["input_tokens"],
+        "cache_read_tokens": usage["cache_read_input_tokens"],
+        "cache_write_tokens": usage["cache_creation_input_tokens"],
+        "output_tokens": usage["output_tokens"],
+    }
