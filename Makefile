@@ -8,7 +8,7 @@ WORKER_QUEUES := compaction,celery
 # (settings refuse to start without one unless DEBUG): a public, local-only key.
 LOCAL_ENV := DJANGO_SECRET_KEY="$${DJANGO_SECRET_KEY:-insecure-local-demo-key-never-deploy}"
 
-.PHONY: demo test docs bench lint migrate web worker beat services clean browser wheel
+.PHONY: demo test docs bench lint migrate web worker beat services clean browser wheel screenshots
 
 $(VENV)/.base: requirements/base.txt requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ test: $(VENV)/.dev $(VENV)/.docs browser
 ## docs: the documentation site in docs/_build/html (warnings are errors)
 docs: $(VENV)/.docs
 	$(VENV)/bin/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
+
+## screenshots: refresh the admin screenshots the docs show (docs/_static/admin/)
+screenshots: $(VENV)/.dev browser
+	DOCS_SCREENSHOTS=1 $(VENV)/bin/pytest tests/test_admin_browser.py
 
 ## bench: the benchmark suite (prints ratios; writes docs/benchmarks/results.md and performance.png, which the docs include, and bench/results/)
 bench: $(VENV)/.bench

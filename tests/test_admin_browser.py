@@ -1,10 +1,10 @@
 """The admin in a real headless browser: Debian's chromium driven by
 playwright (the project installs both: requirements/dev.txt and `make test`).
 
-Screenshots go to test-output/, and those the documentation shows to
-docs/_static/admin/ (committed: docs/admin.rst includes them, so each run
-refreshes them); the figures (page bytes, pixel heights) are printed for the
-record.
+Screenshots go to test-output/; `make screenshots` writes those the
+documentation shows to docs/_static/admin/ instead (committed: docs/admin.rst
+includes them), so an ordinary run leaves the committed images alone. The
+figures (page bytes, pixel heights) are printed for the record.
 """
 
 from __future__ import annotations
@@ -31,7 +31,11 @@ from tests.scenarios import staff_user, tool_heavy_conversation
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 OUTPUT_DIR = Path(django_settings.BASE_DIR) / "test-output"
-DOCS_DIR = Path(django_settings.BASE_DIR) / "docs" / "_static" / "admin"
+DOCS_DIR = (
+    Path(django_settings.BASE_DIR) / "docs" / "_static" / "admin"
+    if os.environ.get("DOCS_SCREENSHOTS")
+    else OUTPUT_DIR
+)
 # The admin's header colour (--header-bg) once its stylesheet has loaded.
 STYLED_HEADER = "rgb(65, 118, 144)"
 # Headless as root on a machine with no outside network: no sandbox, no GPU,
