@@ -163,11 +163,11 @@ def test_no_retry_when_no_level_shrinks_the_context(chat):
 
 
 def test_no_retry_when_the_provider_count_says_the_smaller_context_still_cannot_fit(chat):
-    """Sent 3,000,000 tokens to a 200,000 window: level 1 shrinks the context
-    from 909 to 104 estimated tokens (about 343,000 by the provider's count),
-    not enough to retry; level 2's 46 (about 152,000) is."""
+    """Sent 2,500,000 tokens to a 200,000 window: level 1 shrinks the context
+    from 909 to about 77 estimated tokens (about 212,000 by the provider's
+    count), not enough to retry; level 2's about 61 (about 168,000) is."""
     conversation, _ = tool_heavy_conversation()
-    chat.script(overflow_stating(3_000_000, 200_000, chat.provider), ok(text="Done."))
+    chat.script(overflow_stating(2_500_000, 200_000, chat.provider), ok(text="Done."))
 
     call_with_overflow_recovery(conversation, chat)
 
