@@ -7,8 +7,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from assistant.conf import compaction_config
-from assistant.decision import AT_TRIGGER, COLD_CACHE, COUNT_TRIGGER, decide
-from assistant.window import load_window
+from assistant.window import AT_TRIGGER, COLD_CACHE, COUNT_TRIGGER, decide, load_window
 from tests.builders import chat_turns
 
 pytestmark = pytest.mark.django_db

@@ -1,9 +1,10 @@
 """What the next request sends, decided in one place: `decide(state, config,
 now) -> Plan`, a pure function (no query, no clock read) over a window loaded
-once (assistant.window). The pre-call hook executes the plan
+once (assistant.window.state). The pre-call hook executes the plan
 (assistant.hooks), the worker asks it whether a shift is in sight
-(`Plan.shift_in_sight`), and the dry run puts it into words
-(assistant.planning).
+(`Plan.shift_in_sight`) and where it would fall, the lease recheck asks it
+whether the shift is still due (assistant.summaries), and the dry run puts it
+into words (assistant.planning).
 
 A plan is decided on the window as it is. Its first step, compacting consumed
 tool results, changes the window, so the hook decides again on the window
@@ -19,10 +20,10 @@ from datetime import datetime
 from typing import Literal
 
 from assistant.cache_ledger import Ledger, step_cost
-from assistant.compaction import CompactionPlan, consumed_tool_rows, plan_compaction
 from assistant.conf import CompactionConfig
 from assistant.models import Message
-from assistant.window import WindowState, choose_split, should_shift, verbatim_budget
+from assistant.window.results import CompactionPlan, consumed_tool_rows, plan_compaction
+from assistant.window.state import WindowState, choose_split, should_shift, verbatim_budget
 
 # Why a plan does what it does: reason codes, for logs, tests and the dry run's words.
 AT_TRIGGER = "at_trigger"  # the context reached the token trigger: the prefix breaks anyway
