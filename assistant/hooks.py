@@ -112,9 +112,7 @@ def _ensure_context_summary(
         # Under the lease the shift goes on unless another caller got the context
         # below what this one saw. Only a shift the request needs waits on another
         # process's summary.
-        summary = shift_window(
-            conversation.pk, config, count=shift.count, share=shift.share, wait=shift.needed
-        )
+        summary = shift_window(conversation.pk, config, shift)
         state = _after_shift(state, cold=plan.cold)
         if plan.suffix_first:  # the results it keeps are compacted after the shift
             state = _compact_all(state, plan) or state
@@ -127,9 +125,7 @@ def _ensure_context_summary(
     if shift is not None:  # an early shift, which pays
         if plan.worker_ahead and defer_to_worker(state, config):
             return state.summary, state
-        summary = shift_window(
-            conversation.pk, config, count=shift.count, share=shift.share, early=True, wait=False
-        )
+        summary = shift_window(conversation.pk, config, shift)
         return summary, _after_shift(state, cold=plan.cold)
     if plan.ask_worker:
         ask_worker_ahead(state)

@@ -30,7 +30,9 @@ from assistant.window.decision import (
     early_shift,
     results_step,
     shift_in_sight,
+    split_for,
     tail_tokens,
+    worker_split,
 )
 from assistant.window.results import (
     STUB,
@@ -89,10 +91,12 @@ __all__ = [
     "results_step",
     "shift_in_sight",
     "should_shift",
+    "split_for",
     "split_parts",
     "store_size",
     "stub_text",
     "tail_tokens",
     "trigger_estimate",
     "verbatim_budget",
+    "worker_split",
 ]
