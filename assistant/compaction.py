@@ -3,16 +3,14 @@
 A view over the history, never a rewrite: the model-facing text goes to
 `Message.compacted_content`, the original stays in `Message.content` and
 `restore_originals` brings it back. Already compacted or stubbed messages
-are skipped, so running this twice changes nothing.
+are skipped, so running this twice changes nothing. What to compact is
+planned below, in the window (assistant.window.results); this module writes it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -29,21 +27,15 @@ from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, ref
 from assistant.tokens import estimate_tokens
 from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
-from assistant.window import refresh_size
+from assistant.window import (
+    CompactionPlan,
+    canonical_arguments,
+    plan_compaction,
+    refresh_size,
+    stub_text,
+)
 
 logger = logging.getLogger(__name__)
-
-STUB = "[Already retrieved earlier — omitted to reduce context]"
-
-
-def stub_text(message_id: int) -> str:
-    """The dedup stub of one result, naming the handle of its stored original."""
-    return f"{STUB[:-1]} ({ref(message_id)})]"
-
-
-def canonical_arguments(arguments: Any) -> str:
-    """Arguments compared canonically: key order and whitespace do not matter."""
-    return json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def compact_tool_results(
@@ -104,68 +96,6 @@ def prepare_tool_results(conversation: Conversation) -> int:
     return changed
 
 
-@dataclass
-class CompactionPlan:
-    """Which tool results to compact and which to stub, and an upper bound
-    of the tokens that frees (prepared texts count at their real size)."""
-
-    compact: list[Message] = field(default_factory=list)
-    stub: list[Message] = field(default_factory=list)
-    most_freed: int = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.compact or self.stub)
-
-
-def plan_compaction(
-    rows: list[Message],
-    config: CompactionConfig,
-    *,
-    keep_newest: int = 0,
-    min_chars: int | None = None,
-) -> CompactionPlan:
-    """Plan over consumed tool results (`rows`, oldest first, content not
-    needed): the newest `keep_newest` stay verbatim, results the policy keeps
-    or a restore pinned are left alone, older copies of identical calls are
-    stubbed (when longer than the stub), and the rest at or over the size
-    threshold are compacted."""
-    threshold = config.TOOL_RESULT_CHAR_THRESHOLD if min_chars is None else min_chars
-    eligible = [
-        row
-        for row in rows
-        if config.policy_for(row.tool_name) != "keep" and KEEP_VERBATIM not in (row.metadata or {})
-    ]
-    protected = (
-        {row.pk for row in eligible[len(eligible) - keep_newest :]} if keep_newest else set()
-    )
-    plan = CompactionPlan()
-    stub_ids = _older_duplicates(eligible, config) - protected
-    ceiling = compacted_ceiling_tokens(config)
-    for row in eligible:
-        if row.pk in protected or row.compaction == Message.Compaction.DEDUPLICATED:
-            continue
-        if row.pk in stub_ids:
-            stub_tokens = estimate_tokens(stub_text(row.pk))
-            # Never for a result shorter than the stub (an empty one): it would grow.
-            if row.token_estimate > stub_tokens + row.blocks_tokens:
-                plan.stub.append(row)
-                plan.most_freed += row.token_estimate - stub_tokens - row.blocks_tokens
-        elif not row.compaction and row.original_token_estimate * config.CHARS_PER_TOKEN >= max(
-            threshold, 1
-        ):
-            plan.compact.append(row)
-            after = row.prepared_token_estimate or min(ceiling, row.token_estimate)
-            plan.most_freed += max(row.token_estimate - after, 0)
-    return plan
-
-
-def compacted_ceiling_tokens(config: CompactionConfig) -> int:
-    """The most a truncated result can take: head, marker and key details."""
-    return estimate_tokens(
-        "x" * (config.TRUNCATION_KEEP_CHARS + config.TRUNCATION_DETAILS_MAX_CHARS + 400)
-    )
-
-
 def apply_plan(conversation_id: int, plan: CompactionPlan, config: CompactionConfig) -> int:
     """Make the model see the planned compactions: prepared texts where the
     worker made them, computed now otherwise; each result committed with its
@@ -178,16 +108,6 @@ def apply_plan(conversation_id: int, plan: CompactionPlan, config: CompactionCon
     if count:
         _mark_context_changed(conversation_id)
     return count
-
-
-def consumed_tool_rows(rows: list[Message]) -> list[Message]:
-    """Tool results the model has read: those an assistant message follows."""
-    last_assistant = max(
-        (row.pk for row in rows if row.role == Message.Role.ASSISTANT), default=None
-    )
-    if last_assistant is None:
-        return []
-    return [row for row in rows if row.role == Message.Role.TOOL and row.pk < last_assistant]
 
 
 def _validated_ids(message_ids: Any) -> list[int]:
@@ -280,20 +200,6 @@ def _with_older_duplicates(conversation_id: int, rows: list[Message]) -> list[Me
                 seen.add(match.pk)
                 older.append(match)
     return sorted([*older, *rows], key=lambda row: row.pk)
-
-
-def _older_duplicates(rows: list[Message], config: CompactionConfig) -> set[int]:
-    """For each (tool, canonical arguments) called MIN_CALLS_TO_DEDUP times or
-    more, every result but the newest."""
-    groups: dict[tuple[str, str], list[Message]] = defaultdict(list)
-    for row in rows:
-        groups[(row.tool_name, canonical_arguments(row.tool_arguments))].append(row)
-    return {
-        row.pk
-        for group in groups.values()
-        if len(group) >= config.MIN_CALLS_TO_DEDUP
-        for row in group[:-1]  # rows are in id order: the last is the newest
-    }
 
 
 def _compact_one(conversation_id: int, row: Message, config: CompactionConfig) -> int:

@@ -33,7 +33,6 @@ from assistant.cache_ledger import Ledger, step_cost
 from assistant.compaction import apply_plan, compact_old_blocks, prepare_tool_results
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.context import Context, build_context
-from assistant.decision import Plan, Results, decide, early_shift, results_step, tail_tokens
 from assistant.emergency import (
     LEVELS,
     ContextTooLarge,
@@ -52,7 +51,18 @@ from assistant.summaries import (
     prebuild_window_summary,
     shift_window,
 )
-from assistant.window import TOKEN_RATIO_DRIFT, WindowState, load_window, store_size
+from assistant.window import (
+    TOKEN_RATIO_DRIFT,
+    Plan,
+    Results,
+    WindowState,
+    decide,
+    early_shift,
+    load_window,
+    results_step,
+    store_size,
+    tail_tokens,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +81,7 @@ def ensure_context_summary(conversation: Conversation) -> str | None:
 def _ensure_context_summary(
     conversation: Conversation, config: CompactionConfig
 ) -> tuple[str | None, WindowState]:
-    """Load the window once, decide (assistant.decision), execute the plan:
+    """Load the window once, decide (assistant.window.decision), execute the plan:
     each step that changes the window is followed by a decision on the
     window it left. Returns the summary and the window as the call left it."""
     state = load_window(conversation.pk, config)
@@ -102,9 +112,7 @@ def _ensure_context_summary(
         # Under the lease the shift goes on unless another caller got the context
         # below what this one saw. Only a shift the request needs waits on another
         # process's summary.
-        summary = shift_window(
-            conversation.pk, config, count=shift.count, share=shift.share, wait=shift.needed
-        )
+        summary = shift_window(conversation.pk, config, shift)
         state = _after_shift(state, cold=plan.cold)
         if plan.suffix_first:  # the results it keeps are compacted after the shift
             state = _compact_all(state, plan) or state
@@ -117,9 +125,7 @@ def _ensure_context_summary(
     if shift is not None:  # an early shift, which pays
         if plan.worker_ahead and defer_to_worker(state, config):
             return state.summary, state
-        summary = shift_window(
-            conversation.pk, config, count=shift.count, share=shift.share, early=True, wait=False
-        )
+        summary = shift_window(conversation.pk, config, shift)
         return summary, _after_shift(state, cold=plan.cold)
     if plan.ask_worker:
         ask_worker_ahead(state)
@@ -172,7 +178,7 @@ def warn_implausible_usage(state: WindowState) -> None:
 
 
 def compact_consumed_results(state: WindowState, results: Results) -> WindowState | None:
-    """Execute a results step of the plan (assistant.decision.results_step),
+    """Execute a results step of the plan (assistant.window.decision.results_step),
     using what the worker prepared. Returns the new window, None if unchanged."""
     conversation_id = state.conversation_id
     if not results.plan:

@@ -1,7 +1,7 @@
 """What a compaction run would do, without doing it: `compact_conversation
 --dry-run`. Built from the decisions the real run takes (the tool-result
 plan of compact_tool_results; then, on the window as that compaction would
-leave it, the pre-call hook's plan, `assistant.decision.decide`, put into words, with a
+leave it, the pre-call hook's plan, `assistant.window.decide`, put into words, with a
 failed summary's back-off), so the dry run and the real run cannot disagree.
 """
 
@@ -11,14 +11,13 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from assistant.compaction import CompactionPlan, plan_tool_results, stub_text
+from assistant.compaction import plan_tool_results
 from assistant.conf import CompactionConfig, compaction_config
-from assistant.decision import Plan, decide
 from assistant.models import Conversation, Message, MetadataKeys, ref
 from assistant.summaries import failure_blocks
 from assistant.tokens import estimate_tokens
 from assistant.truncation import truncate_tool_result
-from assistant.window import WindowState, load_window
+from assistant.window import CompactionPlan, Plan, WindowState, decide, load_window, stub_text
 
 
 @dataclass(frozen=True)

@@ -45,15 +45,15 @@ from assistant.tokens import estimate_tokens
 from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
 from assistant.window import (
     TOKEN_RATIO_DRIFT,
+    Shift,
     WindowState,
-    anticipated_keep,
     choose_split,
     load_window,
     refresh_size,
-    should_shift,
     split_parts,
     trigger_estimate,
     verbatim_budget,
+    worker_split,
 )
 
 logger = logging.getLogger(__name__)
@@ -311,7 +311,6 @@ def regenerate_window_summary(
     shift_window(
         conversation.pk,
         compaction_config(),
-        force=True,
         recent_fraction=recent_fraction,
         keep_last=keep_last,
         newest_step_only=newest_step_only,
@@ -322,26 +321,24 @@ def regenerate_window_summary(
 def shift_window(
     conversation_id: int,
     config: CompactionConfig,
+    shift: Shift | None = None,
     *,
-    force: bool = False,
-    count: bool = True,
-    share: float = 1.0,
-    early: bool = False,
     recent_fraction: float | None = None,
     keep_last: int | None = None,
     newest_step_only: bool = False,
-    wait: bool = True,
 ) -> str | None:
-    """Move the split forward when the context reaches `share` of a trigger
-    (always with `force`), adopting a pre-built summary when one fits, and
-    return the summary the next request carries. An `early` shift, before
-    the trigger, keeps the verbatim budget of one (`verbatim_budget`). One
+    """Make the pre-call hook's `shift` (assistant.window.decide), adopting
+    a pre-built summary when one fits, unless another caller got the context
+    below what the plan saw (`Shift.still_due`); with no `shift`, shift now
+    whatever the triggers say (staff, emergency), keeping what the split
+    arguments ask. Returns the summary the next request carries. One
     process at a time: a caller that finds another one summarizing waits for
     it while it makes progress, then uses what it stored. A holder silent for
     SUMMARY_STALL_SECONDS (alive but stopped) is taken over, and the shift is
     made with the offline summarizer: the chat does not wait on a provider
-    again, nor send a request over the trigger. Without `wait` (a shift the
-    request does not need to fit) a held lease skips the shift instead."""
+    again, nor send a request over the trigger. A shift the request does not
+    need to fit (not `Shift.needed`) skips instead when the lease is held."""
+    wait = shift is None or shift.needed
     for attempt in range(2):
         with summary_lease(conversation_id, take_over_stalled=attempt == 1) as lease:
             if lease is None and not wait:
@@ -351,10 +348,7 @@ def shift_window(
                 return _shift_holding(
                     lease,
                     config,
-                    force=force,
-                    count=count,
-                    share=share,
-                    early=early,
+                    shift,
                     recent_fraction=recent_fraction,
                     keep_last=keep_last,
                     newest_step_only=newest_step_only,
@@ -365,37 +359,29 @@ def shift_window(
     return load_window(conversation_id, config).summary
 
 
-def _shift_holding(
-    lease: Lease,
-    config: CompactionConfig,
-    *,
-    force: bool,
-    count: bool,
-    share: float,
-    early: bool,
-    **split,
-):
+def _shift_holding(lease: Lease, config: CompactionConfig, shift: Shift | None, **split):
     if lease.took_over:
         log_event("summary_lease_taken_over", conversation_id=lease.conversation_id)
     state = load_window(lease.conversation_id, config)  # re-read under the lease
-    if not force:
-        if not should_shift(state, config, share, count=count):
+    if shift is None:
+        start = choose_split(state.rows, config, budget=verbatim_budget(state, config), **split)
+    else:
+        if not shift.still_due(state, config):
             return state.summary  # another process shifted it meanwhile
         if adopt_pending(state, lease):
             state = load_window(lease.conversation_id, config)
             # The adopted summary is this shift; a second one, made here on
             # the chat path, only when the context is still over a trigger.
-            if not should_shift(state, config, max(share, 1.0), count=count):
+            if not shift.due_after_adopting(state, config):
                 return state.summary
-    budget = verbatim_budget(state, config, early=early and not force)
-    start = choose_split(state.rows, config, budget=budget, **split)
+        start = shift.split_in(state, config)
     if start is None:
         log_event(
             "summary_skipped", conversation_id=state.conversation_id, reason="split_cannot_move"
         )
         return state.summary
     over = state.context_tokens() >= config.CONTEXT_TOKEN_THRESHOLD
-    if not force and failure_blocks(state, _split_through(state, start) if over else None):
+    if shift is not None and failure_blocks(state, _split_through(state, start) if over else None):
         log_event("summary_skipped", conversation_id=state.conversation_id, reason="backoff")
         return state.summary
     return _summarize_and_store(state, start, lease, config)
@@ -413,26 +399,13 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
     post-exchange task past the soft watermark (the split a shift at the
     trigger will take, projected), or at the pre-call hook's request inside
     a turn (`requested`: the split the hook would take now, from what the
-    window holds when the worker gets to it)."""
+    window holds when the worker gets to it): where, and whether at all, the
+    decision says (`assistant.window.decision.worker_split`)."""
     config = compaction_config()
     state = load_window(conversation.pk, config)
-    # With cache-aware timing the count trigger waits for a cold cache, which
-    # may never come: a summary built for it would be paid for and thrown away.
-    count = config.COMPACTION_TIMING == "eager"
-    if not requested and not should_shift(state, config, share=config.SOFT_WATERMARK, count=count):
-        return False
     if has_pending_summary(state):
         return False  # one is ready for the current split: building another wastes a call
-    if requested:
-        early = state.context_tokens() < config.CONTEXT_TOKEN_THRESHOLD
-        start = choose_split(state.rows, config, budget=verbatim_budget(state, config, early=early))
-    else:
-        start = choose_split(
-            state.rows,
-            config,
-            keep_last=anticipated_keep(state, config),
-            budget=verbatim_budget(state, config),
-        )
+    start = worker_split(state, config, requested=requested)
     if start is None:
         return False
     newly_old, anchor = split_parts(state, start)

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from assistant.admin.inspector import context_inspector
 from assistant.admin.listing import with_list_figures
+from assistant.management.commands.context_report import context_report
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import (
     add_message,
@@ -84,6 +85,7 @@ def test_the_list_the_header_and_the_bar_show_one_size_after_a_split_inside_a_tu
     assert list_size(conversation) == size
     assert inspector["total"] == size
     assert sum(segment["tokens"] for segment in inspector["segments"]) == size
+    assert report_parts(conversation) == (size, size)  # context_report summed 366
 
 
 def test_the_list_the_header_and_the_bar_show_one_size_with_a_provider_count(db):
@@ -99,6 +101,13 @@ def test_the_list_the_header_and_the_bar_show_one_size_with_a_provider_count(db)
     assert list_size(conversation) == size
     assert inspector["total"] == size
     assert sum(segment["tokens"] for segment in inspector["segments"]) == size
+    assert report_parts(conversation) == (size, size)
+
+
+def report_parts(conversation: Conversation) -> tuple[int, int]:
+    """(manage.py context_report's total, the sum of its parts)."""
+    tokens = context_report(conversation)["tokens"]
+    return tokens["total"], sum(value for name, value in tokens.items() if name != "total")
 
 
 def test_the_list_page_shows_cost_and_saving_and_events_link_their_conversation(db, client):
@@ -121,14 +130,16 @@ def test_the_list_page_shows_cost_and_saving_and_events_link_their_conversation(
     assert Message.objects.filter(conversation=conversation).count() == 6
 
 
-def one_size(conversation: Conversation) -> tuple[int, int, int]:
-    """(the list's figure, the inspector's total, the size the pre-call hook decides on)."""
+def one_size(conversation: Conversation) -> tuple[int, int, int, int]:
+    """(the list's figure, the inspector's total, context_report's total, the
+    size the pre-call hook decides on)."""
     conversation.refresh_from_db()
     decided = load_window(conversation.pk).context_tokens()
-    return list_size(conversation), context_inspector(conversation)["total"], decided
+    report = context_report(conversation)["tokens"]["total"]
+    return list_size(conversation), context_inspector(conversation)["total"], report, decided
 
 
-def test_the_list_the_inspector_and_the_hook_agree_after_every_kind_of_write(db):
+def test_the_list_the_inspector_the_report_and_the_hook_agree_after_every_kind_of_write(db):
     conversation, _ = tool_heavy_conversation()
     sizes = {"messages": one_size(conversation)}
     add_message(conversation, "user", "And post 43?")
@@ -149,6 +160,6 @@ def test_the_list_the_inspector_and_the_hook_agree_after_every_kind_of_write(db)
     add_message(fork, "user", "Go on.")
     sizes["a fork's message"] = one_size(fork)
 
-    assert {what: len(set(three)) for what, three in sizes.items()} == dict.fromkeys(sizes, 1)
+    assert {what: len(set(four)) for what, four in sizes.items()} == dict.fromkeys(sizes, 1)
     # The writes did change the size: the figures followed them.
-    assert len({three[0] for three in sizes.values()}) >= 5
+    assert len({four[0] for four in sizes.values()}) >= 5

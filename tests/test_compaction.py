@@ -3,9 +3,9 @@
 import pytest
 from django.test import override_settings
 
-from assistant.compaction import STUB, stub_text
 from assistant.models import CompactionEvent, Message
 from assistant.services import compact_tool_results, restore_originals
+from assistant.window import STUB, stub_text
 from tests.builders import html, tool_turn
 
 pytestmark = pytest.mark.django_db

@@ -7,8 +7,17 @@ from django.test import override_settings
 from django.utils import timezone
 
 from assistant.conf import compaction_config
-from assistant.decision import AT_TRIGGER, COLD_CACHE, COUNT_TRIGGER, decide
-from assistant.window import load_window
+from assistant.models import CompactionEvent, MetadataKeys
+from assistant.services import ensure_context_summary
+from assistant.summaries import prebuild_window_summary, shift_window
+from assistant.window import (
+    AT_TRIGGER,
+    COLD_CACHE,
+    COUNT_TRIGGER,
+    decide,
+    load_window,
+    worker_split,
+)
 from tests.builders import chat_turns
 
 pytestmark = pytest.mark.django_db
@@ -42,3 +51,30 @@ def test_the_count_trigger_waits_for_a_cold_cache_and_now_is_the_callers(convers
     assert (warm.cold, warm.shift) == (False, None)
     assert (cold.cold, cold.shift.kind, cold.shift.count) == (True, "forced", True)
     assert {COLD_CACHE, COUNT_TRIGGER} <= set(cold.reasons)
+
+
+@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 1000, "MAX_RECENT_TOKENS": 400})
+def test_under_the_lease_a_plans_shift_is_dropped_once_another_caller_made_it(conversation):
+    chat_turns(conversation, 6, size=400)
+    config = compaction_config()
+    stale = decide(load_window(conversation.pk), config, timezone.now()).shift
+    summary = ensure_context_summary(conversation)  # another caller shifts first
+
+    again = shift_window(conversation.pk, config, stale)
+
+    assert not stale.still_due(load_window(conversation.pk), config)
+    assert again == summary
+    assert CompactionEvent.objects.filter(kind="window_summary").count() == 1
+
+
+@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 1000, "MAX_RECENT_TOKENS": 400})
+def test_the_worker_builds_below_the_soft_watermark_only_when_the_hook_asks(conversation):
+    rows = chat_turns(conversation, 3, size=400)  # ~606 tokens: under 80% of the trigger
+    state, config = load_window(conversation.pk), compaction_config()
+
+    assert worker_split(state, config, requested=False) is None
+    assert not prebuild_window_summary(conversation)
+    assert worker_split(state, config, requested=True) == 4  # an early shift's budget
+    assert prebuild_window_summary(conversation, requested=True)
+    metadata = load_window(conversation.pk).metadata
+    assert metadata[MetadataKeys.PENDING_THROUGH_MESSAGE_ID] == rows[3].pk

@@ -79,7 +79,7 @@ def test_a_broker_outage_does_not_break_the_exchange(caplog):
 
 
 def test_the_worker_compacts_and_deduplicates_the_finished_exchange(celery_worker):
-    from assistant.compaction import stub_text
+    from assistant.window import stub_text
     from tests.builders import html, tool_turn
 
     conversation = Conversation.objects.create(title="t")

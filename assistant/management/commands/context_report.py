@@ -13,7 +13,8 @@ from assistant.models import CompactionEvent, Conversation, Message
 
 class Command(BaseCommand):
     help = (
-        "What the model sees next for one conversation: the token breakdown "
+        "What the model sees next for one conversation: its size (the one the pre-call "
+        "hook decides on, the admin list and the inspector show) and its breakdown "
         "(system, summaries, messages, tool results), the cached summary's split, "
         "message counts, and the compaction history (newest first)."
     )
@@ -38,6 +39,9 @@ class Command(BaseCommand):
 
 def context_report(conversation: Conversation, *, events: int = 20) -> dict[str, Any]:
     context = services.build_context(conversation, allow_pending=True)
+    total = services.context_tokens(conversation)
+    # Our estimates of the parts, scaled to the one size (as the inspector's bar).
+    tokens = context.tokens.scaled_to(total)
     counts = Message.objects.filter(conversation=conversation).aggregate(
         total=Count("id"),
         compacted=Count("id", filter=~Q(compaction="")),
@@ -51,11 +55,11 @@ def context_report(conversation: Conversation, *, events: int = 20) -> dict[str,
         "title": conversation.title,
         "deleted_at": conversation.deleted_at,
         "tokens": {
-            "system": context.tokens.system,
-            "summaries": context.tokens.summaries,
-            "messages": context.tokens.messages,
-            "tool_results": context.tokens.tool_results,
-            "total": context.tokens.total,
+            "system": tokens.system,
+            "summaries": tokens.summaries,
+            "messages": tokens.messages,
+            "tool_results": tokens.tool_results,
+            "total": total,
         },
         "summary_through_message_id": context.cutoff_id,
         "messages_in_context": len(context.message_ids),

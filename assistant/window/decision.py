@@ -1,9 +1,10 @@
 """What the next request sends, decided in one place: `decide(state, config,
 now) -> Plan`, a pure function (no query, no clock read) over a window loaded
-once (assistant.window). The pre-call hook executes the plan
+once (assistant.window.state). The pre-call hook executes the plan
 (assistant.hooks), the worker asks it whether a shift is in sight
-(`Plan.shift_in_sight`), and the dry run puts it into words
-(assistant.planning).
+(`Plan.shift_in_sight`) and where it would fall, the lease recheck asks it
+whether the shift is still due (assistant.summaries), and the dry run puts it
+into words (assistant.planning).
 
 A plan is decided on the window as it is. Its first step, compacting consumed
 tool results, changes the window, so the hook decides again on the window
@@ -19,10 +20,16 @@ from datetime import datetime
 from typing import Literal
 
 from assistant.cache_ledger import Ledger, step_cost
-from assistant.compaction import CompactionPlan, consumed_tool_rows, plan_compaction
 from assistant.conf import CompactionConfig
 from assistant.models import Message
-from assistant.window import WindowState, choose_split, should_shift, verbatim_budget
+from assistant.window.results import CompactionPlan, consumed_tool_rows, plan_compaction
+from assistant.window.state import (
+    WindowState,
+    anticipated_keep,
+    choose_split,
+    should_shift,
+    verbatim_budget,
+)
 
 # Why a plan does what it does: reason codes, for logs, tests and the dry run's words.
 AT_TRIGGER = "at_trigger"  # the context reached the token trigger: the prefix breaks anyway
@@ -68,6 +75,21 @@ class Shift:
     # The request needs it to fit (a trigger still reached once compaction is
     # done): only such a shift waits on another process's summary.
     needed: bool = False
+
+    def still_due(self, state: WindowState, config: CompactionConfig) -> bool:
+        """On the window re-read under the summary lease: whether no other
+        caller got the context below what this one saw (`share` of the
+        token trigger, or of the message-count trigger with `count`)."""
+        return should_shift(state, config, self.share, count=self.count)
+
+    def due_after_adopting(self, state: WindowState, config: CompactionConfig) -> bool:
+        """Once a pre-built summary was adopted in its place: a second shift,
+        on the chat path, only while the context is still over a trigger."""
+        return should_shift(state, config, max(self.share, 1.0), count=self.count)
+
+    def split_in(self, state: WindowState, config: CompactionConfig) -> int | None:
+        """Where this shift falls on `state` (the window re-read under the lease)."""
+        return split_for(state, config, early=self.kind == "early")[1]
 
 
 @dataclass(frozen=True)
@@ -128,9 +150,7 @@ def decide(
     if at_trigger or needed:
         reasons.append(AT_TRIGGER if at_trigger else COUNT_TRIGGER)
         share = min(1.0, state.context_tokens() / trigger) if at_trigger else 1.0
-        budget = verbatim_budget(state, config)
-        start = choose_split(state.rows, config, budget=budget)
-        shift = Shift("forced", share, count, budget, start, needed)
+        shift = Shift("forced", share, count, *split_for(state, config), needed)
     elif not eager and (early := early_shift(state, config)) is not None:
         reasons.append(EARLY_PAYS)
         shift = early
@@ -193,8 +213,7 @@ def early_shift(state: WindowState, config: CompactionConfig) -> Shift | None:
     the summarizer reading what it summarizes. None when it does not pay."""
     if state.context_tokens() < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
         return None
-    budget = verbatim_budget(state, config, early=True)
-    start = choose_split(state.rows, config, budget=budget)
+    budget, start = split_for(state, config, early=True)
     if start is None:
         return None
     system = state.tokens(state.system)
@@ -208,6 +227,35 @@ def early_shift(state: WindowState, config: CompactionConfig) -> Shift | None:
         state.rows, cost, prices
     )
     return Shift("early", config.COMPACT_WATERMARK, False, budget, start) if pays else None
+
+
+def split_for(
+    state: WindowState, config: CompactionConfig, *, early: bool = False
+) -> tuple[int, int | None]:
+    """(the verbatim budget, where the split falls) of a shift on `state`:
+    at a trigger, or `early`, before it (`verbatim_budget`)."""
+    budget = verbatim_budget(state, config, early=early)
+    return budget, choose_split(state.rows, config, budget=budget)
+
+
+def worker_split(state: WindowState, config: CompactionConfig, *, requested: bool) -> int | None:
+    """Where the summary the worker pre-builds now splits the window (None:
+    no summary to build). Asked by the pre-call hook inside a turn
+    (`requested`): the split it is heading for, early below the token
+    trigger, from what the window holds when the worker gets to it. After an
+    exchange: past SOFT_WATERMARK of a trigger, the split a shift at the
+    trigger will take, projected (`anticipated_keep`); the count trigger
+    counts only with eager timing, since with cache-aware timing it waits
+    for a cold cache, which may never come, and a summary built for it
+    would be paid for and thrown away."""
+    if requested:
+        early = state.context_tokens() < config.CONTEXT_TOKEN_THRESHOLD
+        return split_for(state, config, early=early)[1]
+    eager = config.COMPACTION_TIMING == "eager"
+    if not should_shift(state, config, share=config.SOFT_WATERMARK, count=eager):
+        return None
+    keep = anticipated_keep(state, config)
+    return choose_split(state.rows, config, keep_last=keep, budget=verbatim_budget(state, config))
 
 
 def shift_in_sight(state: WindowState, config: CompactionConfig) -> bool:

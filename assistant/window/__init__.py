@@ -1,0 +1,102 @@
+"""The window: what the next request carries, how large it is, and what is
+done about it, decided in one place with no query of its own.
+
+- assistant.window.state: the window loaded once (`WindowState`,
+  `load_window`), its one size (`context_tokens`, `context_size`), the
+  triggers and where a split may fall;
+- assistant.window.results: which consumed tool results to compact or stub
+  (`plan_compaction`), applied by assistant.compaction;
+- assistant.window.decision: `decide(state, config, now) -> Plan`, which the
+  pre-call hook executes, the worker and the lease recheck ask, and the dry
+  run puts into words.
+
+The layers above import these names from here.
+"""
+
+from assistant.window.decision import (
+    ADOPT_PENDING,
+    AT_TRIGGER,
+    COLD_CACHE,
+    COUNT_TRIGGER,
+    EAGER,
+    EARLY_PAYS,
+    SOFT_WATERMARK,
+    SUFFIX_FIRST,
+    WATERMARK,
+    Plan,
+    Results,
+    Shift,
+    decide,
+    early_shift,
+    results_step,
+    shift_in_sight,
+    split_for,
+    tail_tokens,
+    worker_split,
+)
+from assistant.window.results import (
+    STUB,
+    CompactionPlan,
+    canonical_arguments,
+    compacted_ceiling_tokens,
+    consumed_tool_rows,
+    plan_compaction,
+    stub_text,
+)
+from assistant.window.state import (
+    TOKEN_RATIO_DRIFT,
+    WindowState,
+    anticipated_keep,
+    choose_split,
+    context_size,
+    load_window,
+    measure_unsized,
+    refresh_size,
+    should_shift,
+    split_parts,
+    store_size,
+    trigger_estimate,
+    verbatim_budget,
+)
+
+__all__ = [
+    "ADOPT_PENDING",
+    "AT_TRIGGER",
+    "COLD_CACHE",
+    "COUNT_TRIGGER",
+    "EAGER",
+    "EARLY_PAYS",
+    "SOFT_WATERMARK",
+    "STUB",
+    "SUFFIX_FIRST",
+    "TOKEN_RATIO_DRIFT",
+    "WATERMARK",
+    "CompactionPlan",
+    "Plan",
+    "Results",
+    "Shift",
+    "WindowState",
+    "anticipated_keep",
+    "canonical_arguments",
+    "choose_split",
+    "compacted_ceiling_tokens",
+    "consumed_tool_rows",
+    "context_size",
+    "decide",
+    "early_shift",
+    "load_window",
+    "measure_unsized",
+    "plan_compaction",
+    "refresh_size",
+    "results_step",
+    "shift_in_sight",
+    "should_shift",
+    "split_for",
+    "split_parts",
+    "store_size",
+    "stub_text",
+    "tail_tokens",
+    "trigger_estimate",
+    "verbatim_budget",
+    "worker_split",
+]
