@@ -101,7 +101,7 @@ def _ensure_context_summary(
     plan = decide(state, config, now, first=plan)
     adopted = plan.adopt_pending and adopt_pending_summary(conversation.pk, config)
     if adopted:
-        state = _after_shift(state, cold=plan.cold)
+        state = _compact_kept(state, _after_shift(state, cold=plan.cold), plan)
         plan = decide(state, config, now, first=plan, adopted=True)
     shift = plan.shift
     if shift is not None and shift.kind == "forced":
@@ -113,10 +113,7 @@ def _ensure_context_summary(
         # below what this one saw. Only a shift the request needs waits on another
         # process's summary.
         summary = shift_window(conversation.pk, config, shift)
-        state = _after_shift(state, cold=plan.cold)
-        if plan.suffix_first:  # the results it keeps are compacted after the shift
-            state = _compact_all(state, plan) or state
-        return summary, state
+        return summary, _compact_kept(state, _after_shift(state, cold=plan.cold), plan)
     if plan.suffix_first:  # a pre-built summary was adopted instead
         state = _compact_all(state, plan) or state
         plan = decide(state, config, now, first=plan, adopted=adopted)
@@ -126,7 +123,7 @@ def _ensure_context_summary(
         if plan.worker_ahead and defer_to_worker(state, config):
             return state.summary, state
         summary = shift_window(conversation.pk, config, shift)
-        return summary, _after_shift(state, cold=plan.cold)
+        return summary, _compact_kept(state, _after_shift(state, cold=plan.cold), plan)
     if plan.ask_worker:
         ask_worker_ahead(state)
     return state.summary, state
@@ -137,6 +134,17 @@ def _compact_all(state: WindowState, plan: Plan) -> WindowState | None:
     return compact_consumed_results(
         state, results_step(state, state.config, free=True, everything=plan.cold)
     )
+
+
+def _compact_kept(before: WindowState, after: WindowState, plan: Plan) -> WindowState:
+    """After a shift (`before` -> `after`) the next request writes everything
+    after the system part anyway: the consumed results the shift kept verbatim
+    are compacted in the same step, instead of breaking the freshly written
+    prefix again a few calls later."""
+    if after.through_id == before.through_id:
+        return after
+    results = results_step(after, after.config, free=True, everything=plan.cold)
+    return compact_consumed_results(after, results, rewritten=True) or after
 
 
 def remember_token_ratio(state: WindowState) -> None:
@@ -177,9 +185,13 @@ def warn_implausible_usage(state: WindowState) -> None:
     state.metadata[MetadataKeys.IMPLAUSIBLE_USAGE_WARNED] = True
 
 
-def compact_consumed_results(state: WindowState, results: Results) -> WindowState | None:
+def compact_consumed_results(
+    state: WindowState, results: Results, *, rewritten: bool = False
+) -> WindowState | None:
     """Execute a results step of the plan (assistant.window.decision.results_step),
-    using what the worker prepared. Returns the new window, None if unchanged."""
+    using what the worker prepared. Returns the new window, None if unchanged.
+    `rewritten`: the next request writes the whole tail anyway (a shift was
+    just made), so the step saves writes instead of breaking a cached prefix."""
     conversation_id = state.conversation_id
     if not results.plan:
         # Old images, documents and thinking change the context only when it may change
@@ -196,7 +208,7 @@ def compact_consumed_results(state: WindowState, results: Results) -> WindowStat
     compact_old_blocks(conversation_id)
     after = load_window(conversation_id, state.config)
     freed = state.estimated_tokens() - after.estimated_tokens()
-    cost = step_cost(tail, tail - freed, prices=state.cache_prices)
+    cost = step_cost(tail, tail - freed, cold=rewritten, prices=state.cache_prices)
     _write_ledger(after, state, ledger, freed=freed, cost=cost)
     return after
 

@@ -527,3 +527,34 @@ def test_a_voluntary_batch_is_priced_at_the_chat_models_cache_prices(
 
     events = CompactionEvent.objects.filter(conversation=conversation, kind="tool_results")
     assert events.exists() is compacted
+
+
+@override_settings(ASSISTANT_COMPACTION={"KEEP_NEWEST_TOOL_RESULTS": 0})
+def test_an_early_shift_compacts_the_consumed_results_it_keeps_in_the_same_step(conversation):
+    # Four long turns, then a turn of two small reads: compacting those two
+    # alone frees too little to break the cached prefix for, but the early
+    # shift that pays rewrites everything after the system part anyway. They
+    # go with it, not a few calls later in a break of their own.
+    for turn in range(4):
+        add_message(conversation, "user", f"Tell me about chapter {turn}. " + "x" * 16_000)
+        add_message(conversation, "assistant", f"Chapter {turn}: " + "y" * 2_000)
+    add_message(conversation, "user", "Check the two config files.")
+    for index in range(2):
+        agent_step(conversation, index, html(2_400, marker=f"config {index} "))
+    add_message(conversation, "assistant", "Both configs agree.")
+    newest = conversation.messages.last().pk
+    ledger = {"balance": 100_000.0, "gap": 0, "since": newest}  # savings that pay for the shift
+    Conversation.objects.filter(pk=conversation.pk).update(
+        metadata={MetadataKeys.CACHE_LEDGER: ledger}
+    )
+
+    ensure_context_summary(conversation)
+
+    kinds = list(
+        CompactionEvent.objects.filter(conversation=conversation)
+        .order_by("id")
+        .values_list("kind", flat=True)
+    )
+    assert kinds[0] == "window_summary" and kinds[1:] == ["tool_results", "tool_results"]
+    reads = conversation.messages.filter(role="tool")
+    assert all(read.compacted_content for read in reads)
