@@ -95,6 +95,17 @@ def expected_instruction(event: CompactionEvent, previous: bool) -> str:
     )
 
 
+def claude_caller(fake):
+    """The host's model function: the real anthropic SDK against the fake server."""
+    client = anthropic.Anthropic(api_key="test-key", base_url=fake.url, max_retries=0)
+
+    def call_model(request):
+        return client.messages.create(model=CHAT_MODEL, max_tokens=1024, **request)
+
+    call_model.provider = "anthropic"
+    return call_model
+
+
 def test_a_shift_sends_the_cached_chat_request_with_the_instruction_appended(
     conversation, fake, settings
 ):
@@ -102,13 +113,7 @@ def test_a_shift_sends_the_cached_chat_request_with_the_instruction_appended(
     settings.ASSISTANT_COMPACTION = SUFFIX
     settings.ANTHROPIC_CHAT_MODEL = CHAT_MODEL
     fake.use_anthropic(settings)
-    client = anthropic.Anthropic(api_key="test-key", base_url=fake.url, max_retries=0)
-
-    def call_model(request):
-        return client.messages.create(model=CHAT_MODEL, max_tokens=1024, **request)
-
-    call_model.provider = "anthropic"
-    run_loop(conversation, fake, call_model, fake.script_anthropic)
+    run_loop(conversation, fake, claude_caller(fake), fake.script_anthropic)
 
     requests = fake.requests_for("anthropic.messages")
     summaries = [
@@ -204,13 +209,7 @@ def segment_tokens(body: dict) -> int:
 
 @override_settings(ASSISTANT_COMPACTION=SUFFIX, ASSISTANT_SUMMARIZER="auto")
 def test_with_no_key_the_offline_transcript_summarizer_is_used(conversation, fake):
-    client = anthropic.Anthropic(api_key="test-key", base_url=fake.url, max_retries=0)
-
-    def call_model(request):
-        return client.messages.create(model=CHAT_MODEL, max_tokens=1024, **request)
-
-    call_model.provider = "anthropic"
-    run_loop(conversation, fake, call_model, fake.script_anthropic)
+    run_loop(conversation, fake, claude_caller(fake), fake.script_anthropic)
 
     requests = fake.requests_for("anthropic.messages")
     assert len(requests) == 24  # the chat calls only: two per turn
