@@ -1,5 +1,7 @@
-"""What compaction has saved a conversation under prompt caching, so that
-a voluntary compaction is made only when the conversation can afford it.
+"""What a voluntary compaction step is expected to save, and what
+compaction has saved a conversation so far under prompt caching: a step
+that is not forced (by the trigger, a cold cache or an overflow) is taken
+only when both cover its cost.
 
 Prices as DESIGN 7 counts them, relative to an uncached input token: a
 request reads its unchanged leading part from the provider's cache and
@@ -9,15 +11,21 @@ Anthropic reads at 0.1x and writes at 1.25x; Gemini's implicit caching
 reads at its discount and writes with no premium. A compaction step makes
 the next request write everything after the first changed message instead
 of reading it, and a window shift also pays the summarizer to read what it
-summarizes: together the step's cost (`step_cost`). From then on every
-request carries the freed tokens no more (read price each, the `gap`). The
-ledger keeps the balance of both against sending everything: a step that
-is not forced (by the trigger) is taken only when the balance covers its
-cost, so a conversation never costs more than sending everything would
+summarizes: together the step's cost (`step_cost`).
+
+A step pays for itself when what it saves on its own reaches that cost
+(`Outlook.saves`): the freed tokens are not read by the calls expected
+before the trigger, and the forced shift at the trigger comes later. Savings
+the conversation made earlier never license a step that does not pay. The
+ledger keeps the balance of the steps taken against sending everything (from
+a step on, every request carries the freed tokens no more: the `gap`, at
+the read price per call); a step is also taken only when the balance covers
+its cost, so a conversation never costs more than sending everything would
 have, even if it ends right after the step."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,18 +60,30 @@ class Ledger:
     balance: float = 0.0  # tokens (at 1.0x) saved against sending everything, as of `since`
     gap: int = 0  # how much smaller the context is than sending everything
     since: int = 0  # the newest message when the ledger was last written
+    calls: int = 0  # the model calls the conversation had made by `since`
 
     @classmethod
     def of(cls, metadata: dict[str, Any]) -> Ledger:
         value = metadata.get(MetadataKeys.CACHE_LEDGER) or {}
         return cls(
-            float(value.get("balance", 0.0)), int(value.get("gap", 0)), int(value.get("since", 0))
+            float(value.get("balance", 0.0)),
+            int(value.get("gap", 0)),
+            int(value.get("since", 0)),
+            int(value.get("calls", 0)),
         )
+
+    def calls_since(self, rows: list[Message]) -> int:
+        return sum(1 for row in rows if row.role == Message.Role.ASSISTANT and row.pk > self.since)
+
+    def calls_now(self, rows: list[Message]) -> int:
+        """The model calls the conversation has made (`rows`: the window,
+        which holds at least as many as a ledger written before it counted)."""
+        window = sum(1 for row in rows if row.role == Message.Role.ASSISTANT)
+        return max(self.calls + self.calls_since(rows), window)
 
     def balance_now(self, rows: list[Message], prices: CachePrices = ANTHROPIC) -> float:
         """The balance, with the savings of every model call since `since`."""
-        calls = sum(1 for row in rows if row.role == Message.Role.ASSISTANT and row.pk > self.since)
-        return self.balance + prices.read * self.gap * calls
+        return self.balance + prices.read * self.gap * self.calls_since(rows)
 
     def affords(self, rows: list[Message], cost: float, prices: CachePrices = ANTHROPIC) -> bool:
         return self.balance_now(rows, prices) >= cost
@@ -82,6 +102,7 @@ class Ledger:
             "balance": round(self.balance_now(rows, prices) - cost, 1),
             "gap": self.gap + max(freed, 0),
             "since": newest_id,
+            "calls": self.calls_now(rows),
         }
 
 
@@ -99,3 +120,33 @@ def step_cost(
     read to make the step (1.0x)."""
     instead = prices.write if cold else prices.read
     return prices.write * tail_after - instead * tail_before + summarizer_input
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """Where the window is heading without a voluntary step: `tokens` now,
+    growing by `per_call` tokens a model call until the token `trigger`,
+    where a forced shift costs `shift_cost` and leaves `kept` tokens. How
+    long the conversation goes on is not known: its remaining calls are
+    taken as memoryless with a mean of the calls it has made (`calls`), so
+    a step never bets on a future longer than the past."""
+
+    tokens: int
+    per_call: float
+    trigger: int
+    shift_cost: float
+    kept: int
+    calls: int
+
+    def saves(self, freed: int, prices: CachePrices = ANTHROPIC) -> float:
+        """What freeing `freed` tokens now is expected to save: they are not
+        read by the calls made before the trigger, and, if the conversation
+        reaches it, the forced shift (and every one after it) comes that many
+        tokens of growth later."""
+        if self.calls <= 0:
+            return 0.0
+        to_trigger = max(self.trigger - self.tokens, 0) / max(self.per_call, 1.0)
+        reached = math.exp(-to_trigger / self.calls)  # P(the conversation lasts that long)
+        reads = prices.read * freed * self.calls * (1 - reached)  # E[min(calls left, to_trigger)]
+        deferred = self.shift_cost * freed / max(self.trigger - self.kept, 1)
+        return reads + reached * deferred

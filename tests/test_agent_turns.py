@@ -529,12 +529,10 @@ def test_a_voluntary_batch_is_priced_at_the_chat_models_cache_prices(
     assert events.exists() is compacted
 
 
-@override_settings(ASSISTANT_COMPACTION={"KEEP_NEWEST_TOOL_RESULTS": 0})
-def test_an_early_shift_compacts_the_consumed_results_it_keeps_in_the_same_step(conversation):
-    # Four long turns, then a turn of two small reads: compacting those two
-    # alone frees too little to break the cached prefix for, but the early
-    # shift that pays rewrites everything after the system part anyway. They
-    # go with it, not a few calls later in a break of their own.
+def chapters_then_two_reads(conversation: Conversation, *, balance: float, calls: int) -> None:
+    """Four long turns (about 20,000 tokens), then a turn of two small reads;
+    the ledger says the conversation has made `calls` model calls and saved
+    `balance` tokens' worth."""
     for turn in range(4):
         add_message(conversation, "user", f"Tell me about chapter {turn}. " + "x" * 16_000)
         add_message(conversation, "assistant", f"Chapter {turn}: " + "y" * 2_000)
@@ -543,10 +541,36 @@ def test_an_early_shift_compacts_the_consumed_results_it_keeps_in_the_same_step(
         agent_step(conversation, index, html(2_400, marker=f"config {index} "))
     add_message(conversation, "assistant", "Both configs agree.")
     newest = conversation.messages.last().pk
-    ledger = {"balance": 100_000.0, "gap": 0, "since": newest}  # savings that pay for the shift
+    ledger = {"balance": balance, "gap": 0, "since": newest, "calls": calls}
     Conversation.objects.filter(pk=conversation.pk).update(
         metadata={MetadataKeys.CACHE_LEDGER: ledger}
     )
+
+
+@pytest.mark.parametrize(("calls", "shifted"), [(7, False), (200, True)])
+def test_savings_made_earlier_never_license_an_early_shift_that_does_not_pay_on_its_own(
+    conversation, calls, shifted
+):
+    # The same window and the same savings; what the shift is expected to
+    # save differs. Seven calls in, the conversation is not expected to run
+    # the ten or so calls to the trigger: the shift would rewrite the context
+    # for reads it may never save. Two hundred calls in, it is.
+    chapters_then_two_reads(conversation, balance=100_000.0, calls=calls)
+
+    ensure_context_summary(conversation)
+
+    summaries = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
+    assert summaries.exists() is shifted
+
+
+@override_settings(ASSISTANT_COMPACTION={"KEEP_NEWEST_TOOL_RESULTS": 0})
+def test_an_early_shift_compacts_the_consumed_results_it_keeps_in_the_same_step(conversation):
+    # Four long turns, then a turn of two small reads: compacting those two
+    # alone frees too little to break the cached prefix for, but the early
+    # shift that pays (a long conversation whose savings cover it) rewrites
+    # everything after the system part anyway. They go with it, not a few
+    # calls later in a break of their own.
+    chapters_then_two_reads(conversation, balance=100_000.0, calls=200)
 
     ensure_context_summary(conversation)
 

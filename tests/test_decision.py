@@ -1,11 +1,13 @@
 """decide(state, config, now): the plan the pre-call hook executes, pure."""
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 from django.test import override_settings
 from django.utils import timezone
 
+from assistant.cache_ledger import Outlook
 from assistant.conf import compaction_config
 from assistant.models import CompactionEvent, MetadataKeys
 from assistant.services import ensure_context_summary
@@ -78,3 +80,19 @@ def test_the_worker_builds_below_the_soft_watermark_only_when_the_hook_asks(conv
     assert prebuild_window_summary(conversation, requested=True)
     metadata = load_window(conversation.pk).metadata
     assert metadata[MetadataKeys.PENDING_THROUGH_MESSAGE_ID] == rows[3].pk
+
+
+def test_what_a_step_is_expected_to_save_grows_with_how_long_the_conversation_has_run():
+    # 20,000 tokens, 1,000 more a call: the trigger is 30 calls away.
+    young = Outlook(
+        tokens=20_000, per_call=1_000, trigger=50_000, shift_cost=57_500, kept=22_000, calls=5
+    )
+    old = replace(young, calls=300)
+
+    # Five calls in, the trigger is unlikely to be reached: freeing 10,000
+    # tokens saves about five calls' reads of them, and little of the shift.
+    assert young.saves(10_000) < 0.1 * 10_000 * 5 + 0.01 * 57_500
+    # Three hundred calls in, nearly all 30 calls' reads, and the forced
+    # shift (57,500) coming 10,000 of its 28,000 tokens of growth later.
+    assert old.saves(10_000) > 0.9 * (0.1 * 10_000 * 30 + 57_500 * 10_000 / 28_000)
+    assert young.saves(0) == old.saves(0) == 0

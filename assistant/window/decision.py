@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from assistant.cache_ledger import Ledger, step_cost
+from assistant.cache_ledger import Ledger, Outlook, step_cost
 from assistant.conf import CompactionConfig
 from assistant.models import Message
 from assistant.window.results import CompactionPlan, consumed_tool_rows, plan_compaction
@@ -28,6 +28,7 @@ from assistant.window.state import (
     anticipated_keep,
     choose_split,
     should_shift,
+    trigger_estimate,
     verbatim_budget,
 )
 
@@ -179,9 +180,8 @@ def results_step(
     """Compact the consumed tool results of the window (the current turn's
     too) but the newest KEEP_NEWEST_TOOL_RESULTS (all with `everything`).
     Unless `free`, only a batch that frees at least COMPACT_MIN_FREE_TOKENS
-    and that the conversation's savings under prompt caching cover
-    (assistant.cache_ledger), so the cached prefix breaks rarely and never
-    at a loss."""
+    and pays for itself (`step_pays`), so the cached prefix breaks rarely
+    and never at a loss."""
     keep = 0 if everything else config.KEEP_NEWEST_TOOL_RESULTS
     plan = plan_compaction(consumed_tool_rows(state.rows), config, keep_newest=keep)
     pays = False
@@ -189,9 +189,9 @@ def results_step(
         tail = tail_tokens(state, plan)
         prices = state.cache_prices
         cost = step_cost(tail, tail - min(plan.most_freed, tail), prices=prices)
-        pays = plan.most_freed >= config.COMPACT_MIN_FREE_TOKENS and Ledger.of(
-            state.metadata
-        ).affords(state.rows, cost, prices)
+        pays = plan.most_freed >= config.COMPACT_MIN_FREE_TOKENS and step_pays(
+            state, config, plan.most_freed, cost
+        )
     return Results(plan, free, everything, pays)
 
 
@@ -208,8 +208,8 @@ def tail_tokens(state: WindowState, plan: CompactionPlan) -> int:
 
 def early_shift(state: WindowState, config: CompactionConfig) -> Shift | None:
     """Past COMPACT_WATERMARK, shift the window before the trigger when it
-    frees at least COMPACT_MIN_FREE_TOKENS and the conversation's savings
-    cover what it costs: rewriting the context (the new summary leads it) and
+    frees at least COMPACT_MIN_FREE_TOKENS and pays for itself (`step_pays`)
+    at what it costs: rewriting the context (the new summary leads it) and
     the summarizer reading what it summarizes. None when it does not pay."""
     if state.context_tokens() < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
         return None
@@ -223,8 +223,8 @@ def early_shift(state: WindowState, config: CompactionConfig) -> Shift | None:
     after = before - summarized + (old_summary or config.SUMMARY_ESTIMATE_TOKENS)
     prices = state.cache_prices
     cost = step_cost(before, after, summarizer_input=summarized + old_summary, prices=prices)
-    pays = before - after >= config.COMPACT_MIN_FREE_TOKENS and Ledger.of(state.metadata).affords(
-        state.rows, cost, prices
+    pays = before - after >= config.COMPACT_MIN_FREE_TOKENS and step_pays(
+        state, config, before - after, cost
     )
     return Shift("early", config.COMPACT_WATERMARK, False, budget, start) if pays else None
 
@@ -271,3 +271,39 @@ def shift_in_sight(state: WindowState, config: CompactionConfig) -> bool:
         consumed_tool_rows(state.rows), config, keep_newest=config.KEEP_NEWEST_TOOL_RESULTS
     )
     return tokens - plan.most_freed >= config.SOFT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD
+
+
+def step_pays(state: WindowState, config: CompactionConfig, freed: int, cost: float) -> bool:
+    """Whether a voluntary step that frees `freed` tokens at `cost` (its
+    rewrite and summarizer input, `step_cost`) pays for itself: what it is
+    expected to save on its own (`Outlook.saves`) reaches its cost, and the
+    conversation's savings so far cover it (the ledger), so that no
+    conversation costs more than sending everything, even one that ends
+    right after the step."""
+    prices = state.cache_prices
+    ledger = Ledger.of(state.metadata)
+    return outlook(state, config, ledger).saves(freed, prices) >= cost and ledger.affords(
+        state.rows, cost, prices
+    )
+
+
+def outlook(state: WindowState, config: CompactionConfig, ledger: Ledger) -> Outlook:
+    """Where the window heads without a voluntary step, in our estimates: it
+    grows by what a model call has added on average, and at the trigger a
+    forced shift rewrites the verbatim budget and the summary, and the
+    summarizer reads the rest."""
+    calls = ledger.calls_now(state.rows)
+    window_calls = sum(1 for row in state.rows if row.role == Message.Role.ASSISTANT)
+    grown = state.estimated_tokens() - state.fixed_tokens
+    kept = verbatim_budget(state, config)
+    trigger = trigger_estimate(state, config)
+    summary = state.tokens(state.summary) or config.SUMMARY_ESTIMATE_TOKENS
+    summarized = max(trigger - state.fixed_tokens - kept, 0)
+    return Outlook(
+        tokens=state.estimated_tokens(),
+        per_call=grown / max(window_calls, 1),
+        trigger=trigger,
+        shift_cost=state.cache_prices.write * (kept + summary) + summarized,
+        kept=state.fixed_tokens + kept,
+        calls=calls,
+    )
