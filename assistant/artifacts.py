@@ -7,9 +7,11 @@ latest stored original, so whatever the summary left out stays one recall away.
 Built from the tool calls' arguments and the results' text, never from the summarizer's
 prose, so a summarizer that drops everything cannot drop these. Kept structured in the
 conversation's metadata (ARTIFACT_INDEX), updated with each newly summarized slice, and
-rendered into the summary deterministically within ARTIFACT_INDEX_MAX_TOKENS, the most
-recently used entries first (used: found, or named again by the user or the model), so the
-text changes only when the index does. A file read then modified keeps both handles.
+rendered into the summary deterministically within ARTIFACT_INDEX_MAX_TOKENS: the files
+read and modified first, within half of it, then the most recently used entries (used:
+found, or named again by the user or the model), so the text changes only when the index
+does. A file read then modified keeps both handles; a file read whole keeps that handle
+when a later original of it is only a slice (a grep, a line range).
 
 The rules are general, not tuned to one agent: a path is the value of an argument whose
 name says path or file, or a path-shaped token (a slash and an extension) in a command;
@@ -24,7 +26,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.db.models.functions import Left
+from django.db.models.functions import Left, Length
 
 from assistant.identifiers import PATH, names_in
 from assistant.models import SEARCH_INDEX_CHARS, Message, handle
@@ -34,6 +36,10 @@ from assistant.tokens import estimate_tokens
 # says what a ref is), then one line per category.
 HEADING = "## Originals:"
 CATEGORIES = ("modified", "read", "urls", "records", "calls", "names")
+# The files read and modified, kept first in the render within this share of its budget
+# (the rest by recency with everything else): a file's original holds all the names in it.
+FILE_CATEGORIES = ("modified", "read")
+FILES_SHARE = 0.5
 # Entries kept in metadata per category (the render keeps fewer, within its budget).
 MAX_ENTRIES = 400
 # Names taken from one result: a whole source file is not an index.
@@ -73,14 +79,16 @@ def updated_index(previous: dict[str, Any] | None, messages: Sequence[Message]) 
     ids = [m.pk for m in messages]
     index["first"] = min(ids) if index["first"] is None else min(index["first"], *ids)
     index["through"] = max(ids) if index["through"] is None else max(index["through"], *ids)
-    texts = dict(
+    rows = (
         Message.objects.filter(pk__in=ids)
-        .annotate(head=Left("content", SEARCH_INDEX_CHARS))
-        .values_list("pk", "head")
+        .annotate(head=Left("content", SEARCH_INDEX_CHARS), size=Length("content"))
+        .values_list("pk", "head", "size")
     )
+    texts = {pk: head for pk, head, _ in rows}
+    sizes = {pk: size for pk, _, size in rows}
     for message in messages:
         if message.role == Message.Role.TOOL:
-            _add_result(index, message, texts.get(message.pk) or "")
+            _add_result(index, message, texts.get(message.pk) or "", sizes.get(message.pk) or 0)
     _mark_used(index, messages, texts)
     for name in CATEGORIES:
         entries = index[name]
@@ -91,8 +99,9 @@ def updated_index(previous: dict[str, Any] | None, messages: Sequence[Message]) 
 
 
 def _loaded(previous: dict[str, Any] | None) -> dict[str, Any]:
-    """A copy of a stored index, each entry as [handle, last used]; an index stored before
-    entries had a last use (a bare handle) or before names ("definitions") still loads."""
+    """A copy of a stored index, each entry as [handle, last used, size of the original]
+    (a file read's, else 0); an index stored before entries had a last use (a bare handle),
+    a size, or before names ("definitions") still loads."""
     index = empty_index()
     for name, value in (previous or {}).items():
         if not isinstance(value, dict):
@@ -102,8 +111,8 @@ def _loaded(previous: dict[str, Any] | None) -> dict[str, Any]:
         if target not in CATEGORIES:
             continue
         for key, entry in value.items():
-            pair = [entry, entry] if isinstance(entry, int) else list(entry)[:2]
-            index[target][key] = pair
+            stored = [entry, entry] if isinstance(entry, int) else list(entry)
+            index[target][key] = [*stored[:3], *[0] * (3 - len(stored[:3]))]
     return index
 
 
@@ -136,7 +145,7 @@ def _mark_used(index: dict[str, Any], messages: Sequence[Message], texts: dict[i
         entry[1] = max(entry[1], results.get(entry[0], 0))
 
 
-def _add_result(index: dict[str, Any], message: Message, text: str) -> None:
+def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -> None:
     arguments = message.tool_arguments if isinstance(message.tool_arguments, dict) else {}
     found = message.pk
     named = False
@@ -145,21 +154,30 @@ def _add_result(index: dict[str, Any], message: Message, text: str) -> None:
     for path in paths:
         named = True
         # A file read then modified keeps both handles: its text, and the change.
-        index["modified" if modifies else "read"][path] = [found, found]
+        if modifies:
+            index["modified"][path] = [found, found, 0]
+            continue
+        held = index["read"].get(path)
+        if held is not None and size * 2 < held[2]:
+            # A slice of a file read whole before (a grep, a range): the handle stays on
+            # the fuller original, which holds the slice too; the slice's names keep its own.
+            held[1] = found
+        else:
+            index["read"][path] = [found, found, size]
     for url in _urls(arguments):
         named = True
-        index["urls"][url] = [found, found]
+        index["urls"][url] = [found, found, 0]
     for record in _records(arguments):
         named = True
-        index["records"][record] = [found, found]
+        index["records"][record] = [found, found, 0]
     if not named:
         label = _label(message.tool_name, arguments)
         if label:
-            index["calls"][label] = [found, found]
+            index["calls"][label] = [found, found, 0]
     for name in names_in(text, MAX_NAMES_PER_RESULT):
         # A result naming its own file (an edit's "updated x.py") says nothing new.
         if not _random_looking(name) and not any(p.endswith(name) for p in paths):
-            index["names"][name] = [found, found]
+            index["names"][name] = [found, found, 0]
 
 
 def _label(tool_name: str, arguments: dict[str, Any]) -> str:
@@ -267,25 +285,36 @@ def render(index: dict[str, Any] | None, max_tokens: int) -> str:
         ),
         key=lambda item: (-item[0], -item[1], CATEGORIES.index(item[2]), item[3]),
     )
-    budget = max_tokens - estimate_tokens(heading) - 1
-    kept: list[tuple[int, int, str, str]] = []
-    used = 0
+    files = [entry for entry in entries if entry[2] in FILE_CATEGORIES]
+    # The files first, within their share: a file's original holds every name in it.
+    files = files[: _longest_within(heading, files, round(max_tokens * FILES_SHARE))]
+    chosen = set(files)
     shown: dict[int, int] = {}
-    for entry in entries:  # the most recently used first, each at about its own size
+    rest = []
+    for entry in entries:  # the most recently used first
+        if entry in chosen:
+            continue
         if entry[2] == "names":  # a few names per result: room for more results
             shown[entry[1]] = shown.get(entry[1], 0) + 1
             if shown[entry[1]] > NAMES_SHOWN_PER_RESULT:
                 continue
-        cost = estimate_tokens(f"{entry[3]} (ref {handle(entry[1])}), ")
-        if used + cost > budget:
-            break
-        kept.append(entry)
-        used += cost
-    text = _rendered(heading, kept)
-    while kept and estimate_tokens(text) > max_tokens:  # labels and prefixes: checked exactly
-        del kept[-max(1, len(kept) // 20) :]
-        text = _rendered(heading, kept)
-    return text
+        rest.append(entry)
+    ordered = files + rest
+    return _rendered(heading, ordered[: _longest_within(heading, ordered, max_tokens)])
+
+
+def _longest_within(heading: str, entries: list[tuple[int, int, str, str]], max_tokens: int) -> int:
+    """How many of `entries`, from the first, the render holds within `max_tokens`
+    (a binary search over the rendered text itself: shared prefixes and handles make
+    an entry's own size no measure of what it adds)."""
+    low, high = 0, len(entries)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if estimate_tokens(_rendered(heading, entries[:middle])) <= max_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _rendered(heading: str, entries: list[tuple[int, int, str, str]]) -> str:

@@ -8,6 +8,7 @@ from assistant.identifiers import names_in
 from assistant.models import Conversation
 from assistant.recall import run_tool_call
 from assistant.services import add_message, ensure_context_summary
+from assistant.tokens import estimate_tokens
 from tests.builders import tool_turn
 
 WINDOW = {"MAX_MESSAGES_BEFORE_SUMMARY": 10, "MIN_RECENT_MESSAGES": 4, "COMPACTION_TIMING": "eager"}
@@ -92,7 +93,7 @@ def test_every_summarized_result_is_named_by_its_handle_and_recall_returns_its_v
 
 
 def test_a_name_the_model_uses_again_outlives_newer_ones_nobody_used(fake_llm, settings, db):
-    settings.ASSISTANT_COMPACTION = {**WINDOW, "ARTIFACT_INDEX_MAX_TOKENS": 60}
+    settings.ASSISTANT_COMPACTION = {**WINDOW, "ARTIFACT_INDEX_MAX_TOKENS": 50}
     fake_llm.use_anthropic(settings)
     conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
     first = tool_turn(
@@ -156,3 +157,43 @@ def test_a_shared_directory_is_named_once_and_other_paths_stay_whole():
     assert "Files read: ./a.ex (ref m3), ./b.ex (ref m4)" in text
     assert "ref m5: /tmp/run.log" in text
     assert without_index(f"Summary.\n\n{text}") == "Summary."
+
+
+def test_a_file_keeps_the_handle_of_its_whole_read_when_only_a_slice_is_read_later(
+    fake_llm, settings, db
+):
+    settings.ASSISTANT_COMPACTION = WINDOW
+    fake_llm.use_anthropic(settings)
+    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
+    source = "".join(f"def step_{n}():\n    return run_stage_{n}()\n" for n in range(60))
+    whole = tool_turn(conversation, "Read it", [("Read", {"file_path": "lib/app.py"}, source)])[2]
+    grep = tool_turn(
+        conversation,
+        "Where is step_7?",
+        [("Bash", {"command": "grep -n step_7 lib/app.py"}, "15:def step_7():")],
+    )[2]
+    for number in range(3):
+        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
+    ensure_context_summary(conversation)
+
+    index = index_of(conversation)
+    # The whole file stays one recall away; the slice is still listed by its own handle.
+    assert f"lib/app.py (ref m{whole.pk})" in index
+    assert f"ref m{grep.pk}" in index
+
+
+def test_the_files_read_outlive_newer_names_when_the_budget_is_short():
+    names = {f"loader_{n}_widget": [100 + n, 100 + n] for n in range(60)}
+    index = {
+        "first": 1,
+        "through": 200,
+        "read": {"/srv/app/lib/old_store.py": [3, 3]},
+        "names": names,
+    }
+
+    text = render(index, 120)
+
+    assert estimate_tokens(text) <= 120
+    assert "/srv/app/lib/old_store.py (ref m3)" in text  # older than every name, kept first
+    assert "loader_59_widget" in text  # the rest of the budget: the most recently used
+    assert "loader_0_widget" not in text
