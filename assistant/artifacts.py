@@ -112,7 +112,7 @@ def _loaded(previous: dict[str, Any] | None) -> dict[str, Any]:
             continue
         for key, entry in value.items():
             stored = [entry, entry] if isinstance(entry, int) else list(entry)
-            index[target][key] = [*stored[:3], *[0] * (3 - len(stored[:3]))]
+            index[target][key] = [*stored, 0][:3]
     return index
 
 

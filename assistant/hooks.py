@@ -57,7 +57,6 @@ from assistant.window import (
     Results,
     WindowState,
     decide,
-    early_shift,
     load_window,
     results_step,
     store_size,
@@ -114,11 +113,9 @@ def _ensure_context_summary(
         # process's summary.
         summary = shift_window(conversation.pk, config, shift)
         return summary, _compact_kept(state, _after_shift(state, cold=plan.cold), plan)
-    if plan.suffix_first:  # a pre-built summary was adopted instead
-        state = _compact_all(state, plan) or state
-        plan = decide(state, config, now, first=plan, adopted=adopted)
-        # The adopted summary stood for the shift at the trigger: only an early one now.
-        shift = early_shift(state, config)
+    # Past the trigger with a cached-suffix request, a pre-built summary was adopted
+    # instead (its kept results compacted with it): it stood for the shift at the
+    # trigger, and the plan decided after it holds only an early one.
     if shift is not None:  # an early shift, which pays
         if plan.worker_ahead and defer_to_worker(state, config):
             return state.summary, state
@@ -129,18 +126,11 @@ def _ensure_context_summary(
     return state.summary, state
 
 
-def _compact_all(state: WindowState, plan: Plan) -> WindowState | None:
-    """At the trigger (or without a cache to keep) any batch of results goes."""
-    return compact_consumed_results(
-        state, results_step(state, state.config, free=True, everything=plan.cold)
-    )
-
-
 def _compact_kept(before: WindowState, after: WindowState, plan: Plan) -> WindowState:
     """After a shift (`before` -> `after`) the next request writes everything
     after the system part anyway: the consumed results the shift kept verbatim
-    are compacted in the same step, instead of breaking the freshly written
-    prefix again a few calls later."""
+    are compacted in the same step (any batch goes, as at the trigger), instead
+    of breaking the freshly written prefix again a few calls later."""
     if after.through_id == before.through_id:
         return after
     results = results_step(after, after.config, free=True, everything=plan.cold)

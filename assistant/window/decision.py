@@ -282,8 +282,8 @@ def step_pays(state: WindowState, config: CompactionConfig, freed: int, cost: fl
     right after the step."""
     prices = state.cache_prices
     ledger = Ledger.of(state.metadata)
-    return outlook(state, config, ledger).saves(freed, prices) >= cost and ledger.affords(
-        state.rows, cost, prices
+    return ledger.affords(state.rows, cost, prices) and (
+        outlook(state, config, ledger).saves(freed, prices) >= cost
     )
 
 
