@@ -104,6 +104,17 @@ def test_the_list_the_header_and_the_bar_show_one_size_with_a_provider_count(db)
     assert report_parts(conversation) == (size, size)
 
 
+def test_a_message_stored_after_a_split_inside_a_turn_stores_the_hooks_size(db):
+    # add_message measures the context without loading the messages' text: the
+    # system message's text, the anchor and the stored ratio must still count.
+    conversation = split_inside_a_turn()
+    add_message(conversation, "user", "Now the fifth module, please.")
+
+    size = context_tokens(conversation)
+    assert size == load_window(conversation.pk).context_tokens() > 502
+    assert list_size(conversation) == size
+
+
 def report_parts(conversation: Conversation) -> tuple[int, int]:
     """(manage.py context_report's total, the sum of its parts)."""
     tokens = context_report(conversation)["tokens"]

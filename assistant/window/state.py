@@ -17,6 +17,7 @@ the system part of every request.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -27,7 +28,7 @@ from django.utils import timezone
 from assistant.cache_ledger import CachePrices, cache_prices
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.cost import chat_model
-from assistant.models import Conversation, ConversationMetadata, Message
+from assistant.models import Conversation, ConversationMetadata, Message, MessageQuerySet
 from assistant.tokens import estimate_tokens
 
 # Bounds of the provider's count over our estimate: tokenizers differ by less;
@@ -208,6 +209,21 @@ def load_window(
     """Read the conversation's metadata and its window fresh from the
     database (never from a possibly stale in-memory object): two queries.
     `config`: the caller's settings (read here only when it has none)."""
+    return _load(conversation_id, config, through_id, MessageQuerySet.model_view)
+
+
+def context_size(conversation_id: int, config: CompactionConfig | None = None) -> int:
+    """The size of a conversation's next request (`WindowState.context_tokens`),
+    read without the messages' text: it runs after every stored message."""
+    return _load(conversation_id, config, None, MessageQuerySet.size_view).context_tokens()
+
+
+def _load(
+    conversation_id: int,
+    config: CompactionConfig | None,
+    through_id: int | None,
+    view: Callable[[MessageQuerySet], MessageQuerySet],
+) -> WindowState:
     values = Conversation.objects.values("system_prompt", "metadata", "context_tokens").get(
         pk=conversation_id
     )
@@ -226,7 +242,7 @@ def load_window(
         if anchor_id is not None and through_id is None:
             wanted |= Q(id=anchor_id)
         rows = rows.filter(wanted)
-    for row in rows.model_view():
+    for row in view(rows):
         if row.role == Message.Role.SYSTEM:
             state.system_rows.append(row)
         elif cutoff is not None and row.pk <= cutoff:
@@ -234,11 +250,6 @@ def load_window(
         else:
             state.rows.append(row)
     return state
-
-
-def context_size(conversation_id: int, config: CompactionConfig | None = None) -> int:
-    """The size of a conversation's next request (`WindowState.context_tokens`)."""
-    return load_window(conversation_id, config).context_tokens()
 
 
 def store_size(state: WindowState) -> int:
