@@ -355,33 +355,28 @@ class MessageQuerySet(models.QuerySet):
             .order_by("id")
         )
 
-    def size_view(self) -> MessageQuerySet:
-        """What the context's size reads (`assistant.window.context_size`), in
-        order: the counts and estimates of every message, and the text of
-        system messages alone (they make the system part of every request).
-        A message's `model_content` is "" unless it is a system message."""
-        system_text = Coalesce("compacted_content", "content")
-        return (
-            self.only(*SIZE_FIELDS)
-            .annotate(
-                model_content=models.Case(
-                    models.When(role="system", then=system_text),
-                    default=models.Value(""),
-                    output_field=models.TextField(),
-                )
-            )
-            .order_by("id")
+    def size_values(self) -> MessageQuerySet:
+        """What the context's size reads (`assistant.window.context_size`), as
+        tuples of SIZE_FIELDS, in order: the counts and estimates of every
+        message, and the text of system messages alone (they make the system
+        part of every request; "" for the others)."""
+        system_text = models.Case(
+            models.When(role="system", then=Coalesce("compacted_content", "content")),
+            default=models.Value(""),
+            output_field=models.TextField(),
         )
+        return self.annotate(system_text=system_text).order_by("id").values_list(*SIZE_FIELDS)
 
 
-# The message fields the context's size is computed from (`size_view`).
+# The message fields the context's size is computed from (`size_values`).
 SIZE_FIELDS = (
-    "conversation",
+    "id",
     "role",
     "token_estimate",
     "input_tokens",
     "cache_read_tokens",
     "cache_write_tokens",
+    "system_text",
 )
 
 

@@ -17,10 +17,10 @@ the system part of every request.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import Q
 from django.utils import timezone
@@ -214,15 +214,35 @@ def load_window(
 
 def context_size(conversation_id: int, config: CompactionConfig | None = None) -> int:
     """The size of a conversation's next request (`WindowState.context_tokens`),
-    read without the messages' text: it runs after every stored message."""
-    return _load(conversation_id, config, None, MessageQuerySet.size_view).context_tokens()
+    read as `SizeRow`s, without the messages' text: it runs after every stored
+    message, so it stays cheap on a long window."""
+    return _load(conversation_id, config, None, _size_rows).context_tokens()
+
+
+class SizeRow(NamedTuple):
+    """A message as the context's size reads it (SIZE_FIELDS), standing in for
+    it in the WindowState that `context_size` loads and measures."""
+
+    pk: int
+    role: str
+    token_estimate: int
+    input_tokens: int | None
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    model_content: str  # a system message's text; "" for the others
+
+    prompt_tokens = Message.prompt_tokens  # the same rule, on these fields
+
+
+def _size_rows(rows: MessageQuerySet) -> Iterator[SizeRow]:
+    return (SizeRow(*values) for values in rows.size_values())
 
 
 def _load(
     conversation_id: int,
     config: CompactionConfig | None,
     through_id: int | None,
-    view: Callable[[MessageQuerySet], MessageQuerySet],
+    view: Callable[[MessageQuerySet], Iterable[Any]],  # Messages, or SizeRows
 ) -> WindowState:
     values = Conversation.objects.values("system_prompt", "metadata", "context_tokens").get(
         pk=conversation_id
