@@ -188,6 +188,9 @@ class Verdict:
     best_probes: int | None
     cost_ok: bool | None  # None: no clean peer to compare with
     probes_ok: bool | None
+    # The clean peers that meet both targets themselves on this session: as
+    # cheap as the cheapest and keeping as many probes as the best.
+    both: list[str]
 
 
 def _clean(outcome: Any) -> bool:
@@ -205,6 +208,12 @@ def verdicts(results: dict[str, list[Any]]) -> list[Verdict]:
         costs = {name: results[name][index].cost for name in clean}
         cheapest = min(costs, key=costs.__getitem__) if costs else None
         best = max((results[name][index].meter.probes_kept for name in clean), default=None)
+        both = [
+            name
+            for name in clean
+            if costs[name] <= costs[cheapest] * (1 + 1e-9)
+            and results[name][index].meter.probes_kept >= best
+        ]
         out.append(
             Verdict(
                 session=base.conversation,
@@ -219,6 +228,7 @@ def verdicts(results: dict[str, list[Any]]) -> list[Verdict]:
                 probes_ok=None
                 if best is None
                 else not ours.error and ours.meter.probes_kept >= best,
+                both=both,
             )
         )
     return out
@@ -237,7 +247,7 @@ def session_rows(
     names = [n for n in results if n != EVERYTHING]
     header = ["session", "calls", "naive largest", "probes"]
     header += [f"{n}: cost / tokens / probes / broken" for n in names]
-    header += ["cheapest clean peer", "cost target", "probes target"]
+    header += ["cheapest clean peer", "cost target", "probes target", "a peer meeting both"]
     rows = []
     for index, (base, verdict) in enumerate(zip(results[EVERYTHING], judged, strict=True)):
         row = [
@@ -259,6 +269,7 @@ def session_rows(
         if verdict.cheapest:
             cheapest = f"{verdict.cheapest} ({verdict.cheapest_cost / base.cost:.2f})"
         row += [cheapest, _mark(verdict.cost_ok), _mark(verdict.probes_ok)]
+        row.append(", ".join(verdict.both) or "none")
         rows.append(row)
     return header, rows
 
@@ -316,6 +327,14 @@ def session_lines(results: dict[str, list[Any]], trigger: int) -> list[Line]:
             "sessions",
             "every session",
             probes_pass == len(compared) and len(compared) == len(judged),
+        ),
+        Line(
+            "real sessions: one clean peer meets both itself (sessions)",
+            sum(bool(v.both) for v in compared),
+            len(compared),
+            "sessions",
+            "info",
+            None,
         ),
         Line(
             f"real sessions past {trigger:,} ({past['sessions']}): cost under caching",
