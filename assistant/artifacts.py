@@ -99,9 +99,10 @@ def updated_index(previous: dict[str, Any] | None, messages: Sequence[Message]) 
 
 
 def _loaded(previous: dict[str, Any] | None) -> dict[str, Any]:
-    """A copy of a stored index, each entry as [handle, last used, size of the original]
-    (a file read's, else 0); an index stored before entries had a last use (a bare handle),
-    a size, or before names ("definitions") still loads."""
+    """A copy of a stored index, each entry as [handle, last used, size of the original
+    (a file read's, else 0), rank (a name's place among its result's names, else 0)];
+    an index stored before entries had a last use (a bare handle), a size, a rank, or
+    before names ("definitions") still loads."""
     index = empty_index()
     for name, value in (previous or {}).items():
         if not isinstance(value, dict):
@@ -112,7 +113,7 @@ def _loaded(previous: dict[str, Any] | None) -> dict[str, Any]:
             continue
         for key, entry in value.items():
             stored = [entry, entry] if isinstance(entry, int) else list(entry)
-            index[target][key] = [*stored, 0][:3]
+            index[target][key] = [*stored, 0, 0][:4]
     return index
 
 
@@ -150,12 +151,12 @@ def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -
     found = message.pk
     named = False
     modifies = _modifies(message.tool_name, arguments)
-    paths = _paths(arguments)
+    paths = [_one_form(index, path) for path in _paths(arguments)]
     for path in paths:
         named = True
         # A file read then modified keeps both handles: its text, and the change.
         if modifies:
-            index["modified"][path] = [found, found, 0]
+            index["modified"][path] = [found, found, 0, 0]
             continue
         held = index["read"].get(path)
         if held is not None and size * 2 < held[2]:
@@ -163,21 +164,60 @@ def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -
             # the fuller original, which holds the slice too; the slice's names keep its own.
             held[1] = found
         else:
-            index["read"][path] = [found, found, size]
+            index["read"][path] = [found, found, size, 0]
     for url in _urls(arguments):
         named = True
-        index["urls"][url] = [found, found, 0]
+        index["urls"][url] = [found, found, 0, 0]
     for record in _records(arguments):
         named = True
-        index["records"][record] = [found, found, 0]
+        index["records"][record] = [found, found, 0, 0]
     if not named:
         label = _label(message.tool_name, arguments)
         if label:
-            index["calls"][label] = [found, found, 0]
-    for name in names_in(text, MAX_NAMES_PER_RESULT):
+            index["calls"][label] = [found, found, 0, 0]
+    # In names_in's order, the surest kinds first: the render shows a result's first few.
+    for rank, name in enumerate(names_in(text, MAX_NAMES_PER_RESULT)):
         # A result naming its own file (an edit's "updated x.py") says nothing new.
         if not _random_looking(name) and not any(p.endswith(name) for p in paths):
-            index["names"][name] = [found, found, 0]
+            index["names"][name] = [found, found, 0, rank]
+
+
+def _one_form(index: dict[str, Any], path: str) -> str:
+    """The key of `path` among the files: a relative path is the absolute one indexed
+    that ends with it, when there is exactly one; an absolute path takes over the
+    relative entries it ends with (the newer original of each category kept), so one
+    file is one entry whichever form its tools named it by."""
+    if not path.startswith("/"):
+        known = {
+            key
+            for category in FILE_CATEGORIES
+            for key in index[category]
+            if _same_file(key, path) and key.startswith("/")
+        }
+        return known.pop() if len(known) == 1 else path
+    for category in FILE_CATEGORIES:
+        entries = index[category]
+        for key in [k for k in entries if not k.startswith("/") and _same_file(path, k)]:
+            entry = entries.pop(key)
+            held = entries.setdefault(path, entry)
+            if entry[0] > held[0] and entry[2] * 2 >= held[2]:  # newer, and not a slice
+                held[0], held[2] = entry[0], entry[2]
+            held[1] = max(held[1], entry[1])
+    return path
+
+
+def _same_file(one: str, other: str) -> bool:
+    """The same file by two of its paths: equal, or an absolute path ending with a
+    relative one ("/srv/app/lib/a.py" and "lib/a.py" or "./lib/a.py")."""
+    if one == other:
+        return True
+    absolute, relative = (one, other) if one.startswith("/") else (other, one)
+    relative = relative.removeprefix("./")
+    return (
+        absolute.startswith("/")
+        and not relative.startswith(("/", "~", "../"))
+        and absolute.endswith("/" + relative)
+    )
 
 
 def _label(tool_name: str, arguments: dict[str, Any]) -> str:
@@ -283,7 +323,13 @@ def render(index: dict[str, Any] | None, max_tokens: int) -> str:
             for category in CATEGORIES
             for key, entry in index[category].items()
         ),
-        key=lambda item: (-item[0], -item[1], CATEGORIES.index(item[2]), item[3]),
+        key=lambda item: (
+            -item[0],
+            -item[1],
+            CATEGORIES.index(item[2]),
+            index[item[2]][item[3]][3],  # a result's names in names_in's order
+            item[3],
+        ),
     )
     files = [entry for entry in entries if entry[2] in FILE_CATEGORIES]
     # The files first, within their share: a file's original holds every name in it.
@@ -294,6 +340,8 @@ def render(index: dict[str, Any] | None, max_tokens: int) -> str:
     for entry in entries:  # the most recently used first
         if entry in chosen:
             continue
+        if entry[2] == "names" and any(_same_file(entry[3], file[3]) for file in files):
+            continue  # a path listed among the files already
         if entry[2] == "names":  # a few names per result: room for more results
             shown[entry[1]] = shown.get(entry[1], 0) + 1
             if shown[entry[1]] > NAMES_SHOWN_PER_RESULT:

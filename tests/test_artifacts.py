@@ -197,3 +197,45 @@ def test_the_files_read_outlive_newer_names_when_the_budget_is_short():
     assert "/srv/app/lib/old_store.py (ref m3)" in text  # older than every name, kept first
     assert "loader_59_widget" in text  # the rest of the budget: the most recently used
     assert "loader_0_widget" not in text
+
+
+def test_a_summarized_source_file_shows_its_own_definitions_before_the_calls_it_makes(
+    fake_llm, settings, db
+):
+    settings.ASSISTANT_COMPACTION = WINDOW
+    fake_llm.use_anthropic(settings)
+    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
+    calls = "".join(f"    Map.put_{n}(x)\n    Enum.map_{n}(y)\n" for n in range(8))
+    source = f"def sync_session_file(path) do\n{calls}end\ndef sync_subagents(x) do\nend\n"
+    read = tool_turn(conversation, "Read it", [("Bash", {"command": "cat sync"}, source)])[2]
+    for number in range(3):
+        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
+    ensure_context_summary(conversation)
+
+    shown = index_of(conversation).split(f"ref m{read.pk} Bash cat sync: ", 1)[1].split(";")[0]
+    # The file's own definitions first: the module calls sort before them by name alone.
+    assert shown.startswith("sync_session_file, sync_subagents, ")
+
+
+def test_a_file_named_by_its_relative_and_its_absolute_path_is_listed_once(fake_llm, settings, db):
+    settings.ASSISTANT_COMPACTION = WINDOW
+    fake_llm.use_anthropic(settings)
+    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
+    source = "".join(f"def step_{n}():\n    return {n}\n" for n in range(40))
+    tool_turn(
+        conversation, "Find it", [("Bash", {"command": "grep -n step lib/app.py"}, "1:def step_0")]
+    )
+    whole = tool_turn(
+        conversation, "Read it", [("Read", {"file_path": "/srv/app/lib/app.py"}, source)]
+    )[2]
+    status = tool_turn(
+        conversation, "Status?", [("Bash", {"command": "git status"}, "modified: lib/app.py")]
+    )[2]
+    for number in range(3):
+        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
+    ensure_context_summary(conversation)
+
+    index = index_of(conversation)
+    assert index.count("lib/app.py") == 1  # no second entry, no name repeating it
+    assert f"/srv/app/lib/app.py (ref m{whole.pk})" in index
+    assert f"ref m{status.pk} Bash git status" in index
