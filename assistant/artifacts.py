@@ -44,8 +44,6 @@ FILES_SHARE = 0.5
 MAX_ENTRIES = 400
 # Names taken from one result: a whole source file is not an index.
 MAX_NAMES_PER_RESULT = 24
-# ...of which the render shows the most recently used few.
-NAMES_SHOWN_PER_RESULT = 6
 # What a call did, when it names no file, URL or record: at most this many characters.
 LABEL_CHARS = 48
 
@@ -335,18 +333,13 @@ def render(index: dict[str, Any] | None, max_tokens: int) -> str:
     # The files first, within their share: a file's original holds every name in it.
     files = files[: _longest_within(heading, files, round(max_tokens * FILES_SHARE))]
     chosen = set(files)
-    shown: dict[int, int] = {}
-    rest = []
-    for entry in entries:  # the most recently used first
-        if entry in chosen:
-            continue
-        if entry[2] == "names" and any(_same_file(entry[3], file[3]) for file in files):
-            continue  # a path listed among the files already
-        if entry[2] == "names":  # a few names per result: room for more results
-            shown[entry[1]] = shown.get(entry[1], 0) + 1
-            if shown[entry[1]] > NAMES_SHOWN_PER_RESULT:
-                continue
-        rest.append(entry)
+    rest = [  # the most recently used first, a result's names in names_in's order
+        entry
+        for entry in entries
+        if entry not in chosen
+        # a path listed among the files already
+        and not (entry[2] == "names" and any(_same_file(entry[3], f[3]) for f in files))
+    ]
     ordered = files + rest
     return _rendered(heading, ordered[: _longest_within(heading, ordered, max_tokens)])
 

@@ -206,7 +206,8 @@ def test_a_summarized_source_file_shows_its_own_definitions_before_the_calls_it_
     fake_llm.use_anthropic(settings)
     conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
     calls = "".join(f"    Map.put_{n}(x)\n    Enum.map_{n}(y)\n" for n in range(8))
-    source = f"def sync_session_file(path) do\n{calls}end\ndef sync_subagents(x) do\nend\n"
+    body = "    # copy the rows one by one, in order\n" * 20
+    source = f"def sync_session_file(path) do\n{calls}{body}end\ndef sync_subagents(x) do\nend\n"
     read = tool_turn(conversation, "Read it", [("Bash", {"command": "cat sync"}, source)])[2]
     for number in range(3):
         tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
@@ -239,3 +240,18 @@ def test_a_file_named_by_its_relative_and_its_absolute_path_is_listed_once(fake_
     assert index.count("lib/app.py") == 1  # no second entry, no name repeating it
     assert f"/srv/app/lib/app.py (ref m{whole.pk})" in index
     assert f"ref m{status.pk} Bash git status" in index
+
+
+def test_every_name_of_a_result_is_shown_while_the_budget_has_room(fake_llm, settings, db):
+    settings.ASSISTANT_COMPACTION = WINDOW
+    fake_llm.use_anthropic(settings)
+    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
+    source = "".join(f"def load_part_{n}():\n    pass\n" for n in range(10))
+    tool_turn(conversation, "Read it", [("Bash", {"command": "cat parts"}, source)])
+    for number in range(3):
+        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
+    ensure_context_summary(conversation)
+
+    index = index_of(conversation)
+    assert estimate_tokens(index) < 1000  # far within the budget: nothing to leave out
+    assert all(f"load_part_{n}" in index for n in range(10))
