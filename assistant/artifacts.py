@@ -9,9 +9,12 @@ prose, so a summarizer that drops everything cannot drop these. Kept structured 
 conversation's metadata (ARTIFACT_INDEX), updated with each newly summarized slice, and
 rendered into the summary deterministically within ARTIFACT_INDEX_MAX_TOKENS: the files
 read and modified first, within half of it, then the most recently used entries (used:
-found, or named again by the user or the model), so the text changes only when the index
-does. A file read then modified keeps both handles; a file read whole keeps that handle
-when a later original of it is only a slice (a grep, a line range).
+found, or named again by the user or the model), each result's names in names_in's
+order, so the text changes only when the index does. Paths are shown whole, as the
+model passes them to its tools. A file is one entry whether its tools named it by its
+absolute or its relative path; a file read then modified keeps both handles; a file
+read whole keeps that handle when a later original of it is only a slice (a grep, a
+line range).
 
 The rules are general, not tuned to one agent: a path is the value of an argument whose
 name says path or file, or a path-shaped token (a slash and an extension) in a command;
@@ -362,12 +365,7 @@ def _rendered(heading: str, entries: list[tuple[int, int, str, str]]) -> str:
     by_category: dict[str, dict[str, int]] = {name: {} for name in CATEGORIES}
     for _, found, category, key in entries:
         by_category[category][key] = found
-    root = _root([*by_category["modified"], *by_category["read"], *by_category["names"]])
-
-    def short(path: str) -> str:
-        return "./" + path.removeprefix(root) if root and path.startswith(root) else path
-
-    lines = [f"{heading} (./ is {root})" if root else heading]
+    lines = [heading]
     modified, read = by_category["modified"], by_category["read"]
     if modified:
         items = []
@@ -376,13 +374,11 @@ def _rendered(heading: str, entries: list[tuple[int, int, str, str]]) -> str:
             shown = f"ref {handle(found)}"
             if also is not None and also != found:
                 shown = f"read ref {handle(also)}, changed ref {handle(found)}"
-            items.append(f"{short(path)} ({shown})")
+            items.append(f"{path} ({shown})")
         lines.append("Files modified: " + ", ".join(items))
     read_only = sorted((found, path) for path, found in read.items() if path not in modified)
     if read_only:
-        lines.append(
-            "Files read: " + ", ".join(f"{short(p)} (ref {handle(h)})" for h, p in read_only)
-        )
+        lines.append("Files read: " + ", ".join(f"{p} (ref {handle(h)})" for h, p in read_only))
     for category, label in (("urls", "URLs"), ("records", "Records")):
         items = sorted((found, key) for key, found in by_category[category].items())
         if items:
@@ -391,7 +387,7 @@ def _rendered(heading: str, entries: list[tuple[int, int, str, str]]) -> str:
     for label, found in by_category["calls"].items():
         results.setdefault(found, ([], []))[0].append(label)
     for name, found in by_category["names"].items():
-        results.setdefault(found, ([], []))[1].append(short(name))
+        results.setdefault(found, ([], []))[1].append(name)
     if results:
         items = []
         for found, (labels, names) in sorted(results.items()):
@@ -399,23 +395,6 @@ def _rendered(heading: str, entries: list[tuple[int, int, str, str]]) -> str:
             items.append(f"ref {handle(found)}{what}{': ' if names else ''}{', '.join(names)}")
         lines.append("Results: " + "; ".join(items))
     return "\n".join(lines)
-
-
-def _root(paths: list[str]) -> str:
-    """The deepest directory (with its trailing slash) at least half of the absolute
-    `paths`, and two or more, lie under, when long enough to be worth naming once; else ""."""
-    absolute = sorted({path for path in paths if path.startswith("/")})
-    if len(absolute) < 2:
-        return ""
-    counts: dict[str, int] = {}
-    for path in absolute:
-        parts = path.split("/")[1:-1]
-        for depth in range(1, len(parts) + 1):
-            directory = "/" + "/".join(parts[:depth]) + "/"
-            counts[directory] = counts.get(directory, 0) + 1
-    wanted = max(2, (len(absolute) + 1) // 2)
-    shared = [d for d, n in counts.items() if n >= wanted and len(d) >= 12]
-    return max(shared, key=lambda d: (d.count("/"), d)) if shared else ""
 
 
 def without_index(summary: str | None) -> str | None:

@@ -143,7 +143,7 @@ def test_an_index_stored_by_the_previous_version_still_renders():
     )
 
 
-def test_a_shared_directory_is_named_once_and_other_paths_stay_whole():
+def test_absolute_paths_are_shown_whole_as_the_model_passes_them_to_its_tools():
     index = {
         "first": 1,
         "through": 9,
@@ -153,8 +153,11 @@ def test_a_shared_directory_is_named_once_and_other_paths_stay_whole():
 
     text = render(index, 500)
 
-    assert text.splitlines()[0] == f"{HEADING} ref m1..m9 (./ is /home/dev/project/lib/)"
-    assert "Files read: ./a.ex (ref m3), ./b.ex (ref m4)" in text
+    assert text.splitlines()[0] == f"{HEADING} ref m1..m9"
+    assert (
+        "Files read: /home/dev/project/lib/a.ex (ref m3), /home/dev/project/lib/b.ex (ref m4)"
+        in text
+    )
     assert "ref m5: /tmp/run.log" in text
     assert without_index(f"Summary.\n\n{text}") == "Summary."
 
