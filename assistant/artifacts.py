@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django.db.models.functions import Left, Length
@@ -176,7 +176,7 @@ def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -
         label = _label(message.tool_name, arguments)
         if label:
             index["calls"][label] = [found, found, 0, 0]
-    # In names_in's order, the surest kinds first: the render shows a result's first few.
+    # In names_in's order, the surest kinds first: the render keeps a result's first ones.
     for rank, name in enumerate(names_in(text, MAX_NAMES_PER_RESULT)):
         # A result naming its own file (an edit's "updated x.py") says nothing new.
         if not _random_looking(name) and not any(p.endswith(name) for p in paths):
@@ -336,15 +336,34 @@ def render(index: dict[str, Any] | None, max_tokens: int) -> str:
     # The files first, within their share: a file's original holds every name in it.
     files = files[: _longest_within(heading, files, round(max_tokens * FILES_SHARE))]
     chosen = set(files)
+    listed = _listed([entry[3] for entry in files])
     rest = [  # the most recently used first, a result's names in names_in's order
         entry
         for entry in entries
-        if entry not in chosen
-        # a path listed among the files already
-        and not (entry[2] == "names" and any(_same_file(entry[3], f[3]) for f in files))
+        if entry not in chosen and not (entry[2] == "names" and listed(entry[3]))
     ]
     ordered = files + rest
     return _rendered(heading, ordered[: _longest_within(heading, ordered, max_tokens)])
+
+
+def _listed(paths: list[str]) -> Callable[[str], bool]:
+    """Whether a name is one of `paths` by another of its forms (`_same_file`), by sets:
+    the render asks it of every name."""
+    absolute = {path for path in paths if path.startswith("/")}
+    relative = {path.removeprefix("./") for path in paths if not path.startswith("/")}
+    tails = relative | {tail for path in absolute for tail in _tails(path)}
+
+    def listed(name: str) -> bool:
+        if name.startswith("/"):
+            return name in absolute or any(tail in relative for tail in _tails(name))
+        return name.removeprefix("./") in tails
+
+    return listed
+
+
+def _tails(path: str) -> list[str]:
+    """The relative paths an absolute `path` ends with: /a/b.py -> a/b.py, b.py."""
+    return [path.split("/", cut)[-1] for cut in range(1, path.count("/") + 1)]
 
 
 def _longest_within(heading: str, entries: list[tuple[int, int, str, str]], max_tokens: int) -> int:
