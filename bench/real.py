@@ -9,7 +9,8 @@ results; after the last message of a user turn the exchange is stamped and
 the post-exchange pipeline (`process_exchange`) runs in-process.
 
 The peers run in memory (bench/baselines.py, bench/peers.py, and the two
-ported from their sources: bench/openhands.py, bench/server_compaction.py). One
+ported from their sources: bench/openhands.py, bench/server_compaction.py), in a
+second process while ours replays (`peers_in_background`). One
 FakeSummarizer per strategy and conversation writes every summary. An
 exception in one strategy on one conversation is recorded, not fatal.
 Import after django.setup().
@@ -17,13 +18,16 @@ Import after django.setup().
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db import connections
 from django.test import override_settings
 
 from assistant import services
@@ -197,9 +201,13 @@ def peers() -> dict[str, Callable[[FakeSummarizer], Strategy]]:
 
 
 def replay_all(
-    sessions: list[Session], progress: Callable[[str], None] = print
+    sessions: list[Session],
+    peer_outcomes: Callable[[], dict[str, list[Outcome]]] | None = None,
+    progress: Callable[[str], None] = print,
 ) -> dict[str, list[Outcome]]:
-    """strategy name -> one outcome per session, in the sessions' order."""
+    """strategy name -> one outcome per session, in the sessions' order: ours,
+    ours with cached-suffix summaries, then the peers (`peer_outcomes`: the
+    wait for them, from `peers_in_background`; None: replayed here, after ours)."""
     results: dict[str, list[Outcome]] = {OURS: []}
     for session in sessions:
         progress(f"real {session.name}: ours ({session.model_calls} model calls)")
@@ -208,8 +216,33 @@ def replay_all(
     for session in sessions:
         progress(f"real {session.name}: ours, cached-suffix summaries")
         results[OURS_SUFFIX].append(replay_ours_suffix(session, FakeSummarizer()))
+    progress(f"real sessions: the peers ({', '.join(peers())})")
+    results.update(peer_outcomes() if peer_outcomes else replay_peers(sessions))
+    return results
+
+
+def peers_in_background(sessions: list[Session]) -> Callable[[], dict[str, list[Outcome]]]:
+    """Start the in-memory peers on `sessions` in a second process and return
+    the call that waits for their outcomes. They share nothing with ours (no
+    database, a summarizer each), so the run uses both cores; start it before
+    any thread (a Celery worker) does, since the process is forked."""
+    connections.close_all()  # the forked process must not share our database connection
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
+    future = pool.submit(replay_peers, sessions)
+
+    def outcomes() -> dict[str, list[Outcome]]:
+        try:
+            return future.result()
+        finally:
+            pool.shutdown()
+
+    return outcomes
+
+
+def replay_peers(sessions: list[Session]) -> dict[str, list[Outcome]]:
+    """Every in-memory strategy on every session (`peers`)."""
+    results: dict[str, list[Outcome]] = {}
     for name, make in peers().items():
-        progress(f"real sessions: {name}")
         results[name] = []
         for session in sessions:
             summarizer = FakeSummarizer()
