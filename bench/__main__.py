@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     trigger = compaction_config().CONTEXT_TOKEN_THRESHOLD
     sessions = [s for s in load_sessions() if not args.sessions or s.name in args.sessions]
     step(f"{len(sessions)} real agent sessions: the peers, in a second process meanwhile")
-    peer_outcomes = real.peers_in_background(sessions)
+    beside = real.Beside(sessions)
     w300, w60 = generate(300), generate(60)
 
     replays: dict[str, Any] = {}
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         offpath = off_the_chat_path()
 
     step(f"{len(sessions)} real agent sessions: ours through PostgreSQL")
-    real_results = real.replay_all(sessions, peer_outcomes, progress=step)
+    real_results = real.replay_all(sessions, beside, progress=step)
     real_sums = real.totals(real_results)
 
     ours, ref = replays["ours 300 turns"], replays["reference 300 turns"]

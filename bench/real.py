@@ -10,7 +10,8 @@ the post-exchange pipeline (`process_exchange`) runs in-process.
 
 The peers run in memory (bench/baselines.py, bench/peers.py, and the two
 ported from their sources: bench/openhands.py, bench/server_compaction.py), in a
-second process while ours replays (`peers_in_background`). One
+second process while ours replays (`Beside`), as is ours with cached-suffix
+summaries. One
 FakeSummarizer per strategy and conversation writes every summary. An
 exception in one strategy on one conversation is recorded, not fatal.
 Import after django.setup().
@@ -22,7 +23,7 @@ import multiprocessing
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,41 +203,53 @@ def peers() -> dict[str, Callable[[FakeSummarizer], Strategy]]:
 
 def replay_all(
     sessions: list[Session],
-    peer_outcomes: Callable[[], dict[str, list[Outcome]]] | None = None,
+    beside: Beside | None = None,
     progress: Callable[[str], None] = print,
 ) -> dict[str, list[Outcome]]:
     """strategy name -> one outcome per session, in the sessions' order: ours,
-    ours with cached-suffix summaries, then the peers (`peer_outcomes`: the
-    wait for them, from `peers_in_background`; None: replayed here, after ours)."""
+    ours with cached-suffix summaries, then the peers. With `beside`, all but
+    ours run in its second process meanwhile; without, here, one after another."""
+    if beside is not None:
+        beside.start_suffix()
     results: dict[str, list[Outcome]] = {OURS: []}
     for session in sessions:
         progress(f"real {session.name}: ours ({session.model_calls} model calls)")
         results[OURS].append(replay_ours(session, FakeSummarizer()))
-    results[OURS_SUFFIX] = []
-    for session in sessions:
-        progress(f"real {session.name}: ours, cached-suffix summaries")
-        results[OURS_SUFFIX].append(replay_ours_suffix(session, FakeSummarizer()))
-    progress(f"real sessions: the peers ({', '.join(peers())})")
-    results.update(peer_outcomes() if peer_outcomes else replay_peers(sessions))
-    return results
+    if beside is not None:
+        progress("real sessions: waiting for the second process (cached suffix, the peers)")
+        return {**results, **beside.outcomes()}
+    results[OURS_SUFFIX] = replay_suffix_all(sessions)
+    return {**results, **replay_peers(sessions)}
 
 
-def peers_in_background(sessions: list[Session]) -> Callable[[], dict[str, list[Outcome]]]:
-    """Start the in-memory peers on `sessions` in a second process and return
-    the call that waits for their outcomes. They share nothing with ours (no
-    database, a summarizer each), so the run uses both cores; start it before
-    any thread (a Celery worker) does, since the process is forked."""
-    connections.close_all()  # the forked process must not share our database connection
-    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
-    future = pool.submit(replay_peers, sessions)
+def replay_suffix_all(sessions: list[Session]) -> list[Outcome]:
+    return [replay_ours_suffix(session, FakeSummarizer()) for session in sessions]
 
-    def outcomes() -> dict[str, list[Outcome]]:
+
+class Beside:
+    """The replays that run beside ours in a second process, forked when this is
+    made (make it before any worker thread starts): the in-memory peers at once,
+    and ours with cached-suffix summaries once `replay_all` starts ours, so that
+    it never competes with the timed measures before. They share no conversation
+    with ours (the suffix replay's are its own rows, leases and summarizer)."""
+
+    def __init__(self, sessions: list[Session]) -> None:
+        connections.close_all()  # the forked process must not share our database connection
+        self.sessions = sessions
+        fork = multiprocessing.get_context("fork")
+        self.pool = ProcessPoolExecutor(max_workers=1, mp_context=fork)
+        self.peers = self.pool.submit(replay_peers, sessions)
+        self.suffix: Future[list[Outcome]] | None = None
+
+    def start_suffix(self) -> None:
+        self.suffix = self.pool.submit(replay_suffix_all, self.sessions)
+
+    def outcomes(self) -> dict[str, list[Outcome]]:
         try:
-            return future.result()
+            suffix = self.suffix.result() if self.suffix else replay_suffix_all(self.sessions)
+            return {OURS_SUFFIX: suffix, **self.peers.result()}
         finally:
-            pool.shutdown()
-
-    return outcomes
+            self.pool.shutdown()
 
 
 def replay_peers(sessions: list[Session]) -> dict[str, list[Outcome]]:
