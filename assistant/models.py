@@ -361,7 +361,7 @@ class MessageQuerySet(models.QuerySet):
         message, and the text of system messages alone (they make the system
         part of every request; "" for the others)."""
         system_text = models.Case(
-            models.When(role="system", then=Coalesce("compacted_content", "content")),
+            models.When(role=self.model.Role.SYSTEM, then=Coalesce("compacted_content", "content")),
             default=models.Value(""),
             output_field=models.TextField(),
         )
