@@ -246,8 +246,8 @@ class Beside:
 
     def outcomes(self) -> dict[str, list[Outcome]]:
         try:
-            suffix = self.suffix.result() if self.suffix else replay_suffix_all(self.sessions)
-            return {OURS_SUFFIX: suffix, **self.peers.result()}
+            suffix = self.suffix or self.pool.submit(replay_suffix_all, self.sessions)
+            return {OURS_SUFFIX: suffix.result(), **self.peers.result()}
         finally:
             self.pool.shutdown()
 
