@@ -21,6 +21,7 @@ from django.core.exceptions import ValidationError
 
 from assistant.conf import compaction_config
 from assistant.context import Context
+from assistant.deletion import require_live
 from assistant.history import add_message
 from assistant.hooks import call_with_overflow_recovery, ensure_context_summary
 from assistant.llm import convert
@@ -106,8 +107,12 @@ def remember_chat_tools(conversation: Conversation, tools: Sequence[dict[str, An
 def _tool_specs(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
     if tools is None:
         return []
-    if isinstance(tools, (str, bytes, dict)) or not all(
-        isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"] for t in tools
+    if (
+        isinstance(tools, (str, bytes))
+        or not isinstance(tools, Sequence)
+        or not all(
+            isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"] for t in tools
+        )
     ):
         raise ValidationError(
             "tools must be a list of {name, description, parameters} specs.", code="invalid_tools"
@@ -157,10 +162,14 @@ def chat_step(
     call_with_overflow_recovery) and record the response with its whole usage
     (`record_response`; `fields` go to it). Call it again while the step has tool calls,
     after adding their results (`answer_tool_calls`). A step with no tool calls ends the
-    turn, an empty answer too (stored as it came; requests leave it out)."""
+    turn, an empty answer too (stored as it came; requests leave it out). Bad
+    arguments and a deleted conversation are refused before anything is written
+    or any model called."""
     _check_provider(provider)
+    _tool_specs(tools)
     # A name clash with the recall tools is refused before any call.
     sent = _with_recall_tools(tools) if recall else tools
+    require_live(conversation)
     remember_chat_tools(conversation, sent)
     ensure_context_summary(conversation)
     response = call_with_overflow_recovery(
@@ -178,7 +187,10 @@ def answer_tool_calls(
 ) -> list[Message]:
     """Run each call and store its result, in order: `recall` and `search_history` are
     answered from the stored originals (`run_tool_call`), any other by the host's
-    `run_tool(name, arguments)`, which returns the result as text."""
+    `run_tool(name, arguments)`, which returns the result as text. Calls that are
+    not {id, name, arguments} and a deleted conversation are refused before any runs."""
+    _check_tool_calls(tool_calls)
+    require_live(conversation)
     results = []
     for call in tool_calls:
         if is_recall_tool(call["name"]):
@@ -187,3 +199,21 @@ def answer_tool_calls(
             text = run_tool(call["name"], call["arguments"])
         results.append(add_message(conversation, "tool", text, tool_call_id=call["id"]))
     return results
+
+
+def _check_tool_calls(tool_calls: Sequence[dict[str, Any]]) -> None:
+    if (
+        isinstance(tool_calls, (str, bytes))
+        or not isinstance(tool_calls, Sequence)
+        or not all(
+            isinstance(call, dict)
+            and isinstance(call.get("id"), str)
+            and isinstance(call.get("name"), str)
+            and "arguments" in call
+            for call in tool_calls
+        )
+    ):
+        raise ValidationError(
+            "tool_calls must be a list of {id, name, arguments} calls, as Step.tool_calls.",
+            code="invalid_tool_calls",
+        )

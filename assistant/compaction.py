@@ -10,8 +10,6 @@ planned below, in the window (assistant.window.results); this module writes it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -21,6 +19,7 @@ from django.utils import timezone
 from assistant import llm
 from assistant.blocks import blocks_tokens, compacted_blocks, has_media
 from assistant.conf import CompactionConfig, compaction_config
+from assistant.deletion import validated_ids
 from assistant.events import record_compaction, stopwatch
 from assistant.llm.prompts import render_transcript
 from assistant.metadata import merge_metadata, read_metadata
@@ -64,6 +63,11 @@ def plan_tool_results(
     min_chars: int | None = None,
 ) -> CompactionPlan:
     """The plan compact_tool_results applies (also `compact_conversation --dry-run`'s)."""
+    if min_chars is not None and (type(min_chars) is not int or min_chars < 0):
+        raise ValidationError(
+            f"min_chars must be a whole number of at least 0 (or None), got {min_chars!r}.",
+            code="invalid_min_chars",
+        )
     boundary = _consumed_boundary(conversation.pk, final_answers_only=not include_current_turn)
     rows = _tool_rows(conversation.pk).filter(id__lt=boundary)
     return plan_compaction(list(rows), compaction_config(), min_chars=min_chars)
@@ -110,25 +114,12 @@ def apply_plan(conversation_id: int, plan: CompactionPlan, config: CompactionCon
     return count
 
 
-def _validated_ids(message_ids: Any) -> list[int]:
-    if isinstance(message_ids, str | bytes) or not isinstance(message_ids, Iterable):
-        ids = None
-    else:
-        ids = list(message_ids)
-    if ids is None or any(type(pk) is not int for pk in ids):
-        raise ValidationError(
-            f"message_ids must be a list of message ids (integers), got {message_ids!r}.",
-            code="invalid_message_ids",
-        )
-    return ids
-
-
 def restore_originals(conversation: Conversation, message_ids: list[int] | None = None) -> int:
     """Show the model the verbatim originals again (and keep them verbatim
     from now on). Messages whose original a retention policy dropped stay
     as they are. Returns the number restored."""
     if message_ids is not None:
-        message_ids = _validated_ids(message_ids)
+        message_ids = validated_ids(message_ids, "message_ids", "invalid_message_ids")
     messages = Message.objects.filter(conversation=conversation, original_dropped_at__isnull=True)
     messages = messages.filter(
         ~Q(compaction="", prepared_compaction="") | Q(compacted_blocks__isnull=False)

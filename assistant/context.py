@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from assistant.deletion import require_saved
 from assistant.llm import convert
 from assistant.models import Conversation, Message
 from assistant.tokens import estimate_tokens
@@ -119,6 +120,7 @@ def build_context(conversation: Conversation, *, allow_pending: bool = False) ->
     whatever the length of the conversation. Tool calls still waiting for
     their results raise IncompleteToolCall, unless `allow_pending` (the
     inspectors): then they are listed in `pending_calls`."""
+    require_saved(conversation)
     return context_from_state(load_window(conversation.pk), allow_pending=allow_pending)
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from assistant.cleanup_conf import cleanup_config
@@ -39,12 +40,27 @@ def deleted_error(conversation_id: int) -> ValidationError:
     )
 
 
+def live(conversation_id: int) -> QuerySet[Conversation]:
+    """The conversation's row if it is neither deleted nor purged: a conditional
+    UPDATE on it changes nothing once it is."""
+    return Conversation.objects.filter(pk=conversation_id, deleted_at__isnull=True)
+
+
 def require_live(conversation: Conversation) -> None:
-    """The services change only saved conversations that are not deleted (or
-    purged): one query, on the database's row, not the caller's copy of it."""
+    """The guard every entry point that changes a conversation passes: only saved
+    conversations that are not deleted (or purged), by one query on the database's
+    row, not the caller's copy of it."""
     require_saved(conversation)
-    if not Conversation.objects.filter(pk=conversation.pk, deleted_at__isnull=True).exists():
+    if not live(conversation.pk).exists():
         raise deleted_error(conversation.pk)
+
+
+def validated_ids(ids: Any, name: str, code: str) -> list[int]:
+    """A list of integer ids (any iterable of them but a string), else ValidationError."""
+    values = None if isinstance(ids, str | bytes) or not isinstance(ids, Iterable) else list(ids)
+    if values is None or any(type(pk) is not int for pk in values):
+        raise ValidationError(f"{name} must be a list of ids (integers), got {ids!r}.", code=code)
+    return values
 
 
 def purge_after() -> timedelta | None:
@@ -64,7 +80,8 @@ def purge_date(conversation: Conversation) -> datetime | None:
 def mark_deleted(conversation_ids: Iterable[int]) -> int:
     """Mark the live ones among these conversations deleted; returns how many.
     Nothing else changes: forks keep their parent until the purge."""
-    return Conversation.objects.filter(pk__in=list(conversation_ids), deleted_at=None).update(
+    ids = _conversation_ids(conversation_ids)
+    return Conversation.objects.filter(pk__in=ids, deleted_at=None).update(
         deleted_at=timezone.now()
     )
 
@@ -72,7 +89,7 @@ def mark_deleted(conversation_ids: Iterable[int]) -> int:
 def restore_deleted(conversation_ids: Iterable[int]) -> RestoreResult:
     """Undelete those deleted within the retention (one conditional UPDATE, so
     a conversation the purge is removing meanwhile is not half-restored)."""
-    ids = sorted(set(conversation_ids))
+    ids = sorted(set(_conversation_ids(conversation_ids)))
     keep = purge_after()
     within = Q(deleted_at__isnull=False)
     if keep is not None:
@@ -86,3 +103,7 @@ def restore_deleted(conversation_ids: Iterable[int]) -> RestoreResult:
         expired=sorted(deleted - set(restorable)),
         not_deleted=sorted(set(ids) - deleted - set(restorable)),
     )
+
+
+def _conversation_ids(ids: Any) -> list[int]:
+    return validated_ids(ids, "conversation_ids", "invalid_conversation_ids")

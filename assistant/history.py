@@ -21,7 +21,7 @@ from assistant import llm, telemetry
 from assistant.blocks import blocks_tokens, has_media, validate_blocks
 from assistant.conf import compaction_config
 from assistant.cost import chat_model
-from assistant.deletion import deleted_error, require_saved
+from assistant.deletion import deleted_error, live, require_saved
 from assistant.llm.base import new_tool_call_id
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
 from assistant.queue import POST_EXCHANGE_TASK, enqueue_on_commit
@@ -37,6 +37,7 @@ _CALL_WITH_ID = (
 _MAX_COUNT = 2**31 - 1
 _MAX_NAME_CHARS = Message._meta.get_field("tool_call_id").max_length
 _NEEDS_CONTENT = (Message.Role.USER, Message.Role.SYSTEM)
+_TOOL_RESULT_FIELDS = ("tool_call_id", "tool_name", "tool_arguments")
 _FIELDS = {
     "tool_calls",
     "tool_call_id",
@@ -61,6 +62,8 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
             code="invalid_role",
         )
     _validate_content(content)
+    if role != Message.Role.TOOL:
+        _check_no_tool_fields(role, fields)
     metadata = _validated_metadata(fields.get("metadata"))
     tool_calls = _validated_tool_calls(role, fields.get("tool_calls"))
     blocks = validate_blocks(role, fields.get("blocks"), compaction_config().MAX_CONTENT_BYTES)
@@ -92,15 +95,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
                 **tool_fields,
                 **usage,
             )
-            try:  # the admin list's figure, with this message
-                size = context_size(conversation.pk)
-            except Conversation.DoesNotExist:  # purged meanwhile
-                raise deleted_error(conversation.pk) from None
-            # Last, so the row lock is held briefly; a soft-deleted (or purged)
-            # conversation matches nothing and the insert is rolled back.
-            live = Conversation.objects.filter(pk=conversation.pk, deleted_at__isnull=True)
-            if not live.update(updated_at=timezone.now(), context_tokens=size):
-                raise deleted_error(conversation.pk)
+            _store_size(conversation.pk)
     except IntegrityError as error:
         # Another writer stored this call's result between our check and our insert.
         if role == "tool" and _is_duplicate_result(error):
@@ -119,11 +114,42 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
     return message
 
 
+def _store_size(conversation_id: int) -> None:
+    """Store the admin list's figure, with the message just inserted, on a live
+    conversation; a soft-deleted (or purged) one matches nothing, and the insert
+    is rolled back. The size is counted under the row's lock, taken after the
+    insert so that it is held briefly: of concurrent writers the last to take it
+    sees every message the others committed, so the stored size settles on a
+    recount. FOR NO KEY UPDATE: the messages' foreign keys hold KEY SHARE locks
+    on the row, which a plain FOR UPDATE would wait on (and deadlock)."""
+    locked = live(conversation_id).select_for_update(no_key=True).values_list("pk", flat=True)
+    if not locked:
+        raise deleted_error(conversation_id)
+    size = context_size(conversation_id)
+    live(conversation_id).update(updated_at=timezone.now(), context_tokens=size)
+
+
 def finish_exchange(conversation: Conversation) -> None:
     """Mark an exchange complete and enqueue the post-exchange work once the
-    surrounding transaction commits (nothing is enqueued on rollback)."""
-    Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
+    surrounding transaction commits (nothing is enqueued on rollback). A
+    deleted or purged conversation is refused (`conversation_deleted`): no
+    stamp, no task."""
+    require_saved(conversation)
+    if not live(conversation.pk).update(last_exchange_at=timezone.now()):
+        raise deleted_error(conversation.pk)
     enqueue_on_commit(POST_EXCHANGE_TASK, conversation.pk)
+
+
+def _check_no_tool_fields(role: str, fields: dict[str, Any]) -> None:
+    """The fields of a tool result on another message are a host's bug, refused
+    rather than dropped (None or empty is no value)."""
+    given = [name for name in _TOOL_RESULT_FIELDS if fields.get(name) not in (None, "", {})]
+    if given:
+        raise ValidationError(
+            f"A {role} message does not take {', '.join(given)}: only a tool message "
+            "answers a tool call.",
+            code="tool_fields_on_non_tool",
+        )
 
 
 def _validate_content(content: Any) -> None:
@@ -351,12 +377,31 @@ def _tool_result_fields(conversation: Conversation, fields: dict[str, Any]) -> d
             f"tool_name {tool_name!r} does not match the call's name {call['name']!r}.",
             code="tool_name_mismatch",
         )
+    if not _same_arguments(fields.get("tool_arguments"), call["arguments"]):
+        raise ValidationError(
+            f"tool_arguments do not match the arguments of call {call_id!r} "
+            "(leave them out: they are taken from the call).",
+            code="tool_arguments_mismatch",
+        )
     return {
         "tool_call_id": call_id,
         "tool_call_message_id": message_id,
         "tool_name": tool_name,
         "tool_arguments": call["arguments"],
     }
+
+
+def _same_arguments(given: Any, called: dict[str, Any]) -> bool:
+    """Whether a tool result's tool_arguments (None: not given; an object, or its
+    JSON text) are its call's."""
+    if given is None:
+        return True
+    if isinstance(given, str):
+        try:
+            given = json.loads(given)
+        except (ValueError, RecursionError):
+            return False
+    return given == called
 
 
 def _calls_with_id(conversation: Conversation, call_id: str) -> list[tuple[int, dict[str, Any]]]:

@@ -33,6 +33,7 @@ from assistant.cache_ledger import Ledger, step_cost
 from assistant.compaction import apply_plan, compact_old_blocks, prepare_tool_results
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.context import Context, build_context
+from assistant.deletion import require_live
 from assistant.emergency import (
     LEVELS,
     ContextTooLarge,
@@ -70,7 +71,9 @@ T = TypeVar("T")
 
 def ensure_context_summary(conversation: Conversation) -> str | None:
     """The pre-call hook: bring the context within budget and return the
-    window summary the next request carries. Two queries when nothing is due."""
+    window summary the next request carries. Three queries when nothing is due.
+    A deleted or purged conversation is refused first (`conversation_deleted`)."""
+    require_live(conversation)
     with telemetry.pre_call_hook(conversation.pk):
         summary, state = _ensure_context_summary(conversation, compaction_config())
         store_size(state)  # the admin list's figure: the size this call left

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models.functions import Coalesce
 
@@ -308,6 +309,31 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"
+
+    def clean(self) -> None:
+        """A conversation cannot continue itself, nor one of its own forks (the admin's
+        change form): the parent chain must end."""
+        if self.pk is None or self.parent_conversation_id is None:
+            return
+        ancestor, seen = self.parent_conversation_id, set()
+        while ancestor is not None and ancestor not in seen:
+            if ancestor == self.pk:
+                parent = self.parent_conversation_id
+                message = (
+                    "A conversation cannot be its own parent."
+                    if parent == self.pk
+                    else f"Conversation {parent} continues this conversation: it cannot be "
+                    "its parent (a cycle of forks)."
+                )
+                raise ValidationError(
+                    {"parent_conversation": ValidationError(message, code="fork_cycle")}
+                )
+            seen.add(ancestor)
+            ancestor = (
+                Conversation.objects.filter(pk=ancestor)
+                .values_list("parent_conversation_id", flat=True)
+                .first()
+            )
 
     # Typed accessors over metadata (DESIGN section 4).
 

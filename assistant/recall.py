@@ -48,6 +48,9 @@ _HANDLE = re.compile(r"^\s*(?:ref\s+)?m?(\d{1,18})\s*(?:\.\.\s*m?(\d{1,18})\s*)?
 HANDLE_IN_TEXT = re.compile(r"\bref m(\d{1,18})\b(?!\.\.)")
 RANGE_PREVIEW_CHARS = 160
 SNIPPET_CHARS = 300
+# PostgreSQL's substring() takes an integer: the page starts at offset + 1.
+MAX_OFFSET = 2**31 - 2
+MAX_QUERY_CHARS = 500
 
 NEUTRAL_TOOLS = [
     {
@@ -119,8 +122,9 @@ def run_tool_call(conversation: Conversation, name: str, arguments: Any) -> str:
         text = _recall(conversation.pk, call)
     elif name == SEARCH_HISTORY:
         query = arguments.get("query")
-        if not isinstance(query, str) or not query.strip() or len(query) > 500:
-            return 'Error: search_history needs a "query": the words or value to look for.'
+        error = _query_error(query)
+        if error is not None:
+            return error
         text = _search(conversation.pk, query.strip(), config.SEARCH_MAX_RESULTS)
     else:
         return (
@@ -128,7 +132,10 @@ def run_tool_call(conversation: Conversation, name: str, arguments: Any) -> str:
             "recall and search_history."
         )
     if not text.startswith("Error:"):
-        Conversation.objects.filter(pk=conversation.pk).update(recall_count=F("recall_count") + 1)
+        # A deleted conversation is read, never changed (docs/chat-loop.rst, "Recall").
+        Conversation.objects.filter(pk=conversation.pk, deleted_at__isnull=True).update(
+            recall_count=F("recall_count") + 1
+        )
     return _capped(text, config.RECALL_MAX_CHARS)
 
 
@@ -152,13 +159,35 @@ def _recall_arguments(arguments: dict[str, Any], cap: int) -> _RecallCall | str:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if key == "offset":
+                return f"Error: offset must be a whole number from 0 to {MAX_OFFSET}."
             return f"Error: {key} must be a whole number of at least 0."
         numbers[key] = value
+    if numbers["offset"] > MAX_OFFSET:
+        return f"Error: offset must be a whole number from 0 to {MAX_OFFSET}."
     last = int(match.group(2)) if match.group(2) else None
     first = int(match.group(1))
     if last is not None and last < first:
         first, last = last, first
     return _RecallCall(first, last, numbers["offset"], max(min(numbers["limit"], cap), 1))
+
+
+def _query_error(query: Any) -> str | None:
+    """The error text that says what is wrong with a search query, None if nothing."""
+    if not isinstance(query, str) or not query.strip():
+        return 'Error: search_history needs a "query": the words or value to look for.'
+    if len(query) > MAX_QUERY_CHARS:
+        return (
+            f"Error: the query is {len(query)} characters long; search_history takes "
+            f"at most {MAX_QUERY_CHARS}."
+        )
+    if "\x00" in query:
+        return "Error: the query contains a NUL character (\\x00); search without it."
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError:
+        return "Error: the query is not valid Unicode (it contains a lone surrogate)."
+    return None
 
 
 def visible_messages(conversation_id: int) -> Q:

@@ -4,7 +4,8 @@ and tests call these names; the work is done in the modules behind them.
 The actions staff run by hand take `acting_user=None`: the compaction events
 they record name that user (see `assistant.events.acting_as`). Those that
 change a conversation refuse a deleted one (`conversation_deleted`), as
-add_message does: `@_live`.
+add_message, finish_exchange, chat_step and the pre-call hook do: `@_live`,
+over `assistant.deletion.require_live`.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from django.core.exceptions import ValidationError
-
-from assistant import compaction, emergency, forking, hooks, summaries
+from assistant import compaction, emergency, forking, summaries
 from assistant.chat import (
     Step,
     answer_tool_calls,
@@ -29,7 +28,11 @@ from assistant.emergency import ContextTooLarge, compact_if_flagged
 from assistant.events import acting_as
 from assistant.forking import generate_parent_summary
 from assistant.history import add_message, finish_exchange
-from assistant.hooks import call_with_overflow_recovery, process_exchange
+from assistant.hooks import (
+    call_with_overflow_recovery,
+    ensure_context_summary,
+    process_exchange,
+)
 from assistant.llm.overflow import context_overflow
 from assistant.models import Conversation
 from assistant.planning import RunPlan, plan_run
@@ -37,7 +40,7 @@ from assistant.previews import Preview, emergency_preview, regenerate_preview, r
 from assistant.queue import enqueue_on_commit
 from assistant.recall import run_tool_call, tool_definitions
 from assistant.responses import record_response
-from assistant.staff_actions import ACTIONS, Outcome, run_staff_action
+from assistant.staff_actions import Outcome, check_action, run_staff_action
 from assistant.status import ContextStatus, context_status
 from assistant.summaries import (
     compaction_cutoff_id,
@@ -60,9 +63,6 @@ def _live(service: F) -> F:
         return service(conversation, *args, **kwargs)
 
     return checked  # type: ignore[return-value]
-
-
-ensure_context_summary = _live(hooks.ensure_context_summary)
 
 
 @_live
@@ -144,11 +144,7 @@ def fork_from_message(
 
 def queue_staff_action(action: str, conversation_id: int, *, acting_user: User = None) -> None:
     """Run a staff action on the worker once the current transaction commits."""
-    if action not in ACTIONS:
-        raise ValidationError(
-            f"Unknown staff action {action!r}; expected one of {', '.join(ACTIONS)}.",
-            code="unknown_action",
-        )
+    check_action(action, conversation_id)
     user_id = getattr(acting_user, "pk", acting_user)
     enqueue_on_commit(staff_action_task, action, conversation_id, user_id)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib.admin.models import CHANGE, LogEntry
+from django.core.exceptions import ValidationError
 
 from assistant import compaction, emergency, summaries, telemetry
 from assistant.events import acting_as
@@ -46,10 +47,23 @@ class Outcome:
     message: str
 
 
+def check_action(action: str, conversation_id: int) -> None:
+    """A known action on a conversation id, else ValidationError (before anything runs)."""
+    if action not in ACTIONS:
+        raise ValidationError(
+            f"Unknown staff action {action!r}; expected one of {', '.join(ACTIONS)}.",
+            code="unknown_action",
+        )
+    if type(conversation_id) is not int:
+        raise ValidationError(
+            f"conversation_id must be an integer id, got {conversation_id!r}.",
+            code="invalid_conversation_id",
+        )
+
+
 def run_staff_action(action: str, conversation_id: int, user_id: int | None) -> Outcome:
     """Run one staff action on one conversation for `user_id` and record it."""
-    if action not in ACTIONS:
-        raise ValueError(f"Unknown staff action {action!r}; expected one of {', '.join(ACTIONS)}.")
+    check_action(action, conversation_id)
     conversation = Conversation.objects.filter(pk=conversation_id).first()
     if conversation is None:
         return Outcome(conversation_id, False, f"conversation {conversation_id} no longer exists")

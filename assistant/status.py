@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from assistant.deletion import require_saved
 from assistant.limits import current_limits
 from assistant.models import CompactionEvent, Conversation
 from assistant.window import load_window
@@ -43,6 +44,7 @@ class ContextStatus:
 
 def context_status(conversation: Conversation) -> ContextStatus:
     """Three queries: the window, the count of events and the latest one."""
+    require_saved(conversation)
     limits = current_limits()
     state = load_window(conversation.pk)
     events = CompactionEvent.objects.filter(conversation_id=conversation.pk)

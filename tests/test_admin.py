@@ -29,6 +29,7 @@ from assistant.services import (
 from assistant.tokens import estimate_tokens
 from tests.builders import html, tool_turn
 from tests.conftest import wait_until
+from tests.media import b64, image_block, pdf, pdf_block, png
 from tests.scenarios import staff_user, tool_heavy_conversation
 
 pytestmark = pytest.mark.django_db
@@ -916,3 +917,100 @@ def test_the_largest_accepted_usage_counts_leave_every_admin_page_working(staff_
     Conversation.objects.filter(pk=conversation.pk).update(deleted_at=timezone.now())
     assert staff_client.get(CHANGELIST + "?status=deleted").status_code == 200
     assert staff_client.get(change_url(conversation)).status_code == 200
+
+
+# --- bad input from outside ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", ["gemini", "anthropic"])
+def test_the_request_body_download_carries_images_and_documents_as_base64(staff_client, shape):
+    conversation = Conversation.objects.create(title="media")
+    picture = png(40, 30)
+    add_message(
+        conversation,
+        "user",
+        "What do these show?",
+        blocks=[image_block(picture), pdf_block(2)],
+    )
+
+    response = staff_client.get(
+        reverse("admin:assistant_conversation_request", args=[conversation.pk]), {"shape": shape}
+    )
+
+    assert response.status_code == 200
+    body = response.json()
+    if shape == "gemini":
+        parts = body["contents"][0]["parts"]
+        assert [part.get("inline_data") for part in parts if "inline_data" in part] == [
+            {"mime_type": "image/png", "data": b64(picture)},
+            {"mime_type": "application/pdf", "data": b64(pdf(2))},
+        ]
+    else:
+        sources = [block["source"] for block in body["messages"][0]["content"][:2]]
+        assert [source["data"] for source in sources] == [b64(picture), b64(pdf(2))]
+
+
+@pytest.mark.parametrize("selected", ["abc", "1.5", ""])
+def test_an_action_on_a_selection_that_is_not_ids_changes_nothing(staff_client, selected):
+    conversation, _ = tool_heavy_conversation()
+    before = list(Conversation.objects.values_list("pk", "deleted_at", "metadata"))
+
+    response = staff_client.post(
+        CHANGELIST, {"action": "delete_selected", ACTION_CHECKBOX_NAME: [selected], "post": "yes"}
+    )
+
+    assert response.status_code == 302
+    assert flashed(response) == [
+        "Items must be selected by their ids in order to perform actions on them. "
+        "No items have been changed."
+    ]
+    assert list(Conversation.objects.values_list("pk", "deleted_at", "metadata")) == before
+    assert history(conversation) == []
+
+
+def change_data(conversation: Conversation, parent: Conversation) -> dict[str, str]:
+    return {
+        "title": conversation.title,
+        "user": "",
+        "parent_conversation": str(parent.pk),
+        "system_prompt": conversation.system_prompt,
+    }
+
+
+def test_the_change_form_refuses_a_conversation_as_its_own_parent(staff_client):
+    conversation, _ = tool_heavy_conversation()
+
+    response = staff_client.post(change_url(conversation), change_data(conversation, conversation))
+
+    assert response.status_code == 200
+    assert (
+        response.context["adminform"].form.errors.as_data()["parent_conversation"][0].code
+        == "fork_cycle"
+    )
+    assert Conversation.objects.get(pk=conversation.pk).parent_conversation_id is None
+
+
+def test_the_change_form_refuses_a_two_conversation_cycle(staff_client):
+    parent, _ = tool_heavy_conversation(title="parent")
+    child = Conversation.objects.create(title="child", parent_conversation=parent)
+
+    response = staff_client.post(change_url(parent), change_data(parent, child))
+
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors.as_data()["parent_conversation"]
+    assert [error.code for error in errors] == ["fork_cycle"]
+    assert [str(message) for error in errors for message in error.messages] == [
+        f"Conversation {child.pk} continues this conversation: it cannot be its parent "
+        "(a cycle of forks)."
+    ]
+    assert Conversation.objects.get(pk=parent.pk).parent_conversation_id is None
+
+
+def test_the_change_form_accepts_a_parent_that_is_not_a_descendant(staff_client):
+    first, _ = tool_heavy_conversation(title="first")
+    second = Conversation.objects.create(title="second")
+
+    response = staff_client.post(change_url(second), change_data(second, first))
+
+    assert response.status_code == 302
+    assert Conversation.objects.get(pk=second.pk).parent_conversation_id == first.pk

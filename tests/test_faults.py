@@ -28,7 +28,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from assistant import cleanup, services
+from assistant import cleanup, hooks, services
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import add_message, finish_exchange
 from config.celery import app as celery_app
@@ -534,7 +534,17 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(
 def everything() -> tuple:
     """Every row the services could write, across all conversations."""
     return (
-        sorted(Conversation.objects.values_list("pk", "metadata", "deleted_at", "updated_at")),
+        sorted(
+            Conversation.objects.values_list(
+                "pk",
+                "metadata",
+                "deleted_at",
+                "updated_at",
+                "last_exchange_at",
+                "context_tokens",
+                "recall_count",
+            )
+        ),
         sorted(Message.objects.values_list("pk", "content", "compacted_content", "metadata")),
         CompactionEvent.objects.count(),
     )
@@ -578,7 +588,67 @@ BAD_SERVICE_CALLS = {
         lambda s, c: s.regenerate_window_summary(c, recent_fraction=-0.1),
         "invalid_recent_fraction",
     ),
+    "mark_deleted ids that are not ids": (
+        lambda s, c: s.mark_deleted(["x"]),
+        "invalid_conversation_ids",
+    ),
+    "mark_deleted a string of ids": (
+        lambda s, c: s.mark_deleted(str(c.pk)),
+        "invalid_conversation_ids",
+    ),
+    "restore_deleted ids that are not ids": (
+        lambda s, c: s.restore_deleted(["x"]),
+        "invalid_conversation_ids",
+    ),
+    "a staff action on an id that is not one": (
+        lambda s, c: s.run_staff_action("compact_tool_results", "abc", None),
+        "invalid_conversation_id",
+    ),
+    "an unknown staff action run": (
+        lambda s, c: s.run_staff_action("bogus", c.pk, None),
+        "unknown_action",
+    ),
+    "build_context of None": (lambda s, c: s.build_context(None), "invalid_conversation"),
+    "context_status of None": (lambda s, c: s.context_status(None), "invalid_conversation"),
+    "finish_exchange of None": (lambda s, c: s.finish_exchange(None), "invalid_conversation"),
+    "chat_step on None": (lambda s, c: s.chat_step(None, no_model), "invalid_conversation"),
+    "compact_tool_results min_chars a string": (
+        lambda s, c: s.compact_tool_results(c, min_chars="x"),
+        "invalid_min_chars",
+    ),
+    "compact_tool_results min_chars below 0": (
+        lambda s, c: s.compact_tool_results(c, min_chars=-1),
+        "invalid_min_chars",
+    ),
+    "chat_step with tools a string": (
+        lambda s, c: s.chat_step(c, no_model, tools="abc"),
+        "invalid_tools",
+    ),
+    "chat_step with a tool without a name": (
+        lambda s, c: s.chat_step(c, no_model, tools=[{"description": "x"}]),
+        "invalid_tools",
+    ),
+    "chat_step with recall and tools a string": (
+        lambda s, c: s.chat_step(c, no_model, tools="abc", recall=True),
+        "invalid_tools",
+    ),
+    "answer_tool_calls with a call that is not one": (
+        lambda s, c: s.answer_tool_calls(c, [{"nope": 1}], no_tool),
+        "invalid_tool_calls",
+    ),
+    "answer_tool_calls with calls a string": (
+        lambda s, c: s.answer_tool_calls(c, "c1", no_tool),
+        "invalid_tool_calls",
+    ),
 }
+
+
+def no_model(request):
+    raise AssertionError("the model was called")
+
+
+def no_tool(name, arguments):
+    raise AssertionError("a tool was run")
 
 
 @pytest.mark.parametrize("case", list(BAD_SERVICE_CALLS))
@@ -607,24 +677,54 @@ DELETED_REFUSES = {
     "restore_originals": lambda s, c: s.restore_originals(c),
     "fork_continuation": lambda s, c: s.fork_continuation(c, "go on"),
     "fork_from_message": lambda s, c: s.fork_from_message(
-        c, c.messages.filter(role="user").first().pk
+        c, c.messages.filter(role="user").values_list("pk", flat=True).first() or 1
     ),
     "regenerate_window_summary": lambda s, c: s.regenerate_window_summary(c),
     "compact_tool_results": lambda s, c: s.compact_tool_results(c, min_chars=0),
+    "chat_step": lambda s, c: s.chat_step(c, no_model, tools=[{"name": "read_post"}]),
+    "finish_exchange": lambda s, c: s.finish_exchange(c),
+    "answer_tool_calls": lambda s, c: s.answer_tool_calls(
+        c, [{"id": "c9", "name": "recall", "arguments": {"handle": "m1"}}], no_tool
+    ),
+    "hooks.ensure_context_summary": lambda s, c: hooks.ensure_context_summary(c),
+}
+
+# Past every trigger, so that the pre-call hook would compact and shift at once.
+PAST_THE_TRIGGERS = {
+    **EAGER,
+    "MAX_MESSAGES_BEFORE_SUMMARY": 4,
+    "MIN_RECENT_MESSAGES": 2,
+    "CONTEXT_TOKEN_THRESHOLD": 1000,
+    "TOOL_RESULT_CHAR_THRESHOLD": 200,
+    "TRUNCATION_KEEP_CHARS": 100,
+    "KEEP_NEWEST_TOOL_RESULTS": 0,
+    "COMPACT_MIN_FREE_TOKENS": 0,
+    "SUMMARY_REQUEST": "cached_suffix",
 }
 
 
 @pytest.mark.parametrize("service", list(DELETED_REFUSES))
-def test_a_deleted_conversation_is_read_only_through_the_services(two_conversations, service):
+@pytest.mark.parametrize("how", ["soft-deleted", "purged"])
+def test_a_deleted_conversation_is_read_only_through_the_services(
+    two_conversations, settings, django_capture_on_commit_callbacks, service, how
+):
+    settings.ASSISTANT_COMPACTION = PAST_THE_TRIGGERS
     mine, _ = two_conversations
-    Conversation.objects.filter(pk=mine.pk).update(deleted_at=timezone.now())
+    if how == "purged":
+        Conversation.objects.filter(pk=mine.pk).delete()
+    else:
+        Conversation.objects.filter(pk=mine.pk).update(deleted_at=timezone.now())
     before = everything()
 
-    with pytest.raises(ValidationError) as error:
+    with (
+        django_capture_on_commit_callbacks() as enqueued,
+        pytest.raises(ValidationError) as error,
+    ):
         DELETED_REFUSES[service](services, mine)
 
     assert error.value.code == "conversation_deleted"
     assert everything() == before
+    assert enqueued == []
 
 
 def test_a_tool_result_for_another_conversations_call_is_refused(two_conversations):

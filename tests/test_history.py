@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
 from assistant.services import add_message
+from assistant.window import context_size
 
 CALL = {"id": "call_1", "name": "get_blog_post", "arguments": {"post_id": 7}}
 
@@ -240,6 +241,44 @@ BAD_FIELDS = [
     ),
 ]
 BAD_INPUT += BAD_FIELDS
+# The fields of a tool result belong to tool messages; a result's arguments are its call's.
+BAD_INPUT += [
+    pytest.param(
+        {"role": "user", "content": "hi", "tool_call_id": "call_1"},
+        "tool_fields_on_non_tool",
+        id="tool-call-id-on-a-user-message",
+    ),
+    pytest.param(
+        {"role": "user", "content": "hi", "tool_name": "get_blog_post"},
+        "tool_fields_on_non_tool",
+        id="tool-name-on-a-user-message",
+    ),
+    pytest.param(
+        {"role": "assistant", "content": "ok", "tool_arguments": {"post_id": 7}},
+        "tool_fields_on_non_tool",
+        id="tool-arguments-on-an-assistant-message",
+    ),
+    pytest.param(
+        {
+            "role": "tool",
+            "content": "rows",
+            "tool_call_id": "call_1",
+            "tool_arguments": {"post_id": 8},
+        },
+        "tool_arguments_mismatch",
+        id="tool-arguments-not-the-calls",
+    ),
+    pytest.param(
+        {
+            "role": "tool",
+            "content": "rows",
+            "tool_call_id": "call_1",
+            "tool_arguments": '{"post_id": 8}',
+        },
+        "tool_arguments_mismatch",
+        id="tool-arguments-text-not-the-calls",
+    ),
+]
 
 
 @pytest.mark.parametrize(("kwargs", "code"), BAD_INPUT)
@@ -466,3 +505,65 @@ def test_nothing_is_added_to_a_deleted_conversation(with_tool_call, role):
 
     assert raised.value.code == "conversation_deleted"
     assert with_tool_call.messages.count() == before
+
+
+@pytest.mark.parametrize("arguments", [{"post_id": 7}, '{"post_id": 7}', None])
+def test_a_tool_result_may_repeat_its_calls_arguments(with_tool_call, arguments):
+    result = add_message(
+        with_tool_call, "tool", "rows", tool_call_id="call_1", tool_arguments=arguments
+    )
+
+    assert Message.objects.get(pk=result.pk).tool_arguments == {"post_id": 7}
+
+
+def test_empty_tool_fields_on_a_user_message_are_no_fields(conversation):
+    message = add_message(conversation, "user", "hi", tool_call_id="", tool_name="")
+
+    assert (message.tool_call_id, message.tool_name) == ("", "")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_stored_context_size_equals_a_recount_after_8_concurrent_writers():
+    conversation = Conversation.objects.create(title="race", system_prompt="You help.")
+    # A long history, so that each writer's count takes a while, as on a real conversation.
+    Message.objects.bulk_create(
+        Message(
+            conversation=conversation,
+            role="user" if n % 2 == 0 else "assistant",
+            content=f"earlier {n}",
+            token_estimate=40,
+            original_token_estimate=40,
+        )
+        for n in range(3000)
+    )
+    writers, rounds = 8, 6
+    start, done = threading.Barrier(writers), threading.Barrier(writers)
+    stale: list[tuple[int, int]] = []
+    failures: list[BaseException] = []
+
+    def write(index: int) -> None:
+        try:
+            for turn in range(rounds):
+                start.wait()
+                add_message(conversation, "user", f"writer {index} turn {turn} " + "x" * 400)
+                if done.wait() == 0:  # one writer compares, once every write has settled
+                    stored = Conversation.objects.get(pk=conversation.pk).context_tokens
+                    recount = context_size(conversation.pk)
+                    if stored != recount:
+                        stale.append((stored, recount))
+        except BaseException as error:  # reported below
+            failures.append(error)
+            start.abort()
+            done.abort()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+    assert failures == []
+    assert conversation.messages.count() == 3000 + writers * rounds
+    assert stale == []

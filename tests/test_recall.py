@@ -10,6 +10,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import override_settings
 from django.urls import reverse
+from django.utils import timezone
 from google import genai
 from google.genai import types
 
@@ -290,7 +291,7 @@ def test_bad_calls_get_an_error_text_not_an_exception(db):
         "Error: the arguments must be a JSON object."
     )
     assert run_tool_call(conversation, "recall", {"handle": f"m{result.pk}", "offset": -1}) == (
-        "Error: offset must be a whole number of at least 0."
+        "Error: offset must be a whole number from 0 to 2147483646."
     )
     assert run_tool_call(conversation, "search_history", {"query": " "}) == (
         'Error: search_history needs a "query": the words or value to look for.'
@@ -420,3 +421,73 @@ def test_the_conversation_page_shows_how_often_the_model_recalled(client, db):
     assert re.search(
         r'field-recall_count.*?<div class="readonly">3</div>', response.content.decode(), re.S
     )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reply"),
+    [
+        (
+            {"offset": 2**31 - 1},
+            "Error: offset must be a whole number from 0 to 2147483646.",
+        ),
+        ({"offset": 10**30}, "Error: offset must be a whole number from 0 to 2147483646."),
+        ({"offset": -3}, "Error: offset must be a whole number from 0 to 2147483646."),
+        ({"offset": "ten"}, "Error: offset must be a whole number from 0 to 2147483646."),
+        ({"offset": 2.5}, "Error: offset must be a whole number from 0 to 2147483646."),
+        (
+            {"limit": 10**30, "offset": 2**31 - 1},
+            ("Error: offset must be a whole number from 0 to 2147483646."),
+        ),
+    ],
+)
+@pytest.mark.parametrize("target", ["message", "range"])
+def test_a_recall_offset_out_of_range_gets_an_error_text(db, arguments, reply, target):
+    conversation = Conversation.objects.create(title="t")
+    result = tool_turn(conversation, "q", [("get_settings", {}, "x" * 20_000)])[2]
+    name = f"m{result.pk}" if target == "message" else f"m1..m{result.pk}"
+
+    assert run_tool_call(conversation, "recall", {"handle": name, **arguments}) == reply
+    assert Conversation.objects.get(pk=conversation.pk).recall_count == 0
+
+
+def test_the_largest_recall_offset_reads_past_the_end(db):
+    conversation = Conversation.objects.create(title="t")
+    result = tool_turn(conversation, "q", [("get_settings", {}, "x" * 20_000)])[2]
+
+    reply = run_tool_call(conversation, "recall", {"handle": f"m{result.pk}", "offset": 2**31 - 2})
+
+    assert reply.startswith(f"[ref m{result.pk} · tool result of get_settings {{}} · 20,000 ")
+    assert reply.endswith("· showing 2,147,483,646-2,147,483,646]")
+
+
+@pytest.mark.parametrize(
+    ("query", "reply"),
+    [
+        ("a\x00b", "Error: the query contains a NUL character (\\x00); search without it."),
+        (
+            "lone \ud800 surrogate",
+            "Error: the query is not valid Unicode (it contains a lone surrogate).",
+        ),
+        (
+            "x" * 501,
+            "Error: the query is 501 characters long; search_history takes at most 500.",
+        ),
+    ],
+)
+def test_a_search_query_that_cannot_be_searched_gets_an_error_text(db, query, reply):
+    conversation = Conversation.objects.create(title="t")
+    tool_turn(conversation, "q", [("get_settings", {}, "x" * 20_000)])
+
+    assert run_tool_call(conversation, "search_history", {"query": query}) == reply
+    assert Conversation.objects.get(pk=conversation.pk).recall_count == 0
+
+
+def test_a_recall_on_a_deleted_conversation_counts_nothing(db):
+    conversation = Conversation.objects.create(title="t")
+    result = tool_turn(conversation, "q", [("get_settings", {}, "value 42")])[2]
+    Conversation.objects.filter(pk=conversation.pk).update(deleted_at=timezone.now())
+
+    reply = run_tool_call(conversation, "recall", {"handle": f"m{result.pk}"})
+
+    assert "value 42" in reply
+    assert Conversation.objects.get(pk=conversation.pk).recall_count == 0

@@ -7,12 +7,12 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -22,7 +22,7 @@ from assistant import services
 from assistant.admin import actions
 from assistant.admin.cost_chart import cost_money, cost_section, money, saved_text
 from assistant.admin.filters import ContextFilter, DeletedFilter, ForkFilter, SummaryFilter
-from assistant.admin.inspector import context_inspector, request_body
+from assistant.admin.inspector import WireJSONEncoder, context_inspector, request_body
 from assistant.admin.listing import with_list_figures
 from assistant.cost import Cost, conversation_costs, costs_since
 from assistant.deletion import purge_date
@@ -116,6 +116,19 @@ class ConversationAdmin(admin.ModelAdmin):
             self._check_action_permission(request, request.POST["action"])
         extra_context = {**(extra_context or {}), "limits": current_limits()}
         return super().changelist_view(request, extra_context)
+
+    def response_action(self, request: HttpRequest, queryset: QuerySet):
+        # Django filters on the posted ids as they come: one that is not an id is a 500.
+        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        if not all(value.isascii() and value.isdigit() for value in selected):
+            self.message_user(
+                request,
+                "Items must be selected by their ids in order to perform actions on them. "
+                "No items have been changed.",
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(request.get_full_path())
+        return super().response_action(request, queryset)
 
     def _check_action_permission(self, request: HttpRequest, name: str) -> None:
         # Every declared action, before Django filters out those the user lacks.
@@ -247,7 +260,9 @@ class ConversationAdmin(admin.ModelAdmin):
         if obj is None or not self.has_view_permission(request, obj):
             raise PermissionDenied
         body = request_body(obj, shape=request.GET.get("shape", "anthropic"))
-        return JsonResponse(body, json_dumps_params={"indent": 2, "ensure_ascii": False})
+        return JsonResponse(
+            body, encoder=WireJSONEncoder, json_dumps_params={"indent": 2, "ensure_ascii": False}
+        )
 
     def costs_view(self, request: HttpRequest) -> TemplateResponse:
         """Every conversation's cost, by period, the summarizer's apart."""

@@ -6,8 +6,11 @@ to the whole message, and the full request body is a separate download."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
 
 from assistant.limits import current_limits
 from assistant.models import Conversation
@@ -90,3 +93,12 @@ def request_body(conversation: Conversation, shape: str = "anthropic") -> dict[s
     """The next request's body in a provider's shape (the inspector's download)."""
     context = build_context(conversation, allow_pending=True)
     return context.to_gemini() if shape == "gemini" else context.to_anthropic()
+
+
+class WireJSONEncoder(DjangoJSONEncoder):
+    """JSON as the provider's wire has it: bytes (Gemini's inline_data) as base64 text."""
+
+    def default(self, o: Any) -> Any:
+        if isinstance(o, bytes):
+            return base64.b64encode(o).decode("ascii")
+        return super().default(o)
