@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 import math
 import re
 import struct
@@ -29,7 +30,10 @@ from django.core.exceptions import ValidationError
 
 from assistant.tokens import estimate_tokens
 
-THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+# A model's thinking, stored to be sent back as received: Anthropic's thinking and
+# redacted_thinking blocks, the Responses API's reasoning items ({"type": "reasoning",
+# "item": <the output item>}). Each wire sends back its own kind only.
+THINKING_TYPES = frozenset({"thinking", "redacted_thinking", "reasoning"})
 MEDIA_TYPES = frozenset({"image", "document"})
 ALLOWED = {
     "assistant": THINKING_TYPES,
@@ -65,6 +69,7 @@ _TEXT_SOURCE_KEYS = {"type", "media_type", "data"}
 _BLOCK_KEYS = {
     "thinking": ({"type", "thinking", "signature"}, set()),
     "redacted_thinking": ({"type", "data"}, set()),
+    "reasoning": ({"type", "item"}, set()),
     "image": ({"type", "source"}, set()),
     "document": ({"type", "source"}, {"title"}),
 }
@@ -105,6 +110,8 @@ def _stored_bytes(block: dict[str, Any]) -> int:
     source = block.get("source") or {}
     if source.get("type") == "base64":
         return len(source["data"]) * 3 // 4
+    if block["type"] == "reasoning":
+        return len(json.dumps(block["item"]).encode("utf-8"))
     text = source.get("data") or block.get("thinking") or block.get("data") or ""
     return len(text.encode("utf-8"))
 
@@ -118,7 +125,7 @@ def _validated_block(role: str, index: int, block: Any, max_bytes: int) -> dict[
         hint = " (text goes in the message's content)" if kind == "text" else ""
         raise _invalid(
             f"{where} has unknown type {kind!r}{hint}: expected thinking, redacted_thinking, "
-            "image or document.",
+            "reasoning, image or document.",
             "unknown_block_type",
         )
     if kind not in ALLOWED.get(role, frozenset()):
@@ -134,6 +141,11 @@ def _validated_block(role: str, index: int, block: Any, max_bytes: int) -> dict[
     if kind == "redacted_thinking":
         _check_text(where, block, "data")
         return {"type": kind, "data": block["data"]}
+    if kind == "reasoning":
+        item = block["item"]
+        if not isinstance(item, dict) or item.get("type") != "reasoning":
+            raise _invalid(f"{where}: `item` must be a reasoning output item.", "invalid_blocks")
+        return {"type": kind, "item": item}
     source = _validated_source(where, kind, block["source"], max_bytes)
     validated = {"type": kind, "source": source}
     if "title" in block:
@@ -331,6 +343,8 @@ def block_tokens(block: dict[str, Any], provider: str) -> int:
         return estimate_tokens(block["thinking"])
     if kind == "redacted_thinking":
         return estimate_tokens(block["data"])
+    if kind == "reasoning":
+        return estimate_tokens(json.dumps(block["item"]))
     raw = _raw(block)
     if kind == "image":
         width, height = (image_size(raw) if raw else None) or UNKNOWN_IMAGE_SIZE

@@ -3,8 +3,11 @@ call (with overflow recovery) and the recorded answer.
 
 The host's `call_model(request)` adds what only it knows (model, max_tokens)
 and calls its own SDK client, e.g.
-`lambda request: client.messages.create(model=M, max_tokens=1024, **request)`
+`lambda request: client.messages.create(model=M, max_tokens=1024, **request)`,
+`lambda request: client.chat.completions.create(model=M, **request)`,
+`lambda request: client.responses.create(model=M, **request)`
 or `lambda request: client.models.generate_content(model=M, **request)`.
+Each provider's shapes are its module's in assistant.llm (docs/providers.rst).
 With `recall=True` the model is also offered the recall tools (assistant.recall),
 and `answer_tool_calls` answers them from the stored originals, the host's own
 tools with the host's function.
@@ -23,13 +26,13 @@ from assistant.conf import compaction_config
 from assistant.context import Context
 from assistant.history import add_message
 from assistant.hooks import call_with_overflow_recovery, ensure_context_summary
-from assistant.llm import convert
+from assistant.llm.catalog import CHAT_PROVIDERS, wire
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import Conversation, Message, MetadataKeys
 from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
 from assistant.responses import record_response
 
-PROVIDERS = ("anthropic", "gemini")
+PROVIDERS = CHAT_PROVIDERS
 
 
 @dataclass(frozen=True)
@@ -58,25 +61,15 @@ def model_request(
     recall: bool = False,
 ) -> dict[str, Any]:
     """The keyword arguments of the provider's SDK call for this context, but the model
-    (and Anthropic's max_tokens): Anthropic's `messages.create` gets system, messages and
-    tools; google-genai's `models.generate_content` gets contents and a config holding the
-    system instruction and tools. `tools`: {name, description, parameters} specs; with
-    `recall`, the recall and search_history tools after them."""
-    _check_provider(provider)
+    (and the output cap): Anthropic's `messages.create` gets system, messages and tools;
+    OpenAI's `chat.completions.create` messages and tools; its `responses.create`
+    instructions, input items, tools and store=False; google-genai's
+    `models.generate_content` contents and a config holding the system instruction and
+    tools. `tools`: {name, description, parameters} specs; with `recall`, the recall and
+    search_history tools after them."""
+    chosen = wire(provider)
     tools = _with_recall_tools(tools) if recall else tools
-    if provider == "anthropic":
-        request = context.to_anthropic()
-        if tools:
-            request["tools"] = convert.anthropic_tools(list(tools))
-        return request
-    shape = context.to_gemini()
-    config: dict[str, Any] = {}
-    if shape["system_instruction"]:
-        config["system_instruction"] = shape["system_instruction"]
-    if tools:
-        config["tools"] = convert.gemini_tools(list(tools))
-        config["automatic_function_calling"] = {"disable": True}
-    return {"contents": shape["contents"], "config": config}
+    return context.request(chosen, list(tools) if tools else None)
 
 
 def remember_chat_tools(conversation: Conversation, tools: Sequence[dict[str, Any]] | None) -> None:
@@ -133,14 +126,6 @@ def _with_recall_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str,
     return [*(tools or ()), *NEUTRAL_TOOLS]
 
 
-def _check_provider(provider: str) -> None:
-    if provider not in PROVIDERS:
-        raise ValidationError(
-            f"Unknown provider {provider!r}: expected one of {', '.join(PROVIDERS)}.",
-            code="unknown_provider",
-        )
-
-
 def chat_step(
     conversation: Conversation,
     call_model: Callable[[dict[str, Any]], Any],
@@ -158,7 +143,7 @@ def chat_step(
     (`record_response`; `fields` go to it). Call it again while the step has tool calls,
     after adding their results (`answer_tool_calls`). A step with no tool calls ends the
     turn, an empty answer too (stored as it came; requests leave it out)."""
-    _check_provider(provider)
+    wire(provider)  # an unknown provider is refused before any call
     # A name clash with the recall tools is refused before any call.
     sent = _with_recall_tools(tools) if recall else tools
     remember_chat_tools(conversation, sent)
@@ -168,7 +153,7 @@ def chat_step(
         lambda context: call_model(model_request(context, provider, tools, recall=recall)),
         window_tokens=window_tokens,
     )
-    return Step(record_response(conversation, response, **fields), response)
+    return Step(record_response(conversation, response, provider=provider, **fields), response)
 
 
 def answer_tool_calls(

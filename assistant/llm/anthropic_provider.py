@@ -9,10 +9,10 @@ import anthropic
 import httpx2
 
 from assistant.llm import convert
+from assistant.llm.anthropic import anthropic_result
 from assistant.llm.base import ChatResult, Provider, ProviderError, SummaryResult, Usage
 from assistant.llm.overflow import OVERFLOW_STOP_REASON, context_overflow, model_context_window
 from assistant.llm.prompts import build_summary_prompt, validate_summary
-from assistant.llm.responses import anthropic_result
 from assistant.llm.suffix import CachedRequest
 
 # A malformed 200 body surfaces as a ValueError (JSON decoding), not as an APIError.

@@ -8,6 +8,7 @@ import logging
 from assistant import telemetry
 from assistant.app_settings import app_setting
 from assistant.llm.base import Provider, ProviderError, SummaryResult
+from assistant.llm.catalog import telemetry_name
 from assistant.llm.offline import OfflineProvider
 from assistant.llm.prompts import validate_summary
 from assistant.llm.suffix import CachedRequest
@@ -145,11 +146,15 @@ def summarize(
     retries) or a rejected summary, the offline summarizer's, unless fallback is off."""
     provider = provider or get_provider()
     try:
-        with telemetry.summarizer_call(provider.name, provider.model) as span:
+        with telemetry.summarizer_call(
+            telemetry_name(provider.name, provider.model), provider.model
+        ) as span:
             result = provider.summarize(
                 transcript, previous_summary=previous_summary, instructions=instructions
             )
-            telemetry.summarizer_usage(span, provider.name, provider.model, result.usage)
+            telemetry.summarizer_usage(
+                span, telemetry_name(provider.name, provider.model), provider.model, result.usage
+            )
             validate_summary(result.text)
         return result
     except ProviderError as error:
@@ -164,9 +169,16 @@ def summarize_cached(request: CachedRequest, *, provider: Provider) -> SummaryRe
     own cached request (`CachedRequest`); on failure or a rejected summary, the offline
     summarizer's of `request.transcript`, unless fallback is off."""
     try:
-        with telemetry.summarizer_call(provider.name, provider.chat_model) as span:
+        with telemetry.summarizer_call(
+            telemetry_name(provider.name, provider.chat_model), provider.chat_model
+        ) as span:
             result = provider.summarize_cached(request)
-            telemetry.summarizer_usage(span, provider.name, provider.chat_model, result.usage)
+            telemetry.summarizer_usage(
+                span,
+                telemetry_name(provider.name, provider.chat_model),
+                provider.chat_model,
+                result.usage,
+            )
             validate_summary(result.text)
         return result
     except ProviderError as error:
@@ -192,7 +204,7 @@ def _log_failure(provider: Provider, error: ProviderError, model: str) -> None:
 
 def _offline(provider: Provider, transcript: str, previous_summary: str | None) -> SummaryResult:
     offline = OfflineProvider()
-    telemetry.summarizer_fallback(provider.name, provider.model)
+    telemetry.summarizer_fallback(telemetry_name(provider.name, provider.model), provider.model)
     with telemetry.summarizer_call(offline.name, offline.model) as span:
         result = offline.summarize(transcript, previous_summary=previous_summary)
         telemetry.summarizer_usage(span, offline.name, offline.model, result.usage)

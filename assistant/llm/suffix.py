@@ -33,6 +33,11 @@ class CachedRequest:
     previous_summary: str | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)
 
+    def body(self, provider: str) -> dict[str, Any]:
+        """The request in the named provider's shape (raises InvalidRequest when the
+        history would be refused)."""
+        return self.gemini() if provider == "gemini" else self.anthropic()
+
     def anthropic(self) -> dict[str, Any]:
         """The keyword arguments of `messages.create` but model and max_tokens."""
         request = convert.to_anthropic(self.system, self.summaries, self.messages)

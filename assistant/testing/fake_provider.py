@@ -48,13 +48,21 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from assistant.testing import fake_openai
 from assistant.testing.content import (
     anthropic_content_problem,
     gemini_content_problem,
     thinking_block,
 )
 
-KINDS = ("anthropic.messages", "anthropic.count_tokens", "gemini.generate", "gemini.count_tokens")
+KINDS = (
+    "anthropic.messages",
+    "anthropic.count_tokens",
+    "gemini.generate",
+    "gemini.count_tokens",
+    fake_openai.CHAT,
+    fake_openai.RESPONSES,
+)
 
 DEFAULT_SUMMARY = """## Goal
 - Summarize the conversation (fake server).
@@ -467,6 +475,8 @@ def render_gemini(
 
 
 SSE = "text/event-stream"
+# The wires whose default usage follows --prompt-cache.
+_CACHED_KINDS = ("anthropic.messages", "gemini.generate")
 
 
 def anthropic_events(message: dict[str, Any]) -> bytes:
@@ -506,7 +516,12 @@ def anthropic_events(message: dict[str, Any]) -> bytes:
 _GEMINI_PATH = re.compile(r"^/(?:[^/]+/)*models/([^/:]+):(generateContent|countTokens)$")
 
 
-PROVIDER_KINDS = {"anthropic": "anthropic.messages", "gemini": "gemini.generate"}
+PROVIDER_KINDS = {
+    "anthropic": "anthropic.messages",
+    "gemini": "gemini.generate",
+    "openai": fake_openai.CHAT,
+    "openai_responses": fake_openai.RESPONSES,
+}
 
 
 class FakeProvider:
@@ -567,6 +582,17 @@ class FakeProvider:
 
     def script_anthropic(self, *replies: Reply) -> None:
         self.script("anthropic.messages", *replies)
+
+    def script_openai(self, *replies: Reply) -> None:
+        self.script(fake_openai.CHAT, *replies)
+
+    def script_openai_responses(self, *replies: Reply) -> None:
+        self.script(fake_openai.RESPONSES, *replies)
+
+    @property
+    def openai_url(self) -> str:
+        """The `base_url` of the openai SDK (its paths follow /v1)."""
+        return f"{self.url}/v1"
 
     def script_gemini(self, *replies: Reply) -> None:
         self.script("gemini.generate", *replies)
@@ -669,7 +695,9 @@ class FakeProvider:
                 if path in ("/_fake/script", "/_fake/reset"):
                     self._control(path, body)
                     return
-                if path == "/v1/messages":
+                if path in fake_openai.PATHS:
+                    kind = fake_openai.PATHS[path]
+                elif path == "/v1/messages":
                     kind = "anthropic.messages"
                 elif path == "/v1/messages/count_tokens":
                     kind = "anthropic.count_tokens"
@@ -704,9 +732,18 @@ class FakeProvider:
                     self._send(reply.status, reply.headers, reply.body)
                     return
                 usage = None
-                if reply.kind == "ok" and not reply.usage and kind in PROVIDER_KINDS.values():
+                if reply.kind == "ok" and not reply.usage and kind in _CACHED_KINDS:
                     usage = fake._usage(kind, body)
-                if kind.startswith("anthropic"):
+                if kind in (fake_openai.CHAT, fake_openai.RESPONSES):
+                    tokens = prompt_tokens(body)
+                    answer = fake_openai.render(
+                        reply,
+                        kind,
+                        body,
+                        fake_openai.default_usage(kind, tokens),
+                        DEFAULT_SUMMARY,
+                    )
+                elif kind.startswith("anthropic"):
                     answer = render_anthropic(reply, kind, body, usage)
                 else:
                     answer = render_gemini(reply, kind, body, gemini.group(1), usage)

@@ -106,11 +106,14 @@ class WindowState:
 
     @property
     def cache_prices(self) -> CachePrices:
-        """The chat model's cache prices (assistant.cache_ledger): the model
-        of the newest answer in the window, else the configured one."""
+        """The cache prices of the model that will read the next request
+        (assistant.cache_ledger): the newest answer's in the window, else the
+        configured chat model's."""
         answers = (row for row in reversed(self.rows) if row.role == Message.Role.ASSISTANT)
         newest = next(answers, None)
-        return cache_prices(chat_model(newest.metadata if newest is not None else None))
+        if newest is None:
+            return cache_prices(chat_model(None))
+        return cache_prices(chat_model(newest.metadata, newest.model))
 
     def context_tokens(self) -> int:
         """The one size of the context: what the pre-call hook decides on,
