@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import F, Q, Value
+from django.db.models import F, Q, TextField, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, NullIf
 
@@ -249,7 +249,11 @@ def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, l
         "cache_read_tokens",
         "cache_write_tokens",
         "output_tokens",
-        Coalesce(NullIf("model", Value("")), KT(f"metadata__{MODEL_KEY}")),
+        Coalesce(
+            NullIf("model", Value("")),
+            KT(f"metadata__{MODEL_KEY}"),
+            output_field=TextField(),
+        ),
         F("role"),
     )
     calls: dict[int, list[Call]] = {}
