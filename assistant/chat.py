@@ -26,7 +26,7 @@ from assistant.conf import compaction_config
 from assistant.context import Context
 from assistant.history import add_message
 from assistant.hooks import call_with_overflow_recovery, ensure_context_summary
-from assistant.llm.catalog import CHAT_PROVIDERS, wire
+from assistant.llm.catalog import CHAT_PROVIDERS, DEFAULT_PROVIDER, wire
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import Conversation, Message, MetadataKeys
 from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
@@ -55,7 +55,7 @@ class Step:
 
 def model_request(
     context: Context,
-    provider: str = "anthropic",
+    provider: str = DEFAULT_PROVIDER,
     tools: Sequence[dict[str, Any]] | None = None,
     *,
     recall: bool = False,
@@ -130,7 +130,7 @@ def chat_step(
     conversation: Conversation,
     call_model: Callable[[dict[str, Any]], Any],
     *,
-    provider: str = "anthropic",
+    provider: str = DEFAULT_PROVIDER,
     tools: Sequence[dict[str, Any]] | None = None,
     recall: bool = False,
     window_tokens: int | None = None,

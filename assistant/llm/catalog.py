@@ -23,6 +23,7 @@ from assistant.llm.wire import ModelInfo, Wire
 
 WIRES: dict[str, Wire] = {wire.name: wire for wire in (ANTHROPIC, GEMINI, OPENAI, OPENAI_RESPONSES)}
 CHAT_PROVIDERS = tuple(WIRES)
+DEFAULT_PROVIDER = ANTHROPIC.name  # chat_step's, kept from before there were others
 # The chat model each provider's settings name, for a conversation with no answer yet.
 CHAT_MODEL_SETTINGS = {
     "anthropic": "ANTHROPIC_CHAT_MODEL",

@@ -23,8 +23,7 @@ CHAT_OVERFLOW = (
     "in 8227 tokens. Please reduce the length of the messages."
 )
 RESPONSES_OVERFLOW = (
-    "Your input exceeds the context window of this model. Please adjust your input and try "
-    "again."
+    "Your input exceeds the context window of this model. Please adjust your input and try again."
 )
 RATE_LIMITED = (
     "Rate limit reached for gpt-4o in organization org-fake on tokens per min (TPM): "
@@ -67,7 +66,9 @@ def request_problem(kind: str, body: Any) -> str | None:
             calls.add(item["call_id"])
         elif item.get("type") == "function_call_output":
             if item["call_id"] not in calls:
-                return f"No tool call found for function call output with call_id {item['call_id']}."
+                return (
+                    f"No tool call found for function call output with call_id {item['call_id']}."
+                )
             answered.add(item["call_id"])
     missing = calls - answered
     return f"No tool output found for function call {sorted(missing)[0]}." if missing else None
@@ -97,7 +98,11 @@ def render(reply: Any, kind: str, body: Any, usage: dict[str, Any], default_text
         return 400, {}, openai_error(problem, "invalid_request_error", None, "messages")
     if reply.kind == "overflow":
         text, param = (CHAT_OVERFLOW, "messages") if kind == CHAT else (RESPONSES_OVERFLOW, "input")
-        return 400, {}, openai_error(text, "invalid_request_error", "context_length_exceeded", param)
+        return (
+            400,
+            {},
+            openai_error(text, "invalid_request_error", "context_length_exceeded", param),
+        )
     if reply.kind == "rate_limited":
         headers = {"retry-after-ms": str(int((reply.retry_after or 0) * 1000))}
         return 429, headers, openai_error(RATE_LIMITED, "tokens", "rate_limit_exceeded")
