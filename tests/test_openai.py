@@ -129,7 +129,9 @@ def test_an_openai_agent_turn_of_30_tool_calls_stays_under_the_trigger_plus_the_
     sent = [r.body for r in fake_llm.requests_for("openai.chat")]
     trigger = SMALL_TRIGGER["CONTEXT_TOKEN_THRESHOLD"]
     sizes = [len(json.dumps(body["messages"])) // 4 for body in sent]
-    assert all(size <= trigger + step for size, step in zip(sizes[1:], newest_step)), sizes
+    assert all(size <= trigger + step for size, step in zip(sizes[1:], newest_step, strict=True)), (
+        sizes
+    )
     assert CompactionEvent.objects.filter(conversation=conversation).exists()
     for body in sent:  # every call answered by its result right after it (the fake checks)
         calls = [c["id"] for m in body["messages"] for c in m.get("tool_calls") or []]
