@@ -349,7 +349,7 @@ def test_an_unknown_provider_is_refused_before_any_call(conversation):
     add_message(conversation, "user", "Hello")
 
     with pytest.raises(ValidationError) as raised:
-        chat_step(conversation, lambda request: pytest.fail("called"), provider="openai")
+        chat_step(conversation, lambda request: pytest.fail("called"), provider="mistral")
 
     assert raised.value.code == "unknown_provider"
 
