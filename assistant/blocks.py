@@ -20,9 +20,10 @@ import base64
 import binascii
 import hashlib
 import json
-import math
 import re
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -46,19 +47,6 @@ PDF = "application/pdf"
 # Anthropic's per-request image limit; one message never needs more.
 MAX_BLOCKS_PER_MESSAGE = 100
 
-# Anthropic (vision docs): an image is scaled to fit 1568 px on its long edge and about
-# 1.15 megapixels, then costs width * height / 750 tokens; a PDF page costs its text plus
-# an image of the page, 1,500 to 3,000 tokens: the upper end keeps the budget safe.
-ANTHROPIC_MAX_EDGE = 1568
-ANTHROPIC_MAX_PIXELS = 1_150_000
-ANTHROPIC_PIXELS_PER_TOKEN = 750
-ANTHROPIC_TOKENS_PER_PDF_PAGE = 3000
-# Gemini (token docs): an image with both sides up to 384 px is 258 tokens; a larger one is
-# cut into 768 x 768 tiles of 258 tokens each; a document page is 258 tokens.
-GEMINI_SMALL_IMAGE_EDGE = 384
-GEMINI_TILE_EDGE = 768
-GEMINI_TOKENS_PER_TILE = 258
-GEMINI_TOKENS_PER_PDF_PAGE = 258
 # A URL source is not fetched: its size is unknown. Count the largest image Anthropic
 # accepts unscaled (1092 x 1092) and a 10-page document.
 UNKNOWN_IMAGE_SIZE = (1092, 1092)
@@ -320,22 +308,17 @@ def _raw(block: dict[str, Any]) -> bytes | None:
     return base64.b64decode(source["data"])
 
 
-def anthropic_image_tokens(width: int, height: int) -> int:
-    scale = min(1.0, ANTHROPIC_MAX_EDGE / max(width, height))
-    scale = min(scale, math.sqrt(ANTHROPIC_MAX_PIXELS / (width * height)))
-    pixels = (width * scale) * (height * scale)
-    return max(1, math.ceil(pixels / ANTHROPIC_PIXELS_PER_TOKEN))
+@dataclass(frozen=True)
+class MediaRates:
+    """What images and document pages cost a provider, in tokens: each wire of
+    assistant.llm has its own (`Wire.media`)."""
+
+    image_tokens: Callable[[int, int], int]  # (width, height) -> tokens
+    pdf_page_tokens: int
 
 
-def gemini_image_tokens(width: int, height: int) -> int:
-    if width <= GEMINI_SMALL_IMAGE_EDGE and height <= GEMINI_SMALL_IMAGE_EDGE:
-        return GEMINI_TOKENS_PER_TILE
-    tiles = math.ceil(width / GEMINI_TILE_EDGE) * math.ceil(height / GEMINI_TILE_EDGE)
-    return tiles * GEMINI_TOKENS_PER_TILE
-
-
-def block_tokens(block: dict[str, Any], provider: str) -> int:
-    """Tokens one block costs in a request to `provider` ("gemini", else Anthropic's rules)."""
+def block_tokens(block: dict[str, Any], rates: MediaRates) -> int:
+    """Tokens one block costs in a request to a provider with these media `rates`."""
     kind = block["type"]
     if kind == "text":
         return estimate_tokens(block["text"])
@@ -348,18 +331,15 @@ def block_tokens(block: dict[str, Any], provider: str) -> int:
     raw = _raw(block)
     if kind == "image":
         width, height = (image_size(raw) if raw else None) or UNKNOWN_IMAGE_SIZE
-        if provider == "gemini":
-            return gemini_image_tokens(width, height)
-        return anthropic_image_tokens(width, height)
+        return rates.image_tokens(width, height)
     if block["source"]["type"] == "text":
         return estimate_tokens(block["source"]["data"])
     pages = pdf_pages(raw) if raw else UNKNOWN_DOCUMENT_PAGES
-    per_page = GEMINI_TOKENS_PER_PDF_PAGE if provider == "gemini" else ANTHROPIC_TOKENS_PER_PDF_PAGE
-    return pages * per_page
+    return pages * rates.pdf_page_tokens
 
 
-def blocks_tokens(blocks: list[dict[str, Any]] | None, provider: str) -> int:
-    return sum(block_tokens(block, provider) for block in blocks or [])
+def blocks_tokens(blocks: list[dict[str, Any]] | None, rates: MediaRates) -> int:
+    return sum(block_tokens(block, rates) for block in blocks or [])
 
 
 # --- compaction -------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from assistant.conf import compaction_config
 from assistant.cost import chat_model
 from assistant.deletion import deleted_error, require_saved
 from assistant.llm.base import new_tool_call_id
-from assistant.llm.catalog import telemetry_name
+from assistant.llm.catalog import media_rates, telemetry_name
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
 from assistant.queue import POST_EXCHANGE_TASK, enqueue_on_commit
 from assistant.tokens import estimate_message_tokens
@@ -82,7 +82,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
     try:
         with transaction.atomic():
             tool_fields = _tool_result_fields(conversation, fields) if role == "tool" else {}
-            media_tokens = blocks_tokens(blocks, llm.provider_name())
+            media_tokens = blocks_tokens(blocks, media_rates(llm.provider_name()))
             estimate = estimate_message_tokens(content, tool_calls) + media_tokens
             message = Message.objects.create(
                 conversation=conversation,

@@ -5,9 +5,11 @@ with cache breakpoints and thinking blocks, response reading, errors, model tabl
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Any
 
+from assistant.blocks import MediaRates
 from assistant.llm import convert
 from assistant.llm.base import ChatResult, Usage
 from assistant.llm.wire import ModelInfo, Wire, loaded_sdk, normalized_model
@@ -19,6 +21,20 @@ _THINKING_KEYS = {"thinking": ("thinking", "signature"), "redacted_thinking": ("
 _BEDROCK_ID = re.compile(r"^(?:[a-z]{2,4}\.)?anthropic\.(?P<name>.+?)(?:-v\d+(?::\d+)?)?$")
 _VERTEX_ID = re.compile(r"^(?P<name>claude[^@]*)@.+$")
 ONE_MILLION = 1_000_000
+# Vision docs: an image is scaled to fit 1568 px on its long edge and about 1.15
+# megapixels, then costs width * height / 750 tokens; a PDF page costs its text plus an
+# image of the page, 1,500 to 3,000 tokens: the upper end keeps the budget safe.
+MAX_EDGE = 1568
+MAX_PIXELS = 1_150_000
+PIXELS_PER_TOKEN = 750
+TOKENS_PER_PDF_PAGE = 3000
+
+
+def anthropic_image_tokens(width: int, height: int) -> int:
+    scale = min(1.0, MAX_EDGE / max(width, height))
+    scale = min(scale, math.sqrt(MAX_PIXELS / (width * height)))
+    pixels = (width * scale) * (height * scale)
+    return max(1, math.ceil(pixels / PIXELS_PER_TOKEN))
 
 
 def _claude(window: int, input_price: float, output: float) -> ModelInfo:
@@ -75,6 +91,7 @@ def anthropic_result(response: Any, model: str = "") -> ChatResult:
 class AnthropicWire(Wire):
     name = "anthropic"
     models = MODELS
+    media = MediaRates(anthropic_image_tokens, TOKENS_PER_PDF_PAGE)
 
     def table_name(self, model: str) -> str:
         name = normalized_model(model)

@@ -13,6 +13,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from assistant.app_settings import app_setting
+from assistant.blocks import MediaRates
 from assistant.llm.anthropic import ANTHROPIC
 from assistant.llm.base import ChatResult
 from assistant.llm.gemini import GEMINI
@@ -42,6 +43,11 @@ def wire(provider: str) -> Wire:
             code="unknown_provider",
         )
     return found
+
+
+def media_rates(provider: str) -> MediaRates:
+    """The named provider's media rates; Anthropic's for the offline summarizer."""
+    return WIRES.get(provider, ANTHROPIC).media
 
 
 def read_response(response: Any) -> ChatResult | None:

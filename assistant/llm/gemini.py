@@ -3,8 +3,10 @@ config with the system instruction and tools), response reading, model table."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from assistant.blocks import MediaRates
 from assistant.llm import convert
 from assistant.llm.base import ChatResult, Usage, new_tool_call_id
 from assistant.llm.wire import ModelInfo, Wire
@@ -20,6 +22,21 @@ MODELS = {
     "gemini-2.5-flash": ModelInfo(1_048_576, 0.3, 2.5, 0.03, 0.3),
     "gemini-2.5-flash-lite": ModelInfo(1_048_576, 0.1, 0.4, 0.01, 0.1),
 }
+
+
+# Token docs: an image with both sides up to 384 px is 258 tokens; a larger one is cut
+# into 768 x 768 tiles of 258 tokens each; a document page is 258 tokens.
+SMALL_IMAGE_EDGE = 384
+TILE_EDGE = 768
+TOKENS_PER_TILE = 258
+TOKENS_PER_PDF_PAGE = 258
+
+
+def gemini_image_tokens(width: int, height: int) -> int:
+    if width <= SMALL_IMAGE_EDGE and height <= SMALL_IMAGE_EDGE:
+        return TOKENS_PER_TILE
+    tiles = math.ceil(width / TILE_EDGE) * math.ceil(height / TILE_EDGE)
+    return tiles * TOKENS_PER_TILE
 
 
 def is_gemini_response(response: Any) -> bool:
@@ -54,6 +71,7 @@ def gemini_result(response: Any, model: str = "") -> ChatResult:
 class GeminiWire(Wire):
     name = "gemini"
     models = MODELS
+    media = MediaRates(gemini_image_tokens, TOKENS_PER_PDF_PAGE)
 
     def telemetry_name(self, model: str = "") -> str:
         return "gcp.gemini"

@@ -9,14 +9,35 @@ Anthropic's and reasoning items the Responses API's: neither is sent here.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
-from assistant.blocks import MEDIA_TYPES, describe
+from assistant.blocks import MEDIA_TYPES, MediaRates, describe
 from assistant.llm import convert
 from assistant.llm.base import ChatResult, Usage
 from assistant.llm.wire import ModelInfo, Wire, loaded_sdk
 
 OVERFLOW_CODE = "context_length_exceeded"
+# Vision docs (detail "high", the default for large images): scaled to fit 2048 x 2048,
+# then its short side to 768 px; 85 tokens plus 170 per 512 px tile. A PDF page is sent
+# as its text and an image of the page: counted as Anthropic counts one, the safe end.
+FIT_EDGE = 2048
+SHORT_EDGE = 768
+TILE_EDGE = 512
+BASE_TOKENS = 85
+TOKENS_PER_TILE = 170
+TOKENS_PER_PDF_PAGE = 3000
+
+
+def openai_image_tokens(width: int, height: int) -> int:
+    fit = min(1.0, FIT_EDGE / max(width, height))
+    width, height = width * fit, height * fit
+    short = min(1.0, SHORT_EDGE / min(width, height))
+    w, h = width * short, height * short
+    return BASE_TOKENS + TOKENS_PER_TILE * math.ceil(w / TILE_EDGE) * math.ceil(h / TILE_EDGE)
+
+
+MEDIA = MediaRates(openai_image_tokens, TOKENS_PER_PDF_PAGE)
 
 
 def _gpt(window: int, input_price: float, output: float, cached: float) -> ModelInfo:
@@ -225,6 +246,7 @@ def chat_completion_result(response: Any) -> ChatResult:
 class OpenAIWire(Wire):
     name = "openai"
     models = MODELS
+    media = MEDIA
 
     def request(self, system, summaries, messages, tools=None, *, check=True):
         """{"messages", "tools"?}: `chat.completions.create`'s."""

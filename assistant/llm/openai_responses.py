@@ -10,7 +10,7 @@ from typing import Any
 from assistant.blocks import MEDIA_TYPES, describe
 from assistant.llm import convert
 from assistant.llm.base import ChatResult
-from assistant.llm.openai import MODELS, overflow_code, parsed_arguments, usage_from_openai
+from assistant.llm.openai import MEDIA, MODELS, overflow_code, parsed_arguments, usage_from_openai
 from assistant.llm.wire import Wire
 
 REASONING = convert.REASONING
@@ -149,6 +149,7 @@ def responses_result(response: Any) -> ChatResult:
 class OpenAIResponsesWire(Wire):
     name = "openai_responses"
     models = MODELS
+    media = MEDIA
 
     def telemetry_name(self, model: str = "") -> str:
         return "openai"

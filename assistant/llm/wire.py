@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from assistant.blocks import MediaRates
 from assistant.llm.base import ChatResult
 
 
@@ -64,6 +65,7 @@ class Wire(abc.ABC):
 
     name: str  # the provider= name hosts pass, and Message.provider
     models: dict[str, ModelInfo]  # by model name or prefix
+    media: MediaRates  # what its images and document pages cost
 
     def model_info(self, model: str) -> ModelInfo | None:
         """The table's entry for `model` (exact, else its longest listed prefix)."""
