@@ -1,9 +1,12 @@
-"""Which provider answers, from settings; and the summarize() entry point with its fallback."""
+"""Which provider summarizes, from settings and the SDKs' own environment variables;
+and the summarize() entry point with its fallback. A key is read, passed to its SDK's
+client, and never logged."""
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 
 from assistant import telemetry
 from assistant.app_settings import app_setting
@@ -15,17 +18,40 @@ from assistant.llm.suffix import CachedRequest
 
 logger = logging.getLogger("assistant.llm")
 
-PROVIDERS = ("anthropic", "gemini", "offline")
+# In the order "auto" looks for a key: each provider's settings key, then the
+# environment variables its SDK reads itself.
+KEYS = {
+    "anthropic": ("ANTHROPIC_API_KEY", ("ANTHROPIC_API_KEY",)),
+    "openai": ("OPENAI_API_KEY", ("OPENAI_API_KEY",)),
+    "gemini": ("GEMINI_API_KEY", ("GOOGLE_API_KEY", "GEMINI_API_KEY")),
+}
+PROVIDERS = (*KEYS, "offline")
+
+
+def settings_key(provider: str) -> str:
+    return str(app_setting(KEYS[provider][0]) or "")
+
+
+def environment_key(provider: str) -> str:
+    return next((os.environ[n] for n in KEYS[provider][1] if os.environ.get(n)), "")
+
+
+def api_key(provider: str) -> str:
+    """The provider's key: its Django setting, else its SDK's environment variable."""
+    return settings_key(provider) or environment_key(provider)
 
 
 def provider_name() -> str:
+    """The summarizer's provider: the one ASSISTANT_SUMMARIZER names, or for "auto" the
+    first whose key is found, settings' keys first (Anthropic, OpenAI, Gemini), then
+    the SDKs' environment variables in the same order; offline when none is."""
     chosen = (app_setting("ASSISTANT_SUMMARIZER") or "auto").lower()
     if chosen in PROVIDERS:
         return chosen
-    if app_setting("ANTHROPIC_API_KEY"):
-        return "anthropic"
-    if app_setting("GEMINI_API_KEY"):
-        return "gemini"
+    for read in (settings_key, environment_key):
+        found = next((name for name in KEYS if read(name)), None)
+        if found is not None:
+            return found
     return "offline"
 
 
@@ -39,7 +65,7 @@ def _common() -> tuple[float, int, int]:
 
 def _anthropic_key() -> tuple:
     return (
-        app_setting("ANTHROPIC_API_KEY"),
+        api_key("anthropic"),
         app_setting("ANTHROPIC_BASE_URL") or None,
         app_setting("ANTHROPIC_SUMMARY_MODEL"),
         app_setting("ANTHROPIC_CHAT_MODEL"),
@@ -47,9 +73,19 @@ def _anthropic_key() -> tuple:
     )
 
 
+def _openai_key() -> tuple:
+    return (
+        api_key("openai"),
+        app_setting("OPENAI_BASE_URL") or None,
+        app_setting("OPENAI_SUMMARY_MODEL"),
+        app_setting("OPENAI_CHAT_MODEL"),
+        *_common(),
+    )
+
+
 def _gemini_key() -> tuple:
     return (
-        app_setting("GEMINI_API_KEY"),
+        api_key("gemini"),
         app_setting("GEMINI_BASE_URL") or None,
         app_setting("GEMINI_SUMMARY_MODEL"),
         app_setting("GEMINI_CHAT_MODEL"),
@@ -66,6 +102,21 @@ def _anthropic(key, base_url, model, chat_model, timeout, retries, max_out) -> P
     from assistant.llm.anthropic_provider import AnthropicProvider
 
     return AnthropicProvider(
+        api_key=key,
+        base_url=base_url,
+        model=model,
+        chat_model=chat_model,
+        timeout=timeout,
+        max_retries=retries,
+        max_output_tokens=max_out,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _openai(key, base_url, model, chat_model, timeout, retries, max_out) -> Provider:
+    from assistant.llm.openai_provider import OpenAIProvider
+
+    return OpenAIProvider(
         api_key=key,
         base_url=base_url,
         model=model,
@@ -97,22 +148,26 @@ def _gemini(
 
 def offline_reason() -> str | None:
     """Why the configured summarizer cannot run and the offline one answers
-    instead (a provider, or "auto", with no key in the Django settings);
-    None when it can run, or when "offline" is what was asked for."""
+    instead (a provider, or "auto", with no key in the Django settings nor in
+    its SDK's environment variables); None when it can run, or when "offline"
+    is what was asked for."""
     chosen = (app_setting("ASSISTANT_SUMMARIZER") or "auto").lower()
     if chosen == "offline":
         return None
-    if chosen in ("anthropic", "gemini"):
-        setting = f"{chosen.upper()}_API_KEY"
-        if app_setting(setting):
+    if chosen in KEYS:
+        if api_key(chosen):
             return None
-        return f"ASSISTANT_SUMMARIZER is {chosen!r} but settings.{setting} is empty"
-    if app_setting("ANTHROPIC_API_KEY") or app_setting("GEMINI_API_KEY"):
+        places = " nor ".join(_key_places(chosen))
+        return f"ASSISTANT_SUMMARIZER is {chosen!r} but neither {places} is set"
+    if provider_name() != "offline":
         return None
-    return (
-        f"ASSISTANT_SUMMARIZER is {chosen!r} and neither settings.ANTHROPIC_API_KEY "
-        "nor settings.GEMINI_API_KEY is set"
-    )
+    places = ", ".join(place for name in KEYS for place in _key_places(name))
+    return f"ASSISTANT_SUMMARIZER is {chosen!r} and none of {places} is set"
+
+
+def _key_places(provider: str) -> list[str]:
+    setting, variables = KEYS[provider]
+    return [f"settings.{setting}", *variables]
 
 
 @functools.cache
@@ -126,9 +181,11 @@ def get_provider(name: str | None = None) -> Provider:
     missing, which the first time is logged as a warning."""
     configured = name is None
     name = name or provider_name()
-    if name == "anthropic" and app_setting("ANTHROPIC_API_KEY"):
+    if name == "anthropic" and api_key(name):
         return _anthropic(*_anthropic_key())
-    if name == "gemini" and app_setting("GEMINI_API_KEY"):
+    if name == "openai" and api_key(name):
+        return _openai(*_openai_key())
+    if name == "gemini" and api_key(name):
         return _gemini(*_gemini_key())
     if configured and (reason := offline_reason()) is not None:
         _warn_offline_once(reason)

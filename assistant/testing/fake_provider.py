@@ -634,6 +634,11 @@ class FakeProvider:
         settings.ANTHROPIC_API_KEY = key
         settings.ANTHROPIC_BASE_URL = self.url
 
+    def use_openai(self, settings: Any, key: str = "test-key-openai") -> None:
+        settings.ASSISTANT_SUMMARIZER = "openai"
+        settings.OPENAI_API_KEY = key
+        settings.OPENAI_BASE_URL = self.openai_url
+
     def use_gemini(self, settings: Any, key: str = "test-key-gemini") -> None:
         settings.ASSISTANT_SUMMARIZER = "gemini"
         settings.GEMINI_API_KEY = key
@@ -643,6 +648,12 @@ class FakeProvider:
 
     def env(self, provider: str = "anthropic") -> dict[str, str]:
         """Environment for a worker subprocess pointed at this server."""
+        if provider == "openai":
+            return {
+                "ASSISTANT_SUMMARIZER": "openai",
+                "OPENAI_API_KEY": "test-key-openai",
+                "OPENAI_BASE_URL": self.openai_url,
+            }
         if provider == "gemini":
             return {
                 "ASSISTANT_SUMMARIZER": "gemini",
