@@ -49,7 +49,8 @@ from django.db.models.functions import Coalesce, NullIf
 from assistant.app_settings import app_setting
 from assistant.conf import compaction_config
 from assistant.limits import current_limits
-from assistant.llm.catalog import listed_prices
+from assistant.llm.catalog import listed_name, listed_prices
+from assistant.llm.wire import longest_prefix, normalized_model
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.tokens import estimate_tokens
 
@@ -85,13 +86,13 @@ def model_prices() -> dict[str, Price]:
 
 def price_of(model: str, prices: dict[str, Price] | None = None) -> Price | None:
     """The model's price: its own entry, else the longest listed prefix of its
-    name (a dated release), else None."""
+    name (a dated release; a Bedrock or Vertex id as the vendor's name), else None."""
     prices = model_prices() if prices is None else prices
-    name = (model or "").lower().removeprefix("models/")
-    if name in prices:
-        return prices[name]
-    prefixes = [key for key in prices if name.startswith(key)]
-    return prices[max(prefixes, key=len)] if prefixes else None
+    for name in dict.fromkeys((normalized_model(model), listed_name(model))):
+        key = longest_prefix(name, prices)
+        if key is not None:
+            return prices[key]
+    return None
 
 
 @dataclass(frozen=True)

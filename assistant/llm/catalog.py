@@ -20,7 +20,7 @@ from assistant.llm.gemini import GEMINI
 from assistant.llm.offline import OFFLINE_MODEL
 from assistant.llm.openai import OPENAI
 from assistant.llm.openai_responses import OPENAI_RESPONSES
-from assistant.llm.wire import ModelInfo, Wire
+from assistant.llm.wire import ModelInfo, Wire, normalized_model
 
 WIRES: dict[str, Wire] = {wire.name: wire for wire in (ANTHROPIC, GEMINI, OPENAI, OPENAI_RESPONSES)}
 CHAT_PROVIDERS = tuple(WIRES)
@@ -68,6 +68,15 @@ def model_info(model: str, provider: str = "") -> ModelInfo | None:
         if info is not None:
             return info
     return None
+
+
+def listed_name(model: str) -> str:
+    """The name `model` is listed under: a platform's id (Bedrock, Vertex) reduced to
+    the vendor's model name by its provider's wire; any other as it is."""
+    for candidate in WIRES.values():
+        if candidate.model_info(model) is not None:
+            return candidate.table_name(model)
+    return normalized_model(model)
 
 
 def model_context_window(model: str, provider: str = "") -> int:
