@@ -37,9 +37,6 @@ def openai_image_tokens(width: int, height: int) -> int:
     return BASE_TOKENS + TOKENS_PER_TILE * math.ceil(w / TILE_EDGE) * math.ceil(h / TILE_EDGE)
 
 
-MEDIA = MediaRates(openai_image_tokens, TOKENS_PER_PDF_PAGE)
-
-
 def _gpt(window: int, input_price: float, output: float, cached: float) -> ModelInfo:
     # Before the GPT-5.6 family a cache write costs the input price (no premium); from
     # it, 1.25x (a host lists those models' prices in ASSISTANT_MODEL_PRICES).
@@ -111,6 +108,15 @@ def overflow_code(error: BaseException) -> bool | None:
     if isinstance(error, sdk.RateLimitError | sdk.APIConnectionError):
         return False
     return None
+
+
+def function_spec(tool: dict[str, Any]) -> dict[str, Any]:
+    """A neutral tool spec as OpenAI's function: name, description, parameters."""
+    return {
+        "name": tool["name"],
+        "description": tool.get("description", ""),
+        "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
+    }
 
 
 def _data_url(source: dict[str, Any]) -> str:
@@ -246,7 +252,7 @@ def chat_completion_result(response: Any) -> ChatResult:
 class OpenAIWire(Wire):
     name = "openai"
     models = MODELS
-    media = MEDIA
+    media = MediaRates(openai_image_tokens, TOKENS_PER_PDF_PAGE)
 
     def request(self, system, summaries, messages, tools=None, *, check=True):
         """{"messages", "tools"?}: `chat.completions.create`'s."""
@@ -258,17 +264,7 @@ class OpenAIWire(Wire):
         return request
 
     def tool_definitions(self, tools):
-        return [
-            {
-                "type": "function",
-                "function": {
-                    "name": t["name"],
-                    "description": t.get("description", ""),
-                    "parameters": t.get("parameters") or {"type": "object", "properties": {}},
-                },
-            }
-            for t in tools or []
-        ]
+        return [{"type": "function", "function": function_spec(t)} for t in tools or []]
 
     def recognizes(self, response: Any) -> bool:
         return is_chat_completion(response)

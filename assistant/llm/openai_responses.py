@@ -10,8 +10,13 @@ from typing import Any
 from assistant.blocks import MEDIA_TYPES, describe
 from assistant.llm import convert
 from assistant.llm.base import ChatResult
-from assistant.llm.openai import MEDIA, MODELS, overflow_code, parsed_arguments, usage_from_openai
-from assistant.llm.wire import Wire
+from assistant.llm.openai import (
+    OPENAI,
+    OpenAIWire,
+    function_spec,
+    parsed_arguments,
+    usage_from_openai,
+)
 
 REASONING = convert.REASONING
 
@@ -146,13 +151,13 @@ def responses_result(response: Any) -> ChatResult:
     )
 
 
-class OpenAIResponsesWire(Wire):
+class OpenAIResponsesWire(OpenAIWire):
+    """OpenAI's models, media rates and overflow errors, on the Responses API's wire."""
+
     name = "openai_responses"
-    models = MODELS
-    media = MEDIA
 
     def telemetry_name(self, model: str = "") -> str:
-        return "openai"
+        return OPENAI.name
 
     def request(self, system, summaries, messages, tools=None, *, check=True):
         """`responses.create`'s: instructions (system and summaries), input items, tools,
@@ -171,25 +176,13 @@ class OpenAIResponsesWire(Wire):
         return request
 
     def tool_definitions(self, tools):
-        return [
-            {
-                "type": "function",
-                "name": t["name"],
-                "description": t.get("description", ""),
-                "parameters": t.get("parameters") or {"type": "object", "properties": {}},
-                "strict": False,
-            }
-            for t in tools or []
-        ]
+        return [{"type": "function", **function_spec(t), "strict": False} for t in tools or []]
 
     def recognizes(self, response: Any) -> bool:
         return is_response(response)
 
     def result(self, response: Any) -> ChatResult:
         return responses_result(response)
-
-    def overflow(self, error: BaseException) -> bool | None:
-        return overflow_code(error)
 
 
 OPENAI_RESPONSES = OpenAIResponsesWire()

@@ -63,22 +63,16 @@ def _common() -> tuple[float, int, int]:
     )
 
 
-def _anthropic_key() -> tuple:
+def _client_key(provider: str) -> tuple:
+    """What builds an Anthropic or OpenAI summarizer: its settings (the key from the
+    environment where the settings have none)."""
+    prefix = provider.upper()
     return (
-        api_key("anthropic"),
-        app_setting("ANTHROPIC_BASE_URL") or None,
-        app_setting("ANTHROPIC_SUMMARY_MODEL"),
-        app_setting("ANTHROPIC_CHAT_MODEL"),
-        *_common(),
-    )
-
-
-def _openai_key() -> tuple:
-    return (
-        api_key("openai"),
-        app_setting("OPENAI_BASE_URL") or None,
-        app_setting("OPENAI_SUMMARY_MODEL"),
-        app_setting("OPENAI_CHAT_MODEL"),
+        provider,
+        api_key(provider),
+        app_setting(f"{prefix}_BASE_URL") or None,
+        app_setting(f"{prefix}_SUMMARY_MODEL"),
+        app_setting(f"{prefix}_CHAT_MODEL"),
         *_common(),
     )
 
@@ -98,25 +92,15 @@ def _gemini_key() -> tuple:
 # Clients are built once per distinct configuration, so a test that overrides settings
 # gets a fresh client and production reuses one connection pool.
 @functools.lru_cache(maxsize=8)
-def _anthropic(key, base_url, model, chat_model, timeout, retries, max_out) -> Provider:
-    from assistant.llm.anthropic_provider import AnthropicProvider
-
-    return AnthropicProvider(
-        api_key=key,
-        base_url=base_url,
-        model=model,
-        chat_model=chat_model,
-        timeout=timeout,
-        max_retries=retries,
-        max_output_tokens=max_out,
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def _openai(key, base_url, model, chat_model, timeout, retries, max_out) -> Provider:
-    from assistant.llm.openai_provider import OpenAIProvider
-
-    return OpenAIProvider(
+def _client_provider(
+    provider, key, base_url, model, chat_model, timeout, retries, max_out
+) -> Provider:
+    # Imported here: an SDK costs seconds to import, and only the one in use is needed.
+    if provider == "openai":
+        from assistant.llm.openai_provider import OpenAIProvider as chosen
+    else:
+        from assistant.llm.anthropic_provider import AnthropicProvider as chosen
+    return chosen(
         api_key=key,
         base_url=base_url,
         model=model,
@@ -181,10 +165,8 @@ def get_provider(name: str | None = None) -> Provider:
     missing, which the first time is logged as a warning."""
     configured = name is None
     name = name or provider_name()
-    if name == "anthropic" and api_key(name):
-        return _anthropic(*_anthropic_key())
-    if name == "openai" and api_key(name):
-        return _openai(*_openai_key())
+    if name in ("anthropic", "openai") and api_key(name):
+        return _client_provider(*_client_key(name))
     if name == "gemini" and api_key(name):
         return _gemini(*_gemini_key())
     if configured and (reason := offline_reason()) is not None:
