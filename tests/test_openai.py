@@ -11,11 +11,12 @@ import openai
 import pytest
 from django.test import override_settings
 
+from assistant.admin.inspector import context_inspector, request_body
 from assistant.cost import conversation_costs
 from assistant.llm.catalog import model_context_window
 from assistant.llm.overflow import context_overflow
 from assistant.models import CompactionEvent, Message
-from assistant.services import add_message, build_context, chat_step
+from assistant.services import add_message, chat_step
 from tests.builders import html
 from tests.fake_llm import ok, overflow, rate_limited
 from tests.scenarios import tool_heavy_conversation
@@ -246,4 +247,10 @@ def test_a_conversation_that_changes_model_is_priced_per_message(fake_llm, conve
     assert round(cost.chat, 6) == 0.215
     assert model_context_window("gpt-4o-mini-2024-07-18") == 128_000
     assert Message.objects.filter(role="assistant").latest("id").model == "gpt-4o-mini"
-    assert build_context(conversation).messages[-1]["content"] == "Two."
+    # The conversation's page: the window of the model that answered last, and the next
+    # request in its provider's shape.
+    inspector = context_inspector(conversation)
+    assert (inspector["limits"].model, inspector["limits"].window) == ("gpt-4o-mini", 128_000)
+    body = request_body(conversation)
+    assert body["messages"][0] == {"role": "system", "content": "You help."}
+    assert body["messages"][-1] == {"role": "assistant", "content": "Two."}
