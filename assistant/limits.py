@@ -38,8 +38,13 @@ class Limits:
 def current_limits(conversation_id: int | None = None) -> Limits:
     """The figures for a conversation (its newest answer's model: who will read the next
     request), or for a new one (the configured summarizer's provider's chat model)."""
+    return limits_for(*answered_by(conversation_id))
+
+
+def limits_for(provider: str, model: str) -> Limits:
+    """The figures for a conversation whose next request `model` reads (of `provider`);
+    with no model, the configured summarizer's provider's chat model."""
     config = compaction_config()
-    provider, model = answered_by(conversation_id)
     if not model:
         provider = provider_name()
         model = configured_chat_model(provider)

@@ -16,7 +16,7 @@ from assistant.cost import conversation_costs
 from assistant.llm.catalog import model_context_window
 from assistant.llm.overflow import context_overflow
 from assistant.models import CompactionEvent, Message
-from assistant.services import add_message, chat_step
+from assistant.services import add_message, chat_step, context_status
 from tests.builders import html
 from tests.fake_llm import ok, overflow, rate_limited
 from tests.scenarios import tool_heavy_conversation
@@ -251,6 +251,8 @@ def test_a_conversation_that_changes_model_is_priced_per_message(fake_llm, conve
     # request in its provider's shape.
     inspector = context_inspector(conversation)
     assert (inspector["limits"].model, inspector["limits"].window) == ("gpt-4o-mini", 128_000)
+    status = context_status(conversation)  # a /status command's figures, too
+    assert (status.model, status.window) == ("gpt-4o-mini", 128_000)
     body = request_body(conversation)
     assert body["messages"][0] == {"role": "system", "content": "You help."}
     assert body["messages"][-1] == {"role": "assistant", "content": "Two."}
