@@ -1,7 +1,9 @@
-"""A loopback HTTP server speaking the Anthropic and Gemini wire formats.
+"""A loopback HTTP server speaking the Anthropic, Gemini and OpenAI wire formats
+(OpenAI's Chat Completions and Responses API: assistant.testing.fake_openai).
 
-Both SDKs send through their own HTTP stacks, so tests point the real SDKs at
-this server (`base_url`) instead of mocking a transport. It records every
+The SDKs send through their own HTTP stacks, so tests point the real SDKs at
+this server (`base_url`; the openai SDK's is `fake.openai_url`) instead of
+mocking a transport. It records every
 request and answers from a per-kind script queue, else with a text reply (a
 well-formed summary), so a chat loop always ends. In-process:
 
@@ -15,7 +17,8 @@ Alone, for a host's own tests (any language, any process):
 
     python -m assistant.testing.fake_provider --port 8765 [--script replies.json] [--prompt-cache]
 
-and script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic",
+and script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic"
+(or "openai", "openai_responses", "gemini"),
 "replies": [{"tool_calls": [{"name": "get_post", "arguments": {"id": 1}}]},
 {"text": "Done."}], "repeat": false}` (a reply: text, tool_calls, thinking,
 usage in the provider's wire names, stop_reason, delay, or error: overflow,
