@@ -10,19 +10,10 @@ from django.core import checks
 from assistant.app_settings import app_setting
 from assistant.cost import price_of
 from assistant.llm import offline_reason
-from assistant.llm.catalog import model_info
+from assistant.llm.catalog import MODEL_SETTINGS, model_info
 
 SUMMARIZER_OFFLINE = "assistant.W001"
 UNKNOWN_MODEL = "assistant.W002"
-# The models the settings name, each with its provider's table.
-MODEL_SETTINGS = {
-    "ANTHROPIC_CHAT_MODEL": "anthropic",
-    "ANTHROPIC_SUMMARY_MODEL": "anthropic",
-    "OPENAI_CHAT_MODEL": "openai",
-    "OPENAI_SUMMARY_MODEL": "openai",
-    "GEMINI_CHAT_MODEL": "gemini",
-    "GEMINI_SUMMARY_MODEL": "gemini",
-}
 
 
 @checks.register(checks.Tags.compatibility)

@@ -25,6 +25,15 @@ from assistant.llm.wire import ModelInfo, Wire, normalized_model
 WIRES: dict[str, Wire] = {wire.name: wire for wire in (ANTHROPIC, GEMINI, OPENAI, OPENAI_RESPONSES)}
 CHAT_PROVIDERS = tuple(WIRES)
 DEFAULT_PROVIDER = ANTHROPIC.name  # chat_step's, kept from before there were others
+# The models the settings name, each with its provider's table.
+MODEL_SETTINGS = {
+    "ANTHROPIC_CHAT_MODEL": "anthropic",
+    "ANTHROPIC_SUMMARY_MODEL": "anthropic",
+    "OPENAI_CHAT_MODEL": "openai",
+    "OPENAI_SUMMARY_MODEL": "openai",
+    "GEMINI_CHAT_MODEL": "gemini",
+    "GEMINI_SUMMARY_MODEL": "gemini",
+}
 # The chat model each provider's settings name, for a conversation with no answer yet.
 CHAT_MODEL_SETTINGS = {
     "anthropic": "ANTHROPIC_CHAT_MODEL",
