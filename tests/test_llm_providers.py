@@ -17,6 +17,7 @@ from assistant.llm import (
 )
 from assistant.llm.anthropic_provider import AnthropicProvider
 from assistant.llm.gemini_provider import GeminiProvider
+from assistant.llm.suffix import CachedRequest
 from assistant.services import add_message, build_context
 from tests.fake_llm import fake_llm, malformed, ok, overflow, overloaded, rate_limited, slow
 
@@ -510,3 +511,37 @@ def test_a_real_conversation_with_reused_ids_is_accepted_by_both_providers(
         == len(set(anthropic_ids))
         == sum(len(m.get("tool_calls") or []) for m in context.messages)
     )
+
+
+def test_an_openai_cached_suffix_summary_sends_the_chat_request_then_the_instruction(
+    settings, fake_llm
+):
+    fake_llm.use_openai(settings)
+    request = CachedRequest(
+        system="System prompt",
+        summaries=["old summary"],
+        messages=MESSAGES,
+        instruction="Summarize the conversation so far.",
+        transcript=TRANSCRIPT,
+        tools=TOOLS,
+    )
+
+    result = get_provider().summarize_cached(request)
+
+    (sent,) = fake_llm.requests_for("openai.chat")
+    body = sent.body
+    assert body["model"] == "gpt-4.1"  # the chat model: its cache holds the request
+    assert body["messages"][0] == {"role": "system", "content": "System prompt\n\nold summary"}
+    assert body["messages"][-1] == {"role": "user", "content": "Summarize the conversation so far."}
+    assert [m["role"] for m in body["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "user",
+        "user",
+    ]
+    # The tools keep the cached prefix; the answer is the summary, not a call.
+    assert [t["function"]["name"] for t in body["tools"]] == ["get_blog_post"]
+    assert body["tool_choice"] == "none"
+    assert (result.provider, result.fallback) == ("openai", False)
