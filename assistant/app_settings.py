@@ -14,7 +14,8 @@ from typing import Any
 from django.conf import settings
 
 DEFAULTS: dict[str, Any] = {
-    # Which summarizer answers: anthropic, gemini, offline, or auto (the provider whose key is set).
+    # Which summarizer answers: anthropic, openai, gemini, offline, or auto (the first provider
+    # whose key is found: settings first, then the SDKs' environment variables).
     "ASSISTANT_SUMMARIZER": "auto",
     # Answer with the offline summarizer when the provider fails.
     "ASSISTANT_SUMMARY_FALLBACK": True,
@@ -40,6 +41,11 @@ DEFAULTS: dict[str, Any] = {
     "GEMINI_BASE_URL": None,
     "GEMINI_SUMMARY_MODEL": "gemini-2.5-flash-lite",
     "GEMINI_CHAT_MODEL": "gemini-2.5-flash",
+    "OPENAI_API_KEY": "",
+    # Any OpenAI-compatible server (vLLM, Ollama, OpenRouter, LiteLLM's proxy).
+    "OPENAI_BASE_URL": None,
+    "OPENAI_SUMMARY_MODEL": "gpt-4.1-mini",
+    "OPENAI_CHAT_MODEL": "gpt-4.1",
     "LLM_TIMEOUT_SECONDS": 30.0,
     "LLM_MAX_RETRIES": 2,
     "LLM_RETRY_INITIAL_DELAY": 1.0,
@@ -47,25 +53,10 @@ DEFAULTS: dict[str, Any] = {
     "SUMMARY_MAX_OUTPUT_TOKENS": 2048,
     # Redis transport's own default; retry countdowns stay below half of it.
     "CELERY_BROKER_VISIBILITY_TIMEOUT": 3600,
-    # USD per million tokens, per model (a dated name like claude-haiku-4-5-20251001 takes the
-    # price of its longest listed prefix). A host's entries replace these model by model.
-    # Anthropic: cache read 0.1x, cache write (5-minute cache) 1.25x of input. Gemini 2.5
-    # implicit caching: cached input at 0.1x, no write premium (written at the input price).
-    "ASSISTANT_MODEL_PRICES": {
-        "claude-opus-4-6": {"input": 5.0, "output": 25.0, "cache_read": 0.5, "cache_write": 6.25},
-        "claude-opus-4-5": {"input": 5.0, "output": 25.0, "cache_read": 0.5, "cache_write": 6.25},
-        "claude-sonnet-4": {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75},
-        "claude-haiku-4-5": {"input": 1.0, "output": 5.0, "cache_read": 0.1, "cache_write": 1.25},
-        "gemini-2.5-pro": {"input": 1.25, "output": 10.0, "cache_read": 0.125, "cache_write": 1.25},
-        "gemini-2.5-flash": {"input": 0.3, "output": 2.5, "cache_read": 0.03, "cache_write": 0.3},
-        "gemini-2.5-flash-lite": {
-            "input": 0.1,
-            "output": 0.4,
-            "cache_read": 0.01,
-            "cache_write": 0.1,
-        },
-        "offline-summarizer": {"input": 0.0, "output": 0.0, "cache_read": 0.0, "cache_write": 0.0},
-    },
+    # USD per million tokens, per model, over the providers' own tables (assistant/llm/:
+    # docs/providers.rst): {"model": {"input", "output", "cache_read", "cache_write"}}. A
+    # dated name like claude-haiku-4-5-20251001 takes the price of its longest listed prefix.
+    "ASSISTANT_MODEL_PRICES": {},
 }
 
 

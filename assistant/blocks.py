@@ -19,9 +19,11 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import math
+import json
 import re
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,7 +31,10 @@ from django.core.exceptions import ValidationError
 
 from assistant.tokens import estimate_tokens
 
-THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+# A model's thinking, stored to be sent back as received: Anthropic's thinking and
+# redacted_thinking blocks, the Responses API's reasoning items ({"type": "reasoning",
+# "item": <the output item>}). Each wire sends back its own kind only.
+THINKING_TYPES = frozenset({"thinking", "redacted_thinking", "reasoning"})
 MEDIA_TYPES = frozenset({"image", "document"})
 ALLOWED = {
     "assistant": THINKING_TYPES,
@@ -42,19 +47,6 @@ PDF = "application/pdf"
 # Anthropic's per-request image limit; one message never needs more.
 MAX_BLOCKS_PER_MESSAGE = 100
 
-# Anthropic (vision docs): an image is scaled to fit 1568 px on its long edge and about
-# 1.15 megapixels, then costs width * height / 750 tokens; a PDF page costs its text plus
-# an image of the page, 1,500 to 3,000 tokens: the upper end keeps the budget safe.
-ANTHROPIC_MAX_EDGE = 1568
-ANTHROPIC_MAX_PIXELS = 1_150_000
-ANTHROPIC_PIXELS_PER_TOKEN = 750
-ANTHROPIC_TOKENS_PER_PDF_PAGE = 3000
-# Gemini (token docs): an image with both sides up to 384 px is 258 tokens; a larger one is
-# cut into 768 x 768 tiles of 258 tokens each; a document page is 258 tokens.
-GEMINI_SMALL_IMAGE_EDGE = 384
-GEMINI_TILE_EDGE = 768
-GEMINI_TOKENS_PER_TILE = 258
-GEMINI_TOKENS_PER_PDF_PAGE = 258
 # A URL source is not fetched: its size is unknown. Count the largest image Anthropic
 # accepts unscaled (1092 x 1092) and a 10-page document.
 UNKNOWN_IMAGE_SIZE = (1092, 1092)
@@ -65,6 +57,7 @@ _TEXT_SOURCE_KEYS = {"type", "media_type", "data"}
 _BLOCK_KEYS = {
     "thinking": ({"type", "thinking", "signature"}, set()),
     "redacted_thinking": ({"type", "data"}, set()),
+    "reasoning": ({"type", "item"}, set()),
     "image": ({"type", "source"}, set()),
     "document": ({"type", "source"}, {"title"}),
 }
@@ -105,6 +98,8 @@ def _stored_bytes(block: dict[str, Any]) -> int:
     source = block.get("source") or {}
     if source.get("type") == "base64":
         return len(source["data"]) * 3 // 4
+    if block["type"] == "reasoning":
+        return len(json.dumps(block["item"]).encode("utf-8"))
     text = source.get("data") or block.get("thinking") or block.get("data") or ""
     return len(text.encode("utf-8"))
 
@@ -118,7 +113,7 @@ def _validated_block(role: str, index: int, block: Any, max_bytes: int) -> dict[
         hint = " (text goes in the message's content)" if kind == "text" else ""
         raise _invalid(
             f"{where} has unknown type {kind!r}{hint}: expected thinking, redacted_thinking, "
-            "image or document.",
+            "reasoning, image or document.",
             "unknown_block_type",
         )
     if kind not in ALLOWED.get(role, frozenset()):
@@ -134,6 +129,11 @@ def _validated_block(role: str, index: int, block: Any, max_bytes: int) -> dict[
     if kind == "redacted_thinking":
         _check_text(where, block, "data")
         return {"type": kind, "data": block["data"]}
+    if kind == "reasoning":
+        item = block["item"]
+        if not isinstance(item, dict) or item.get("type") != "reasoning":
+            raise _invalid(f"{where}: `item` must be a reasoning output item.", "invalid_blocks")
+        return {"type": kind, "item": item}
     source = _validated_source(where, kind, block["source"], max_bytes)
     validated = {"type": kind, "source": source}
     if "title" in block:
@@ -308,22 +308,17 @@ def _raw(block: dict[str, Any]) -> bytes | None:
     return base64.b64decode(source["data"])
 
 
-def anthropic_image_tokens(width: int, height: int) -> int:
-    scale = min(1.0, ANTHROPIC_MAX_EDGE / max(width, height))
-    scale = min(scale, math.sqrt(ANTHROPIC_MAX_PIXELS / (width * height)))
-    pixels = (width * scale) * (height * scale)
-    return max(1, math.ceil(pixels / ANTHROPIC_PIXELS_PER_TOKEN))
+@dataclass(frozen=True)
+class MediaRates:
+    """What images and document pages cost a provider, in tokens: each wire of
+    assistant.llm has its own (`Wire.media`)."""
+
+    image_tokens: Callable[[int, int], int]  # (width, height) -> tokens
+    pdf_page_tokens: int
 
 
-def gemini_image_tokens(width: int, height: int) -> int:
-    if width <= GEMINI_SMALL_IMAGE_EDGE and height <= GEMINI_SMALL_IMAGE_EDGE:
-        return GEMINI_TOKENS_PER_TILE
-    tiles = math.ceil(width / GEMINI_TILE_EDGE) * math.ceil(height / GEMINI_TILE_EDGE)
-    return tiles * GEMINI_TOKENS_PER_TILE
-
-
-def block_tokens(block: dict[str, Any], provider: str) -> int:
-    """Tokens one block costs in a request to `provider` ("gemini", else Anthropic's rules)."""
+def block_tokens(block: dict[str, Any], rates: MediaRates) -> int:
+    """Tokens one block costs in a request to a provider with these media `rates`."""
     kind = block["type"]
     if kind == "text":
         return estimate_tokens(block["text"])
@@ -331,21 +326,20 @@ def block_tokens(block: dict[str, Any], provider: str) -> int:
         return estimate_tokens(block["thinking"])
     if kind == "redacted_thinking":
         return estimate_tokens(block["data"])
+    if kind == "reasoning":
+        return estimate_tokens(json.dumps(block["item"]))
     raw = _raw(block)
     if kind == "image":
         width, height = (image_size(raw) if raw else None) or UNKNOWN_IMAGE_SIZE
-        if provider == "gemini":
-            return gemini_image_tokens(width, height)
-        return anthropic_image_tokens(width, height)
+        return rates.image_tokens(width, height)
     if block["source"]["type"] == "text":
         return estimate_tokens(block["source"]["data"])
     pages = pdf_pages(raw) if raw else UNKNOWN_DOCUMENT_PAGES
-    per_page = GEMINI_TOKENS_PER_PDF_PAGE if provider == "gemini" else ANTHROPIC_TOKENS_PER_PDF_PAGE
-    return pages * per_page
+    return pages * rates.pdf_page_tokens
 
 
-def blocks_tokens(blocks: list[dict[str, Any]] | None, provider: str) -> int:
-    return sum(block_tokens(block, provider) for block in blocks or [])
+def blocks_tokens(blocks: list[dict[str, Any]] | None, rates: MediaRates) -> int:
+    return sum(block_tokens(block, rates) for block in blocks or [])
 
 
 # --- compaction -------------------------------------------------------------------------------

@@ -3,8 +3,11 @@ call (with overflow recovery) and the recorded answer.
 
 The host's `call_model(request)` adds what only it knows (model, max_tokens)
 and calls its own SDK client, e.g.
-`lambda request: client.messages.create(model=M, max_tokens=1024, **request)`
+`lambda request: client.messages.create(model=M, max_tokens=1024, **request)`,
+`lambda request: client.chat.completions.create(model=M, **request)`,
+`lambda request: client.responses.create(model=M, **request)`
 or `lambda request: client.models.generate_content(model=M, **request)`.
+Each provider's shapes are its module's in assistant.llm (docs/providers.rst).
 With `recall=True` the model is also offered the recall tools (assistant.recall),
 and `answer_tool_calls` answers them from the stored originals, the host's own
 tools with the host's function.
@@ -24,13 +27,13 @@ from assistant.context import Context
 from assistant.deletion import require_live
 from assistant.history import add_message
 from assistant.hooks import call_with_overflow_recovery, ensure_context_summary
-from assistant.llm import convert
+from assistant.llm.catalog import CHAT_PROVIDERS, DEFAULT_PROVIDER, wire
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import Conversation, Message, MetadataKeys
 from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
 from assistant.responses import record_response
 
-PROVIDERS = ("anthropic", "gemini")
+PROVIDERS = CHAT_PROVIDERS
 
 
 @dataclass(frozen=True)
@@ -53,31 +56,21 @@ class Step:
 
 def model_request(
     context: Context,
-    provider: str = "anthropic",
+    provider: str = DEFAULT_PROVIDER,
     tools: Sequence[dict[str, Any]] | None = None,
     *,
     recall: bool = False,
 ) -> dict[str, Any]:
     """The keyword arguments of the provider's SDK call for this context, but the model
-    (and Anthropic's max_tokens): Anthropic's `messages.create` gets system, messages and
-    tools; google-genai's `models.generate_content` gets contents and a config holding the
-    system instruction and tools. `tools`: {name, description, parameters} specs; with
-    `recall`, the recall and search_history tools after them."""
-    _check_provider(provider)
+    (and the output cap): Anthropic's `messages.create` gets system, messages and tools;
+    OpenAI's `chat.completions.create` messages and tools; its `responses.create`
+    instructions, input items, tools and store=False; google-genai's
+    `models.generate_content` contents and a config holding the system instruction and
+    tools. `tools`: {name, description, parameters} specs; with `recall`, the recall and
+    search_history tools after them."""
+    chosen = wire(provider)
     tools = _with_recall_tools(tools) if recall else tools
-    if provider == "anthropic":
-        request = context.to_anthropic()
-        if tools:
-            request["tools"] = convert.anthropic_tools(list(tools))
-        return request
-    shape = context.to_gemini()
-    config: dict[str, Any] = {}
-    if shape["system_instruction"]:
-        config["system_instruction"] = shape["system_instruction"]
-    if tools:
-        config["tools"] = convert.gemini_tools(list(tools))
-        config["automatic_function_calling"] = {"disable": True}
-    return {"contents": shape["contents"], "config": config}
+    return context.request(chosen, list(tools) if tools else None)
 
 
 def remember_chat_tools(conversation: Conversation, tools: Sequence[dict[str, Any]] | None) -> None:
@@ -138,19 +131,11 @@ def _with_recall_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str,
     return [*(tools or ()), *NEUTRAL_TOOLS]
 
 
-def _check_provider(provider: str) -> None:
-    if provider not in PROVIDERS:
-        raise ValidationError(
-            f"Unknown provider {provider!r}: expected one of {', '.join(PROVIDERS)}.",
-            code="unknown_provider",
-        )
-
-
 def chat_step(
     conversation: Conversation,
     call_model: Callable[[dict[str, Any]], Any],
     *,
-    provider: str = "anthropic",
+    provider: str = DEFAULT_PROVIDER,
     tools: Sequence[dict[str, Any]] | None = None,
     recall: bool = False,
     window_tokens: int | None = None,
@@ -165,7 +150,7 @@ def chat_step(
     turn, an empty answer too (stored as it came; requests leave it out). Bad
     arguments and a deleted conversation are refused before anything is written
     or any model called."""
-    _check_provider(provider)
+    wire(provider)  # an unknown provider is refused before any call
     _tool_specs(tools)
     # A name clash with the recall tools is refused before any call.
     sent = _with_recall_tools(tools) if recall else tools
@@ -177,7 +162,7 @@ def chat_step(
         lambda context: call_model(model_request(context, provider, tools, recall=recall)),
         window_tokens=window_tokens,
     )
-    return Step(record_response(conversation, response, **fields), response)
+    return Step(record_response(conversation, response, provider=provider, **fields), response)
 
 
 def answer_tool_calls(

@@ -21,6 +21,7 @@ from assistant.blocks import blocks_tokens, compacted_blocks, has_media
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.deletion import validated_ids
 from assistant.events import record_compaction, stopwatch
+from assistant.llm.catalog import media_rates
 from assistant.llm.prompts import render_transcript
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, ref
@@ -348,7 +349,7 @@ def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = Fal
         .values("id", "blocks", "blocks_tokens", "token_estimate")
         .order_by("id")
     )
-    provider = llm.provider_name()
+    rates = media_rates(llm.provider_name())
     with stopwatch() as elapsed, transaction.atomic():
         before = after = updated = 0
         for row in rows:
@@ -356,7 +357,7 @@ def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = Fal
             if current and not has_media(row["blocks"]):
                 continue  # only thinking, which the current turn must send
             kept = compacted_blocks(row["blocks"], keep_thinking=current, handle_ref=ref(row["id"]))
-            kept_tokens = blocks_tokens(kept, provider)
+            kept_tokens = blocks_tokens(kept, rates)
             tokens = max(row["token_estimate"] - row["blocks_tokens"] + kept_tokens, 0)
             # Conditional: a concurrent run that got there first wins.
             if Message.objects.filter(pk=row["id"], compacted_blocks__isnull=True).update(
@@ -381,9 +382,9 @@ def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = Fal
 
 def _restore_blocks(message_ids: list[int]) -> None:
     """Verbatim blocks again for these messages (restore_originals), with their estimate."""
-    provider = llm.provider_name()
+    rates = media_rates(llm.provider_name())
     compacted = Message.objects.filter(pk__in=message_ids, compacted_blocks__isnull=False)
     for pk, blocks in compacted.values_list("id", "blocks"):
         Message.objects.filter(pk=pk).update(
-            compacted_blocks=None, blocks_tokens=blocks_tokens(blocks, provider)
+            compacted_blocks=None, blocks_tokens=blocks_tokens(blocks, rates)
         )

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assistant.deletion import require_saved
-from assistant.llm import convert
+from assistant.llm import catalog
+from assistant.llm.wire import Wire
 from assistant.models import Conversation, Message
 from assistant.tokens import estimate_tokens
 from assistant.window import WindowState, load_window
@@ -105,14 +106,22 @@ class Context:
         stays byte-identical, the provider's prompt cache holds."""
         return "\n\n".join([self.system, *self.summaries])
 
-    def to_anthropic(self) -> dict[str, Any]:
-        # A context built with pending calls is for staff to look at, never to send.
+    def request(self, wire: Wire, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """This context in `wire`'s request shape (assistant.llm.catalog.wire(name)).
+        A context built with pending calls is for staff to look at, never to send: it
+        is not checked."""
         check = not self.pending_calls
-        return convert.to_anthropic(self.system, self.summaries, self.messages, check=check)
+        return wire.request(self.system, self.summaries, self.messages, tools, check=check)
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """{"system": [text blocks], "messages": [...]}: Anthropic's shape."""
+        return self.request(catalog.ANTHROPIC)
 
     def to_gemini(self) -> dict[str, Any]:
-        check = not self.pending_calls
-        return convert.to_gemini(self.system, self.summaries, self.messages, check=check)
+        """{"system_instruction": str, "contents": [...]}: Gemini's shape."""
+        return catalog.GEMINI.shape(
+            self.system, self.summaries, self.messages, check=not self.pending_calls
+        )
 
 
 def build_context(conversation: Conversation, *, allow_pending: bool = False) -> Context:

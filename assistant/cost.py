@@ -28,8 +28,11 @@ before it, cached as an append-only prompt caches:
 - no summarizer calls.
 
 Prices: ASSISTANT_MODEL_PRICES (assistant/app_settings.py), USD per million
-tokens. A chat call is priced by the model its message's metadata names
-(`metadata["model"]`), else the configured chat model; a model with no
+tokens, over the providers' own tables (assistant.llm.catalog). A chat call is
+priced by the model that answered it (`Message.model`), else the one its
+message's metadata names (`metadata["model"]`, messages recorded before the
+field), else the configured chat model: a conversation that changed model is
+priced message by message. A model with no
 price counts as zero and is listed in `unpriced`.
 """
 
@@ -39,12 +42,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import F, Q
+from django.db.models import F, Q, TextField, Value
 from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce, NullIf
 
-from assistant.app_settings import app_setting, default
+from assistant.app_settings import app_setting
 from assistant.conf import compaction_config
 from assistant.limits import current_limits
+from assistant.llm.catalog import listed_name, listed_prices
+from assistant.llm.wire import longest_prefix, normalized_model
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.tokens import estimate_tokens
 
@@ -53,8 +59,11 @@ PER_TOKENS = 1_000_000
 MODEL_KEY = "model"
 
 
-def chat_model(metadata: dict | None) -> str:
-    """The model of a recorded chat call: the one its metadata names, else the configured one."""
+def chat_model(metadata: dict | None, model: str = "") -> str:
+    """The model of a recorded chat call: the one that answered, else the one its metadata
+    names, else the configured one."""
+    if model:
+        return model
     named = (metadata or {}).get(MODEL_KEY)
     return named if isinstance(named, str) and named else current_limits().model
 
@@ -70,20 +79,20 @@ class Price:
 
 
 def model_prices() -> dict[str, Price]:
-    """The built-in prices, with the host's ASSISTANT_MODEL_PRICES over them."""
-    table = {**default("ASSISTANT_MODEL_PRICES"), **app_setting("ASSISTANT_MODEL_PRICES")}
+    """The providers' prices, with the host's ASSISTANT_MODEL_PRICES over them."""
+    table = {**listed_prices(), **app_setting("ASSISTANT_MODEL_PRICES")}
     return {model: Price(**{k: float(v) for k, v in row.items()}) for model, row in table.items()}
 
 
 def price_of(model: str, prices: dict[str, Price] | None = None) -> Price | None:
     """The model's price: its own entry, else the longest listed prefix of its
-    name (a dated release), else None."""
+    name (a dated release; a Bedrock or Vertex id as the vendor's name), else None."""
     prices = model_prices() if prices is None else prices
-    name = (model or "").lower().removeprefix("models/")
-    if name in prices:
-        return prices[name]
-    prefixes = [key for key in prices if name.startswith(key)]
-    return prices[max(prefixes, key=len)] if prefixes else None
+    for name in dict.fromkeys((normalized_model(model), listed_name(model))):
+        key = longest_prefix(name, prices)
+        if key is not None:
+            return prices[key]
+    return None
 
 
 @dataclass(frozen=True)
@@ -241,7 +250,11 @@ def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, l
         "cache_read_tokens",
         "cache_write_tokens",
         "output_tokens",
-        KT(f"metadata__{MODEL_KEY}"),
+        Coalesce(
+            NullIf("model", Value("")),
+            KT(f"metadata__{MODEL_KEY}"),
+            output_field=TextField(),
+        ),
         F("role"),
     )
     calls: dict[int, list[Call]] = {}

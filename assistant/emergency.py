@@ -28,7 +28,9 @@ from django.core.exceptions import ValidationError
 from assistant.compaction import compact_tool_results
 from assistant.conf import compaction_config
 from assistant.events import record_compaction
-from assistant.llm.overflow import OVERFLOW_STOP_REASON, model_context_window
+from assistant.llm.base import ChatResult, Usage
+from assistant.llm.catalog import model_context_window, read_response
+from assistant.llm.overflow import OVERFLOW_STOP_REASON
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import CompactionEvent, Conversation, MetadataKeys
 from assistant.summaries import regenerate_window_summary
@@ -125,24 +127,24 @@ def apply_emergency_level(conversation: Conversation, level: int) -> EmergencyOu
     return outcome
 
 
+def _reported(response: Any) -> ChatResult:
+    """What a response reports (any provider's, read by its wire, or our ChatResult);
+    of another object, its `usage.prompt_tokens` and `stop_reason` where it has them."""
+    result = read_response(response)
+    if result is not None:
+        return result
+    prompt = getattr(getattr(response, "usage", None), "prompt_tokens", None)
+    return ChatResult(
+        text="",
+        usage=Usage(input_tokens=prompt if isinstance(prompt, int) else 0),
+        model="",
+        stop_reason=getattr(response, "stop_reason", None),
+    )
+
+
 def reported_prompt_tokens(response: Any) -> int | None:
-    """The whole prompt a provider reported for a response: our ChatResult,
-    an Anthropic Message or a Gemini GenerateContentResponse."""
-    usage = getattr(response, "usage", None)
-    if usage is not None:
-        prompt = getattr(usage, "prompt_tokens", None)
-        if isinstance(prompt, int):
-            return prompt
-        if isinstance(getattr(usage, "input_tokens", None), int):
-            return (
-                usage.input_tokens
-                + int(getattr(usage, "cache_read_input_tokens", 0) or 0)
-                + int(getattr(usage, "cache_creation_input_tokens", 0) or 0)
-            )
-    gemini = getattr(response, "usage_metadata", None)
-    if gemini is not None and isinstance(getattr(gemini, "prompt_token_count", None), int):
-        return gemini.prompt_token_count
-    return None
+    """The whole prompt a provider reported for a response; None when it says none."""
+    return _reported(response).usage.prompt_tokens or None
 
 
 def note_response(
@@ -152,11 +154,11 @@ def note_response(
     response shows the context no longer fits: more input tokens reported than
     the window (`window_tokens`, else the window of the model that answered),
     or Anthropic's `model_context_window_exceeded` stop reason."""
-    over = getattr(response, "stop_reason", None) == OVERFLOW_STOP_REASON
-    prompt = reported_prompt_tokens(response)
-    if window_tokens is None:
-        model = getattr(response, "model", None) or getattr(response, "model_version", None)
-        window_tokens = model_context_window(model) if isinstance(model, str) and model else None
+    result = _reported(response)
+    over = result.stop_reason == OVERFLOW_STOP_REASON
+    prompt = result.usage.prompt_tokens or None
+    if window_tokens is None and result.model:
+        window_tokens = model_context_window(result.model, result.provider)
     if window_tokens is not None and prompt is not None and prompt > window_tokens:
         over = True
     if over:

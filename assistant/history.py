@@ -23,6 +23,7 @@ from assistant.conf import compaction_config
 from assistant.cost import chat_model
 from assistant.deletion import deleted_error, live, require_saved
 from assistant.llm.base import new_tool_call_id
+from assistant.llm.catalog import media_rates, telemetry_name
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
 from assistant.queue import POST_EXCHANGE_TASK, enqueue_on_commit
 from assistant.tokens import estimate_message_tokens
@@ -45,8 +46,11 @@ _FIELDS = {
     "tool_arguments",
     "metadata",
     "blocks",
+    "provider",
+    "model",
     *_USAGE_FIELDS,
 }
+_ANSWERED_BY = {"provider": 32, "model": 255}  # Message's columns and their lengths
 
 
 def add_message(conversation: Conversation, role: str, content: str = "", **fields: Any) -> Message:
@@ -76,11 +80,12 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
             code="empty_message",
         )
     usage = {name: _validated_count(name, fields.get(name)) for name in _USAGE_FIELDS}
+    answered_by = {name: _validated_name(name, fields.get(name)) for name in _ANSWERED_BY}
 
     try:
         with transaction.atomic():
             tool_fields = _tool_result_fields(conversation, fields) if role == "tool" else {}
-            media_tokens = blocks_tokens(blocks, llm.provider_name())
+            media_tokens = blocks_tokens(blocks, media_rates(llm.provider_name()))
             estimate = estimate_message_tokens(content, tool_calls) + media_tokens
             message = Message.objects.create(
                 conversation=conversation,
@@ -94,6 +99,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
                 original_token_estimate=estimate,
                 **tool_fields,
                 **usage,
+                **answered_by,
             )
             _store_size(conversation.pk)
     except IntegrityError as error:
@@ -102,10 +108,11 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
             raise _duplicate_result(fields["tool_call_id"]) from None
         raise
     if role == Message.Role.ASSISTANT and message.input_tokens is not None:
+        model = message.model or chat_model(metadata)
         telemetry.token_usage(
             "chat",
-            llm.provider_name(),
-            chat_model(metadata),
+            telemetry_name(message.provider or llm.provider_name(), model),
+            model,
             prompt=message.prompt_tokens,
             output=message.output_tokens or 0,
             cache_read=message.cache_read_tokens or 0,
@@ -173,6 +180,18 @@ def _validated_metadata(metadata: Any) -> dict[str, Any]:
     size = _checked_json("Message metadata", metadata, "invalid_metadata")
     _check_size("Message metadata", size, "MAX_METADATA_BYTES", "metadata_too_large")
     return metadata
+
+
+def _validated_name(name: str, value: Any) -> str:
+    """Message.provider or Message.model: who answered, as its wire names it."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > _ANSWERED_BY[name] or "\x00" in value:
+        raise ValidationError(
+            f"{name} must be a string of at most {_ANSWERED_BY[name]} characters.",
+            code=f"invalid_{name}",
+        )
+    return value
 
 
 def _validated_count(name: str, value: Any) -> int | None:

@@ -468,6 +468,11 @@ class Message(models.Model):
     output_tokens = models.PositiveIntegerField(null=True, blank=True)
     cache_read_tokens = models.PositiveIntegerField(null=True, blank=True)
     cache_write_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # Who answered (assistant messages): the provider's name in assistant.llm
+    # ("anthropic", "gemini", "openai", "openai_responses") and the model id it
+    # reported. Prices, windows and telemetry read them (docs/providers.rst).
+    provider = models.CharField(max_length=32, blank=True, default="", db_default="")
+    model = models.CharField(max_length=255, blank=True, default="", db_default="")
     # Heuristic token counts, stored so that nothing re-reads content to count:
     # of what the model sees now, and of the original.
     token_estimate = models.PositiveIntegerField(default=0)

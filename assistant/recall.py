@@ -31,7 +31,7 @@ from django.db.models.functions import Greatest, Left, Length, StrIndex, Substr,
 from assistant.blocks import MEDIA_TYPES, THINKING_TYPES, describe
 from assistant.conf import compaction_config
 from assistant.forking import FORK_THROUGH_MESSAGE_ID
-from assistant.llm.convert import anthropic_tools, gemini_tools
+from assistant.llm.catalog import wire
 from assistant.models import (
     SEARCH_INDEX_CHARS,
     Conversation,
@@ -90,13 +90,11 @@ NEUTRAL_TOOLS = [
 
 
 def tool_definitions(provider: str) -> list[dict[str, Any]]:
-    """The `recall` and `search_history` tools in the shape `provider` takes:
-    "anthropic" (a list of tools) or "gemini" (one Tool's function declarations)."""
-    if provider == "anthropic":
-        return anthropic_tools(NEUTRAL_TOOLS)
-    if provider == "gemini":
-        return gemini_tools(NEUTRAL_TOOLS)
-    raise ValueError(f"provider must be 'anthropic' or 'gemini', got {provider!r}")
+    """The `recall` and `search_history` tools in the shape `provider` takes (a provider
+    of chat_step: "anthropic", "openai", "openai_responses" a list of tools, "gemini"
+    one Tool's function declarations). An unknown provider raises ValidationError
+    (unknown_provider)."""
+    return wire(provider).tool_definitions(NEUTRAL_TOOLS)
 
 
 def is_recall_tool(name: str) -> bool:

@@ -13,22 +13,29 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from assistant.history import add_message
-from assistant.llm.responses import chat_result
+from assistant.llm.catalog import CHAT_PROVIDERS, read_response
 from assistant.models import Conversation, Message
 
 
-def record_response(conversation: Conversation, response: Any, **fields: Any) -> Message:
-    """Store the assistant message of a model call: its text, tool calls, thinking and
-    redacted_thinking blocks, and the usage (input, cache read, cache write, output).
-    `response`: the anthropic SDK's `Message` (or a stream's final message), google-genai's
-    `GenerateContentResponse`, or the app's own `ChatResult`. `fields` go to
-    `add_message` as they are (e.g. metadata) and win over what the response says.
-    Anything else raises ValidationError (code "unknown_response") and stores nothing."""
-    result = chat_result(response)
+def record_response(
+    conversation: Conversation, response: Any, *, provider: str = "", **fields: Any
+) -> Message:
+    """Store the assistant message of a model call: its text, tool calls, thinking
+    (Anthropic's thinking blocks, the Responses API's reasoning items), the usage
+    (input, cache read, cache write, output), and who answered (`Message.provider`,
+    `Message.model`: the model the response names). `response`: the anthropic SDK's
+    `Message` (direct, Bedrock or Vertex, or a stream's final message), google-genai's
+    `GenerateContentResponse`, the openai SDK's `ChatCompletion` (also from any
+    OpenAI-compatible server) or Responses API `Response`, or the app's own
+    `ChatResult`. `provider` names the provider called (chat_step passes its own)
+    where the response cannot say. `fields` go to `add_message` as they are (e.g.
+    metadata) and win over what the response says. Anything else raises
+    ValidationError (code "unknown_response") and stores nothing."""
+    result = read_response(response)
     if result is None:
         raise ValidationError(
-            f"Cannot record a {type(response).__name__}: expected an anthropic Message or a "
-            "google-genai GenerateContentResponse.",
+            f"Cannot record a {type(response).__name__}: expected a response of one of the "
+            f"providers ({', '.join(CHAT_PROVIDERS)}) or a ChatResult.",
             code="unknown_response",
         )
     recorded: dict[str, Any] = {
@@ -38,6 +45,8 @@ def record_response(conversation: Conversation, response: Any, **fields: Any) ->
         "output_tokens": result.usage.output_tokens,
         "cache_read_tokens": result.usage.cache_read_tokens,
         "cache_write_tokens": result.usage.cache_write_tokens,
+        "provider": provider or result.provider,
+        "model": result.model,
     }
     recorded.update(fields)
     return add_message(conversation, Message.Role.ASSISTANT, result.text, **recorded)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from assistant.deletion import require_saved
-from assistant.limits import current_limits
+from assistant.limits import limits_for
 from assistant.models import CompactionEvent, Conversation
 from assistant.window import load_window
 
@@ -45,8 +45,8 @@ class ContextStatus:
 def context_status(conversation: Conversation) -> ContextStatus:
     """Three queries: the window, the count of events and the latest one."""
     require_saved(conversation)
-    limits = current_limits()
     state = load_window(conversation.pk)
+    limits = limits_for(*state.answered_by)
     events = CompactionEvent.objects.filter(conversation_id=conversation.pk)
     last = events.order_by("-created_at", "-id").first()
     return ContextStatus(

@@ -212,7 +212,7 @@ def _cached_request(
         tools=list(suffix.tools or ()),
     )
     try:  # the request's own check: never sent malformed
-        request.anthropic() if provider.name != "gemini" else request.gemini()
+        request.body(provider.name)
     except InvalidRequest:
         return None
     return request

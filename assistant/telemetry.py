@@ -9,6 +9,10 @@ attributes); the product's own start with `assistant.`.
 `input` (the whole prompt, cached parts included, as the conventions define
 gen_ai.usage.input_tokens) and `output`, and, for the parts of the input,
 `cache_read` and `cache_creation`: sum `input` and `output` for totals.
+
+`provider` arguments are gen_ai.provider.name values as the conventions name them
+(anthropic, aws.bedrock, gcp.vertex_ai, gcp.gemini, openai): each provider's module
+in assistant.llm names its own (`assistant.llm.catalog.telemetry_name`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ SCOPE = "assistant"
 OPERATION = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
 REQUEST_MODEL = "gen_ai.request.model"
+RESPONSE_MODEL = "gen_ai.response.model"
 TOKEN_TYPE = "gen_ai.token.type"
 INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
@@ -55,8 +60,6 @@ PRE_CALL_SPAN = "assistant.pre_call_hook"
 POST_EXCHANGE_SPAN = "assistant.post_exchange"
 STAFF_ACTION_SPAN = "assistant.staff_action"
 
-# The semantic conventions' provider names.
-PROVIDER_NAMES = {"anthropic": "anthropic", "gemini": "gcp.gemini"}
 # Explicit bucket boundaries the conventions advise for these histograms.
 TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
 SECONDS_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48]
@@ -103,10 +106,6 @@ _hook_duration = _meter.create_histogram(
     description="Time the pre-call hook added to a model call",
     explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
 )
-
-
-def provider_attribute(provider: str) -> str:
-    return PROVIDER_NAMES.get(provider, provider)
 
 
 def phase() -> str:
@@ -168,7 +167,7 @@ def summarizer_call(provider: str, model: str) -> Iterator[trace.Span]:
     `summarizer_usage`. A failure sets error.type and counts."""
     attributes = {
         OPERATION: "chat",
-        PROVIDER: provider_attribute(provider),
+        PROVIDER: provider,
         REQUEST_MODEL: model,
         CALLER: "summarizer",
     }
@@ -207,9 +206,7 @@ def summarizer_usage(span: trace.Span, provider: str, model: str, usage: Any) ->
 
 
 def summarizer_fallback(provider: str, model: str) -> None:
-    _summarizer_fallbacks.add(
-        1, {PROVIDER: provider_attribute(provider), REQUEST_MODEL: model, CALLER: "summarizer"}
-    )
+    _summarizer_fallbacks.add(1, {PROVIDER: provider, REQUEST_MODEL: model, CALLER: "summarizer"})
 
 
 def token_usage(
@@ -226,8 +223,9 @@ def token_usage(
     output, and the cache read and creation parts of the input."""
     attributes = {
         OPERATION: "chat",
-        PROVIDER: provider_attribute(provider),
+        PROVIDER: provider,
         REQUEST_MODEL: model,
+        RESPONSE_MODEL: model,
         CALLER: caller,
     }
     for kind, value in (

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json,
         write_markdown,
     )
-    from bench.sessions import EVERYTHING, OURS, load_sessions
+    from bench.sessions import EVERYTHING, OURS, OURS_OPENAI, load_sessions
     from bench.targets import (
         cost_lines,
         counter_rows,
@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
 
     step(f"{len(sessions)} real agent sessions: ours through PostgreSQL")
     real_results = real.replay_all(sessions, beside, progress=step)
+    # Ours judged at OpenAI's cache prices: reported in its own tables below.
+    ours_openai = real_results.pop(OURS_OPENAI)
     real_sums = real.totals(real_results)
 
     ours, ref = replays["ours 300 turns"], replays["reference 300 turns"]
@@ -365,6 +367,21 @@ def main(argv: list[str] | None = None) -> int:
     lines += cost_lines(real_sums, synthetic, trigger)
     lines += session_lines(real_results, trigger)
 
+    price_sections = []
+    decided_at = (real_results[OURS], ours_openai)
+    for (provider, model), ours_at in zip(real.PRICE_MODELS.items(), decided_at, strict=True):
+        rates = real.price_rates(provider)
+        title = (
+            f"Per session at {provider}'s cache prices ({model}: a cache read at {rates.read:g}x,"
+            f" a write at {rates.write:g}x of input), cost as a share of sending everything at"
+            " the same prices; ours decided at them, with the model calls at which it judged a"
+            " voluntary step (a results batch or a shift before the trigger) and took or"
+            " declined one:"
+        )
+        price_sections.append(
+            (title, markdown(*real.price_model_rows(real_results, ours_at, provider)))
+        )
+
     info = machine()
     elapsed = time.perf_counter() - started
     print()
@@ -381,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             " against the peers that break no tool pair on that session:",
             markdown(*session_rows(real_results, verdicts(real_results))),
         ),
+        *price_sections,
         (
             "Steps the strategies counted (LangChain's placeholders are summaries written"
             " without a model call: its trim to 4,000 tokens starting on a human message"
@@ -436,6 +454,11 @@ def main(argv: list[str] | None = None) -> int:
                 "totals": {name: total.as_dict() for name, total in real_sums.items()},
                 "per_conversation": {
                     name: [o.as_dict() for o in outcomes] for name, outcomes in real_results.items()
+                },
+                "openai_prices": {
+                    "model": real.PRICE_MODELS["OpenAI"],
+                    "ours": [o.as_dict() for o in ours_openai],
+                    "cost_shares": real.price_model_rows(real_results, ours_openai, "OpenAI"),
                 },
             },
             "synthetic_costs": synthetic,

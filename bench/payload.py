@@ -8,7 +8,9 @@ Cost under prompt caching (DESIGN section 7): the leading units of a request
 (system blocks, then messages, compared one by one, `cache_control` markers
 ignored) that are byte-identical to the same conversation's previous request
 are a cache read at 0.1x the input price; everything from the first changed
-unit on is a cache write at 1.25x.
+unit on is a cache write at 1.25x (Anthropic's prices). `cost_under(rates)` prices
+the same requests at another provider's cache prices (OpenAI's: a cache read at its
+model's discount, no write premium).
 """
 
 from __future__ import annotations
@@ -16,13 +18,24 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.fake_summarizer import count_tokens
 from bench.record import MESSAGE_OVERHEAD_TOKENS
 
 CACHE_READ = 0.1
 CACHE_WRITE = 1.25
+
+
+class Rates(NamedTuple):
+    """A cached input token's prices over an uncached one's (as
+    assistant.cache_ledger.CachePrices, which has the same two fields)."""
+
+    read: float
+    write: float
+
+
+ANTHROPIC_RATES = Rates(CACHE_READ, CACHE_WRITE)
 
 
 def _plain(block: dict[str, Any]) -> dict[str, Any]:
@@ -189,7 +202,10 @@ class RequestFigures:
 
     @property
     def cost(self) -> float:
-        return CACHE_READ * self.cached_tokens + CACHE_WRITE * (self.tokens - self.cached_tokens)
+        return self.cost_under(ANTHROPIC_RATES)
+
+    def cost_under(self, rates: Rates) -> float:
+        return rates.read * self.cached_tokens + rates.write * (self.tokens - self.cached_tokens)
 
 
 @dataclass
@@ -294,6 +310,10 @@ class CostMeter:
     @property
     def cost(self) -> float:
         return sum(r.cost for r in self.requests) + self.recall_cost
+
+    def cost_under(self, rates: Rates) -> float:
+        """The same requests (and recalls) at other cache prices."""
+        return sum(r.cost_under(rates) for r in [*self.requests, *self.recalls])
 
     @property
     def recall_cost(self) -> float:

@@ -11,7 +11,9 @@ the post-exchange pipeline (`process_exchange`) runs in-process.
 The peers run in memory (bench/baselines.py, bench/peers.py, and the two
 ported from their sources: bench/openhands.py, bench/server_compaction.py), in a
 second process while ours replays (`Beside`), as is ours with cached-suffix
-summaries. One
+summaries, and ours again with every answer recorded as an OpenAI model's, so
+that the decision judges its voluntary steps at OpenAI's cache prices (a cache
+read at the model's discount, no write premium; `PRICE_MODELS`). One
 FakeSummarizer per strategy and conversation writes every summary. An
 exception in one strategy on one conversation is recorded, not fatal.
 Import after django.setup().
@@ -22,8 +24,9 @@ from __future__ import annotations
 import multiprocessing
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,20 +35,23 @@ from django.db import connections
 from django.test import override_settings
 
 from assistant import services
+from assistant.cache_ledger import cache_prices
 from assistant.models import Conversation
+from assistant.window import decision
 from bench import peers as lib
 from bench.baselines import Everything, Reference
 from bench.chat import finish_turn, store
 from bench.fake_summarizer import SUFFIX, FakeSummarizer
 from bench.measures import price_recalls, use_fake
 from bench.openhands import OpenHandsCondenser
-from bench.payload import CostMeter
+from bench.payload import CostMeter, Rates
 from bench.server_compaction import ServerCompaction
 from bench.sessions import (
     COMPACT,
     EVERYTHING,
     OPENHANDS,
     OURS,
+    OURS_OPENAI,
     OURS_SUFFIX,
     SYSTEM_PROMPT,
     Session,
@@ -78,8 +84,13 @@ class Outcome:
     def cost(self) -> float:
         """Chat requests under caching plus summarizer input at 1.0x, or as
         the strategy prices it (Anthropic's compaction iterations read the cache)."""
+        return self.cost_under(None)
+
+    def cost_under(self, rates: Rates | None) -> float:
+        """`cost` with the chat requests at other cache prices (None: Anthropic's)."""
         summarizer = self.summarizer_input if self.summarizer_cost is None else self.summarizer_cost
-        return self.meter.cost + summarizer
+        chat = self.meter.cost if rates is None else self.meter.cost_under(rates)
+        return chat + summarizer
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -130,14 +141,71 @@ def replay_in_memory(session: Session, strategy: Strategy, summarizer: FakeSumma
 COUNTERS = ("summaries", "placeholders", "condensations", "compactions")
 
 
-def replay_ours(session: Session, summarizer: FakeSummarizer, name: str = OURS) -> Outcome:
+# The models whose cache prices the real sessions are priced under, by provider: each
+# one's prices are the app's own table's (assistant.llm), relative to its input price.
+PRICE_MODELS = {"Anthropic": "claude-sonnet-4-6", "OpenAI": "gpt-5"}
+
+
+def price_rates(provider: str) -> Rates:
+    prices = cache_prices(PRICE_MODELS[provider])
+    return Rates(prices.read, prices.write)
+
+
+@dataclass
+class VoluntarySteps:
+    """The model calls at whose pre-call hook the decision judged a voluntary step (a
+    batch of consumed results or a window shift before the trigger) by its price:
+    taken when one paid for itself, declined when none did."""
+
+    taken: int = 0
+    declined: int = 0
+    verdicts: list[bool] | None = None  # the current call's, while one is judged
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        self.verdicts = []
+        try:
+            yield
+        finally:
+            if self.verdicts:
+                if any(self.verdicts):
+                    self.taken += 1
+                else:
+                    self.declined += 1
+            self.verdicts = None
+
+
+@contextmanager
+def judged(tally: VoluntarySteps) -> Iterator[None]:
+    """Every verdict of `decision.step_pays` counted in `tally` (within its calls)."""
+    original = decision.step_pays
+
+    def step_pays(*args: Any, **kwargs: Any) -> bool:
+        verdict = original(*args, **kwargs)
+        if tally.verdicts is not None:
+            tally.verdicts.append(verdict)
+        return verdict
+
+    decision.step_pays = step_pays
+    try:
+        yield
+    finally:
+        decision.step_pays = original
+
+
+def replay_ours(
+    session: Session, summarizer: FakeSummarizer, name: str = OURS, model: str = ""
+) -> Outcome:
     """Our strategy under the settings in force; a "cached_suffix" summary request is
     priced against the chat request before it (`CostMeter.suffix_cost`), every other
-    summarizer input at 1.0x."""
+    summarizer input at 1.0x. Each answer is recorded as `model`'s (else the configured
+    chat model's): the decision judges its steps at that model's cache prices. The
+    voluntary steps it took and declined are counted."""
     outcome = Outcome(name, session.name, CostMeter())
     started = time.perf_counter()
     ends = session.turn_ends()
     suffix_cost = 0.0
+    steps = VoluntarySteps()
 
     def price_suffix_requests() -> None:
         nonlocal suffix_cost
@@ -146,7 +214,7 @@ def replay_ours(session: Session, summarizer: FakeSummarizer, name: str = OURS) 
             priced[0] += 1
 
     priced = [0]
-    with use_fake(summarizer):
+    with use_fake(summarizer), judged(steps):
         conversation = Conversation.objects.create(
             title=f"real {session.name}", system_prompt=SYSTEM_PROMPT
         )
@@ -154,7 +222,10 @@ def replay_ours(session: Session, summarizer: FakeSummarizer, name: str = OURS) 
             for index, message in enumerate(session.messages):
                 fields: dict[str, Any] = {}
                 if message["role"] == "assistant":
-                    services.ensure_context_summary(conversation)
+                    with steps.call():
+                        services.ensure_context_summary(conversation)
+                    if model:
+                        fields["model"] = model
                     price_suffix_requests()
                     context = services.build_context(conversation)
                     payload = context.to_anthropic()
@@ -173,8 +244,15 @@ def replay_ours(session: Session, summarizer: FakeSummarizer, name: str = OURS) 
             "input_tokens", 0
         )
         outcome.summarizer_cost = transcript + suffix_cost
+    outcome.counters = {"voluntary steps taken": steps.taken, "declined": steps.declined}
     outcome.seconds = time.perf_counter() - started
     return outcome
+
+
+def replay_openai_all(sessions: list[Session]) -> list[Outcome]:
+    """Ours on every session, its answers an OpenAI model's (`PRICE_MODELS`)."""
+    model = PRICE_MODELS["OpenAI"]
+    return [replay_ours(s, FakeSummarizer(), OURS_OPENAI, model) for s in sessions]
 
 
 def replay_ours_suffix(session: Session, summarizer: FakeSummarizer) -> Outcome:
@@ -219,6 +297,7 @@ def replay_all(
         progress("real sessions: waiting for the second process (cached suffix, the peers)")
         return {**results, **beside.outcomes()}
     results[OURS_SUFFIX] = replay_suffix_all(sessions)
+    results[OURS_OPENAI] = replay_openai_all(sessions)
     return {**results, **replay_peers(sessions)}
 
 
@@ -240,14 +319,21 @@ class Beside:
         self.pool = ProcessPoolExecutor(max_workers=1, mp_context=fork)
         self.peers = self.pool.submit(replay_peers, sessions)
         self.suffix: Future[list[Outcome]] | None = None
+        self.openai: Future[list[Outcome]] | None = None
 
     def start_suffix(self) -> None:
         self.suffix = self.pool.submit(replay_suffix_all, self.sessions)
+        self.openai = self.pool.submit(replay_openai_all, self.sessions)
 
     def outcomes(self) -> dict[str, list[Outcome]]:
         try:
-            suffix = self.suffix or self.pool.submit(replay_suffix_all, self.sessions)
-            return {OURS_SUFFIX: suffix.result(), **self.peers.result()}
+            if self.suffix is None:
+                self.start_suffix()
+            return {
+                OURS_SUFFIX: self.suffix.result(),
+                OURS_OPENAI: self.openai.result(),
+                **self.peers.result(),
+            }
         finally:
             self.pool.shutdown()
 
@@ -381,4 +467,37 @@ def strategy_table(sums: dict[str, Totals], sessions: int) -> tuple[list[str], l
                 f"{len(total.costlier)} of {sessions - len(total.exceptions)}",
             ]
         )
+    return header, rows
+
+
+def price_model_rows(
+    results: dict[str, list[Outcome]], ours: list[Outcome], provider: str
+) -> tuple[list[str], list[list[str]]]:
+    """Per session, each strategy's cost at `provider`'s cache prices as a share of
+    sending everything at the same prices, `ours` the replay whose decision judged
+    its steps at them; and ours' voluntary steps taken / declined. The in-memory
+    strategies decide without prices: their same replay is priced again."""
+    rates = price_rates(provider)
+    strategies = {OURS: ours, **{k: v for k, v in results.items() if k not in (OURS, EVERYTHING)}}
+    header = ["session", *strategies, "ours: voluntary steps taken / declined"]
+    rows = []
+    sums = {name: [0.0, 0.0] for name in strategies}
+    for index, base in enumerate(results[EVERYTHING]):
+        row = [base.conversation]
+        for name, outcomes in strategies.items():
+            outcome = outcomes[index]
+            if outcome.error or base.error:
+                row.append("—")
+                continue
+            cost, everything = outcome.cost_under(rates), base.cost_under(rates)
+            sums[name][0] += cost
+            sums[name][1] += everything
+            row.append(_pct(cost / everything if everything else None))
+        counters = ours[index].counters
+        row.append(f"{counters['voluntary steps taken']} / {counters['declined']}")
+        rows.append(row)
+    taken = sum(o.counters["voluntary steps taken"] for o in ours)
+    declined = sum(o.counters["declined"] for o in ours)
+    totals_row = [_pct(cost / base if base else None) for cost, base in sums.values()]
+    rows.append(["all sessions", *totals_row, f"{taken} / {declined}"])
     return header, rows

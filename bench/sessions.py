@@ -10,6 +10,7 @@ from typing import Any
 
 OURS = "ours"
 OURS_SUFFIX = "ours (cached suffix)"
+OURS_OPENAI = "ours (OpenAI's cache prices)"
 EVERYTHING = "send everything"
 LANGCHAIN = "LangChain SummarizationMiddleware"
 LANGMEM = "langmem summarize_messages"

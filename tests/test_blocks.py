@@ -5,6 +5,9 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from assistant import blocks
+from assistant.llm.anthropic import ANTHROPIC, anthropic_image_tokens
+from assistant.llm.gemini import GEMINI, gemini_image_tokens
+from assistant.llm.openai import OPENAI, openai_image_tokens
 from tests.media import b64, gif, image_block, jpeg, pdf, pdf_block, png, thinking_block, webp
 
 MAX = 5 * 1024 * 1024
@@ -96,28 +99,36 @@ def test_oversized_data_is_refused() -> None:
 
 def test_anthropic_image_tokens_follow_the_published_rule() -> None:
     # width * height / 750, after scaling to 1568 px on the long edge and ~1.15 megapixels
-    assert blocks.anthropic_image_tokens(200, 200) == 54
-    assert blocks.anthropic_image_tokens(1000, 1000) == 1334
-    assert blocks.anthropic_image_tokens(1092, 1092) == 1534
-    assert blocks.anthropic_image_tokens(4000, 3000) == 1534  # scaled down first
+    assert anthropic_image_tokens(200, 200) == 54
+    assert anthropic_image_tokens(1000, 1000) == 1334
+    assert anthropic_image_tokens(1092, 1092) == 1534
+    assert anthropic_image_tokens(4000, 3000) == 1534  # scaled down first
 
 
 def test_gemini_image_tokens_follow_the_published_rule() -> None:
-    assert blocks.gemini_image_tokens(384, 384) == 258
-    assert blocks.gemini_image_tokens(385, 100) == 258  # one tile
-    assert blocks.gemini_image_tokens(1000, 1000) == 4 * 258
-    assert blocks.gemini_image_tokens(1920, 1080) == 6 * 258
+    assert gemini_image_tokens(384, 384) == 258
+    assert gemini_image_tokens(385, 100) == 258  # one tile
+    assert gemini_image_tokens(1000, 1000) == 4 * 258
+    assert gemini_image_tokens(1920, 1080) == 6 * 258
+
+
+def test_openai_image_tokens_follow_the_published_rule() -> None:
+    # fit 2048 x 2048, short side to 768, then 85 + 170 per 512 px tile
+    assert openai_image_tokens(1024, 1024) == 765
+    assert openai_image_tokens(2048, 4096) == 1105
+    assert openai_image_tokens(300, 200) == 255
 
 
 def test_document_tokens_per_page_and_unknown_sources() -> None:
     assert blocks.pdf_pages(pdf(3)) == 3
-    assert blocks.block_tokens(pdf_block(3), "anthropic") == 9000
-    assert blocks.block_tokens(pdf_block(3), "gemini") == 3 * 258
+    assert blocks.block_tokens(pdf_block(3), ANTHROPIC.media) == 9000
+    assert blocks.block_tokens(pdf_block(3), GEMINI.media) == 3 * 258
     url_doc = {"type": "document", "source": {"type": "url", "url": "https://example.com/r.pdf"}}
-    assert blocks.block_tokens(url_doc, "gemini") == 10 * 258
+    assert blocks.block_tokens(url_doc, GEMINI.media) == 10 * 258
     url_image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
-    assert blocks.block_tokens(url_image, "anthropic") == 1534
-    assert blocks.block_tokens(image_block(png(1000, 1000)), "gemini") == 1032
+    assert blocks.block_tokens(url_image, ANTHROPIC.media) == 1534
+    assert blocks.block_tokens(image_block(png(1000, 1000)), GEMINI.media) == 1032
+    assert blocks.block_tokens(image_block(png(1000, 1000)), OPENAI.media) == 765
 
 
 def test_compacted_blocks_name_each_image_and_document_and_drop_thinking() -> None:

@@ -75,6 +75,7 @@ def test_an_anthropic_tool_call_round_trips_with_its_whole_usage(fake_llm, conve
     assert isinstance(first.response, anthropic.types.Message)
     assert usage_of(first.message) == (12, 900, 80, 30)
     assert first.message.prompt_tokens == 992
+    assert (first.message.provider, first.message.model) == ("anthropic", "claude-sonnet-4-6")
     assert second.tool_calls == []
     assert second.text == "Post 42 fixed."
     sent = [r.body for r in fake_llm.requests_for("anthropic.messages")]
@@ -195,6 +196,7 @@ def test_a_gemini_function_call_without_an_id_round_trips(fake_llm, conversation
     # promptTokenCount includes the cached part: 400 uncached, 600 read; output with thoughts.
     assert usage_of(first.message) == (400, 600, 0, 25)
     assert first.message.prompt_tokens == 1000
+    assert (first.message.provider, first.message.model) == ("gemini", "gemini-2.5-flash")
     assert second.text == "Post 42 fixed."
     sent = [r.body for r in fake_llm.requests_for("gemini.generate")]
     assert sent[0]["systemInstruction"]["parts"] == [{"text": "You help."}]
@@ -349,7 +351,7 @@ def test_an_unknown_provider_is_refused_before_any_call(conversation):
     add_message(conversation, "user", "Hello")
 
     with pytest.raises(ValidationError) as raised:
-        chat_step(conversation, lambda request: pytest.fail("called"), provider="openai")
+        chat_step(conversation, lambda request: pytest.fail("called"), provider="mistral")
 
     assert raised.value.code == "unknown_provider"
 

@@ -14,10 +14,11 @@ from django.utils import timezone
 from google import genai
 from google.genai import errors as genai_errors
 
-from assistant.blocks import anthropic_image_tokens, gemini_image_tokens
 from assistant.compaction import compact_tool_results, restore_originals
 from assistant.hooks import ensure_context_summary, process_exchange
 from assistant.llm import ProviderError, get_provider
+from assistant.llm.anthropic import anthropic_image_tokens
+from assistant.llm.gemini import gemini_image_tokens
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import add_message, build_context
 from assistant.summaries import summarize_messages

@@ -7,9 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from assistant.llm import ProviderError, SummaryRejected, Usage, get_provider, summarize
+from assistant.llm import (
+    ProviderError,
+    SummaryRejected,
+    Usage,
+    get_provider,
+    provider_name,
+    summarize,
+)
 from assistant.llm.anthropic_provider import AnthropicProvider
 from assistant.llm.gemini_provider import GeminiProvider
+from assistant.llm.suffix import CachedRequest
 from assistant.services import add_message, build_context
 from tests.fake_llm import fake_llm, malformed, ok, overflow, overloaded, rate_limited, slow
 
@@ -42,16 +50,19 @@ def gemini_fake(fake_llm, settings):
     return fake_llm
 
 
-@pytest.fixture(params=["anthropic", "gemini"])
+PROVIDER_FAKES = {
+    "anthropic": ("use_anthropic", "anthropic.messages", "script_anthropic"),
+    "openai": ("use_openai", "openai.chat", "script_openai"),
+    "gemini": ("use_gemini", "gemini.generate", "script_gemini"),
+}
+
+
+@pytest.fixture(params=list(PROVIDER_FAKES))
 def provider_fake(request, fake_llm, settings):
-    if request.param == "anthropic":
-        fake_llm.use_anthropic(settings, key="test-key-anthropic-SECRET")
-    else:
-        fake_llm.use_gemini(settings, key="test-key-gemini-SECRET")
-    fake_llm.kind = "anthropic.messages" if request.param == "anthropic" else "gemini.generate"
-    fake_llm.script_provider = (
-        fake_llm.script_anthropic if request.param == "anthropic" else fake_llm.script_gemini
-    )
+    use, kind, script = PROVIDER_FAKES[request.param]
+    getattr(fake_llm, use)(settings, key=f"test-key-{request.param}-SECRET")
+    fake_llm.kind = kind
+    fake_llm.script_provider = getattr(fake_llm, script)
     return fake_llm
 
 
@@ -63,6 +74,50 @@ def test_the_provider_follows_the_setting(settings, anthropic_fake):
     assert isinstance(get_provider(), GeminiProvider)
     settings.GEMINI_API_KEY = ""
     assert get_provider().name == "offline"
+
+
+KEY_NAMES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY")
+
+
+@pytest.mark.parametrize(
+    ("in_settings", "in_environment", "chosen"),
+    [
+        ({"GEMINI_API_KEY": "g", "OPENAI_API_KEY": "o"}, {"ANTHROPIC_API_KEY": "a"}, "openai"),
+        ({"GEMINI_API_KEY": "g"}, {"ANTHROPIC_API_KEY": "a"}, "gemini"),
+        ({}, {"GEMINI_API_KEY": "g", "OPENAI_API_KEY": "o"}, "openai"),
+        ({}, {"GOOGLE_API_KEY": "g"}, "gemini"),
+        ({}, {}, "offline"),
+    ],
+)
+def test_auto_takes_the_first_key_found_settings_first_then_the_sdks_variables(
+    settings, monkeypatch, in_settings, in_environment, chosen
+):
+    settings.ASSISTANT_SUMMARIZER = "auto"
+    for name in KEY_NAMES:
+        monkeypatch.delenv(name, raising=False)
+        if name != "GOOGLE_API_KEY":
+            setattr(settings, name, in_settings.get(name, ""))
+    for name, value in in_environment.items():
+        monkeypatch.setenv(name, value)
+
+    assert provider_name() == chosen
+    assert get_provider().name == chosen
+
+
+def test_an_openai_summary_request_is_what_the_api_expects(settings, fake_llm):
+    fake_llm.use_openai(settings, key="test-key-openai-SECRET")
+    settings.OPENAI_SUMMARY_MODEL = "gpt-4.1-nano"
+    settings.SUMMARY_MAX_OUTPUT_TOKENS = 1024
+
+    result = summarize(TRANSCRIPT)
+
+    (request,) = fake_llm.requests_for("openai.chat")
+    body = request.body
+    assert (body["model"], body["max_completion_tokens"]) == ("gpt-4.1-nano", 1024)
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    assert "post-17" in body["messages"][1]["content"]
+    assert request.headers["authorization"] == "Bearer test-key-openai-SECRET"
+    assert (result.provider, result.model, result.fallback) == ("openai", "gpt-4.1-nano", False)
 
 
 def test_anthropic_summary_request_is_what_the_api_expects(settings, anthropic_fake):
@@ -456,3 +511,37 @@ def test_a_real_conversation_with_reused_ids_is_accepted_by_both_providers(
         == len(set(anthropic_ids))
         == sum(len(m.get("tool_calls") or []) for m in context.messages)
     )
+
+
+def test_an_openai_cached_suffix_summary_sends_the_chat_request_then_the_instruction(
+    settings, fake_llm
+):
+    fake_llm.use_openai(settings)
+    request = CachedRequest(
+        system="System prompt",
+        summaries=["old summary"],
+        messages=MESSAGES,
+        instruction="Summarize the conversation so far.",
+        transcript=TRANSCRIPT,
+        tools=TOOLS,
+    )
+
+    result = get_provider().summarize_cached(request)
+
+    (sent,) = fake_llm.requests_for("openai.chat")
+    body = sent.body
+    assert body["model"] == "gpt-4.1"  # the chat model: its cache holds the request
+    assert body["messages"][0] == {"role": "system", "content": "System prompt\n\nold summary"}
+    assert body["messages"][-1] == {"role": "user", "content": "Summarize the conversation so far."}
+    assert [m["role"] for m in body["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "user",
+        "user",
+    ]
+    # The tools keep the cached prefix; the answer is the summary, not a call.
+    assert [t["function"]["name"] for t in body["tools"]] == ["get_blog_post"]
+    assert body["tool_choice"] == "none"
+    assert (result.provider, result.fallback) == ("openai", False)

@@ -57,7 +57,7 @@ PROJECT = "mysite"
 SUBPROCESS_TIMEOUT = 300
 # Variables of this repository's settings or of pytest that must not leak into the host.
 FOREIGN_ENV = ("DJANGO_", "PIP_", "PYTHON", "CELERY_", "ASSISTANT_", "DATABASE_", "REDIS_")
-FOREIGN_ENV_NAMES = ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+FOREIGN_ENV_NAMES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -287,6 +287,9 @@ def host_settings(database: dict[str, str], compaction: dict[str, object]) -> st
 DATABASES = {{"default": {default!r}}}
 CELERY_BROKER_URL = {settings.CELERY_BROKER_URL!r}
 ASSISTANT_COMPACTION = {compaction!r}
+# The fake server's scripted replies are the chat's: the SDKs' keys in the environment
+# would otherwise make the summarizer ask it too.
+ASSISTANT_SUMMARIZER = "offline"
 """
 
 
@@ -542,7 +545,7 @@ django.setup()
 
 README_USAGE
 
-for turn in range(TURNS - 3):
+for turn in range(TURNS - 4):
     last_answer = answer(conversation, f"Fix the typo in post {100 + turn}")
 
 import re
@@ -572,7 +575,7 @@ seen = [
     )
     if Message.objects.filter(pk=number, role="tool").exists()
 ]
-post = 100 + TURNS - 3
+post = 100 + TURNS - 4
 calls = [
     {"name": "get_blog_post", "arguments": {"id": post}},
     {"name": "recall", "arguments": {"handle": f"m{seen[0]}"}},
@@ -611,6 +614,9 @@ print(json.dumps({
     "last_usage": [
         last.input_tokens, last.cache_read_tokens, last.cache_write_tokens, last.output_tokens
     ],
+    "answered_by": sorted(set(Message.objects.filter(
+        conversation=conversation, role="assistant"
+    ).values_list("provider", "model"))),
     "recall": {
         "handles_seen": len(seen),
         "recalled_role": recalled.role,
@@ -625,18 +631,19 @@ print(json.dumps({
 
 def loop_script() -> list[dict[str, object]]:
     """The fake server's replies, in the order the loop asks: for each user request
-    a tool call for its post, then the answer. Turn 2 goes to Gemini."""
+    a tool call for its post, then the answer. Turn 2 goes to OpenAI, turn 3 to Gemini."""
 
     def turn(post: int) -> list[dict[str, object]]:
         call = {"name": "get_blog_post", "arguments": {"id": post}}
         return [{"tool_calls": [call]}, {"text": f"Fixed the typo in post {post}."}]
 
     # The last turn is scripted by the loop itself: its recall names a handle it sees.
-    posts = range(100, 100 + LOOP_TURNS - 3)
+    posts = range(100, 100 + LOOP_TURNS - 4)
     claude = turn(42) + [reply for post in posts for reply in turn(post)]
     return [
         {"provider": "anthropic", "replies": claude},
-        {"provider": "gemini", "replies": turn(43)},
+        {"provider": "openai", "replies": turn(43)},
+        {"provider": "gemini", "replies": turn(44)},
     ]
 
 
@@ -688,6 +695,8 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
             **host.env,
             "ANTHROPIC_API_KEY": "test-key-anthropic",
             "ANTHROPIC_BASE_URL": url,
+            "OPENAI_API_KEY": "test-key-openai",
+            "OPENAI_BASE_URL": f"{url}/v1",
             "GEMINI_API_KEY": "test-key-gemini",
             "GOOGLE_GEMINI_BASE_URL": url,
         }
@@ -705,11 +714,20 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
         f"recall: {result['recall']['header']}"
     )
 
-    assert "Fixed the typo in post 42.\nFixed the typo in post 43.\n" in output
-    assert result["last_answer"] == f"Fixed the typo in post {100 + LOOP_TURNS - 3}."
+    assert (
+        "Fixed the typo in post 42.\nFixed the typo in post 43.\nFixed the typo in post 44.\n"
+        in output
+    )
+    assert result["last_answer"] == f"Fixed the typo in post {100 + LOOP_TURNS - 4}."
     assert result["user_messages"] == LOOP_TURNS
     assert result["tool_results"] == LOOP_TURNS + 1  # the last turn's recall
-    assert [r["kind"] for r in requests].count("anthropic.messages") == 2 * (LOOP_TURNS - 1)
+    assert result["answered_by"] == [
+        ["anthropic", "claude-sonnet-4-6"],
+        ["gemini", "gemini-2.5-flash"],
+        ["openai", "gpt-4.1"],
+    ]
+    assert [r["kind"] for r in requests].count("anthropic.messages") == 2 * (LOOP_TURNS - 2)
+    assert [r["kind"] for r in requests].count("openai.chat") == 2
     assert [r["kind"] for r in requests].count("gemini.generate") == 2
     assert result["worker_done"] is True, log.read_text()
     # Compaction happened (which kinds, and how many, depends on when the worker's
@@ -719,9 +737,11 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
     assert [(i, s, n) for i, (s, n) in enumerate(sizes) if s > trigger + n] == []
     # The recall tools were offered beside the host's, to each provider in its shape...
     first_claude = next(r for r in requests if r["kind"] == "anthropic.messages")["body"]
+    first_gpt = next(r for r in requests if r["kind"] == "openai.chat")["body"]
     first_gemini = next(r for r in requests if r["kind"] == "gemini.generate")["body"]
     offered = ["get_blog_post", "recall", "search_history"]
     assert [t["name"] for t in first_claude["tools"]] == offered
+    assert [t["function"]["name"] for t in first_gpt["tools"]] == offered
     assert [d["name"] for d in first_gemini["tools"][0]["functionDeclarations"]] == offered
     # ...and a recall of a result compacted in the request brought back its original.
     recall = result["recall"]

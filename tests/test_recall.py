@@ -403,8 +403,17 @@ def test_the_tool_definitions_take_each_providers_shape():
     declarations = gemini_tools[0]["function_declarations"]
     assert [d["name"] for d in declarations] == ["recall", "search_history"]
     assert declarations[1]["parameters"]["required"] == ["query"]
-    with pytest.raises(ValueError):
-        tool_definitions("openai")
+    chat = tool_definitions("openai")
+    assert [t["function"]["name"] for t in chat] == ["recall", "search_history"]
+    assert chat[0]["type"] == "function"
+    responses = tool_definitions("openai_responses")
+    assert [(t["type"], t["name"]) for t in responses] == [
+        ("function", "recall"),
+        ("function", "search_history"),
+    ]
+    with pytest.raises(ValidationError) as refused:
+        tool_definitions("mistral")
+    assert refused.value.code == "unknown_provider"
 
 
 def test_the_conversation_page_shows_how_often_the_model_recalled(client, db):

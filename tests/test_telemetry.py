@@ -10,6 +10,7 @@ from collections import defaultdict
 from datetime import timedelta
 
 import anthropic
+import openai
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -26,6 +27,7 @@ from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import (
     add_message,
     build_context,
+    chat_step,
     ensure_context_summary,
     finish_exchange,
     queue_staff_action,
@@ -316,3 +318,45 @@ def test_a_summary_the_hook_makes_itself_counts_as_made_on_the_chat_path(
     (hook,) = otel.spans(telemetry.PRE_CALL_SPAN)
     (summarizer,) = otel.spans(f"chat {SUMMARY_MODEL}")
     assert summarizer.parent.span_id == hook.context.span_id  # made inside the hook
+
+
+@pytest.mark.django_db
+def test_chat_token_usage_is_labelled_with_the_provider_and_model_called(
+    fake_llm, settings, otel, conversation
+):
+    # The summarizer is offline: the chat calls' labels are their own, not its.
+    settings.ASSISTANT_SUMMARIZER = "offline"
+    chat_client = openai.OpenAI(api_key="test-key", base_url=fake_llm.openai_url, max_retries=0)
+    bedrock_model = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+    claude = anthropic.Anthropic(api_key="test-key", base_url=fake_llm.url, max_retries=0)
+    add_message(conversation, "user", "Hello")
+    chat_step(
+        conversation,
+        lambda r: chat_client.chat.completions.create(model="gpt-4.1-mini", **r),
+        provider="openai",
+    )
+    add_message(conversation, "user", "Again")
+    # AnthropicBedrock returns the same Message, naming the Bedrock model id.
+    chat_step(
+        conversation, lambda r: claude.messages.create(model=bedrock_model, max_tokens=64, **r)
+    )
+
+    usage = otel.collect()[telemetry.TOKEN_USAGE]
+    labels = {
+        (
+            attributes[telemetry.PROVIDER],
+            attributes[telemetry.REQUEST_MODEL],
+            attributes[telemetry.RESPONSE_MODEL],
+        )
+        for attributes, _ in usage
+        if attributes["assistant.caller"] == "chat"
+    }
+    assert labels == {
+        ("openai", "gpt-4.1-mini", "gpt-4.1-mini"),
+        ("aws.bedrock", bedrock_model, bedrock_model),
+    }
+    answers = conversation.messages.filter(role="assistant").order_by("id")
+    assert list(answers.values_list("provider", "model")) == [
+        ("openai", "gpt-4.1-mini"),
+        ("anthropic", bedrock_model),
+    ]

@@ -259,7 +259,7 @@ class ConversationAdmin(admin.ModelAdmin):
         obj = self.get_object(request, object_id)
         if obj is None or not self.has_view_permission(request, obj):
             raise PermissionDenied
-        body = request_body(obj, shape=request.GET.get("shape", "anthropic"))
+        body = request_body(obj, shape=request.GET.get("shape", ""))
         return JsonResponse(
             body, encoder=WireJSONEncoder, json_dumps_params={"indent": 2, "ensure_ascii": False}
         )

@@ -12,7 +12,8 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from assistant.limits import current_limits
+from assistant.limits import current_limits, request_shape
+from assistant.llm.catalog import wire
 from assistant.models import Conversation
 from assistant.services import build_context, context_tokens
 
@@ -33,7 +34,7 @@ def context_inspector(conversation: Conversation) -> dict[str, Any]:
     total = context_tokens(conversation)
     # The bar draws the header's figure: the estimated parts scaled to it.
     tokens = context.tokens.scaled_to(total)
-    limits = current_limits()
+    limits = current_limits(conversation.pk)
     parts = [
         ("system", "System prompt", tokens.system),
         ("summaries", "Summaries", tokens.summaries),
@@ -89,10 +90,12 @@ def context_inspector(conversation: Conversation) -> dict[str, Any]:
     }
 
 
-def request_body(conversation: Conversation, shape: str = "anthropic") -> dict[str, Any]:
-    """The next request's body in a provider's shape (the inspector's download)."""
+def request_body(conversation: Conversation, shape: str = "") -> dict[str, Any]:
+    """The next request's body in a provider's shape (the inspector's download): the
+    named one, else that of the provider of the conversation's newest answer, else the
+    configured summarizer's (Anthropic's when offline)."""
     context = build_context(conversation, allow_pending=True)
-    return context.to_gemini() if shape == "gemini" else context.to_anthropic()
+    return context.request(wire(shape or request_shape(conversation.pk)))
 
 
 class WireJSONEncoder(DjangoJSONEncoder):

@@ -2,40 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import anthropic
-import httpx2
 
 from assistant.llm import convert
+from assistant.llm.anthropic import anthropic_result
 from assistant.llm.base import ChatResult, Provider, ProviderError, SummaryResult, Usage
+from assistant.llm.http import retry_after_cap
 from assistant.llm.overflow import OVERFLOW_STOP_REASON, context_overflow, model_context_window
 from assistant.llm.prompts import build_summary_prompt, validate_summary
-from assistant.llm.responses import anthropic_result
 from assistant.llm.suffix import CachedRequest
 
 # A malformed 200 body surfaces as a ValueError (JSON decoding), not as an APIError.
 _CALL_ERRORS = (anthropic.APIError, ValueError)
-
-
-def _retry_after_cap(seconds: float) -> Callable[[httpx2.Response], None]:
-    """An httpx response hook capping the server's retry-after: the SDK sleeps whatever it is
-    told (an hour, or a date), and the total time of a call must stay bounded."""
-
-    def cap(response: httpx2.Response) -> None:
-        for name, limit in (("retry-after-ms", seconds * 1000), ("retry-after", seconds)):
-            value = response.headers.get(name)
-            if value is None:
-                continue
-            try:
-                too_long = float(value) > limit
-            except ValueError:
-                too_long = True  # an HTTP date
-            if too_long:
-                response.headers[name] = f"{limit:g}"
-
-    return cap
 
 
 class AnthropicProvider(Provider):
@@ -61,7 +41,7 @@ class AnthropicProvider(Provider):
         # retry-after(-ms), capped here at one timeout; the timeout bounds each attempt
         # (the SDK's default is 600 s).
         http_client = anthropic.DefaultHttpxClient(
-            event_hooks={"response": [_retry_after_cap(timeout)]}
+            event_hooks={"response": [retry_after_cap(timeout)]}
         )
         self._client = anthropic.Anthropic(
             api_key=api_key,

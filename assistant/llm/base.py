@@ -74,6 +74,7 @@ class ChatResult:
     # Thinking and redacted_thinking blocks, verbatim: store them with the answer
     # (add_message(..., blocks=result.blocks)) so the turn can send them back.
     blocks: list[dict[str, Any]] = field(default_factory=list)
+    provider: str = ""  # the wire that answered (assistant.llm.catalog), "" when unknown
 
 
 class ProviderError(Exception):

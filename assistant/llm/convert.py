@@ -27,6 +27,7 @@ from typing import Any
 from assistant.blocks import THINKING_TYPES, current_turn_start
 
 EPHEMERAL = {"type": "ephemeral"}
+REASONING = "reasoning"  # the Responses API's reasoning items, sent to it alone
 MAX_CACHE_BREAKPOINTS = 4
 
 _ANTHROPIC_ID_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
@@ -44,7 +45,7 @@ def _same_id(call_id: str) -> str:
     return call_id
 
 
-def _with_unique_call_ids(
+def with_unique_call_ids(
     messages: list[dict[str, Any]], safe: Callable[[str], str] = _same_id
 ) -> list[dict[str, Any]]:
     """The messages with every tool-call id unique in the request: a repeated id gets a
@@ -94,7 +95,7 @@ def _anthropic_blocks(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]
     # Anthropic refuses a whitespace-only text block; Gemini gets the same treatment.
     text: list[dict[str, Any]] = [{"type": "text", "text": content}] if content.strip() else []
     # Copies: a cache breakpoint is set on the request's last block.
-    extra = [dict(block) for block in message.get("blocks") or []]
+    extra = [dict(block) for block in message.get("blocks") or [] if block["type"] != REASONING]
     if role == "tool":
         block = {
             "type": "tool_result",
@@ -134,7 +135,7 @@ def to_anthropic(
     converted: list[dict[str, Any]] = []
     pieces = [
         _anthropic_blocks(message)
-        for message in _with_unique_call_ids(_without_old_thinking(messages), _anthropic_id)
+        for message in with_unique_call_ids(_without_old_thinking(messages), _anthropic_id)
     ]
     for role, blocks in _without_lone_thinking(pieces):
         if not blocks:
@@ -182,7 +183,7 @@ def to_gemini(
     """{"system_instruction": str, "contents": [...]} in google-genai's dict form."""
     instruction = "\n\n".join(part for part in [system, *summaries] if part)
     contents: list[dict[str, Any]] = []
-    for message in _with_unique_call_ids(messages):
+    for message in with_unique_call_ids(messages):
         role = message["role"]
         content = message.get("content") or ""
         if role == "tool":

@@ -17,9 +17,9 @@ from assistant.llm.base import (
     SummaryResult,
     Usage,
 )
+from assistant.llm.gemini import gemini_result
 from assistant.llm.overflow import context_overflow, model_context_window
 from assistant.llm.prompts import build_summary_prompt, validate_summary
-from assistant.llm.responses import gemini_result
 from assistant.llm.suffix import CachedRequest
 
 RETRY_STATUS_CODES = [408, 429, 500, 502, 503, 504]

@@ -4,12 +4,11 @@ wording second; look-alikes (token rate limits, output caps, body size) are not.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable
-from types import ModuleType
 
-from assistant.app_settings import app_setting
 from assistant.llm.base import ProviderError, Usage
+from assistant.llm.catalog import model_context_window, overflow_verdict
+from assistant.llm.wire import loaded_sdk
 
 OVERFLOW_STOP_REASON = "model_context_window_exceeded"
 
@@ -54,15 +53,10 @@ _NOT_OVERFLOW_WORDING = re.compile(
 _OVERFLOW_STATUSES = {400, 422, None}
 
 
-def _sdk(name: str) -> ModuleType | None:
-    """An SDK's error can exist only once that SDK is imported: look it up
-    instead of importing both SDKs here, which cost every process (manage.py
-    commands, the admin) two seconds at start-up."""
-    return sys.modules.get(name)
-
-
 def _status_and_text(error: BaseException) -> tuple[int | None, str]:
-    anthropic, genai_errors = _sdk("anthropic"), _sdk("google.genai.errors")
+    # An SDK's error can exist only once that SDK is imported: importing the SDKs here
+    # would cost every process (manage.py commands, the admin) seconds at start-up.
+    anthropic, genai_errors = loaded_sdk("anthropic"), loaded_sdk("google.genai.errors")
     if anthropic and isinstance(error, anthropic.APIStatusError):
         return error.status_code, f"{error.message} {error.body}"
     if genai_errors and isinstance(error, genai_errors.APIError):
@@ -77,11 +71,9 @@ def context_overflow(error: BaseException | None) -> bool:
         return False
     if isinstance(error, ProviderError):
         return error.overflow or context_overflow(error.__cause__)
-    anthropic = _sdk("anthropic")
-    if anthropic and isinstance(error, anthropic.ContentTooLargeError | anthropic.RateLimitError):
-        return False  # a 413 is the request body's size; a 429 is never the window
-    if anthropic and isinstance(error, anthropic.APIConnectionError):
-        return False
+    verdict = overflow_verdict(error)  # the provider's own error, where it says for sure
+    if verdict is not None:
+        return verdict
     if type(error).__name__ == "ContextWindowExceededError":  # LiteLLM and friends
         return True
     status, text = _status_and_text(error)
@@ -90,30 +82,6 @@ def context_overflow(error: BaseException | None) -> bool:
     if _NOT_OVERFLOW_WORDING.search(text):
         return False
     return bool(_OVERFLOW_WORDING.search(text))
-
-
-# Longest matching prefix wins.
-_WINDOWS = {
-    "claude-": 200_000,
-    "claude-3": 200_000,
-    "claude-opus": 200_000,
-    "claude-sonnet": 200_000,
-    "claude-haiku": 200_000,
-    "gemini-1.5-pro": 2_097_152,
-    "gemini-1.5-flash": 1_048_576,
-    "gemini-2": 1_048_576,
-    "gemini-3": 1_048_576,
-}
-
-
-def model_context_window(model: str) -> int:
-    name = (model or "").lower().removeprefix("models/")
-    if name.startswith("claude") and "[1m]" in name:
-        return 1_000_000
-    best = max((p for p in _WINDOWS if name.startswith(p)), key=len, default=None)
-    if best is None:
-        return int(app_setting("ASSISTANT_DEFAULT_CONTEXT_WINDOW"))
-    return _WINDOWS[best]
 
 
 def response_overflowed(usage: Usage, model: str, stop_reason: str | None) -> bool:

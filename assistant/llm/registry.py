@@ -1,30 +1,57 @@
-"""Which provider answers, from settings; and the summarize() entry point with its fallback."""
+"""Which provider summarizes, from settings and the SDKs' own environment variables;
+and the summarize() entry point with its fallback. A key is read, passed to its SDK's
+client, and never logged."""
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 
 from assistant import telemetry
 from assistant.app_settings import app_setting
 from assistant.llm.base import Provider, ProviderError, SummaryResult
+from assistant.llm.catalog import telemetry_name
 from assistant.llm.offline import OfflineProvider
 from assistant.llm.prompts import validate_summary
 from assistant.llm.suffix import CachedRequest
 
 logger = logging.getLogger("assistant.llm")
 
-PROVIDERS = ("anthropic", "gemini", "offline")
+# In the order "auto" looks for a key: each provider's settings key, then the
+# environment variables its SDK reads itself.
+KEYS = {
+    "anthropic": ("ANTHROPIC_API_KEY", ("ANTHROPIC_API_KEY",)),
+    "openai": ("OPENAI_API_KEY", ("OPENAI_API_KEY",)),
+    "gemini": ("GEMINI_API_KEY", ("GOOGLE_API_KEY", "GEMINI_API_KEY")),
+}
+PROVIDERS = (*KEYS, "offline")
+
+
+def settings_key(provider: str) -> str:
+    return str(app_setting(KEYS[provider][0]) or "")
+
+
+def environment_key(provider: str) -> str:
+    return next((os.environ[n] for n in KEYS[provider][1] if os.environ.get(n)), "")
+
+
+def api_key(provider: str) -> str:
+    """The provider's key: its Django setting, else its SDK's environment variable."""
+    return settings_key(provider) or environment_key(provider)
 
 
 def provider_name() -> str:
+    """The summarizer's provider: the one ASSISTANT_SUMMARIZER names, or for "auto" the
+    first whose key is found, settings' keys first (Anthropic, OpenAI, Gemini), then
+    the SDKs' environment variables in the same order; offline when none is."""
     chosen = (app_setting("ASSISTANT_SUMMARIZER") or "auto").lower()
     if chosen in PROVIDERS:
         return chosen
-    if app_setting("ANTHROPIC_API_KEY"):
-        return "anthropic"
-    if app_setting("GEMINI_API_KEY"):
-        return "gemini"
+    for read in (settings_key, environment_key):
+        found = next((name for name in KEYS if read(name)), None)
+        if found is not None:
+            return found
     return "offline"
 
 
@@ -36,19 +63,23 @@ def _common() -> tuple[float, int, int]:
     )
 
 
-def _anthropic_key() -> tuple:
+def _client_key(provider: str) -> tuple:
+    """What builds an Anthropic or OpenAI summarizer: its settings (the key from the
+    environment where the settings have none)."""
+    prefix = provider.upper()
     return (
-        app_setting("ANTHROPIC_API_KEY"),
-        app_setting("ANTHROPIC_BASE_URL") or None,
-        app_setting("ANTHROPIC_SUMMARY_MODEL"),
-        app_setting("ANTHROPIC_CHAT_MODEL"),
+        provider,
+        api_key(provider),
+        app_setting(f"{prefix}_BASE_URL") or None,
+        app_setting(f"{prefix}_SUMMARY_MODEL"),
+        app_setting(f"{prefix}_CHAT_MODEL"),
         *_common(),
     )
 
 
 def _gemini_key() -> tuple:
     return (
-        app_setting("GEMINI_API_KEY"),
+        api_key("gemini"),
         app_setting("GEMINI_BASE_URL") or None,
         app_setting("GEMINI_SUMMARY_MODEL"),
         app_setting("GEMINI_CHAT_MODEL"),
@@ -61,10 +92,15 @@ def _gemini_key() -> tuple:
 # Clients are built once per distinct configuration, so a test that overrides settings
 # gets a fresh client and production reuses one connection pool.
 @functools.lru_cache(maxsize=8)
-def _anthropic(key, base_url, model, chat_model, timeout, retries, max_out) -> Provider:
-    from assistant.llm.anthropic_provider import AnthropicProvider
-
-    return AnthropicProvider(
+def _client_provider(
+    provider, key, base_url, model, chat_model, timeout, retries, max_out
+) -> Provider:
+    # Imported here: an SDK costs seconds to import, and only the one in use is needed.
+    if provider == "openai":
+        from assistant.llm.openai_provider import OpenAIProvider as chosen
+    else:
+        from assistant.llm.anthropic_provider import AnthropicProvider as chosen
+    return chosen(
         api_key=key,
         base_url=base_url,
         model=model,
@@ -96,22 +132,26 @@ def _gemini(
 
 def offline_reason() -> str | None:
     """Why the configured summarizer cannot run and the offline one answers
-    instead (a provider, or "auto", with no key in the Django settings);
-    None when it can run, or when "offline" is what was asked for."""
+    instead (a provider, or "auto", with no key in the Django settings nor in
+    its SDK's environment variables); None when it can run, or when "offline"
+    is what was asked for."""
     chosen = (app_setting("ASSISTANT_SUMMARIZER") or "auto").lower()
     if chosen == "offline":
         return None
-    if chosen in ("anthropic", "gemini"):
-        setting = f"{chosen.upper()}_API_KEY"
-        if app_setting(setting):
+    if chosen in KEYS:
+        if api_key(chosen):
             return None
-        return f"ASSISTANT_SUMMARIZER is {chosen!r} but settings.{setting} is empty"
-    if app_setting("ANTHROPIC_API_KEY") or app_setting("GEMINI_API_KEY"):
+        places = " nor ".join(_key_places(chosen))
+        return f"ASSISTANT_SUMMARIZER is {chosen!r} but neither {places} is set"
+    if provider_name() != "offline":
         return None
-    return (
-        f"ASSISTANT_SUMMARIZER is {chosen!r} and neither settings.ANTHROPIC_API_KEY "
-        "nor settings.GEMINI_API_KEY is set"
-    )
+    places = ", ".join(place for name in KEYS for place in _key_places(name))
+    return f"ASSISTANT_SUMMARIZER is {chosen!r} and none of {places} is set"
+
+
+def _key_places(provider: str) -> list[str]:
+    setting, variables = KEYS[provider]
+    return [f"settings.{setting}", *variables]
 
 
 @functools.cache
@@ -125,9 +165,9 @@ def get_provider(name: str | None = None) -> Provider:
     missing, which the first time is logged as a warning."""
     configured = name is None
     name = name or provider_name()
-    if name == "anthropic" and app_setting("ANTHROPIC_API_KEY"):
-        return _anthropic(*_anthropic_key())
-    if name == "gemini" and app_setting("GEMINI_API_KEY"):
+    if name in ("anthropic", "openai") and api_key(name):
+        return _client_provider(*_client_key(name))
+    if name == "gemini" and api_key(name):
         return _gemini(*_gemini_key())
     if configured and (reason := offline_reason()) is not None:
         _warn_offline_once(reason)
@@ -145,11 +185,15 @@ def summarize(
     retries) or a rejected summary, the offline summarizer's, unless fallback is off."""
     provider = provider or get_provider()
     try:
-        with telemetry.summarizer_call(provider.name, provider.model) as span:
+        with telemetry.summarizer_call(
+            telemetry_name(provider.name, provider.model), provider.model
+        ) as span:
             result = provider.summarize(
                 transcript, previous_summary=previous_summary, instructions=instructions
             )
-            telemetry.summarizer_usage(span, provider.name, provider.model, result.usage)
+            telemetry.summarizer_usage(
+                span, telemetry_name(provider.name, provider.model), provider.model, result.usage
+            )
             validate_summary(result.text)
         return result
     except ProviderError as error:
@@ -164,9 +208,16 @@ def summarize_cached(request: CachedRequest, *, provider: Provider) -> SummaryRe
     own cached request (`CachedRequest`); on failure or a rejected summary, the offline
     summarizer's of `request.transcript`, unless fallback is off."""
     try:
-        with telemetry.summarizer_call(provider.name, provider.chat_model) as span:
+        with telemetry.summarizer_call(
+            telemetry_name(provider.name, provider.chat_model), provider.chat_model
+        ) as span:
             result = provider.summarize_cached(request)
-            telemetry.summarizer_usage(span, provider.name, provider.chat_model, result.usage)
+            telemetry.summarizer_usage(
+                span,
+                telemetry_name(provider.name, provider.chat_model),
+                provider.chat_model,
+                result.usage,
+            )
             validate_summary(result.text)
         return result
     except ProviderError as error:
@@ -192,7 +243,7 @@ def _log_failure(provider: Provider, error: ProviderError, model: str) -> None:
 
 def _offline(provider: Provider, transcript: str, previous_summary: str | None) -> SummaryResult:
     offline = OfflineProvider()
-    telemetry.summarizer_fallback(provider.name, provider.model)
+    telemetry.summarizer_fallback(telemetry_name(provider.name, provider.model), provider.model)
     with telemetry.summarizer_call(offline.name, offline.model) as span:
         result = offline.summarize(transcript, previous_summary=previous_summary)
         telemetry.summarizer_usage(span, offline.name, offline.model, result.usage)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assistant.llm import convert
+from assistant.llm.openai import OPENAI
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,12 @@ class CachedRequest:
     previous_summary: str | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)
 
+    def body(self, provider: str) -> dict[str, Any]:
+        """The request in the named provider's shape (raises InvalidRequest when the
+        history would be refused)."""
+        shapes = {"gemini": self.gemini, "openai": self.openai}
+        return shapes.get(provider, self.anthropic)()
+
     def anthropic(self) -> dict[str, Any]:
         """The keyword arguments of `messages.create` but model and max_tokens."""
         request = convert.to_anthropic(self.system, self.summaries, self.messages)
@@ -44,6 +51,16 @@ class CachedRequest:
             messages[-1] = {**messages[-1], "content": [*messages[-1]["content"], block]}
         else:
             messages.append({"role": "user", "content": [block]})
+        return request
+
+    def openai(self) -> dict[str, Any]:
+        """{"messages", "tools"?, "tool_choice"?}: `chat.completions.create`'s, the
+        instruction a user message of its own; with tools, tool_choice "none" (the tools
+        keep the cached prefix, the answer is the summary)."""
+        request = OPENAI.request(self.system, self.summaries, self.messages, self.tools)
+        request["messages"] = [*request["messages"], {"role": "user", "content": self.instruction}]
+        if self.tools:
+            request["tool_choice"] = "none"
         return request
 
     def gemini(self) -> dict[str, Any]:

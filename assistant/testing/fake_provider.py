@@ -1,7 +1,9 @@
-"""A loopback HTTP server speaking the Anthropic and Gemini wire formats.
+"""A loopback HTTP server speaking the Anthropic, Gemini and OpenAI wire formats
+(OpenAI's Chat Completions and Responses API: assistant.testing.fake_openai).
 
-Both SDKs send through their own HTTP stacks, so tests point the real SDKs at
-this server (`base_url`) instead of mocking a transport. It records every
+The SDKs send through their own HTTP stacks, so tests point the real SDKs at
+this server (`base_url`; the openai SDK's is `fake.openai_url`) instead of
+mocking a transport. It records every
 request and answers from a per-kind script queue, else with a text reply (a
 well-formed summary), so a chat loop always ends. In-process:
 
@@ -15,7 +17,8 @@ Alone, for a host's own tests (any language, any process):
 
     python -m assistant.testing.fake_provider --port 8765 [--script replies.json] [--prompt-cache]
 
-and script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic",
+and script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic"
+(or "openai", "openai_responses", "gemini"),
 "replies": [{"tool_calls": [{"name": "get_post", "arguments": {"id": 1}}]},
 {"text": "Done."}], "repeat": false}` (a reply: text, tool_calls, thinking,
 usage in the provider's wire names, stop_reason, delay, or error: overflow,
@@ -48,13 +51,21 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from assistant.testing import fake_openai
 from assistant.testing.content import (
     anthropic_content_problem,
     gemini_content_problem,
     thinking_block,
 )
 
-KINDS = ("anthropic.messages", "anthropic.count_tokens", "gemini.generate", "gemini.count_tokens")
+KINDS = (
+    "anthropic.messages",
+    "anthropic.count_tokens",
+    "gemini.generate",
+    "gemini.count_tokens",
+    fake_openai.CHAT,
+    fake_openai.RESPONSES,
+)
 
 DEFAULT_SUMMARY = """## Goal
 - Summarize the conversation (fake server).
@@ -467,6 +478,8 @@ def render_gemini(
 
 
 SSE = "text/event-stream"
+# The wires whose default usage follows --prompt-cache.
+_CACHED_KINDS = ("anthropic.messages", "gemini.generate")
 
 
 def anthropic_events(message: dict[str, Any]) -> bytes:
@@ -506,7 +519,12 @@ def anthropic_events(message: dict[str, Any]) -> bytes:
 _GEMINI_PATH = re.compile(r"^/(?:[^/]+/)*models/([^/:]+):(generateContent|countTokens)$")
 
 
-PROVIDER_KINDS = {"anthropic": "anthropic.messages", "gemini": "gemini.generate"}
+PROVIDER_KINDS = {
+    "anthropic": "anthropic.messages",
+    "gemini": "gemini.generate",
+    "openai": fake_openai.CHAT,
+    "openai_responses": fake_openai.RESPONSES,
+}
 
 
 class FakeProvider:
@@ -568,6 +586,17 @@ class FakeProvider:
     def script_anthropic(self, *replies: Reply) -> None:
         self.script("anthropic.messages", *replies)
 
+    def script_openai(self, *replies: Reply) -> None:
+        self.script(fake_openai.CHAT, *replies)
+
+    def script_openai_responses(self, *replies: Reply) -> None:
+        self.script(fake_openai.RESPONSES, *replies)
+
+    @property
+    def openai_url(self) -> str:
+        """The `base_url` of the openai SDK (its paths follow /v1)."""
+        return f"{self.url}/v1"
+
     def script_gemini(self, *replies: Reply) -> None:
         self.script("gemini.generate", *replies)
 
@@ -608,6 +637,11 @@ class FakeProvider:
         settings.ANTHROPIC_API_KEY = key
         settings.ANTHROPIC_BASE_URL = self.url
 
+    def use_openai(self, settings: Any, key: str = "test-key-openai") -> None:
+        settings.ASSISTANT_SUMMARIZER = "openai"
+        settings.OPENAI_API_KEY = key
+        settings.OPENAI_BASE_URL = self.openai_url
+
     def use_gemini(self, settings: Any, key: str = "test-key-gemini") -> None:
         settings.ASSISTANT_SUMMARIZER = "gemini"
         settings.GEMINI_API_KEY = key
@@ -617,6 +651,12 @@ class FakeProvider:
 
     def env(self, provider: str = "anthropic") -> dict[str, str]:
         """Environment for a worker subprocess pointed at this server."""
+        if provider == "openai":
+            return {
+                "ASSISTANT_SUMMARIZER": "openai",
+                "OPENAI_API_KEY": "test-key-openai",
+                "OPENAI_BASE_URL": self.openai_url,
+            }
         if provider == "gemini":
             return {
                 "ASSISTANT_SUMMARIZER": "gemini",
@@ -669,7 +709,9 @@ class FakeProvider:
                 if path in ("/_fake/script", "/_fake/reset"):
                     self._control(path, body)
                     return
-                if path == "/v1/messages":
+                if path in fake_openai.PATHS:
+                    kind = fake_openai.PATHS[path]
+                elif path == "/v1/messages":
                     kind = "anthropic.messages"
                 elif path == "/v1/messages/count_tokens":
                     kind = "anthropic.count_tokens"
@@ -704,9 +746,18 @@ class FakeProvider:
                     self._send(reply.status, reply.headers, reply.body)
                     return
                 usage = None
-                if reply.kind == "ok" and not reply.usage and kind in PROVIDER_KINDS.values():
+                if reply.kind == "ok" and not reply.usage and kind in _CACHED_KINDS:
                     usage = fake._usage(kind, body)
-                if kind.startswith("anthropic"):
+                if kind in (fake_openai.CHAT, fake_openai.RESPONSES):
+                    tokens = prompt_tokens(body)
+                    answer = fake_openai.render(
+                        reply,
+                        kind,
+                        body,
+                        fake_openai.default_usage(kind, tokens),
+                        DEFAULT_SUMMARY,
+                    )
+                elif kind.startswith("anthropic"):
                     answer = render_anthropic(reply, kind, body, usage)
                 else:
                     answer = render_gemini(reply, kind, body, gemini.group(1), usage)

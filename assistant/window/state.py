@@ -105,12 +105,20 @@ class WindowState:
         return self.meta.context_epoch_id
 
     @property
-    def cache_prices(self) -> CachePrices:
-        """The chat model's cache prices (assistant.cache_ledger): the model
-        of the newest answer in the window, else the configured one."""
+    def answered_by(self) -> tuple[str, str]:
+        """(provider, model) of the window's newest answer: who will read the next
+        request; ("", "") before any."""
         answers = (row for row in reversed(self.rows) if row.role == Message.Role.ASSISTANT)
         newest = next(answers, None)
-        return cache_prices(chat_model(newest.metadata if newest is not None else None))
+        if newest is None:
+            return "", ""
+        return newest.provider, chat_model(newest.metadata, newest.model)
+
+    @property
+    def cache_prices(self) -> CachePrices:
+        """The cache prices of the model that will read the next request
+        (assistant.cache_ledger), else the configured chat model's."""
+        return cache_prices(self.answered_by[1] or chat_model(None))
 
     def context_tokens(self) -> int:
         """The one size of the context: what the pre-call hook decides on,

@@ -1,0 +1,105 @@
+"""Gemini through google-genai's `generate_content`: request shape (contents and a
+config with the system instruction and tools), response reading, model table."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from assistant.blocks import MediaRates
+from assistant.llm import convert
+from assistant.llm.base import ChatResult, Usage, new_tool_call_id
+from assistant.llm.wire import ModelInfo, Wire
+
+# Longest prefix wins; USD per million tokens. Implicit caching: cached input at 0.1x,
+# no write premium (written at the input price).
+MODELS = {
+    "gemini-1.5-pro": ModelInfo(2_097_152),
+    "gemini-1.5-flash": ModelInfo(1_048_576),
+    "gemini-2": ModelInfo(1_048_576),
+    "gemini-3": ModelInfo(1_048_576),
+    "gemini-2.5-pro": ModelInfo(1_048_576, 1.25, 10.0, 0.125, 1.25),
+    "gemini-2.5-flash": ModelInfo(1_048_576, 0.3, 2.5, 0.03, 0.3),
+    "gemini-2.5-flash-lite": ModelInfo(1_048_576, 0.1, 0.4, 0.01, 0.1),
+}
+
+
+# Token docs: an image with both sides up to 384 px is 258 tokens; a larger one is cut
+# into 768 x 768 tiles of 258 tokens each; a document page is 258 tokens.
+SMALL_IMAGE_EDGE = 384
+TILE_EDGE = 768
+TOKENS_PER_TILE = 258
+TOKENS_PER_PDF_PAGE = 258
+
+
+def gemini_image_tokens(width: int, height: int) -> int:
+    if width <= SMALL_IMAGE_EDGE and height <= SMALL_IMAGE_EDGE:
+        return TOKENS_PER_TILE
+    tiles = math.ceil(width / TILE_EDGE) * math.ceil(height / TILE_EDGE)
+    return tiles * TOKENS_PER_TILE
+
+
+def is_gemini_response(response: Any) -> bool:
+    return hasattr(response, "candidates") and hasattr(response, "usage_metadata")
+
+
+def gemini_result(response: Any, model: str = "") -> ChatResult:
+    """The first candidate's text (thought summaries left out) and function calls (an id
+    made up when Gemini sent none); usage split into uncached input and cache reads
+    (Gemini's promptTokenCount includes the cached part)."""
+    candidate = (response.candidates or [None])[0]
+    parts = (candidate.content.parts if candidate and candidate.content else None) or []
+    calls = [part.function_call for part in parts if part.function_call]
+    finish = getattr(candidate, "finish_reason", None)
+    return ChatResult(
+        text="".join(p.text for p in parts if p.text and not p.thought),
+        usage=Usage.from_gemini(response.usage_metadata),
+        model=getattr(response, "model_version", None) or model,
+        stop_reason=getattr(finish, "value", finish),
+        tool_calls=[
+            {
+                "id": c.id or new_tool_call_id(),
+                "name": c.name or "",
+                "arguments": dict(c.args or {}),
+            }
+            for c in calls
+        ],
+        provider=GEMINI.name,
+    )
+
+
+class GeminiWire(Wire):
+    name = "gemini"
+    models = MODELS
+    media = MediaRates(gemini_image_tokens, TOKENS_PER_PDF_PAGE)
+
+    def telemetry_name(self, model: str = "") -> str:
+        return "gcp.gemini"
+
+    def shape(self, system, summaries, messages, *, check=True) -> dict[str, Any]:
+        """{"system_instruction": str, "contents": [...]}: `Context.to_gemini()`."""
+        return convert.to_gemini(system, summaries, messages, check=check)
+
+    def request(self, system, summaries, messages, tools=None, *, check=True):
+        """{"contents", "config"}: `models.generate_content`'s, the config holding the
+        system instruction and tools (automatic function calling off: the host runs them)."""
+        shape = self.shape(system, summaries, messages, check=check)
+        config: dict[str, Any] = {}
+        if shape["system_instruction"]:
+            config["system_instruction"] = shape["system_instruction"]
+        if tools:
+            config["tools"] = self.tool_definitions(tools)
+            config["automatic_function_calling"] = {"disable": True}
+        return {"contents": shape["contents"], "config": config}
+
+    def tool_definitions(self, tools):
+        return convert.gemini_tools(tools)
+
+    def recognizes(self, response: Any) -> bool:
+        return is_gemini_response(response)
+
+    def result(self, response: Any) -> ChatResult:
+        return gemini_result(response)
+
+
+GEMINI = GeminiWire()

@@ -1,0 +1,111 @@
+"""The chat side of a provider: everything that differs between the wires a chat
+backend speaks, behind one interface (docs/providers.rst).
+
+A `Wire` owns its request shape (messages, system, tools, cache breakpoints,
+thinking or reasoning items), the reading of its SDK's response (text, tool calls,
+thinking, usage as reported, model id), its overflow errors, its telemetry name,
+and its models' context windows and prices. Wire modules import no SDK: responses
+are read by their attributes and errors are matched once their SDK is loaded
+(`sys.modules`), so the pure decision and the admin read the tables for free.
+"""
+
+from __future__ import annotations
+
+import abc
+import sys
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from assistant.blocks import MediaRates
+from assistant.llm.base import ChatResult
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model's context window, and its prices in USD per million tokens (None: the
+    window is known, the price is not)."""
+
+    window: int
+    input: float | None = None
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+    def prices(self) -> dict[str, float] | None:
+        if self.input is None:
+            return None
+        return {
+            "input": self.input,
+            "output": self.output,
+            "cache_read": self.cache_read,
+            "cache_write": self.cache_write,
+        }
+
+
+def normalized_model(model: str | None) -> str:
+    return (model or "").lower().removeprefix("models/")
+
+
+def longest_prefix(name: str, table: dict[str, Any]) -> str | None:
+    """The entry of `table` for `name`: its own, else its longest listed prefix (a dated
+    release takes its family's entry)."""
+    if name in table:
+        return name
+    return max((key for key in table if name.startswith(key)), key=len, default=None)
+
+
+def loaded_sdk(name: str) -> ModuleType | None:
+    """An SDK's module once something imported it: its errors can exist only then."""
+    return sys.modules.get(name)
+
+
+class Wire(abc.ABC):
+    """One provider's request and response shapes, errors, names and model table."""
+
+    name: str  # the provider= name hosts pass, and Message.provider
+    models: dict[str, ModelInfo]  # by model name or prefix
+    media: MediaRates  # what its images and document pages cost
+
+    def model_info(self, model: str) -> ModelInfo | None:
+        """The table's entry for `model` (exact, else its longest listed prefix)."""
+        key = longest_prefix(self.table_name(model), self.models)
+        return self.models[key] if key is not None else None
+
+    def table_name(self, model: str) -> str:
+        """The name `model` is listed under (a platform's id reduced to the vendor's)."""
+        return normalized_model(model)
+
+    def telemetry_name(self, model: str = "") -> str:
+        """gen_ai.provider.name of a call to `model`."""
+        return self.name
+
+    @abc.abstractmethod
+    def request(
+        self,
+        system: str,
+        summaries: list[str],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        check: bool = True,
+    ) -> dict[str, Any]:
+        """The keyword arguments of the SDK's call for these neutral messages (see
+        assistant.llm.convert), but the model and the output cap."""
+
+    @abc.abstractmethod
+    def tool_definitions(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Neutral tool specs {name, description, parameters} in this wire's shape."""
+
+    @abc.abstractmethod
+    def recognizes(self, response: Any) -> bool:
+        """Whether `response` is this SDK's answer."""
+
+    @abc.abstractmethod
+    def result(self, response: Any) -> ChatResult:
+        """The SDK's answer read into a ChatResult (usage normalized, model as reported)."""
+
+    def overflow(self, error: BaseException) -> bool | None:
+        """True or False when this SDK's error says for sure whether the prompt overflowed
+        the window; None to leave it to the wording (assistant.llm.overflow)."""
+        return None
