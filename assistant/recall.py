@@ -5,7 +5,7 @@ names the handle of its stored original ("ref m4182"; a summary names the range 
 covers, "ref m12..m250"). `recall` reads an original by its handle, a page at a time;
 `search_history` searches the originals of the conversation and of its fork ancestors
 (up to each fork point, included) with PostgreSQL full-text search over a GIN index,
-then a plain substring search (the only one on SQLite, the demo's store).
+then a plain substring search (the only one on SQLite, the demo's store)::
 
     tools = [*my_tools, *tool_definitions("anthropic")]
     ...

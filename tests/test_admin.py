@@ -45,7 +45,16 @@ OUR_ACTIONS = [
     "delete_selected",
     "restore_deleted_conversations",
 ]
-NOWRAP = "white-space:nowrap;"
+
+
+def context_cell(level: str, style: str, tokens: str, shares: str) -> str:
+    """The context column's cell: the tokens over their shares of the trigger and the window."""
+    return (
+        f'<span class="context-{level}" style="{style}"><span class="two-lines">{tokens}</span>'
+        f'<span class="two-lines">{shares}</span></span>'
+    )
+
+
 # Every action that works on a conversation's content (all but the restore from deleted).
 CONTENT_ACTIONS = OUR_ACTIONS[:-2]
 
@@ -107,8 +116,8 @@ def test_the_list_shows_ids_counts_context_share_and_fork_depth(staff_client):
     assert [shown[c.pk]._fork_depth for c in (parent, fork, grandchild)] == [0, 1, 2]
     assert shown[parent.pk]._last_compaction is None
     html_text = response.content.decode()
-    share = f"{expected:,} · {round(100 * expected / 50_000)}% · 0%"
-    assert f'<span class="context-ok" style="{NOWRAP}color:inherit;">{share}</span>' in html_text
+    shares = f"{round(100 * expected / 50_000)}% · 0%"
+    assert context_cell("ok", "color:inherit;", f"{expected:,}", shares) in html_text
     assert f'<td class="field-parent_link"><a href="{change_url(parent)}">#{parent.pk}</a>' in (
         html_text
     )
@@ -126,11 +135,10 @@ def test_the_context_column_is_coloured_past_the_watermark_and_the_trigger(staff
 
     page = staff_client.get(CHANGELIST + "?o=8").content.decode()
 
-    assert f'<span class="context-ok" style="{NOWRAP}color:inherit;">100 · 10% · 0%' in page
-    assert f'class="context-near" style="{NOWRAP}color:#b45309;font-weight:bold">850 · 85%' in page
+    assert context_cell("ok", "color:inherit;", "100", "10% · 0%") in page
+    assert context_cell("near", "color:#b45309;font-weight:bold", "850", "85% · 0%") in page
     assert (
-        f'class="context-past-trigger" style="{NOWRAP}color:#dc2626;font-weight:bold">1,100 · 110%'
-        in page
+        context_cell("past-trigger", "color:#dc2626;font-weight:bold", "1,100", "110% · 1%") in page
     )
     ordered = [c.pk for c in staff_client.get(CHANGELIST + "?o=8").context["cl"].result_list]
     assert ordered == [small.pk, near.pk, past.pk]  # sortable, ascending

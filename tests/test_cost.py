@@ -76,7 +76,12 @@ def test_what_compaction_removed_is_read_from_the_cache_only_while_it_is_warm(db
     conversation, calls = priced_conversation()
     add_message(conversation, "user", "4" * 400)
     fourth = add_message(
-        conversation, "assistant", "A" * 40, input_tokens=100, cache_read_tokens=65, output_tokens=10
+        conversation,
+        "assistant",
+        "A" * 40,
+        input_tokens=100,
+        cache_read_tokens=65,
+        output_tokens=10,
     )
     warm = conversation_cost(conversation)[0].everything
     later = calls[2].created_at + timedelta(minutes=6)  # CACHE_TTL_SECONDS is 300
