@@ -309,7 +309,7 @@ class Conversation(models.Model):
     def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"
 
-    # Typed accessors over metadata (DESIGN section 4).
+    # Typed accessors over metadata (docs/compaction.rst).
 
     @property
     def meta(self) -> ConversationMetadata:
@@ -412,7 +412,7 @@ class Message(models.Model):
     # re-estimate a message whose text is compacted).
     blocks_tokens = models.PositiveIntegerField(default=0)
     # Compaction the worker prepared but the model does not see yet: the
-    # pre-call hook applies it when it pays (DESIGN 6), copying these three
+    # pre-call hook applies it when it pays (docs/compaction.rst), copying these three
     # into compacted_content, compaction and token_estimate.
     prepared_content = models.TextField(null=True, blank=True)  # noqa: DJ001 (NULL = none)
     prepared_compaction = models.CharField(

@@ -345,7 +345,30 @@ def test_the_confirmation_says_when_nothing_would_change(staff_client):
         "the split cannot move: the 2 message(s) after it are all in the last user turn or "
         "within the messages kept verbatim"
     )
-    assert "Nothing would change:" in response.content.decode()
+    page = response.content.decode()
+    assert "Nothing would change:" in page
+    # Nothing to confirm: no button, no form that would run the action.
+    assert 'id="nothing-to-do"' in page
+    assert '<input type="submit"' not in page
+    assert 'name="post" value="yes"' not in page
+
+
+def test_a_confirmation_submits_only_the_conversations_where_something_would_change(
+    staff_client,
+):
+    tiny = Conversation.objects.create(title="tiny")
+    add_message(tiny, "user", "hi")
+    add_message(tiny, "assistant", "hello")
+    long, _ = tool_heavy_conversation(title="long")
+
+    response = run_action(staff_client, "regenerate_window_summary", tiny, long)
+
+    page = response.content.decode()
+    assert [row["conversation"].pk for row in response.context["actionable"]] == [long.pk]
+    assert f'name="_selected_action" value="{long.pk}"' in page
+    assert f'name="_selected_action" value="{tiny.pk}"' not in page
+    assert 'id="confirm-only"' in page
+    assert '<input type="submit"' in page
 
 
 def test_confirmed_model_calling_runs_go_to_the_worker(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission
-from django.utils import timezone
+from django.db.models import F
 
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import compact_tool_results
@@ -88,9 +88,9 @@ def test_an_operator_sees_cost_and_savings_in_the_list_the_chart_and_the_totals(
     staff.user_permissions.add(Permission.objects.get(codename="view_compactionevent"))
     priced, _ = priced_conversation("newcomer 6 turns")
     old, _ = priced_conversation("newcomer 6 turns")
-    ten_days_ago = timezone.now() - timedelta(days=10)
-    Message.objects.filter(conversation=old).update(created_at=ten_days_ago)
-    old.compaction_events.update(created_at=ten_days_ago)
+    # Ten days older, its messages and its summary in the same order.
+    Message.objects.filter(conversation=old).update(created_at=F("created_at") - timedelta(days=10))
+    old.compaction_events.update(created_at=F("created_at") - timedelta(days=10))
     plain, _ = tool_heavy_conversation(
         title="A conversation with a rather long title, as users write"
     )
@@ -133,8 +133,8 @@ def test_an_operator_sees_cost_and_savings_in_the_list_the_chart_and_the_totals(
     assert page.locator("#cost-chart line.compaction-mark").count() == 1
     assert page.locator("#cost-chart #everything-line").count() == 1
     # The scale is the conversation's own largest prompt; sending everything is a figure on it.
-    assert page.locator("#cost-chart text").first.inner_text() == "230"
-    assert page.locator("#everything-peak").inner_text() == "sending everything: up to 230 tokens"
+    assert page.locator("#cost-chart text").first.text_content() == "230"
+    assert page.locator("#everything-peak").text_content() == "sending everything: up to 230 tokens"
     page.locator("#cost-section").screenshot(path=str(shots / "cost_chart.png"))
     events = page.locator("#compaction-events tbody tr td.summarizer-tokens")
     assert events.all_inner_texts() == ["100 / 20"]

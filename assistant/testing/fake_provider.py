@@ -54,8 +54,10 @@ from assistant.testing.content import (
     thinking_block,
 )
 
+#: The kinds of request the fake serves, each with its own script queue.
 KINDS = ("anthropic.messages", "anthropic.count_tokens", "gemini.generate", "gemini.count_tokens")
 
+#: The reply to a summary request that scripts none.
 DEFAULT_SUMMARY = """## Goal
 - Summarize the conversation (fake server).
 
@@ -74,7 +76,9 @@ DEFAULT_SUMMARY = """## Goal
 ## Critical context
 - none"""
 
+#: Anthropic's context-overflow error text.
 ANTHROPIC_OVERFLOW = "prompt is too long: 208310 tokens > 200000 maximum"
+#: Gemini's context-overflow error text.
 GEMINI_OVERFLOW = (
     "The input token count (1200293) exceeds the maximum number of tokens allowed (1048576)."
 )
@@ -466,6 +470,7 @@ def render_gemini(
     return 200, {}, response
 
 
+#: The media type of a streamed reply.
 SSE = "text/event-stream"
 
 
@@ -506,6 +511,7 @@ def anthropic_events(message: dict[str, Any]) -> bytes:
 _GEMINI_PATH = re.compile(r"^/(?:[^/]+/)*models/([^/:]+):(generateContent|countTokens)$")
 
 
+#: The kind of a chat request, by provider.
 PROVIDER_KINDS = {"anthropic": "anthropic.messages", "gemini": "gemini.generate"}
 
 
