@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F, Max, Q
+from django.db.models import F, Max, Q, QuerySet
 from django.utils import timezone
 
 from assistant import llm
@@ -30,6 +30,7 @@ from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
 from assistant.window import (
     CompactionPlan,
     canonical_arguments,
+    load_window,
     plan_compaction,
     refresh_size,
     stub_text,
@@ -123,21 +124,28 @@ def _validated_ids(message_ids: Any) -> list[int]:
     return ids
 
 
+def restorable(conversation_id: int) -> QuerySet[Message]:
+    """The messages `restore_originals` restores (and its preview counts):
+    compacted, compacted in waiting (prepared) or with compacted blocks,
+    their originals kept."""
+    return Message.objects.filter(
+        conversation_id=conversation_id, original_dropped_at__isnull=True
+    ).filter(~Q(compaction="", prepared_compaction="") | Q(compacted_blocks__isnull=False))
+
+
 def restore_originals(conversation: Conversation, message_ids: list[int] | None = None) -> int:
     """Show the model the verbatim originals again (and keep them verbatim
     from now on). Messages whose original a retention policy dropped stay
-    as they are. Returns the number restored."""
+    as they are. Returns the number restored. Its one event reads the
+    context before and after, and lists the messages restored."""
     if message_ids is not None:
         message_ids = _validated_ids(message_ids)
-    messages = Message.objects.filter(conversation=conversation, original_dropped_at__isnull=True)
-    messages = messages.filter(
-        ~Q(compaction="", prepared_compaction="") | Q(compacted_blocks__isnull=False)
-    )
+    messages = restorable(conversation.pk)
     if message_ids is not None:
         messages = messages.filter(pk__in=message_ids)
+    before = load_window(conversation.pk).context_tokens()
     with stopwatch() as elapsed, transaction.atomic():
-        rows = list(messages.values_list("id", "token_estimate", "original_token_estimate"))
-        ids = [row[0] for row in rows]
+        ids = list(messages.values_list("id", flat=True))
         _restore_blocks(ids)
         restored = merge_metadata(
             Message.objects.filter(pk__in=ids),
@@ -152,16 +160,16 @@ def restore_originals(conversation: Conversation, message_ids: list[int] | None 
         )
         if not restored:
             return 0
+        after = _mark_context_changed(conversation.pk)
         record_compaction(
             conversation.pk,
             CompactionEvent.Kind.RESTORE,
-            tokens_before=sum(row[1] for row in rows),
-            tokens_after=sum(row[2] for row in rows),
+            tokens_before=before,
+            tokens_after=after,
             messages_affected=restored,
             duration_ms=elapsed.ms,
-            details={"message_ids": ids[:100]},
+            details={"message_ids": ids},
         )
-    _mark_context_changed(conversation.pk)
     return restored
 
 
@@ -328,15 +336,16 @@ def _stub(conversation_id: int, rows: list[Message]) -> int:
     return stubbed
 
 
-def _mark_context_changed(conversation_id: int) -> None:
+def _mark_context_changed(conversation_id: int) -> int:
     """Provider counts reported so far described the context before this
-    compaction; from the latest message on, estimates fill in until a new one."""
+    compaction; from the latest message on, estimates fill in until a new one.
+    Returns the context's size now."""
     latest = Message.objects.filter(conversation_id=conversation_id).aggregate(last=Max("id"))
     merge_metadata(
         Conversation.objects.filter(pk=conversation_id),
         {MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: latest["last"] or 0},
     )
-    refresh_size(conversation_id)
+    return refresh_size(conversation_id)
 
 
 def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = False) -> int:

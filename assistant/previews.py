@@ -7,12 +7,13 @@ a few counts, and changes nothing.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, Q
 from django.db.models.functions import Length
 
-from assistant.compaction import KEEP_VERBATIM
+from assistant.compaction import KEEP_VERBATIM, restorable
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.models import Conversation, Message
 from assistant.window import WindowState, choose_split, load_window, split_parts
@@ -122,42 +123,43 @@ def _tool_counts(conversation: Conversation, threshold: int) -> dict[str, int]:
 
 
 def restore_preview(conversation: Conversation) -> RestorePreview:
-    """The compacted messages whose originals are kept, and how large the next
-    request will be once they are restored (only those after the window
-    summary's split count: the summary still stands for the rest)."""
+    """What `restore_originals` will do, counted as it counts: the same
+    messages (`restorable`), and the next request as the window will size it
+    then (restoring makes every provider count stale, so our estimates scaled
+    by the provider's last known ratio; only the messages after the window
+    summary's split grow it: the summary still stands for the rest)."""
     state = load_window(conversation.pk)
-    compacted = Message.objects.filter(conversation=conversation).exclude(compaction="")
-    kept = compacted.filter(original_dropped_at__isnull=True)
-    totals = kept.aggregate(
-        messages=Count("id"),
-        now=Sum("token_estimate"),
-        restored=Sum("original_token_estimate"),
-        growth=Sum(
-            F("original_token_estimate") - F("token_estimate"),
-            filter=Q(id__gt=state.through_id or 0),
-        ),
+    rows = list(
+        restorable(conversation.pk).values_list("id", "token_estimate", "original_token_estimate")
     )
-    dropped = compacted.filter(original_dropped_at__isnull=False).count()
-    before = state.context_tokens()
-    after = before + (totals["growth"] or 0)
+    sent = {row.pk for row in state.verbatim}
+    now = sum(row[1] for row in rows)
+    restored = sum(row[2] for row in rows)
+    growth = sum(row[2] - row[1] for row in rows if row[0] in sent)
+    dropped = (
+        Message.objects.filter(conversation=conversation, original_dropped_at__isnull=False)
+        .exclude(compaction="")
+        .count()
+    )
+    after = math.ceil((state.estimated_tokens() + growth) * state.token_ratio)
     changes, because = [], ""
-    if totals["messages"]:
+    if rows:
         changes.append(
-            f"{totals['messages']} compacted message(s) shown verbatim again "
-            f"({totals['now'] or 0} → {totals['restored'] or 0} tokens) and kept verbatim"
+            f"{len(rows):,} compacted message(s) shown verbatim again "
+            f"({now:,} → {restored:,} tokens) and kept verbatim"
         )
     elif dropped:
-        because = f"the originals of its {dropped} compacted message(s) were dropped by retention"
+        because = f"the originals of its {dropped:,} compacted message(s) were dropped by retention"
     else:
         because = "none of its messages is compacted"
     return RestorePreview(
         conversation.pk,
-        before,
+        state.context_tokens(),
         changes,
         because,
-        messages=totals["messages"],
-        tokens_now=totals["now"] or 0,
-        tokens_restored=totals["restored"] or 0,
+        messages=len(rows),
+        tokens_now=now,
+        tokens_restored=restored,
         dropped=dropped,
-        next_request_tokens=after,
+        next_request_tokens=after if rows else state.context_tokens(),
     )

@@ -127,7 +127,7 @@ def _restore(conversation: Conversation) -> Outcome:
         return Outcome(
             conversation.pk,
             True,
-            f"{count} original(s) restored; the next request is {_tokens(conversation)} tokens",
+            f"{count} original(s) restored; the next request is {_tokens(conversation):,} tokens",
         )
     return Outcome(conversation.pk, False, f"nothing changed: {preview.nothing_because}")
 
