@@ -53,7 +53,7 @@ pytestmark = pytest.mark.packaging
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "assistant"
 # What the build reads: nothing else of the repository may be needed.
-BUILD_INPUTS = ("pyproject.toml", "README.md", "assistant")
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "assistant")
 PROJECT = "mysite"
 SUBPROCESS_TIMEOUT = 300
 # Variables of this repository's settings or of pytest that must not leak into the host.
