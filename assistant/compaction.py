@@ -307,6 +307,7 @@ def _stub(conversation_id: int, rows: list[Message]) -> int:
     now = timezone.now()
     with stopwatch() as elapsed, transaction.atomic():
         stubbed = after = 0
+        ids = []
         for row in rows:
             text = stub_text(row.pk)
             done = (
@@ -324,6 +325,7 @@ def _stub(conversation_id: int, rows: list[Message]) -> int:
             )
             stubbed += done
             after += estimate_tokens(text) * done
+            ids += [row.pk] * done
         if stubbed:
             record_compaction(
                 conversation_id,
@@ -332,6 +334,7 @@ def _stub(conversation_id: int, rows: list[Message]) -> int:
                 tokens_after=after,
                 messages_affected=stubbed,
                 duration_ms=elapsed.ms,
+                details={"message_ids": ids},
             )
     return stubbed
 
@@ -369,6 +372,7 @@ def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = Fal
     provider = llm.provider_name()
     with stopwatch() as elapsed, transaction.atomic():
         before = after = updated = 0
+        ids = []
         for row in rows:
             current = row["id"] >= boundary
             if current and not has_media(row["blocks"]):
@@ -383,6 +387,7 @@ def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = Fal
                 updated += 1
                 before += row["token_estimate"]
                 after += tokens
+                ids.append(row["id"])
         if updated:
             record_compaction(
                 conversation_id,
@@ -391,6 +396,7 @@ def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = Fal
                 tokens_after=after,
                 messages_affected=updated,
                 duration_ms=elapsed.ms,
+                details={"message_ids": ids},
             )
     if updated:
         _mark_context_changed(conversation_id)

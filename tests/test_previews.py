@@ -15,7 +15,7 @@ from assistant.services import (
     restore_preview,
     run_staff_action,
 )
-from assistant.staff_actions import REGENERATE_SUMMARY, RESTORE_ORIGINALS
+from assistant.staff_actions import COMPACT_TOOL_RESULTS, REGENERATE_SUMMARY, RESTORE_ORIGINALS
 from assistant.window import load_window
 from tests.builders import html
 from tests.scenarios import staff_user, tool_heavy_conversation
@@ -64,7 +64,8 @@ def test_the_restore_preview_is_what_the_restore_does(settings):
 
     (event,) = CompactionEvent.objects.filter(kind=CompactionEvent.Kind.RESTORE)
     after = load_window(conversation.pk).context_tokens()
-    assert (event.messages_affected, event.details["message_ids"]) == (
+    (part,) = event.details["parts"]
+    assert (event.messages_affected, part["message_ids"]) == (
         preview.messages,
         [m.pk for m in compacted],
     )
@@ -96,3 +97,46 @@ def test_the_regenerate_preview_names_the_split_the_summary_then_covers(settings
         f"messages #{summarized[0].pk} to #{summarized[-1].pk} ({len(summarized)}) go into "
         f"the window summary; {len(state.verbatim)} stay verbatim"
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_staff_action_writes_one_event_listing_what_it_touched(settings):
+    settings.ASSISTANT_COMPACTION = SMALL
+    staff = staff_user()
+    conversation, _ = tool_heavy_conversation()
+    # Two more large results, and a copy of the first call (stubbed as a duplicate).
+    for n, arguments in enumerate(({"id": 7}, {"id": 8}, {"id": 42})):
+        add_message(conversation, "user", f"And post {arguments['id']}?")
+        add_message(
+            conversation,
+            "assistant",
+            "",
+            tool_calls=[{"id": f"d{n}", "name": "read_post", "arguments": arguments}],
+        )
+        add_message(conversation, "tool", html(4000, f"post {n}"), tool_call_id=f"d{n}")
+        add_message(conversation, "assistant", "Read.")
+    add_message(conversation, "user", "Thanks.")
+    add_message(conversation, "assistant", "Welcome.")
+    before = load_window(conversation.pk).context_tokens()
+
+    outcome = run_staff_action(COMPACT_TOOL_RESULTS, conversation.pk, staff.pk)
+
+    (event,) = CompactionEvent.objects.filter(conversation=conversation)
+    touched = list(
+        Message.objects.filter(conversation=conversation).exclude(compaction="").order_by("id")
+    )
+    assert outcome.changed is True
+    assert (event.kind, event.acting_user_id, event.messages_affected) == (
+        CompactionEvent.Kind.TOOL_RESULTS,
+        staff.pk,
+        len(touched),
+    )
+    assert (event.tokens_before, event.tokens_after) == (
+        before,
+        load_window(conversation.pk).context_tokens(),
+    )
+    listed = sorted(
+        [part["message_id"] for part in event.details["parts"] if "message_id" in part]
+        + [pk for part in event.details["parts"] for pk in part.get("message_ids", [])]
+    )
+    assert listed == [m.pk for m in touched]
