@@ -30,6 +30,7 @@ from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
 from assistant.window import (
     CompactionPlan,
     canonical_arguments,
+    compacted_ceiling_tokens,
     load_window,
     plan_compaction,
     refresh_size,
@@ -68,6 +69,33 @@ def plan_tool_results(
     boundary = _consumed_boundary(conversation.pk, final_answers_only=not include_current_turn)
     rows = _tool_rows(conversation.pk).filter(id__lt=boundary)
     return plan_compaction(list(rows), compaction_config(), min_chars=min_chars)
+
+
+def compactable_count(
+    conversation: Conversation,
+    *,
+    include_current_turn: bool = False,
+    min_chars: int | None = None,
+) -> int:
+    """How many tool results `compact_tool_results` would compact or stub now
+    (its preview): the planned ones that would shrink, as `_compact_one`
+    judges them (a result no shorter once compacted stays as it is). A result
+    whose policy summarizes it counts when it is larger than any truncation:
+    a summary's length is known only once the summarizer wrote it."""
+    config = compaction_config()
+    plan = plan_tool_results(
+        conversation, include_current_turn=include_current_turn, min_chars=min_chars
+    )
+    ceiling = compacted_ceiling_tokens(config)
+    count = len(plan.stub)
+    for row in plan.compact:
+        if row.prepared_compaction or row.token_estimate > ceiling:
+            count += 1
+        elif config.policy_for(row.tool_name) == "prune":
+            content = Message.objects.values_list("content", flat=True).get(pk=row.pk)
+            text = truncate_tool_result(content, config, handle_ref=ref(row.pk))
+            count += estimate_tokens(text) + row.blocks_tokens < row.token_estimate
+    return count
 
 
 def prepare_tool_results(conversation: Conversation) -> int:

@@ -128,13 +128,20 @@ def _record_parts(
         next(kind for kind in KIND_ORDER if kind in kinds),
         tokens_before=before,
         tokens_after=after,
-        messages_affected=sum(part["messages_affected"] for part in parts),
+        messages_affected=_messages_affected(parts),
         duration_ms=sum(part["duration_ms"] for part in parts),
         summarizer_model=next((p["summarizer_model"] for p in parts if p["summarizer_model"]), ""),
         summarizer_input_tokens=sum(part["summarizer_input_tokens"] for part in parts),
         summarizer_output_tokens=sum(part["summarizer_output_tokens"] for part in parts),
         details=details,
     )
+
+
+def _messages_affected(parts: list[dict[str, Any]]) -> int:
+    """The parts' messages, an emergency level's left out where other parts are
+    there: it counts again the tool results its own parts compacted."""
+    counted = [part for part in parts if part["kind"] not in EMERGENCY_LEVELS] or parts
+    return sum(part["messages_affected"] for part in counted)
 
 
 def record_compaction(

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from django.db.models import Count, Q
 from django.db.models.functions import Length
 
-from assistant.compaction import KEEP_VERBATIM, restorable
-from assistant.conf import CompactionConfig, compaction_config
+from assistant.compaction import compactable_count, restorable
+from assistant.conf import compaction_config
 from assistant.models import Conversation, Message
 from assistant.window import WindowState, choose_split, load_window, split_parts
 
@@ -53,17 +53,6 @@ def _split_sentence(state: WindowState, start: int | None) -> tuple[str, str]:
     )
 
 
-def _open_tool_results(conversation_id: int, config: CompactionConfig) -> int:
-    """Tool results an emergency level would compact (all, whatever their size)."""
-    rows = (
-        Message.objects.filter(conversation_id=conversation_id, role=Message.Role.TOOL)
-        .filter(compaction="")
-        .exclude(metadata__has_key=KEEP_VERBATIM)
-        .values_list("tool_name", flat=True)
-    )
-    return sum(1 for name in rows if config.policy_for(name) != "keep")
-
-
 def regenerate_preview(conversation: Conversation) -> Preview:
     state = load_window(conversation.pk)
     change, reason = _split_sentence(state, choose_split(state.rows, state.config))
@@ -78,7 +67,7 @@ def emergency_preview(conversation: Conversation, level: int) -> Preview:
     else:
         start = choose_split(state.rows, config, newest_step_only=True)
     changes = []
-    tools = _open_tool_results(conversation.pk, config)
+    tools = compactable_count(conversation, include_current_turn=True, min_chars=0)
     if tools:
         changes.append(f"{tools} tool result(s) compacted, whatever their size")
     summary, reason = _split_sentence(state, start)

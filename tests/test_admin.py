@@ -320,8 +320,9 @@ def test_emergency_level_2_asks_first_naming_what_will_change(staff_client, sett
 
     assert response.templates[0].name == "admin/assistant/conversation/confirm_action.html"
     (row,) = response.context["rows"]
+    # The 3 KB result: the 20-character one would not shrink (tests/test_previews.py).
     assert row["preview"].changes == [
-        "2 tool result(s) compacted, whatever their size",
+        "1 tool result(s) compacted, whatever their size",
         f"messages #{rows[0].pk} to #{rows[17].pk} (18) go into the window summary; 2 stay "
         "verbatim (kept only if the context shrinks)",
     ]

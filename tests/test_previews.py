@@ -10,16 +10,24 @@ from assistant.models import CompactionEvent, Message
 from assistant.services import (
     add_message,
     compact_tool_results,
+    emergency_preview,
     regenerate_preview,
     regenerate_window_summary,
     restore_preview,
     run_staff_action,
 )
-from assistant.staff_actions import COMPACT_TOOL_RESULTS, REGENERATE_SUMMARY, RESTORE_ORIGINALS
+from assistant.staff_actions import (
+    COMPACT_TOOL_RESULTS,
+    EMERGENCY_1,
+    EMERGENCY_2,
+    REGENERATE_SUMMARY,
+    RESTORE_ORIGINALS,
+)
 from assistant.window import load_window
 from tests.builders import html
 from tests.scenarios import staff_user, tool_heavy_conversation
 
+EMERGENCIES = {1: EMERGENCY_1, 2: EMERGENCY_2}
 SMALL = {
     "MIN_RECENT_MESSAGES": 2,
     "CONTEXT_TOKEN_THRESHOLD": 1000,
@@ -140,3 +148,35 @@ def test_one_staff_action_writes_one_event_listing_what_it_touched(settings):
         + [pk for part in event.details["parts"] for pk in part.get("message_ids", [])]
     )
     assert listed == [m.pk for m in touched]
+
+
+@pytest.mark.parametrize("level", [1, 2])
+@pytest.mark.django_db(transaction=True)
+def test_the_emergency_preview_is_what_the_level_does(settings, level):
+    settings.ASSISTANT_COMPACTION = SMALL
+    staff = staff_user()
+    conversation, rows = tool_heavy_conversation()
+
+    preview = emergency_preview(conversation, level)
+    outcome = run_staff_action(EMERGENCIES[level], conversation.pk, staff.pk)
+
+    state = load_window(conversation.pk)
+    summarized = [row for row in rows if row.pk <= state.through_id]
+    # The 3 KB result; the 20-character one would not shrink, and stays as it is.
+    (compacted,) = Message.objects.filter(
+        conversation=conversation, role=Message.Role.TOOL
+    ).exclude(compaction="")
+    assert compacted.pk == rows[2].pk
+    assert preview.changes == [
+        "1 tool result(s) compacted, whatever their size",
+        f"messages #{summarized[0].pk} to #{summarized[-1].pk} ({len(summarized)}) go into "
+        f"the window summary; {len(state.verbatim)} stay verbatim (kept only if the context "
+        "shrinks)",
+    ]
+    assert "(1 tool result(s) compacted, window summary regenerated)" in outcome.message
+    (event,) = CompactionEvent.objects.filter(conversation=conversation)
+    summary_part = [p for p in event.details["parts"] if p["kind"] == "window_summary"]
+    assert (event.kind, event.messages_affected) == (
+        f"emergency_{level}",
+        1 + sum(part["messages_affected"] for part in summary_part),
+    )
