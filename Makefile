@@ -15,8 +15,14 @@ $(VENV)/.base: requirements/base.txt requirements/constraints.txt
 	$(PIP) -r requirements/base.txt -c requirements/constraints.txt
 	touch $@
 
-$(VENV)/.dev: $(VENV)/.base requirements/dev.txt
+$(VENV)/.dev: $(VENV)/.base requirements/dev.txt requirements/build.txt
 	$(PIP) -r requirements/dev.txt -c requirements/constraints.txt
+	touch $@
+
+# The build backend alone, for `make wheel`.
+$(VENV)/.build: requirements/build.txt requirements/constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) -r requirements/build.txt -c requirements/constraints.txt
 	touch $@
 
 # Sphinx, for the documentation site (`make docs`, and `make test`).
@@ -59,7 +65,7 @@ bench: $(VENV)/.bench
 	$(PY) -m bench
 
 ## wheel: dist/django_assistant_compaction-<version>-py3-none-any.whl (the assistant app only)
-wheel: $(VENV)/.dev
+wheel: $(VENV)/.build
 	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
 	rm -rf build *.egg-info
 

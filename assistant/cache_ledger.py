@@ -3,7 +3,7 @@ compaction has saved a conversation so far under prompt caching: a step
 that is not forced (by the trigger, a cold cache or an overflow) is taken
 only when both cover its cost.
 
-Prices as DESIGN 7 counts them, relative to an uncached input token: a
+Prices as docs/compaction.rst counts them, relative to an uncached input token: a
 request reads its unchanged leading part from the provider's cache and
 writes the rest, and the summarizer's input costs 1.0x. The cache's two
 prices are the chat model's (`cache_prices`, from ASSISTANT_MODEL_PRICES):

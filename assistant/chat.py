@@ -33,6 +33,7 @@ from assistant.models import Conversation, Message, MetadataKeys
 from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
 from assistant.responses import record_response
 
+#: The providers whose wire format ``chat_step`` speaks.
 PROVIDERS = CHAT_PROVIDERS
 
 

@@ -13,7 +13,7 @@ import logging
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F, Max, Q
+from django.db.models import F, Max, Q, QuerySet
 from django.utils import timezone
 
 from assistant import llm
@@ -30,6 +30,8 @@ from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
 from assistant.window import (
     CompactionPlan,
     canonical_arguments,
+    compacted_ceiling_tokens,
+    load_window,
     plan_compaction,
     refresh_size,
     stub_text,
@@ -74,6 +76,33 @@ def plan_tool_results(
     return plan_compaction(list(rows), compaction_config(), min_chars=min_chars)
 
 
+def compactable_count(
+    conversation: Conversation,
+    *,
+    include_current_turn: bool = False,
+    min_chars: int | None = None,
+) -> int:
+    """How many tool results `compact_tool_results` would compact or stub now
+    (its preview): the planned ones that would shrink, as `_compact_one`
+    judges them (a result no shorter once compacted stays as it is). A result
+    whose policy summarizes it counts when it is larger than any truncation:
+    a summary's length is known only once the summarizer wrote it."""
+    config = compaction_config()
+    plan = plan_tool_results(
+        conversation, include_current_turn=include_current_turn, min_chars=min_chars
+    )
+    ceiling = compacted_ceiling_tokens(config)
+    count = len(plan.stub)
+    for row in plan.compact:
+        if row.prepared_compaction or row.token_estimate > ceiling:
+            count += 1
+        elif config.policy_for(row.tool_name) == "prune":
+            content = Message.objects.values_list("content", flat=True).get(pk=row.pk)
+            text = truncate_tool_result(content, config, handle_ref=ref(row.pk))
+            count += estimate_tokens(text) + row.blocks_tokens < row.token_estimate
+    return count
+
+
 def prepare_tool_results(conversation: Conversation) -> int:
     """Run by the post-exchange worker: compute the compacted form of every
     consumed tool result not looked at yet (and the dedup stubs) and keep it
@@ -115,21 +144,28 @@ def apply_plan(conversation_id: int, plan: CompactionPlan, config: CompactionCon
     return count
 
 
+def restorable(conversation_id: int) -> QuerySet[Message]:
+    """The messages `restore_originals` restores (and its preview counts):
+    compacted, compacted in waiting (prepared) or with compacted blocks,
+    their originals kept."""
+    return Message.objects.filter(
+        conversation_id=conversation_id, original_dropped_at__isnull=True
+    ).filter(~Q(compaction="", prepared_compaction="") | Q(compacted_blocks__isnull=False))
+
+
 def restore_originals(conversation: Conversation, message_ids: list[int] | None = None) -> int:
     """Show the model the verbatim originals again (and keep them verbatim
     from now on). Messages whose original a retention policy dropped stay
-    as they are. Returns the number restored."""
+    as they are. Returns the number restored. Its one event reads the
+    context before and after, and lists the messages restored."""
     if message_ids is not None:
         message_ids = validated_ids(message_ids, "message_ids", "invalid_message_ids")
-    messages = Message.objects.filter(conversation=conversation, original_dropped_at__isnull=True)
-    messages = messages.filter(
-        ~Q(compaction="", prepared_compaction="") | Q(compacted_blocks__isnull=False)
-    )
+    messages = restorable(conversation.pk)
     if message_ids is not None:
         messages = messages.filter(pk__in=message_ids)
+    before = load_window(conversation.pk).context_tokens()
     with stopwatch() as elapsed, transaction.atomic():
-        rows = list(messages.values_list("id", "token_estimate", "original_token_estimate"))
-        ids = [row[0] for row in rows]
+        ids = list(messages.values_list("id", flat=True))
         _restore_blocks(ids)
         restored = merge_metadata(
             Message.objects.filter(pk__in=ids),
@@ -144,16 +180,16 @@ def restore_originals(conversation: Conversation, message_ids: list[int] | None 
         )
         if not restored:
             return 0
+        after = _mark_context_changed(conversation.pk)
         record_compaction(
             conversation.pk,
             CompactionEvent.Kind.RESTORE,
-            tokens_before=sum(row[1] for row in rows),
-            tokens_after=sum(row[2] for row in rows),
+            tokens_before=before,
+            tokens_after=after,
             messages_affected=restored,
             duration_ms=elapsed.ms,
-            details={"message_ids": ids[:100]},
+            details={"message_ids": ids},
         )
-    _mark_context_changed(conversation.pk)
     return restored
 
 
@@ -291,6 +327,7 @@ def _stub(conversation_id: int, rows: list[Message]) -> int:
     now = timezone.now()
     with stopwatch() as elapsed, transaction.atomic():
         stubbed = after = 0
+        ids = []
         for row in rows:
             text = stub_text(row.pk)
             done = (
@@ -308,6 +345,7 @@ def _stub(conversation_id: int, rows: list[Message]) -> int:
             )
             stubbed += done
             after += estimate_tokens(text) * done
+            ids += [row.pk] * done
         if stubbed:
             record_compaction(
                 conversation_id,
@@ -316,19 +354,21 @@ def _stub(conversation_id: int, rows: list[Message]) -> int:
                 tokens_after=after,
                 messages_affected=stubbed,
                 duration_ms=elapsed.ms,
+                details={"message_ids": ids},
             )
     return stubbed
 
 
-def _mark_context_changed(conversation_id: int) -> None:
+def _mark_context_changed(conversation_id: int) -> int:
     """Provider counts reported so far described the context before this
-    compaction; from the latest message on, estimates fill in until a new one."""
+    compaction; from the latest message on, estimates fill in until a new one.
+    Returns the context's size now."""
     latest = Message.objects.filter(conversation_id=conversation_id).aggregate(last=Max("id"))
     merge_metadata(
         Conversation.objects.filter(pk=conversation_id),
         {MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: latest["last"] or 0},
     )
-    refresh_size(conversation_id)
+    return refresh_size(conversation_id)
 
 
 def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = False) -> int:
@@ -352,6 +392,7 @@ def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = Fal
     rates = media_rates(llm.provider_name())
     with stopwatch() as elapsed, transaction.atomic():
         before = after = updated = 0
+        ids = []
         for row in rows:
             current = row["id"] >= boundary
             if current and not has_media(row["blocks"]):
@@ -366,6 +407,7 @@ def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = Fal
                 updated += 1
                 before += row["token_estimate"]
                 after += tokens
+                ids.append(row["id"])
         if updated:
             record_compaction(
                 conversation_id,
@@ -374,6 +416,7 @@ def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = Fal
                 tokens_after=after,
                 messages_affected=updated,
                 duration_ms=elapsed.ms,
+                details={"message_ids": ids},
             )
     if updated:
         _mark_context_changed(conversation_id)

@@ -77,7 +77,7 @@ def key(
 
 @dataclass(frozen=True)
 class CompactionConfig:
-    # DESIGN section 6
+    # The strategies of docs/compaction.rst
     TOOL_RESULT_CHAR_THRESHOLD: int = key(1500, at_least=1)
     TRUNCATION_KEEP_CHARS: int = key(800, at_least=1)  # < TOOL_RESULT_CHAR_THRESHOLD, follows it
     CONTEXT_TOKEN_THRESHOLD: int = key(50_000, at_least=100)

@@ -9,31 +9,35 @@ input and output prices, the cache reads and writes of a "cached_suffix"
 summary (the event's details) at its cache prices. Exact, as far as the
 recorded usage is.
 
-What sending everything would have cost (`everything`): the same calls, with
-the same answers (output), each carrying the whole uncompacted history
-before it, cached as an append-only prompt caches:
+What sending everything would have cost (`everything`): the same calls,
+priced the same way, each also carrying what compaction had taken out of
+its prompt:
 
-- the prompt of call k is `full_k = max(reported_k, fixed + history_k)`:
-  `fixed` is our estimate of the system prompt and a fork's parent summary,
-  `history_k` the sum of every earlier message's `original_token_estimate`
-  (the size of its verbatim original, before any compaction). These are the
-  app's estimates, not provider counts (no provider ever saw that prompt);
-  the max keeps it at least what was really sent, so where our estimates
-  undercount the provider's tokenizer the saving shown is too small, never
-  too large;
-- call k reads `full_{k-1}` from the cache when the previous call was made
-  within CACHE_TTL_SECONDS, and writes the rest (the first call, or one after
-  a longer pause, writes everything); a provider's minimum cacheable prefix
-  is not modelled;
-- no summarizer calls.
+- `sent_k`, the app's estimate of the prompt of call k: the context size
+  after the latest compaction event before it (`tokens_after`) plus the
+  estimates of the messages added since, or, before any compaction, `fixed`
+  (the system prompt and a fork's parent summary) plus every earlier
+  message's `original_token_estimate`;
+- `removed_k = history_k - sent_k`, where `history_k` is that whole
+  uncompacted history (never below zero). An uncompacted call has none, so
+  its conversation saves exactly 0%, whatever the provider's cache did;
+- call k reads `removed_{k-1}` from the cache when the previous call was
+  made within CACHE_TTL_SECONDS and writes the rest; no summarizer calls.
+
+Implausible usage: a call whose reported prompt is below MIN_TOKEN_RATIO of
+`sent_k` (the same judgement the window makes, typically
+`usage.input_tokens` recorded alone under prompt caching) is priced at
+`sent_k` instead, the previous prompt read from the cache when warm; its
+conversation's cost is then `estimated`, with the reason.
 
 Prices: ASSISTANT_MODEL_PRICES (assistant/app_settings.py), USD per million
 tokens, over the providers' own tables (assistant.llm.catalog). A chat call is
 priced by the model that answered it (`Message.model`), else the one its
 message's metadata names (`metadata["model"]`, messages recorded before the
 field), else the configured chat model: a conversation that changed model is
-priced message by message. A model with no
-price counts as zero and is listed in `unpriced`.
+priced message by message. A model with no price counts as zero and is listed
+in `unpriced`. Every figure takes its price from `price_of`, the one function
+that answers what a model costs.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from assistant.limits import current_limits
 from assistant.llm.catalog import listed_name, listed_prices
 from assistant.llm.wire import longest_prefix, normalized_model
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
-from assistant.tokens import estimate_tokens
+from assistant.tokens import MIN_JUDGED_ESTIMATE, MIN_TOKEN_RATIO, estimate_tokens
 
 PER_TOKENS = 1_000_000
 # The key of a chat message's metadata that names the model that wrote it.
@@ -97,7 +101,8 @@ def price_of(model: str, prices: dict[str, Price] | None = None) -> Price | None
 
 @dataclass(frozen=True)
 class Call:
-    """One recorded chat call, and the uncompacted history before it."""
+    """One recorded chat call: its reported usage, and the app's estimates of
+    the prompt it sent and of what compaction had taken out of it."""
 
     message_id: int
     at: datetime
@@ -106,11 +111,31 @@ class Call:
     cache_read_tokens: int
     cache_write_tokens: int
     output_tokens: int
-    everything_tokens: int  # full_k of the module docstring
+    sent_tokens: int  # sent_k of the module docstring
+    removed_tokens: int  # removed_k
 
     @property
     def prompt_tokens(self) -> int:
+        """The prompt as the provider reported it."""
         return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    @property
+    def implausible(self) -> bool:
+        """The reported prompt is too small to be the one sent (see the module docstring)."""
+        return (
+            self.sent_tokens >= MIN_JUDGED_ESTIMATE
+            and self.prompt_tokens < MIN_TOKEN_RATIO * self.sent_tokens
+        )
+
+    @property
+    def priced_prompt_tokens(self) -> int:
+        """The prompt the cost counts: the reported one, the estimate when implausible."""
+        return self.sent_tokens if self.implausible else self.prompt_tokens
+
+    @property
+    def everything_tokens(self) -> int:
+        """The prompt of sending everything: this one with what compaction removed."""
+        return self.priced_prompt_tokens + self.removed_tokens
 
 
 @dataclass(frozen=True)
@@ -135,6 +160,8 @@ class Cost:
     summarizer_input_tokens: int = 0
     summarizer_output_tokens: int = 0
     unpriced: set[str] = field(default_factory=set)
+    # Why the chat cost is the app's estimate rather than the reported usage (None: it is not).
+    estimated: str | None = None
 
     @property
     def total(self) -> float:
@@ -153,6 +180,7 @@ class Cost:
         self.summarizer_input_tokens += other.summarizer_input_tokens
         self.summarizer_output_tokens += other.summarizer_output_tokens
         self.unpriced |= other.unpriced
+        self.estimated = self.estimated or other.estimated
 
 
 def call_cost(call: Call, price: Price) -> float:
@@ -165,13 +193,28 @@ def call_cost(call: Call, price: Price) -> float:
     ) / PER_TOKENS
 
 
-def everything_cost(call: Call, cached: int, price: Price) -> float:
-    """The call with the whole history, `cached` tokens of it read from the cache."""
-    cached = min(cached, call.everything_tokens)
-    written = call.everything_tokens - cached
+def cached_prompt_cost(tokens: int, cached: int, price: Price) -> float:
+    """`tokens` of prompt, `cached` of them read from the cache and the rest written."""
+    cached = min(cached, tokens)
+    return (cached * price.cache_read + (tokens - cached) * price.cache_write) / PER_TOKENS
+
+
+def estimated_call_cost(call: Call, previous: Call | None, price: Price) -> float:
+    """An implausible call at the app's estimate of its prompt (the previous
+    prompt read from the cache when warm: `previous` is None when cold)."""
+    cached = previous.priced_prompt_tokens if previous is not None else 0
     return (
-        cached * price.cache_read + written * price.cache_write + call.output_tokens * price.output
-    ) / PER_TOKENS
+        cached_prompt_cost(call.sent_tokens, cached, price)
+        + call.output_tokens * price.output / PER_TOKENS
+    )
+
+
+def implausible_reason(call: Call) -> str:
+    return (
+        f"estimated from the app's count: message #{call.message_id} records a prompt of "
+        f"{call.prompt_tokens:,} tokens where the app counts {call.sent_tokens:,} (its usage "
+        "leaves out part of the prompt, typically the cache reads and writes)"
+    )
 
 
 def summarizer_cost(call: SummarizerCall, price: Price) -> float:
@@ -199,8 +242,7 @@ def cost_of(
     cost = Cost()
     previous: Call | None = None
     for call in calls:
-        warm = previous is not None and call.at - previous.at <= ttl
-        cached = previous.everything_tokens if warm and previous else 0
+        warm = previous if previous is not None and call.at - previous.at <= ttl else None
         previous = call
         if since is not None and call.at < since:
             continue
@@ -209,8 +251,14 @@ def cost_of(
         if price is None:
             cost.unpriced.add(call.model)
             continue
-        cost.chat += call_cost(call, price)
-        cost.everything += everything_cost(call, cached, price)
+        if call.implausible:
+            paid = estimated_call_cost(call, warm, price)
+            cost.estimated = cost.estimated or implausible_reason(call)
+        else:
+            paid = call_cost(call, price)
+        cost.chat += paid
+        cached = warm.removed_tokens if warm is not None else 0
+        cost.everything += paid + cached_prompt_cost(call.removed_tokens, cached, price)
     for summary in summarizer_calls:
         if since is not None and summary.at < since:
             continue
@@ -227,20 +275,28 @@ def cost_of(
 def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, list[Call]]:
     """The recorded chat calls of these conversations (all when None), by
     conversation, oldest first. One query for the messages (integers only,
-    never their text) and one for the conversations' fixed parts."""
+    never their text), one for the conversations' fixed parts and one for the
+    compaction events' sizes."""
     chat_model = current_limits().model
     conversations = Conversation.objects.all()
     messages = Message.objects.all()
+    events = CompactionEvent.objects.all()
     if conversation_ids is not None:
         ids = list(conversation_ids)
         conversations = conversations.filter(pk__in=ids)
         messages = messages.filter(conversation_id__in=ids)
+        events = events.filter(conversation_id__in=ids)
     fixed = {
         pk: estimate_tokens(system) + estimate_tokens(parent or "")
         for pk, system, parent in conversations.values_list(
             "pk", "system_prompt", KT(f"metadata__{MetadataKeys.PARENT_CONVERSATION_SUMMARY}")
         )
     }
+    compactions: dict[int, list[tuple[datetime, int]]] = {}
+    for conversation_id, at, after in events.order_by("created_at", "id").values_list(
+        "conversation_id", "created_at", "tokens_after"
+    ):
+        compactions.setdefault(conversation_id, []).append((at, after))
     rows = messages.order_by("conversation_id", "id").values_list(
         "conversation_id",
         "id",
@@ -258,14 +314,17 @@ def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, l
         F("role"),
     )
     calls: dict[int, list[Call]] = {}
-    current, history = None, 0
+    current, history, sent, pending = None, 0, 0, []
     for conversation_id, pk, at, estimate, inp, read, write, out, model, role in rows.iterator(
         chunk_size=5000
     ):
         if conversation_id != current:
             current, history = conversation_id, fixed.get(conversation_id, 0)
+            sent, pending = history, list(compactions.get(conversation_id, ()))
+        # A compaction made before this message left the context at its size after.
+        while pending and pending[0][0] <= at:
+            sent = pending.pop(0)[1]
         if role == Message.Role.ASSISTANT and inp is not None:
-            reported = inp + (read or 0) + (write or 0)
             calls.setdefault(conversation_id, []).append(
                 Call(
                     pk,
@@ -275,10 +334,12 @@ def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, l
                     read or 0,
                     write or 0,
                     out or 0,
-                    max(reported, history),
+                    sent,
+                    max(0, history - sent),
                 )
             )
         history += estimate
+        sent += estimate
     return calls
 
 

@@ -1,4 +1,4 @@
-"""Emergency compaction (strategy 3 of DESIGN section 6): the levels that
+"""Emergency compaction (the third strategy of docs/compaction.rst): the levels that
 shrink a context the provider refused, and how an overflow is recognised in
 a response. `assistant.hooks.call_with_overflow_recovery` applies them level
 by level and retries. Nothing is ever destroyed: both levels are views over

@@ -1,4 +1,4 @@
-"""Fork and branch (strategy 4 of DESIGN section 6).
+"""Fork and branch (the fourth strategy of docs/compaction.rst).
 
 A fork is a new conversation that carries a summary of its parent in
 `metadata["parent_conversation_summary"]`; it never copies the parent's

@@ -10,7 +10,7 @@ strategies below it (compaction, summaries, emergency):
   changing what the next request sends;
 - and `call_with_overflow_recovery`, which wraps the model call itself.
 
-When compaction pays (DESIGN 6): under prompt caching a request re-reads its
+When compaction pays (docs/compaction.rst): under prompt caching a request re-reads its
 unchanged leading messages at a tenth of the price and pays a premium from
 the first changed message on. So what the worker prepared is applied only
 when the context nears the token trigger (COMPACT_WATERMARK) or when the

@@ -335,7 +335,7 @@ class Conversation(models.Model):
                 .first()
             )
 
-    # Typed accessors over metadata (DESIGN section 4).
+    # Typed accessors over metadata (docs/compaction.rst).
 
     @property
     def meta(self) -> ConversationMetadata:
@@ -438,7 +438,7 @@ class Message(models.Model):
     # re-estimate a message whose text is compacted).
     blocks_tokens = models.PositiveIntegerField(default=0)
     # Compaction the worker prepared but the model does not see yet: the
-    # pre-call hook applies it when it pays (DESIGN 6), copying these three
+    # pre-call hook applies it when it pays (docs/compaction.rst), copying these three
     # into compacted_content, compaction and token_estimate.
     prepared_content = models.TextField(null=True, blank=True)  # noqa: DJ001 (NULL = none)
     prepared_compaction = models.CharField(

@@ -1,4 +1,4 @@
-"""Summaries off the chat path (DESIGN 8: the worker pre-builds the next
+"""Summaries off the chat path (docs/compaction.rst: the worker pre-builds the next
 summary, so the chat rarely waits on it).
 
 The post-exchange task runs once per turn, but the pre-call hook shifts

@@ -7,13 +7,14 @@ a few counts, and changes nothing.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, Q
 from django.db.models.functions import Length
 
-from assistant.compaction import KEEP_VERBATIM
-from assistant.conf import CompactionConfig, compaction_config
+from assistant.compaction import compactable_count, restorable
+from assistant.conf import compaction_config
 from assistant.models import Conversation, Message
 from assistant.window import WindowState, choose_split, load_window, split_parts
 
@@ -52,17 +53,6 @@ def _split_sentence(state: WindowState, start: int | None) -> tuple[str, str]:
     )
 
 
-def _open_tool_results(conversation_id: int, config: CompactionConfig) -> int:
-    """Tool results an emergency level would compact (all, whatever their size)."""
-    rows = (
-        Message.objects.filter(conversation_id=conversation_id, role=Message.Role.TOOL)
-        .filter(compaction="")
-        .exclude(metadata__has_key=KEEP_VERBATIM)
-        .values_list("tool_name", flat=True)
-    )
-    return sum(1 for name in rows if config.policy_for(name) != "keep")
-
-
 def regenerate_preview(conversation: Conversation) -> Preview:
     state = load_window(conversation.pk)
     change, reason = _split_sentence(state, choose_split(state.rows, state.config))
@@ -77,7 +67,7 @@ def emergency_preview(conversation: Conversation, level: int) -> Preview:
     else:
         start = choose_split(state.rows, config, newest_step_only=True)
     changes = []
-    tools = _open_tool_results(conversation.pk, config)
+    tools = compactable_count(conversation, include_current_turn=True, min_chars=0)
     if tools:
         changes.append(f"{tools} tool result(s) compacted, whatever their size")
     summary, reason = _split_sentence(state, start)
@@ -122,42 +112,43 @@ def _tool_counts(conversation: Conversation, threshold: int) -> dict[str, int]:
 
 
 def restore_preview(conversation: Conversation) -> RestorePreview:
-    """The compacted messages whose originals are kept, and how large the next
-    request will be once they are restored (only those after the window
-    summary's split count: the summary still stands for the rest)."""
+    """What `restore_originals` will do, counted as it counts: the same
+    messages (`restorable`), and the next request as the window will size it
+    then (restoring makes every provider count stale, so our estimates scaled
+    by the provider's last known ratio; only the messages after the window
+    summary's split grow it: the summary still stands for the rest)."""
     state = load_window(conversation.pk)
-    compacted = Message.objects.filter(conversation=conversation).exclude(compaction="")
-    kept = compacted.filter(original_dropped_at__isnull=True)
-    totals = kept.aggregate(
-        messages=Count("id"),
-        now=Sum("token_estimate"),
-        restored=Sum("original_token_estimate"),
-        growth=Sum(
-            F("original_token_estimate") - F("token_estimate"),
-            filter=Q(id__gt=state.through_id or 0),
-        ),
+    rows = list(
+        restorable(conversation.pk).values_list("id", "token_estimate", "original_token_estimate")
     )
-    dropped = compacted.filter(original_dropped_at__isnull=False).count()
-    before = state.context_tokens()
-    after = before + (totals["growth"] or 0)
+    sent = {row.pk for row in state.verbatim}
+    now = sum(row[1] for row in rows)
+    restored = sum(row[2] for row in rows)
+    growth = sum(row[2] - row[1] for row in rows if row[0] in sent)
+    dropped = (
+        Message.objects.filter(conversation=conversation, original_dropped_at__isnull=False)
+        .exclude(compaction="")
+        .count()
+    )
+    after = math.ceil((state.estimated_tokens() + growth) * state.token_ratio)
     changes, because = [], ""
-    if totals["messages"]:
+    if rows:
         changes.append(
-            f"{totals['messages']} compacted message(s) shown verbatim again "
-            f"({totals['now'] or 0} → {totals['restored'] or 0} tokens) and kept verbatim"
+            f"{len(rows):,} compacted message(s) shown verbatim again "
+            f"({now:,} → {restored:,} tokens) and kept verbatim"
         )
     elif dropped:
-        because = f"the originals of its {dropped} compacted message(s) were dropped by retention"
+        because = f"the originals of its {dropped:,} compacted message(s) were dropped by retention"
     else:
         because = "none of its messages is compacted"
     return RestorePreview(
         conversation.pk,
-        before,
+        state.context_tokens(),
         changes,
         because,
-        messages=totals["messages"],
-        tokens_now=totals["now"] or 0,
-        tokens_restored=totals["restored"] or 0,
+        messages=len(rows),
+        tokens_now=now,
+        tokens_restored=restored,
         dropped=dropped,
-        next_request_tokens=after,
+        next_request_tokens=after if rows else state.context_tokens(),
     )

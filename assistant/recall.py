@@ -5,7 +5,7 @@ names the handle of its stored original ("ref m4182"; a summary names the range 
 covers, "ref m12..m250"). `recall` reads an original by its handle, a page at a time;
 `search_history` searches the originals of the conversation and of its fork ancestors
 (up to each fork point, included) with PostgreSQL full-text search over a GIN index,
-then a plain substring search (the only one on SQLite, the demo's store).
+then a plain substring search (the only one on SQLite, the demo's store)::
 
     tools = [*my_tools, *tool_definitions("anthropic")]
     ...
@@ -40,18 +40,23 @@ from assistant.models import (
     handle,
 )
 
+#: The name of the tool that reads an original by its handle.
 RECALL = "recall"
+#: The name of the tool that searches the originals.
 SEARCH_HISTORY = "search_history"
 # A handle as the model may write it: "m4182", "ref m4182", "4182"; a range "m12..m250".
 _HANDLE = re.compile(r"^\s*(?:ref\s+)?m?(\d{1,18})\s*(?:\.\.\s*m?(\d{1,18})\s*)?$", re.I)
-# Handles in a text the model sees (one message's, not a range): the bench's recoverable probes.
+#: Handles in a text the model sees (one message's, not a range): the bench's recoverable probes.
 HANDLE_IN_TEXT = re.compile(r"\bref m(\d{1,18})\b(?!\.\.)")
+#: How much of each message a recalled range shows.
 RANGE_PREVIEW_CHARS = 160
+#: How much of a message a search hit shows around the match.
 SNIPPET_CHARS = 300
 # PostgreSQL's substring() takes an integer: the page starts at offset + 1.
 MAX_OFFSET = 2**31 - 2
 MAX_QUERY_CHARS = 500
 
+#: The recall tools, in no provider's shape (``tool_definitions`` shapes them).
 NEUTRAL_TOOLS = [
     {
         "name": RECALL,

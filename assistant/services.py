@@ -1,4 +1,4 @@
-"""The public service API (DESIGN section 5). Other code, the admin, tasks
+"""The public service API (docs/api.rst). Other code, the admin, tasks
 and tests call these names; the work is done in the modules behind them.
 
 The actions staff run by hand take `acting_user=None`: the compaction events

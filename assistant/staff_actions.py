@@ -1,6 +1,7 @@
 """The compaction actions staff run by hand (admin actions and their worker
 tasks), one conversation at a time: each refuses a deleted conversation, runs
-the strategy on behalf of the user (their name goes on the compaction events),
+the strategy on behalf of the user (their name goes on its one compaction
+event, which lists what the action touched),
 writes an admin history entry (`LogEntry`) with the result, and says why
 nothing changed when nothing did."""
 
@@ -12,7 +13,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import ValidationError
 
 from assistant import compaction, emergency, summaries, telemetry
-from assistant.events import acting_as
+from assistant.events import acting_as, one_event
 from assistant.models import Conversation
 from assistant.previews import (
     compact_preview,
@@ -72,7 +73,11 @@ def run_staff_action(action: str, conversation_id: int, user_id: int | None) -> 
             conversation_id, False, "refused: the conversation is deleted (restore it first)"
         )
     else:
-        with acting_as(user_id), telemetry.staff_action(action, conversation_id):
+        with (
+            acting_as(user_id),
+            telemetry.staff_action(action, conversation_id),
+            one_event(conversation_id, lambda: _tokens(conversation)),
+        ):
             outcome = _RUNNERS[action](conversation)
     if user_id is not None:
         LogEntry.objects.log_actions(
@@ -141,7 +146,7 @@ def _restore(conversation: Conversation) -> Outcome:
         return Outcome(
             conversation.pk,
             True,
-            f"{count} original(s) restored; the next request is {_tokens(conversation)} tokens",
+            f"{count} original(s) restored; the next request is {_tokens(conversation):,} tokens",
         )
     return Outcome(conversation.pk, False, f"nothing changed: {preview.nothing_because}")
 

@@ -6,6 +6,14 @@ from typing import Any
 
 from assistant.conf import compaction_config
 
+# Bounds of the provider's count over our estimate: tokenizers differ by less;
+# a ratio beyond them comes from a bad report, not from the text.
+MIN_TOKEN_RATIO, MAX_TOKEN_RATIO = 0.5, 3.0
+# Below this estimate a low count is not set aside when sizing the context
+# (fixed per-request overhead dominates it, and an error there is too small
+# to matter); it is still never learnt from as a token ratio.
+MIN_JUDGED_ESTIMATE = 1_000
+
 
 def estimate_tokens(text: str, chars_per_token: int | None = None) -> int:
     if not text:

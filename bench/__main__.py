@@ -1,4 +1,4 @@
-"""`make bench` (or `python -m bench`): every measure of DESIGN section 7, each
+"""`make bench` (or `python -m bench`): every measure of docs/benchmarks.rst, each
 against a baseline measured in the same run. Needs PostgreSQL and Redis
 (bench/settings.py); writes bench/results/latest.json, and the tables and the chart
 the docs include (docs/benchmarks/results.md, docs/benchmarks/performance.png)."""
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             ours.cache_stability,
             ref.cache_stability,
             "reference",
-            # A proxy for what caching saves; DESIGN 7 now prices it directly
+            # A proxy for what caching saves; docs/benchmarks.rst now prices it directly
             # (the cost lines below), so this one only informs.
             "info (priced in the cost lines)",
             None,

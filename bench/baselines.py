@@ -2,7 +2,7 @@
 
 - `send_everything`: every model call receives the system prompt and the whole
   history, verbatim.
-- `reference`: the reference strategy as DESIGN section 6 describes it,
+- `reference`: the reference strategy as docs/compaction.rst describes it,
   without our improvements: tool-result compaction and dedup as in strategy 1;
   then, past the trigger (50,000 estimated tokens or 40 messages), keep the
   last 40% of the messages (at least 6, no token cap), snapped only so a tool

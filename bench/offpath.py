@@ -1,4 +1,4 @@
-"""Summaries off the chat path (issue 22, DESIGN 7): an agent loop through the
+"""Summaries off the chat path (issue 22, docs/benchmarks.rst): an agent loop through the
 real services, with a real Celery worker process, against the same loop
 with every summary made inline by the pre-call hook (no worker).
 

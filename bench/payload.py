@@ -4,7 +4,7 @@ Every strategy's request is measured on the Anthropic payload
 (`{"system": [blocks], "messages": [...]}`, as `assistant.llm.convert` builds
 it) with the bench's one token rule (`bench.record.message_tokens`).
 
-Cost under prompt caching (DESIGN section 7): the leading units of a request
+Cost under prompt caching (docs/benchmarks.rst): the leading units of a request
 (system blocks, then messages, compared one by one, `cache_control` markers
 ignored) that are byte-identical to the same conversation's previous request
 are a cache read at 0.1x the input price; everything from the first changed

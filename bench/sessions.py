@@ -18,7 +18,7 @@ CLEAR_LIBRARY = "clear_tool_uses (Anthropic)"
 CLEAR_DOCS = "clear_tool_uses (from the docs)"
 OPENHANDS = "OpenHands LLMSummarizingCondenser"
 COMPACT = "compact_20260112 at {trigger}"
-# The peers of DESIGN 7's per-session targets (the docs form of clear_tool_uses
+# The peers of the per-session targets (docs/benchmarks.rst) (the docs form of clear_tool_uses
 # is a check on the library form, not a peer of its own).
 PEERS = (
     LANGCHAIN,

@@ -1,5 +1,5 @@
 """The cost lines, the synthetic per-conversation table and the per-session
-targets on the real sessions of `make bench` (DESIGN section 7: cost under
+targets on the real sessions of `make bench` (docs/benchmarks.rst: cost under
 prompt caching; issues 10, 17 and 23)."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def written_once(tokens: float, cost: float) -> float:
 def cost_lines(
     real_sums: dict[str, Any], synthetic: dict[str, dict[str, dict[str, float]]], trigger: int
 ) -> list[Any]:
-    """The targets of DESIGN section 7 on real sessions and on cost (issues 10 and 17)."""
+    """The targets of docs/benchmarks.rst on real sessions and on cost (issues 10 and 17)."""
     ours, everything = real_sums[OURS], real_sums[EVERYTHING]
     s300 = synthetic["300 turns"]
     costlier = len(ours.costlier) + sum(
@@ -173,7 +173,7 @@ def cost_lines(
     ]
 
 
-# --- DESIGN 7's per-session targets on the real sessions (restated 2026-11-25) ---
+# --- The per-session targets of docs/benchmarks.rst on the real sessions (restated 2026-11-25) ---
 
 
 @dataclass
@@ -356,7 +356,7 @@ def session_lines(results: dict[str, list[Any]], trigger: int) -> list[Line]:
 
 
 def offpath_lines(result: dict[str, Any]) -> list[Line]:
-    """Summaries off the chat path (DESIGN 7, issue 22): with a worker
+    """Summaries off the chat path (docs/benchmarks.rst, issue 22): with a worker
     process, against the same loop with every summary made inline."""
     worker, inline = result["worker"], result["inline"]
     loop = f"{result['turns']} turns x {result['calls_per_turn']} calls"

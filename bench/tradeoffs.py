@@ -4,7 +4,7 @@ sending everything in the same run.
 Each row replays every conversation of bench/data/real (or, with
 `--synthetic`, the 300-turn synthetic conversation) through the services on
 PostgreSQL, as `make bench` does, with some ASSISTANT_COMPACTION keys
-changed, and splits the cost under caching (DESIGN section 7) into its parts:
+changed, and splits the cost under caching (docs/benchmarks.rst) into its parts:
 cache reads (0.1x), cache writes (1.25x), summarizer input (1.0x), beside the
 floor (what sending everything pays to write each message once). It shows
 what a deployment trades when it turns a key: tokens against rewrites and

@@ -23,7 +23,7 @@ class Request:
     tokens: int
     newest_step_tokens: int  # the last assistant message and its results, always sent
     # Nothing verbatim but the turn's user message and the newest step: all the
-    # request can shrink to (DESIGN 6: when those two alone pass the trigger,
+    # request can shrink to (docs/compaction.rst: when those two alone pass the trigger,
     # the request is they and the summaries).
     minimal: bool = False
     floor_tokens: int = 0  # the system prompt, the turn's user message and the newest step

@@ -46,7 +46,16 @@ OUR_ACTIONS = [
     "delete_selected",
     "restore_deleted_conversations",
 ]
-NOWRAP = "white-space:nowrap;"
+
+
+def context_cell(level: str, style: str, tokens: str, shares: str) -> str:
+    """The context column's cell: the tokens over their shares of the trigger and the window."""
+    return (
+        f'<span class="context-{level}" style="{style}"><span class="two-lines">{tokens}</span>'
+        f'<span class="two-lines">{shares}</span></span>'
+    )
+
+
 # Every action that works on a conversation's content (all but the restore from deleted).
 CONTENT_ACTIONS = OUR_ACTIONS[:-2]
 
@@ -108,8 +117,8 @@ def test_the_list_shows_ids_counts_context_share_and_fork_depth(staff_client):
     assert [shown[c.pk]._fork_depth for c in (parent, fork, grandchild)] == [0, 1, 2]
     assert shown[parent.pk]._last_compaction is None
     html_text = response.content.decode()
-    share = f"{expected:,} · {round(100 * expected / 50_000)}% · 0%"
-    assert f'<span class="context-ok" style="{NOWRAP}color:inherit;">{share}</span>' in html_text
+    shares = f"{round(100 * expected / 50_000)}% · 0%"
+    assert context_cell("ok", "color:inherit;", f"{expected:,}", shares) in html_text
     assert f'<td class="field-parent_link"><a href="{change_url(parent)}">#{parent.pk}</a>' in (
         html_text
     )
@@ -127,11 +136,10 @@ def test_the_context_column_is_coloured_past_the_watermark_and_the_trigger(staff
 
     page = staff_client.get(CHANGELIST + "?o=8").content.decode()
 
-    assert f'<span class="context-ok" style="{NOWRAP}color:inherit;">100 · 10% · 0%' in page
-    assert f'class="context-near" style="{NOWRAP}color:#b45309;font-weight:bold">850 · 85%' in page
+    assert context_cell("ok", "color:inherit;", "100", "10% · 0%") in page
+    assert context_cell("near", "color:#b45309;font-weight:bold", "850", "85% · 0%") in page
     assert (
-        f'class="context-past-trigger" style="{NOWRAP}color:#dc2626;font-weight:bold">1,100 · 110%'
-        in page
+        context_cell("past-trigger", "color:#dc2626;font-weight:bold", "1,100", "110% · 1%") in page
     )
     ordered = [c.pk for c in staff_client.get(CHANGELIST + "?o=8").context["cl"].result_list]
     assert ordered == [small.pk, near.pk, past.pk]  # sortable, ascending
@@ -313,8 +321,9 @@ def test_emergency_level_2_asks_first_naming_what_will_change(staff_client, sett
 
     assert response.templates[0].name == "admin/assistant/conversation/confirm_action.html"
     (row,) = response.context["rows"]
+    # The 3 KB result: the 20-character one would not shrink (tests/test_previews.py).
     assert row["preview"].changes == [
-        "2 tool result(s) compacted, whatever their size",
+        "1 tool result(s) compacted, whatever their size",
         f"messages #{rows[0].pk} to #{rows[17].pk} (18) go into the window summary; 2 stay "
         "verbatim (kept only if the context shrinks)",
     ]
@@ -338,7 +347,30 @@ def test_the_confirmation_says_when_nothing_would_change(staff_client):
         "the split cannot move: the 2 message(s) after it are all in the last user turn or "
         "within the messages kept verbatim"
     )
-    assert "Nothing would change:" in response.content.decode()
+    page = response.content.decode()
+    assert "Nothing would change:" in page
+    # Nothing to confirm: no button, no form that would run the action.
+    assert 'id="nothing-to-do"' in page
+    assert '<input type="submit"' not in page
+    assert 'name="post" value="yes"' not in page
+
+
+def test_a_confirmation_submits_only_the_conversations_where_something_would_change(
+    staff_client,
+):
+    tiny = Conversation.objects.create(title="tiny")
+    add_message(tiny, "user", "hi")
+    add_message(tiny, "assistant", "hello")
+    long, _ = tool_heavy_conversation(title="long")
+
+    response = run_action(staff_client, "regenerate_window_summary", tiny, long)
+
+    page = response.content.decode()
+    assert [row["conversation"].pk for row in response.context["actionable"]] == [long.pk]
+    assert f'name="_selected_action" value="{long.pk}"' in page
+    assert f'name="_selected_action" value="{tiny.pk}"' not in page
+    assert 'id="confirm-only"' in page
+    assert '<input type="submit"' in page
 
 
 def test_confirmed_model_calling_runs_go_to_the_worker(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.utils import timezone
 
@@ -293,3 +294,71 @@ def test_a_long_conversation_page_and_its_branch_page_stay_light(live_server, br
     height = page.evaluate("document.documentElement.scrollHeight")
     print(f"branch page, 131 user messages: {len(page.content().encode())} bytes, {height} px")
     page.screenshot(path=str(OUTPUT_DIR / "branch_page.png"))
+
+
+# Every table in the page's content whose box (its parent) scrolls sideways:
+# the table is wider than the room it has, and its last columns are clipped.
+OVERFLOWING_TABLES = """() => [...document.querySelectorAll('#content table')]
+    .map(table => [table.id || table.className || table.parentElement.id,
+                   table.parentElement.scrollWidth, table.parentElement.clientWidth])
+    .filter(([, scroll, box]) => scroll > box)"""
+
+
+def identical_two_turns(title: str) -> Conversation:
+    conversation = Conversation.objects.create(title=title, system_prompt="You help.")
+    for n, prompt in enumerate((1003, 2103)):
+        add_message(conversation, "user", f"{n}" * 4000)
+        add_message(conversation, "assistant", "A" * 400, input_tokens=prompt, output_tokens=100)
+    return conversation
+
+
+@pytest.mark.parametrize("width", [1440, 1280])
+def test_every_list_and_page_fits_its_box_and_identical_conversations_read_alike(
+    live_server, browser, settings, width
+):
+    settings.ASSISTANT_COMPACTION = {
+        "MIN_RECENT_MESSAGES": 2,
+        "CONTEXT_TOKEN_THRESHOLD": 1000,
+        "MAX_RECENT_TOKENS": 500,
+    }
+    admin_user = get_user_model().objects.create_superuser(
+        "operator-with-a-long-name", "operator@example.com", "pw-for-tests"
+    )
+    conversation, _ = tool_heavy_conversation(title="A blog admin session with a longer title")
+    Conversation.objects.filter(pk=conversation.pk).update(user=admin_user)
+    compact_tool_results(conversation)
+    regenerate_window_summary(conversation)
+    first, second = identical_two_turns("Same chat"), identical_two_turns("Same chat")
+    event = conversation.compaction_events.first()
+    message = conversation.messages.first()
+    page = browser
+    page.set_viewport_size({"width": width, "height": 900})
+    log_in(page, live_server.url, admin_user.username)
+    admin = f"{live_server.url}/admin/assistant"
+    pages = {
+        "conversation list": f"{admin}/conversation/",
+        "message list": f"{admin}/message/",
+        "event list": f"{admin}/compactionevent/",
+        "costs": f"{admin}/conversation/costs/",
+        "conversation page": f"{admin}/conversation/{conversation.pk}/change/",
+        "message page": f"{admin}/message/{message.pk}/change/",
+        "event page": f"{admin}/compactionevent/{event.pk}/change/",
+    }
+
+    overflowing = {}
+    for name, url in pages.items():
+        page.goto(url)
+        overflowing[name] = page.evaluate(OVERFLOWING_TABLES)
+        page.screenshot(path=str(OUTPUT_DIR / f"{name.replace(' ', '_')}_{width}.png"))
+
+    assert overflowing == {name: [] for name in pages}
+    page.goto(pages["conversation list"])
+    rows = [
+        page.locator(f"#result_list tr:has(input.action-select[value='{pk}'])")
+        for pk in (first.pk, second.pk)
+    ]
+    cells = [
+        [row.locator(f"td.field-{column}").inner_text() for column in ("message_count", "cost")]
+        for row in rows
+    ]
+    assert cells[0] == cells[1] == ["4", "$0.0123 ·\n0%"]

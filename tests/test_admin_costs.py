@@ -4,15 +4,12 @@ conversation page and the totals page show the cost module's figures."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.contrib.auth.models import Permission
-from django.utils import timezone
 
 from assistant.admin.inspector import context_inspector
 from assistant.admin.listing import with_list_figures
 from assistant.management.commands.context_report import context_report
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.models import Conversation, Message, MetadataKeys
 from assistant.services import (
     add_message,
     compact_tool_results,
@@ -25,7 +22,7 @@ from assistant.services import (
 )
 from assistant.window import load_window, refresh_size
 from tests.scenarios import staff_user, tool_heavy_conversation
-from tests.test_cost import priced_conversation
+from tests.test_cost import priced_conversation, two_turns
 
 
 def list_size(conversation: Conversation) -> int:
@@ -123,9 +120,6 @@ def report_parts(conversation: Conversation) -> tuple[int, int]:
 
 def test_the_list_page_shows_cost_and_saving_and_events_link_their_conversation(db, client):
     conversation, _ = priced_conversation()
-    CompactionEvent.objects.filter(conversation=conversation).update(
-        created_at=timezone.now() - timedelta(hours=1)
-    )
     staff = staff_user()
     staff.user_permissions.add(Permission.objects.get(codename="view_compactionevent"))
     client.force_login(staff)
@@ -133,8 +127,9 @@ def test_the_list_page_shows_cost_and_saving_and_events_link_their_conversation(
     listing = client.get("/admin/assistant/conversation/").content.decode()
     events = client.get("/admin/assistant/compactionevent/").content.decode()
 
-    # $0.001553 chat + $0.000200 summarizer; sending everything $0.001766: 1% saved.
-    assert "$0.0018 · 1%" in listing
+    # $0.001553 chat + $0.000200 summarizer; sending everything $0.002164
+    # (the third call with the 163 tokens the summary removed): 19% saved.
+    assert '<span class="two-lines">$0.0018 ·</span><span class="two-lines">19%</span>' in listing
     url = f"/admin/assistant/conversation/{conversation.pk}/change/"
     assert f'<a href="{url}">#{conversation.pk} priced</a>' in events
     assert "100 / 20" in events  # summarizer tokens in / out
@@ -174,3 +169,24 @@ def test_the_list_the_inspector_the_report_and_the_hook_agree_after_every_kind_o
     assert {what: len(set(four)) for what, four in sizes.items()} == dict.fromkeys(sizes, 1)
     # The writes did change the size: the figures followed them.
     assert len({four[0] for four in sizes.values()}) >= 5
+
+
+def test_implausible_usage_reads_as_an_estimate_with_its_reason(db, client):
+    # input_tokens alone: 3 and 100 where the app counts 1,003 and 2,103.
+    conversation = two_turns("input only", [{"input_tokens": 3}, {"input_tokens": 100}])
+    client.force_login(staff_user())
+
+    listing = client.get("/admin/assistant/conversation/").content.decode()
+    page = client.get(f"/admin/assistant/conversation/{conversation.pk}/change/").content.decode()
+
+    # (1,003 x 3.75 + 1,003 x 0.30 + 1,100 x 3.75 + 200 x 15) per million: $0.0112, nothing saved.
+    assert (
+        '<span class="two-lines">≈$0.0112 ·</span><span class="two-lines">0% (estimated)</span>'
+        in listing
+    )
+    assert "99%" not in listing
+    (call,) = Message.objects.filter(conversation=conversation, input_tokens=3)
+    assert (
+        f'<p class="errornote" id="cost-estimated">The cost is estimated from the app&#x27;s '
+        f"count: message #{call.pk} records a prompt of 3 tokens where the app counts 1,003"
+    ) in page

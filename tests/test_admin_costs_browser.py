@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission
-from django.utils import timezone
+from django.db.models import F
 
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import compact_tool_results
@@ -35,29 +35,33 @@ def money(value: float) -> str:
 
 def expected(conversation: Conversation) -> dict[str, float]:
     """Chat, summarizer and sending-everything costs, from the rows: each
-    call's prompt when everything is sent is the system prompt's estimate
-    plus every earlier message's original estimate (at least the reported
-    prompt), the previous one read from the cache (calls are seconds apart)."""
+    call as reported, and for sending everything the same call plus what
+    compaction had taken out of its prompt (the whole history's original
+    estimates less the context after the latest compaction plus what came
+    since), the previous call's share of it read from the cache (calls are
+    seconds apart)."""
     chat = everything = 0.0
     history = len(conversation.system_prompt) // 4 + (len(conversation.system_prompt) % 4 > 0)
-    previous = 0
+    sent, previous = history, 0
+    events = list(conversation.compaction_events.order_by("created_at"))
     for row in Message.objects.filter(conversation=conversation).order_by("id"):
+        while events and events[0].created_at <= row.created_at:
+            sent = events.pop(0).tokens_after
         if row.role == "assistant" and row.input_tokens is not None:
             read, write = row.cache_read_tokens or 0, row.cache_write_tokens or 0
-            chat += (
+            paid = (
                 row.input_tokens * SONNET["input"]
                 + read * SONNET["read"]
                 + write * SONNET["write"]
                 + row.output_tokens * SONNET["output"]
             )
-            full = max(row.input_tokens + read + write, history)
-            everything += (
-                previous * SONNET["read"]
-                + (full - previous) * SONNET["write"]
-                + row.output_tokens * SONNET["output"]
-            )
-            previous = full
+            removed = max(0, history - sent)
+            cached = min(previous, removed)
+            chat += paid
+            everything += paid + cached * SONNET["read"] + (removed - cached) * SONNET["write"]
+            previous = removed
         history += row.original_token_estimate
+        sent += row.original_token_estimate
     summarizer = sum(
         e.summarizer_input_tokens * HAIKU["input"] + e.summarizer_output_tokens * HAIKU["output"]
         for e in CompactionEvent.objects.filter(conversation=conversation)
@@ -84,9 +88,9 @@ def test_an_operator_sees_cost_and_savings_in_the_list_the_chart_and_the_totals(
     staff.user_permissions.add(Permission.objects.get(codename="view_compactionevent"))
     priced, _ = priced_conversation("newcomer 6 turns")
     old, _ = priced_conversation("newcomer 6 turns")
-    ten_days_ago = timezone.now() - timedelta(days=10)
-    Message.objects.filter(conversation=old).update(created_at=ten_days_ago)
-    old.compaction_events.update(created_at=ten_days_ago)
+    # Ten days older, its messages and its summary in the same order.
+    Message.objects.filter(conversation=old).update(created_at=F("created_at") - timedelta(days=10))
+    old.compaction_events.update(created_at=F("created_at") - timedelta(days=10))
     plain, _ = tool_heavy_conversation(
         title="A conversation with a rather long title, as users write"
     )
@@ -100,7 +104,7 @@ def test_an_operator_sees_cost_and_savings_in_the_list_the_chart_and_the_totals(
     for conversation in (priced, old):
         row = page.locator(f"#result_list tr:has(input.action-select[value='{conversation.pk}'])")
         assert row.locator("td.field-cost").inner_text() == (
-            f"{money(figures['total'])} · {saved(figures)}"
+            f"{money(figures['total'])} ·\n{saved(figures)}"
         )
     plain_row = page.locator(f"#result_list tr:has(input.action-select[value='{plain.pk}'])")
     assert plain_row.locator("td.field-cost").inner_text() == "—"
@@ -128,6 +132,9 @@ def test_an_operator_sees_cost_and_savings_in_the_list_the_chart_and_the_totals(
     assert page.locator("#cost-chart rect").count() == 6
     assert page.locator("#cost-chart line.compaction-mark").count() == 1
     assert page.locator("#cost-chart #everything-line").count() == 1
+    # The scale is the conversation's own largest prompt; sending everything is a figure on it.
+    assert page.locator("#cost-chart text").first.text_content() == "230"
+    assert page.locator("#everything-peak").text_content() == "sending everything: up to 230 tokens"
     page.locator("#cost-section").screenshot(path=str(shots / "cost_chart.png"))
     events = page.locator("#compaction-events tbody tr td.summarizer-tokens")
     assert events.all_inner_texts() == ["100 / 20"]

@@ -59,30 +59,83 @@ def test_a_conversation_costs_what_its_recorded_usage_says_at_cache_prices(db):
     # Reported: 120 in; 20 in + 100 read + 110 written; 5 in + 60 written; 10 out each.
     assert cost.chat == pytest.approx((510 + 652.5 + 390) / M, rel=1e-12)
     assert cost.summarizer == pytest.approx((100 * 1 + 20 * 5) / M, rel=1e-12)
-    # Sending everything: each prompt is the whole history before the call
-    # (3 + 100 = 103, then 213, then 323 estimated, never below what was
-    # reported: 120, 230, 323), the previous prompt read from the cache.
-    assert [call.everything_tokens for call in calls] == [120, 230, 323]
-    first = 120 * 3.75 + 150
-    second = 120 * 0.3 + 110 * 3.75 + 150
-    third = 230 * 0.3 + 93 * 3.75 + 150
-    assert cost.everything == pytest.approx((first + second + third) / M, rel=1e-12)
-    assert cost.saved_share == pytest.approx(1 - (1552.5 + 200) / (first + second + third))
+    # The app's estimate of each prompt: 3 + 100 = 103, then 213; after the
+    # summary (60 tokens after it) 60 + 100 = 160, where the whole history is 323.
+    assert [call.sent_tokens for call in calls] == [103, 213, 160]
+    assert [call.removed_tokens for call in calls] == [0, 0, 163]
+    assert [call.everything_tokens for call in calls] == [120, 230, 228]
+    # Sending everything: the same calls, the third one also writing the 163
+    # tokens the summary took out (none of them was in the previous prompt).
+    assert cost.everything == pytest.approx((1552.5 + 163 * 3.75) / M, rel=1e-12)
+    assert cost.saved_share == pytest.approx(1 - (1552.5 + 200) / (1552.5 + 163 * 3.75))
     assert (cost.calls, cost.summarizer_input_tokens, cost.summarizer_output_tokens) == (3, 100, 20)
-    assert cost.unpriced == set()
+    assert (cost.unpriced, cost.estimated) == (set(), None)
 
 
-def test_after_a_pause_longer_than_the_cache_lifetime_sending_everything_writes_it_all(db):
+def test_what_compaction_removed_is_read_from_the_cache_only_while_it_is_warm(db):
     conversation, calls = priced_conversation()
-    later = calls[1].created_at + timedelta(minutes=6)  # CACHE_TTL_SECONDS is 300
-    Message.objects.filter(pk=calls[2].pk).update(created_at=later)
+    add_message(conversation, "user", "4" * 400)
+    fourth = add_message(
+        conversation,
+        "assistant",
+        "A" * 40,
+        input_tokens=100,
+        cache_read_tokens=65,
+        output_tokens=10,
+    )
+    warm = conversation_cost(conversation)[0].everything
+    later = calls[2].created_at + timedelta(minutes=6)  # CACHE_TTL_SECONDS is 300
+    Message.objects.filter(pk=fourth.pk).update(created_at=later)
 
-    cost, _ = conversation_cost(conversation)
+    cold = conversation_cost(conversation)[0].everything
 
-    first = 120 * 3.75 + 150
-    second = 120 * 0.3 + 110 * 3.75 + 150
-    third = 323 * 3.75 + 150
-    assert cost.everything == pytest.approx((first + second + third) / M, rel=1e-12)
+    chat = (510 + 652.5 + 390 + 100 * 3 + 65 * 0.3 + 150) / M
+    # The fourth call's history is 433 against 270 sent: the same 163 removed.
+    assert warm == pytest.approx(chat + (163 * 3.75 + 163 * 0.3) / M, rel=1e-12)
+    assert cold == pytest.approx(chat + (163 * 3.75 + 163 * 3.75) / M, rel=1e-12)
+
+
+def two_turns(title: str, usage: list[dict[str, int]]) -> Conversation:
+    conversation = Conversation.objects.create(title=title, system_prompt="You help.")
+    for n, counts in enumerate(usage):
+        add_message(conversation, "user", f"{n}" * 4000)
+        add_message(conversation, "assistant", "A" * 400, output_tokens=100, **counts)
+    return conversation
+
+
+def test_an_uncompacted_conversation_saves_nothing_whatever_its_provider_cached(db):
+    uncached = two_turns("no cache", [{"input_tokens": 1003}, {"input_tokens": 2103}])
+    cached = two_turns(
+        "cache",
+        [
+            {"input_tokens": 3, "cache_read_tokens": 1000},
+            {"input_tokens": 1100, "cache_read_tokens": 1003},
+        ],
+    )
+
+    costs = conversation_costs([uncached.pk, cached.pk])
+
+    assert [costs[pk].saved_share for pk in (uncached.pk, cached.pk)] == [0.0, 0.0]
+    assert costs[uncached.pk].chat == pytest.approx((3106 * 3 + 200 * 15) / M, rel=1e-12)
+
+
+def test_implausible_usage_is_priced_at_the_apps_count_and_says_so(db):
+    # input_tokens alone under prompt caching: 3 and 100, where the app counts 1003 and 2103.
+    conversation = two_turns("input only", [{"input_tokens": 3}, {"input_tokens": 100}])
+
+    cost, calls = conversation_cost(conversation)
+
+    assert [call.implausible for call in calls] == [True, True]
+    # Priced at the estimates: the first written, the second reading the first from the cache.
+    first = 1003 * 3.75 + 100 * 15
+    second = 1003 * 0.3 + 1100 * 3.75 + 100 * 15
+    assert cost.chat == pytest.approx((first + second) / M, rel=1e-12)
+    assert cost.saved_share == 0.0
+    assert cost.estimated == (
+        f"estimated from the app's count: message #{calls[0].message_id} records a prompt of "
+        "3 tokens where the app counts 1,003 (its usage leaves out part of the prompt, "
+        "typically the cache reads and writes)"
+    )
 
 
 def test_a_host_price_replaces_the_default_and_a_call_names_its_own_model(db, settings):

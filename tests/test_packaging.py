@@ -44,6 +44,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from assistant.testing.fake_provider import prompt_tokens
+from setup import long_description
 from tests.doc_examples import examples_of, readme_examples
 from tests.media import b64, png
 
@@ -52,7 +53,7 @@ pytestmark = pytest.mark.packaging
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "assistant"
 # What the build reads: nothing else of the repository may be needed.
-BUILD_INPUTS = ("pyproject.toml", "README.md", "assistant")
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "assistant")
 PROJECT = "mysite"
 SUBPROCESS_TIMEOUT = 300
 # Variables of this repository's settings or of pytest that must not leak into the host.
@@ -184,7 +185,12 @@ def test_version_and_changelog_agree(wheel: Path) -> None:
 def test_the_package_index_shows_the_readme(wheel: Path) -> None:
     metadata = wheel_metadata(wheel)
     assert metadata["Description-Content-Type"] == "text/markdown"
-    assert metadata.get_payload().strip() == (REPO / "README.md").read_text().strip()
+    shown = metadata.get_payload().strip()
+    # The README, its links into the repository (dead on an index) text naming the page.
+    assert shown == long_description((REPO / "README.md").read_text()).strip()
+    assert re.findall(r"\]\(([^)]*)\)", shown) == []
+    assert "[the admin](docs/admin.rst)" in (REPO / "README.md").read_text()
+    assert "the admin (`docs/admin.rst` in the repository)" in shown
     assert len((REPO / "README.md").read_bytes()) < 10_000  # short: the rest is in docs/
 
 
@@ -433,12 +439,16 @@ def host_project(
     venv = tmp_path / "venv"
     python = make_venv(venv)
     env = {**host_env(venv), "PIP_NO_INDEX": "1"}  # offline: only what is installed
-    # The README's install line, word for word, next to a dist/ holding the wheel.
+    # The README's install line, word for word, ASSISTANT_REPO naming a clone whose
+    # dist/ holds the wheel, run from elsewhere (where the reader's project is).
     install = readme_command("pip install ")
-    assert install[-1] == f"dist/{wheel.name}[postgres]", "the README names another wheel"
-    (tmp_path / "dist").mkdir()
-    shutil.copy2(wheel, tmp_path / "dist" / wheel.name)
-    installed = run([shutil.which(install[0], path=env["PATH"]), *install[1:]], tmp_path, env)
+    assert install[-1] == f"$ASSISTANT_REPO/dist/{wheel.name}[postgres]", "another wheel"
+    clone = tmp_path / "clone"
+    (clone / "dist").mkdir(parents=True)
+    shutil.copy2(wheel, clone / "dist" / wheel.name)
+    command = [shutil.which(install[0], path=env["PATH"])]
+    command += [arg.replace("$ASSISTANT_REPO", str(clone)) for arg in install[1:]]
+    installed = run(command, tmp_path, {**env, "ASSISTANT_REPO": str(clone)})
     # Only the app itself: every dependency was already there at a version its range admits.
     assert "Successfully installed django-assistant-compaction-0.2.0\n" in installed
 
@@ -523,16 +533,6 @@ LOOP_TURNS = 40
 LOOP_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 20_000, "MAX_RECENT_TOKENS": 8_000}
 
 # The host's tool function: the test's only code besides the README's blocks.
-TOOL_FUNCTION = '''
-def run_tool(name, arguments):
-    """A blog post of about 20 KB, as a CMS would return it."""
-    paragraphs = "".join(
-        f'<p class="body">Paragraph {i} of post {arguments["id"]}: the quick brown fox.</p>\\n'
-        for i in range(300)
-    )
-    return f'<article id="post-{arguments["id"]}">\\n{paragraphs}</article>'
-'''
-
 RUN_LOOP = '''
 """Run by tests/test_packaging.py inside the host project: the README's chat loop."""
 import json
@@ -682,7 +682,6 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
     host = host_project(wheel, tmp_path, host_database, LOOP_COMPACTION)
     (usage,) = examples_of("host-usage", "README.md")
     usage = usage.code + "\n"
-    (host.project / PROJECT / "tools.py").write_text(TOOL_FUNCTION)
     (host.project / "run_loop.py").write_text(
         RUN_LOOP.replace("README_USAGE", usage).replace("TURNS", str(LOOP_TURNS))
     )

@@ -154,7 +154,7 @@ def test_a_session_stays_bounded_with_a_small_trigger(name):
     assert problems == []
     # Over the bound only where the turn's user message and the newest step
     # alone pass it (cc-entire-soph pastes a 24,000-character request): then
-    # the request carries nothing else verbatim, only the summaries (DESIGN 6).
+    # the request carries nothing else verbatim, only the summaries (docs/compaction.rst).
     over = [
         (r.index, r.tokens, 8_000 + r.newest_step_tokens)
         for r in requests

@@ -69,11 +69,14 @@ def _confirmation(
     rows: list[dict[str, Any]],
     on_worker: bool,
 ) -> TemplateResponse:
+    """The confirmation page. Only the rows with something to do are
+    submitted; when none has, there is nothing to confirm and no button."""
     context = {
         **modeladmin.admin_site.each_context(request),
         "title": title,
         "intro": intro,
         "rows": rows,
+        "actionable": [row for row in rows if not row.get("preview") or row["preview"].changes],
         "action": action,
         "on_worker": on_worker,
         "opts": modeladmin.model._meta,

@@ -20,10 +20,10 @@ from django.utils.html import format_html
 
 from assistant import services
 from assistant.admin import actions
-from assistant.admin.cost_chart import cost_money, cost_section, money, saved_text
+from assistant.admin.cost_chart import cost_money, cost_section
 from assistant.admin.filters import ContextFilter, DeletedFilter, ForkFilter, SummaryFilter
 from assistant.admin.inspector import WireJSONEncoder, context_inspector, request_body
-from assistant.admin.listing import with_list_figures
+from assistant.admin.listing import FittingMedia, date_and_time, with_list_figures
 from assistant.cost import Cost, conversation_costs, costs_since
 from assistant.deletion import purge_date
 from assistant.limits import current_limits
@@ -75,6 +75,7 @@ class ConversationAdmin(admin.ModelAdmin):
         ("Bookkeeping", {"classes": ("collapse",), "fields": readonly_fields}),
     )
     change_form_template = "admin/assistant/conversation/change_form.html"
+    Media = FittingMedia
     change_list_template = "admin/assistant/conversation/change_list.html"
     delete_confirmation_template = "admin/assistant/conversation/delete_confirmation.html"
     # Our delete_selected (a soft delete) replaces Django's site-wide one of that name.
@@ -203,7 +204,8 @@ class ConversationAdmin(admin.ModelAdmin):
             return "not measured yet (manage.py migrate measures it)"
         level = limits.level(tokens)
         return format_html(
-            '<span class="context-{}" style="white-space:nowrap;color:{};{}">{} · {}% · {}%</span>',
+            '<span class="context-{}" style="color:{};{}"><span class="two-lines">{}</span>'
+            '<span class="two-lines">{}% · {}%</span></span>',
             level,
             LEVEL_COLOURS[level],
             "font-weight:bold" if level != "ok" else "",
@@ -217,22 +219,23 @@ class ConversationAdmin(admin.ModelAdmin):
         cost: Cost = obj._cost
         if not cost.calls and not cost.summarizer:
             return "—"
+        figures = cost_money(cost)
         return format_html(
-            '<span style="white-space:nowrap" title="chat {} + summarizer {}; sending '
-            'everything {}">{} · {}</span>',
-            money(cost.chat),
-            money(cost.summarizer),
-            money(cost.everything),
-            money(cost.total),
-            saved_text(cost),
+            '<span class="cost" title="chat {} + summarizer {}; sending everything {}{}">'
+            '<span class="two-lines">{} ·</span><span class="two-lines">{}</span></span>',
+            figures["chat"],
+            figures["summarizer"],
+            figures["everything"],
+            f"; {figures['estimated']}" if cost.estimated else "",
+            figures["total"],
+            figures["saved"],
         )
 
     @admin.display(description="last compaction", ordering="_last_compaction")
     def last_compaction(self, obj: Conversation) -> str:
         if obj._last_compaction is None:
             return "—"
-        # Date and time on two lines when the column is narrow.
-        return f"{timezone.localtime(obj._last_compaction):%Y-%m-%d %H:%M}"
+        return date_and_time(obj._last_compaction)
 
     @admin.display(description="metadata")
     def metadata_pretty(self, obj: Conversation) -> str:
@@ -276,7 +279,6 @@ class ConversationAdmin(admin.ModelAdmin):
                 "label": label,
                 "cost": cost,
                 "money": cost_money(cost),
-                "saved": saved_text(cost),
             }
             for label, cost in totals.items()
         ]

@@ -24,18 +24,29 @@ def money(value: float) -> str:
 
 
 def cost_money(cost: Cost) -> dict[str, str]:
-    """The figures of a cost as the admin shows them."""
+    """The figures of a cost as every admin page shows them (the list, the
+    conversation page, the costs page): money, counts with thousands
+    separators, and the saving. An estimated cost reads "≈" before its money
+    and "(estimated)" after its saving, the reason in `estimated`."""
+    approx = "≈" if cost.estimated else ""
     return {
-        "chat": money(cost.chat),
+        "chat": approx + money(cost.chat),
         "summarizer": money(cost.summarizer),
-        "total": money(cost.total),
+        "total": approx + money(cost.total),
         "everything": money(cost.everything),
+        "saved": saved_text(cost),
+        "calls": f"{cost.calls:,}",
+        "summarizer_input_tokens": f"{cost.summarizer_input_tokens:,}",
+        "summarizer_output_tokens": f"{cost.summarizer_output_tokens:,}",
+        "estimated": cost.estimated or "",
     }
 
 
 def saved_text(cost: Cost) -> str:
     share = cost.saved_share
-    return "—" if share is None else f"{round(100 * share)}%"
+    if share is None:
+        return "—"
+    return f"{round(100 * share)}%" + (" (estimated)" if cost.estimated else "")
 
 
 def cost_section(conversation: Conversation) -> dict[str, Any]:
@@ -55,16 +66,21 @@ def cost_section(conversation: Conversation) -> dict[str, Any]:
         "calls_total": len(calls),
         "calls_drawn": len(drawn),
         "chart": chart(drawn, events) if drawn else "",
-        "cache_read_tokens": sum(call.cache_read_tokens for call in calls),
-        "cache_write_tokens": sum(call.cache_write_tokens for call in calls),
+        "calls_total_text": f"{len(calls):,}",
+        "calls_drawn_text": f"{len(drawn):,}",
+        "cache_read_tokens": f"{sum(call.cache_read_tokens for call in calls):,}",
+        "cache_write_tokens": f"{sum(call.cache_write_tokens for call in calls):,}",
     }
 
 
 def chart(calls: list[Call], events: list[tuple]) -> SafeString:
-    """Bars per call (stacked: cache read, cache write, uncached input), the
-    prompt of sending everything as a dashed line, and a red rule before
-    the first call after each compaction."""
-    peak = max(max(c.everything_tokens, c.prompt_tokens) for c in calls) or 1
+    """Bars per call (stacked: cache read, cache write, uncached input) on a
+    scale of the conversation's own prompts, the prompt of sending
+    everything as a dashed line (held at the top where it runs above the
+    scale, its largest figure written there), and a red rule before the
+    first call after each compaction."""
+    peak = max(c.priced_prompt_tokens for c in calls) or 1
+    everything_peak = max(c.everything_tokens for c in calls)
     plot_w, plot_h = WIDTH - LEFT - 8, HEIGHT - BOTTOM - TOP
     step = plot_w / len(calls)
     bar = max(step * 0.8, 1)
@@ -93,7 +109,7 @@ def chart(calls: list[Call], events: list[tuple]) -> SafeString:
                     )
                 )
             base += tokens
-        points.append(f"{x + bar / 2:.1f},{y(call.everything_tokens):.1f}")
+        points.append(f"{x + bar / 2:.1f},{y(min(call.everything_tokens, peak)):.1f}")
     times = [call.at for call in calls]
     marks = []
     for at, kind, before, after in events:
@@ -116,6 +132,8 @@ def chart(calls: list[Call], events: list[tuple]) -> SafeString:
         'viewBox="0 0 {w} {h}" role="img" aria-label="Prompt tokens per call">'
         '<text x="4" y="{top_label}" font-size="11" fill="#6b7280">{peak}</text>'
         '<text x="4" y="{zero}" font-size="11" fill="#6b7280">0</text>'
+        '<text id="everything-peak" x="{right}" y="{top_label}" font-size="11" fill="#6b7280" '
+        'text-anchor="end">sending everything: up to {everything_peak} tokens</text>'
         '<line x1="{left}" x2="{right}" y1="{zero_y}" y2="{zero_y}" stroke="#9ca3af"/>'
         "{bars}{rules}"
         '<polyline id="everything-line" points="{points}" fill="none" stroke="#6b7280" '
@@ -127,6 +145,7 @@ def chart(calls: list[Call], events: list[tuple]) -> SafeString:
         h=HEIGHT,
         top_label=TOP + 10,
         peak=f"{peak:,}",
+        everything_peak=f"{everything_peak:,}",
         zero=TOP + plot_h,
         zero_y=TOP + plot_h,
         left=LEFT,

@@ -11,8 +11,12 @@ decides on and the conversation page shows), so the column, its sort and the
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db.models import Case, Count, Max, OuterRef, QuerySet, Subquery, Value, When
 from django.db.models.functions import Coalesce
+from django.utils import timezone
+from django.utils.html import format_html
 
 from assistant.conf import compaction_config
 from assistant.models import CompactionEvent, Conversation, Message
@@ -41,4 +45,22 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
         _message_count=Coalesce(Subquery(message_count), 0),
         _last_compaction=Subquery(last_event),
         _fork_depth=_fork_depth(compaction_config().MAX_FORK_DEPTH),
+    )
+
+
+class FittingMedia:
+    """The stylesheet that fits the app's lists within 1280 px (headers and
+    long values wrap; the admin's sidebars stay open)."""
+
+    css = {"all": ("assistant/admin_lists.css",)}
+
+
+def date_and_time(at: datetime) -> str:
+    """A list's time: the date over the time to the second (a run's events
+    are seconds apart)."""
+    local = timezone.localtime(at)
+    return format_html(
+        '<span class="two-lines">{}</span><span class="two-lines">{}</span>',
+        f"{local:%Y-%m-%d}",
+        f"{local:%H:%M:%S}",
     )

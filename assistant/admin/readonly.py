@@ -10,11 +10,17 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from assistant.admin.listing import FittingMedia, date_and_time
 from assistant.models import CompactionEvent, Message
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     list_per_page = 50
+    Media = FittingMedia
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: Message | CompactionEvent) -> str:
+        return date_and_time(obj.created_at)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -34,14 +40,19 @@ class MessageAdmin(ReadOnlyAdmin):
         "role",
         "tool_name",
         "compaction",
-        "token_estimate",
-        "created_at",
+        "tokens",
+        "created",
     )
     list_filter = ("role", "compaction")
     search_fields = ("=conversation__id", "tool_name", "tool_call_id")
     list_select_related = ("conversation",)
     raw_id_fields = ("conversation",)
     ordering = ("-id",)
+
+    @admin.display(description="token estimate", ordering="token_estimate")
+    def tokens(self, obj: Message) -> str:
+        return f"{obj.token_estimate:,}"
+
     # Counting every message of a large table on each page costs more than it tells.
     show_full_result_count = False
 
@@ -49,15 +60,13 @@ class MessageAdmin(ReadOnlyAdmin):
 @admin.register(CompactionEvent)
 class CompactionEventAdmin(ReadOnlyAdmin):
     list_display = (
-        "created_at",
+        "created",
         "conversation_link",
         "kind",
-        "tokens_before",
-        "tokens_after",
+        "tokens",
         "messages_affected",
-        "summarizer_model",
-        "summarizer_tokens",
-        "duration_ms",
+        "summarizer",
+        "duration",
         "acting_user",
     )
     list_filter = ("kind", "created_at")
@@ -73,8 +82,25 @@ class CompactionEventAdmin(ReadOnlyAdmin):
         url = reverse("admin:assistant_conversation_change", args=[obj.conversation_id])
         return format_html('<a href="{}">#{} {}</a>', url, obj.conversation_id, obj.conversation)
 
-    @admin.display(description="summarizer tokens in / out")
-    def summarizer_tokens(self, obj: CompactionEvent) -> str:
+    @admin.display(description="summarizer · tokens in / out", ordering="summarizer_model")
+    def summarizer(self, obj: CompactionEvent) -> str:
         if not obj.summarizer_model:
             return "—"
-        return f"{obj.summarizer_input_tokens:,} / {obj.summarizer_output_tokens:,}"
+        return format_html(
+            '<span class="two-lines">{}</span><span class="two-lines">{} / {}</span>',
+            obj.summarizer_model,
+            f"{obj.summarizer_input_tokens:,}",
+            f"{obj.summarizer_output_tokens:,}",
+        )
+
+    @admin.display(description="tokens before → after", ordering="tokens_before")
+    def tokens(self, obj: CompactionEvent) -> str:
+        return format_html(
+            '<span class="two-lines">{} →</span><span class="two-lines">{}</span>',
+            f"{obj.tokens_before:,}",
+            f"{obj.tokens_after:,}",
+        )
+
+    @admin.display(description="duration ms", ordering="duration_ms")
+    def duration(self, obj: CompactionEvent) -> str:
+        return f"{obj.duration_ms:,}"

@@ -12,7 +12,9 @@ from typing import Any
 
 from assistant.blocks import sniff_media_type
 
+#: The image media types Anthropic accepts.
 ANTHROPIC_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+#: Anthropic's error text when thinking blocks are missing from a tool turn.
 ANTHROPIC_THINKING_REQUIRED = (
     "messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
     "`{found}`. When `thinking` is enabled, a final `assistant` message must start with a "
@@ -21,7 +23,9 @@ ANTHROPIC_THINKING_REQUIRED = (
     "disable `thinking`. Please consult our documentation at "
     "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
 )
+#: Gemini's error text for image bytes it cannot read.
 GEMINI_BAD_IMAGE = "Provided image is not valid."
+#: The media types Gemini accepts inline.
 GEMINI_MEDIA_TYPES = (
     "image/png",
     "image/jpeg",
@@ -32,6 +36,7 @@ GEMINI_MEDIA_TYPES = (
     "text/plain",
 )
 
+#: The media types the fake recognises from their bytes.
 SNIFFED = ("image/png", "image/jpeg", "image/webp", "application/pdf")
 
 

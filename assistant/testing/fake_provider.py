@@ -5,7 +5,8 @@ The SDKs send through their own HTTP stacks, so tests point the real SDKs at
 this server (`base_url`; the openai SDK's is `fake.openai_url`) instead of
 mocking a transport. It records every
 request and answers from a per-kind script queue, else with a text reply (a
-well-formed summary), so a chat loop always ends. In-process:
+plain answer, `DEFAULT_ANSWER`; to a summary request, a well-formed summary,
+`DEFAULT_SUMMARY`), so a chat loop always ends. In-process:
 
     fake = FakeProvider().start()
     fake.script_anthropic(ok(tool_calls=[{"name": "get_post", "arguments": {}}]), ok("Done."))
@@ -58,6 +59,7 @@ from assistant.testing.content import (
     thinking_block,
 )
 
+#: The kinds of request the fake serves, each with its own script queue.
 KINDS = (
     "anthropic.messages",
     "anthropic.count_tokens",
@@ -67,6 +69,12 @@ KINDS = (
     fake_openai.RESPONSES,
 )
 
+#: The reply to a chat request that scripts none.
+DEFAULT_ANSWER = "This is the fake provider's answer."
+#: What every summarizer prompt says (assistant/llm/prompts.py): a request that says it is a
+#: summary request.
+SUMMARY_REQUEST = "Write only the summary"
+#: The reply to a summary request that scripts none.
 DEFAULT_SUMMARY = """## Goal
 - Summarize the conversation (fake server).
 
@@ -85,7 +93,9 @@ DEFAULT_SUMMARY = """## Goal
 ## Critical context
 - none"""
 
+#: Anthropic's context-overflow error text.
 ANTHROPIC_OVERFLOW = "prompt is too long: 208310 tokens > 200000 maximum"
+#: Gemini's context-overflow error text.
 GEMINI_OVERFLOW = (
     "The input token count (1200293) exceeds the maximum number of tokens allowed (1048576)."
 )
@@ -386,6 +396,12 @@ def default_usage(kind: str, body: Any, cache: PromptCache | None = None) -> dic
     return usage
 
 
+def default_text(body: Any) -> str:
+    """The text of a reply that scripts none: a summary to a summary request, else a
+    plain answer."""
+    return DEFAULT_SUMMARY if SUMMARY_REQUEST in json.dumps(body) else DEFAULT_ANSWER
+
+
 def render_anthropic(
     reply: Reply, kind: str, body: Any, usage: dict[str, Any] | None = None
 ) -> tuple[int, dict[str, str], Any]:
@@ -407,7 +423,7 @@ def render_anthropic(
     content: list[dict[str, Any]] = [thinking_block(reply.thinking)] if reply.thinking else []
     if reply.text or (reply.text is None and not reply.tool_calls):
         content.append(
-            {"type": "text", "text": DEFAULT_SUMMARY if reply.text is None else reply.text}
+            {"type": "text", "text": default_text(body) if reply.text is None else reply.text}
         )
     for call in reply.tool_calls:
         call_id = call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}"
@@ -451,7 +467,7 @@ def render_gemini(
         return 200, {}, {"totalTokens": tokens}
     parts: list[dict[str, Any]] = []
     if reply.text or (reply.text is None and not reply.tool_calls):
-        parts.append({"text": DEFAULT_SUMMARY if reply.text is None else reply.text})
+        parts.append({"text": default_text(body) if reply.text is None else reply.text})
     for call in reply.tool_calls:
         # Gemini may send a function call without an id: leave it out when the script does.
         function_call = {"name": call["name"], "args": call["arguments"]}
@@ -477,6 +493,7 @@ def render_gemini(
     return 200, {}, response
 
 
+#: The media type of a streamed reply.
 SSE = "text/event-stream"
 # The wires whose default usage follows --prompt-cache.
 _CACHED_KINDS = ("anthropic.messages", "gemini.generate")
@@ -519,6 +536,7 @@ def anthropic_events(message: dict[str, Any]) -> bytes:
 _GEMINI_PATH = re.compile(r"^/(?:[^/]+/)*models/([^/:]+):(generateContent|countTokens)$")
 
 
+#: The kind of a chat request, by provider.
 PROVIDER_KINDS = {
     "anthropic": "anthropic.messages",
     "gemini": "gemini.generate",
@@ -755,7 +773,7 @@ class FakeProvider:
                         kind,
                         body,
                         fake_openai.default_usage(kind, tokens),
-                        DEFAULT_SUMMARY,
+                        default_text(body),
                     )
                 elif kind.startswith("anthropic"):
                     answer = render_anthropic(reply, kind, body, usage)

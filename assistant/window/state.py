@@ -29,15 +29,12 @@ from assistant.cache_ledger import CachePrices, cache_prices
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.cost import chat_model
 from assistant.models import Conversation, ConversationMetadata, Message, MessageQuerySet
-from assistant.tokens import estimate_tokens
-
-# Bounds of the provider's count over our estimate: tokenizers differ by less;
-# a ratio beyond them comes from a bad report, not from the text.
-MIN_TOKEN_RATIO, MAX_TOKEN_RATIO = 0.5, 3.0
-# Below this estimate a low count is not set aside when sizing the context
-# (fixed per-request overhead dominates it, and an error there is too small
-# to matter); it is still never learnt from as a token ratio.
-MIN_JUDGED_ESTIMATE = 1_000
+from assistant.tokens import (
+    MAX_TOKEN_RATIO,
+    MIN_JUDGED_ESTIMATE,
+    MIN_TOKEN_RATIO,
+    estimate_tokens,
+)
 
 # The stored ratio is renewed only when the measured one moves by more than this share
 # of it (assistant.hooks): until then the provider may count up to this much more.
