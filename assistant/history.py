@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
-from django.db.models import JSONField
+from django.db.models import Exists, JSONField, OuterRef, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -26,7 +26,7 @@ from assistant.llm.base import new_tool_call_id
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
 from assistant.queue import POST_EXCHANGE_TASK, enqueue_on_commit
 from assistant.tokens import estimate_message_tokens
-from assistant.window import context_size
+from assistant.window import add_to_size, measure_size
 
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 _CALL_KEYS = {"id", "name", "arguments"}
@@ -92,15 +92,11 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
                 **tool_fields,
                 **usage,
             )
-            try:  # the admin list's figure, with this message
-                size = context_size(conversation.pk)
-            except Conversation.DoesNotExist:  # purged meanwhile
-                raise deleted_error(conversation.pk) from None
             # Last, so the row lock is held briefly; a soft-deleted (or purged)
             # conversation matches nothing and the insert is rolled back.
             live = Conversation.objects.filter(pk=conversation.pk, deleted_at__isnull=True)
-            if not live.update(updated_at=timezone.now(), context_tokens=size):
-                raise deleted_error(conversation.pk)
+            if not add_to_size(live, message, updated_at=timezone.now()):
+                _store_measured_size(conversation, live)
     except IntegrityError as error:
         # Another writer stored this call's result between our check and our insert.
         if role == "tool" and _is_duplicate_result(error):
@@ -117,6 +113,23 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
             cache_write=message.cache_write_tokens or 0,
         )
     return message
+
+
+def _store_measured_size(conversation: Conversation, live: QuerySet[Conversation]) -> None:
+    """The admin list's figure, with the message just stored, when it could not be
+    added to the stored one: the window measured."""
+    try:
+        size, estimate, counted = measure_size(conversation.pk)
+    except Conversation.DoesNotExist:  # purged meanwhile
+        raise deleted_error(conversation.pk) from None
+    stored = live.update(
+        updated_at=timezone.now(),
+        context_tokens=size,
+        context_estimate=estimate,
+        context_counted=counted,
+    )
+    if not stored:
+        raise deleted_error(conversation.pk)
 
 
 def finish_exchange(conversation: Conversation) -> None:
@@ -336,12 +349,7 @@ def _tool_result_fields(conversation: Conversation, fields: dict[str, Any]) -> d
             "in this conversation.",
             code="unknown_tool_call_id",
         )
-    answered = set(
-        Message.objects.filter(
-            tool_call_message_id__in=[message_id for message_id, _ in calls], tool_call_id=call_id
-        ).values_list("tool_call_message_id", flat=True)
-    )
-    unanswered = [(message_id, call) for message_id, call in calls if message_id not in answered]
+    unanswered = [(message_id, call) for message_id, call, answered in calls if not answered]
     if not unanswered:
         raise _duplicate_result(call_id)
     message_id, call = unanswered[0]
@@ -359,21 +367,31 @@ def _tool_result_fields(conversation: Conversation, fields: dict[str, Any]) -> d
     }
 
 
-def _calls_with_id(conversation: Conversation, call_id: str) -> list[tuple[int, dict[str, Any]]]:
-    """(assistant message id, call) for every call with this id, newest first."""
-    messages = Message.objects.filter(
-        conversation=conversation, role=Message.Role.ASSISTANT, tool_calls__isnull=False
-    ).order_by("-id")
+def _calls_with_id(
+    conversation: Conversation, call_id: str
+) -> list[tuple[int, dict[str, Any], bool]]:
+    """(assistant message id, call, whether it has a result) for every call with
+    this id, newest first: one query."""
+    result = Message.objects.filter(tool_call_message_id=OuterRef("id"), tool_call_id=call_id)
+    messages = (
+        Message.objects.filter(
+            conversation=conversation, role=Message.Role.ASSISTANT, tool_calls__isnull=False
+        )
+        .annotate(answered=Exists(result))
+        .order_by("-id")
+    )
     if connection.vendor == "postgresql":
         # Only the matching call leaves the database, not a message's whole list of calls
         # (up to MAX_TOOL_CALLS_BYTES, read again for every one of its results).
         matching = messages.filter(tool_calls__contains=[{"id": call_id}]).annotate(
             call=RawSQL(_CALL_WITH_ID, (call_id,), output_field=JSONField())
         )
-        return list(matching.values_list("id", "call"))
+        return list(matching.values_list("id", "call", "answered"))
     return [
-        (message_id, call)
-        for message_id, tool_calls in messages.values_list("id", "tool_calls").iterator()
+        (message_id, call, answered)
+        for message_id, tool_calls, answered in messages.values_list(
+            "id", "tool_calls", "answered"
+        ).iterator()
         for call in tool_calls
         if call["id"] == call_id
     ]

@@ -75,7 +75,11 @@ def merge_metadata(
     vendor = connections[queryset.db].vendor
     if vendor not in ("postgresql", "sqlite"):
         raise NotImplementedError(f"merge_metadata does not support {vendor}")
-    return queryset.update(metadata=metadata_expression(set_values, remove), **other_updates)
+    # A model may name columns that depend on its metadata (Conversation.METADATA_RESETS).
+    resets = getattr(queryset.model, "METADATA_RESETS", {})
+    return queryset.update(
+        metadata=metadata_expression(set_values, remove), **{**resets, **other_updates}
+    )
 
 
 def read_metadata(conversation_id: int) -> dict[str, Any]:

@@ -247,6 +247,15 @@ class Conversation(models.Model):
     # filters on it, so it is the figure the pre-call hook decides on. NULL on
     # a conversation stored before the column, until `migrate` measures it.
     context_tokens = models.PositiveBigIntegerField(null=True, default=0)
+    # What a stored message adds to that size without measuring the window
+    # again (assistant.history): our estimate of the context when it was
+    # stored (WindowState.estimated_tokens), and whether it was the provider's
+    # count plus estimates. NULL: unknown; the next message measures the
+    # window. Every metadata write (merge_metadata) and every save resets it.
+    context_estimate = models.PositiveBigIntegerField(null=True, default=None)
+    context_counted = models.BooleanField(default=False)
+    # Written with every metadata write: what the size is made of may have changed.
+    METADATA_RESETS = {"context_estimate": None}
 
     class Meta:
         ordering = ["-updated_at"]
@@ -308,6 +317,14 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # A save may change what the size is made of (the system prompt): the
+        # next stored message measures the window again.
+        self.context_estimate = None
+        if kwargs.get("update_fields") is not None:
+            kwargs["update_fields"] = {*kwargs["update_fields"], "context_estimate"}
+        super().save(*args, **kwargs)
 
     # Typed accessors over metadata (DESIGN section 4).
 
