@@ -48,6 +48,26 @@ _HANDLE = re.compile(r"^\s*(?:ref\s+)?m?(\d{1,18})\s*(?:\.\.\s*m?(\d{1,18})\s*)?
 HANDLE_IN_TEXT = re.compile(r"\bref m(\d{1,18})\b(?!\.\.)")
 RANGE_PREVIEW_CHARS = 160
 SNIPPET_CHARS = 300
+# A longer query is not words to look for but a pasted text: refused.
+MAX_QUERY_CHARS = 500
+# How much of a name the model wrote an error message repeats (it may be anything).
+ECHO_CHARS = 80
+# A page's share of an original's calls, thinking and attachments (its first page
+# only): the text itself keeps the rest.
+EXTRAS_SHARE = 4
+# The page header and its footer take about this much: the page gives way to them,
+# down to PAGE_MIN_CHARS of text.
+PAGE_FRAME_CHARS, PAGE_MIN_CHARS = 500, 100
+# The arguments shown beside a tool result's handle, like a preview.
+ARGUMENTS_PREVIEW_CHARS = 300
+# Messages listed per page of a range; one line each, so a page stays readable.
+RANGE_PAGE_MESSAGES = 200
+# PostgreSQL's ts_headline: about two sentences around the match, in at most two pieces.
+HEADLINE_WORDS = {"max_words": 35, "min_words": 15, "max_fragments": 2}
+# The room the highlight marks and a split word may add to a snippet.
+SNIPPET_SLACK_CHARS = 40
+# The note a cut text ends with takes about this much.
+CUT_NOTE_CHARS = 60
 
 NEUTRAL_TOOLS = [
     {
@@ -119,12 +139,12 @@ def run_tool_call(conversation: Conversation, name: str, arguments: Any) -> str:
         text = _recall(conversation.pk, call)
     elif name == SEARCH_HISTORY:
         query = arguments.get("query")
-        if not isinstance(query, str) or not query.strip() or len(query) > 500:
+        if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_CHARS:
             return 'Error: search_history needs a "query": the words or value to look for.'
         text = _search(conversation.pk, query.strip(), config.SEARCH_MAX_RESULTS)
     else:
         return (
-            f"Error: unknown tool {str(name)[:80]!r}; the recall tools are "
+            f"Error: unknown tool {str(name)[:ECHO_CHARS]!r}; the recall tools are "
             "recall and search_history."
         )
     if not text.startswith("Error:"):
@@ -224,9 +244,8 @@ def _recall(conversation_id: int, call: _RecallCall) -> str:
         )
     size, page = row["size"] or 0, row["page"] or ""
     extras = "\n".join(_extras(row)) if call.offset == 0 else ""
-    extras = extras[: call.limit // 4]
-    # Header and footer take about 500 characters: the page gives way to them.
-    page = page[: max(call.limit - len(extras) - 500, 100)]
+    extras = extras[: call.limit // EXTRAS_SHARE]
+    page = page[: max(call.limit - len(extras) - PAGE_FRAME_CHARS, PAGE_MIN_CHARS)]
     end = call.offset + len(page)
     lines = [
         f"[ref {name} · {_describe(row)} · {size:,} characters · showing {call.offset:,}-{end:,}]",
@@ -241,8 +260,8 @@ def _recall(conversation_id: int, call: _RecallCall) -> str:
 def _describe(row: dict[str, Any]) -> str:
     if row["role"] == Message.Role.TOOL:
         arguments = json.dumps(row["tool_arguments"] or {}, ensure_ascii=False)
-        if len(arguments) > 300:
-            arguments = arguments[:300] + "…"
+        if len(arguments) > ARGUMENTS_PREVIEW_CHARS:
+            arguments = arguments[:ARGUMENTS_PREVIEW_CHARS] + "…"
         return f"tool result of {row['tool_name']} {arguments}"
     return f"{row['role']} message"
 
@@ -267,7 +286,9 @@ def _recall_range(scope, call: _RecallCall) -> str:
         scope.filter(pk__gte=call.first, pk__lte=call.last)
         .order_by("id")
         .annotate(preview=Left("content", RANGE_PREVIEW_CHARS), size=Length("content"))
-        .values("id", "role", "tool_name", "preview", "size")[call.offset : call.offset + 200]
+        .values("id", "role", "tool_name", "preview", "size")[
+            call.offset : call.offset + RANGE_PAGE_MESSAGES
+        ]
     )
     label = f"{handle(call.first)}..{handle(call.last)}"
     if not rows:
@@ -285,7 +306,7 @@ def _recall_range(scope, call: _RecallCall) -> str:
         lines.append(line)
         used += len(line) + 1
     else:
-        if len(rows) == 200:
+        if len(rows) == RANGE_PAGE_MESSAGES:
             lines.append(f"[more: recall {label} with offset {call.offset + len(rows)}]")
     return "\n".join(lines)
 
@@ -332,9 +353,7 @@ def _full_text(scope, query: str, most: int) -> list[tuple[int, str, str]]:
                 config="simple",
                 start_sel="«",
                 stop_sel="»",
-                max_words=35,
-                min_words=15,
-                max_fragments=2,
+                **HEADLINE_WORDS,
             )
         )
         .values_list("id", "snippet")
@@ -361,10 +380,10 @@ def _who(row: dict[str, Any]) -> str:
 
 
 def _clean(snippet: str) -> str:
-    return " ".join(snippet.split())[: SNIPPET_CHARS + 40]
+    return " ".join(snippet.split())[: SNIPPET_CHARS + SNIPPET_SLACK_CHARS]
 
 
 def _capped(text: str, cap: int) -> str:
     if len(text) <= cap:
         return text
-    return text[: cap - 60].rstrip() + "\n[cut at RECALL_MAX_CHARS: ask for less]"
+    return text[: cap - CUT_NOTE_CHARS].rstrip() + "\n[cut at RECALL_MAX_CHARS: ask for less]"

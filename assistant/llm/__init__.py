@@ -14,7 +14,6 @@ from assistant.llm.overflow import (
     context_overflow,
     model_context_window,
     overflow_token_counts,
-    response_overflowed,
 )
 from assistant.llm.prompts import build_summary_prompt, render_transcript, validate_summary
 from assistant.llm.registry import (
@@ -44,7 +43,6 @@ __all__ = [
     "overflow_token_counts",
     "provider_name",
     "render_transcript",
-    "response_overflowed",
     "summarize",
     "summarize_cached",
     "validate_summary",

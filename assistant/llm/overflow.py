@@ -9,7 +9,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from assistant.app_settings import app_setting
-from assistant.llm.base import ProviderError, Usage
+from assistant.llm.base import ProviderError
 
 OVERFLOW_STOP_REASON = "model_context_window_exceeded"
 
@@ -114,11 +114,6 @@ def model_context_window(model: str) -> int:
     if best is None:
         return int(app_setting("ASSISTANT_DEFAULT_CONTEXT_WINDOW"))
     return _WINDOWS[best]
-
-
-def response_overflowed(usage: Usage, model: str, stop_reason: str | None) -> bool:
-    """A response that reports more prompt tokens than the window, or stopped on it."""
-    return stop_reason == OVERFLOW_STOP_REASON or usage.prompt_tokens > model_context_window(model)
 
 
 def _number(text: str | None) -> int:
