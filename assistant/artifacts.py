@@ -409,9 +409,9 @@ def _rendered(heading: str, entries: list[tuple[int, int, str, str]]) -> str:
     if read_only:
         lines.append("Files read: " + ", ".join(f"{p} (ref {handle(h)})" for h, p in read_only))
     for category, label in (("urls", "URLs"), ("records", "Records")):
-        items = sorted((found, key) for key, found in by_category[category].items())
-        if items:
-            lines.append(f"{label}: " + ", ".join(f"{k} (ref {handle(h)})" for h, k in items))
+        named = sorted((found, key) for key, found in by_category[category].items())
+        if named:
+            lines.append(f"{label}: " + ", ".join(f"{k} (ref {handle(h)})" for h, k in named))
     results: dict[int, tuple[list[str], list[str]]] = {}
     for label, found in by_category["calls"].items():
         results.setdefault(found, ([], []))[0].append(label)

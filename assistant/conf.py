@@ -247,7 +247,7 @@ def validated_config(overrides: dict[str, Any]) -> CompactionConfig:
             raise ImproperlyConfigured(
                 f"ASSISTANT_COMPACTION[{spec.name!r}] must be {valid}, got {value!r}"
             )
-    derived = {}
+    derived: dict[str, Any] = {}
     for smaller, larger, why in _BELOW:
         if smaller not in values:
             derived[smaller] = _following(smaller, larger, getattr(config, larger), known)

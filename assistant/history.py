@@ -35,7 +35,7 @@ _CALL_WITH_ID = (
 )
 # The columns' own limits: PositiveIntegerField on PostgreSQL, CharField(max_length=255).
 _MAX_COUNT = 2**31 - 1
-_MAX_NAME_CHARS = Message._meta.get_field("tool_call_id").max_length
+_MAX_NAME_CHARS = int(Message._meta.get_field("tool_call_id").max_length or 0)
 _NEEDS_CONTENT = (Message.Role.USER, Message.Role.SYSTEM)
 _FIELDS = {
     "tool_calls",
@@ -107,7 +107,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
             "chat",
             llm.provider_name(),
             chat_model(metadata),
-            prompt=message.prompt_tokens,
+            prompt=message.prompt_tokens or 0,  # not None: input_tokens is set
             output=message.output_tokens or 0,
             cache_read=message.cache_read_tokens or 0,
             cache_write=message.cache_write_tokens or 0,

@@ -10,7 +10,8 @@ import json
 from typing import Any
 
 from django.db import connections
-from django.db.models import Expression, F, Func, JSONField, QuerySet, Value
+from django.db.models import F, Func, JSONField, QuerySet, Value
+from django.db.models.expressions import Combinable
 
 
 class _JsonbMerge(Func):
@@ -34,7 +35,7 @@ class _JsonbRemove(Func):
 
     output_field = JSONField()
 
-    def __init__(self, expression: Expression, keys: list[str]) -> None:
+    def __init__(self, expression: Combinable, keys: list[str]) -> None:
         super().__init__(expression)
         self.keys = keys
 
@@ -53,8 +54,8 @@ class _JsonbRemove(Func):
 
 def metadata_expression(
     set_values: dict[str, Any] | None = None, remove: list[str] | tuple[str, ...] = ()
-) -> Expression:
-    expression: Expression = F("metadata")
+) -> Combinable:
+    expression: Combinable = F("metadata")
     if remove:
         expression = _JsonbRemove(expression, list(remove))
     if set_values:

@@ -467,6 +467,9 @@ class Message(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = MessageQuerySet.as_manager()
+    # What the model sees (the compacted text, else the original): annotated by
+    # `MessageQuerySet.model_view`, not a column.
+    model_content: str
 
     class Meta:
         ordering = ["id"]

@@ -62,8 +62,6 @@ PAGE_FRAME_CHARS, PAGE_MIN_CHARS = 500, 100
 ARGUMENTS_PREVIEW_CHARS = 300
 # Messages listed per page of a range; one line each, so a page stays readable.
 RANGE_PAGE_MESSAGES = 200
-# PostgreSQL's ts_headline: about two sentences around the match, in at most two pieces.
-HEADLINE_WORDS = {"max_words": 35, "min_words": 15, "max_fragments": 2}
 # The room the highlight marks and a split word may add to a snippet.
 SNIPPET_SLACK_CHARS = 40
 # The note a cut text ends with takes about this much.
@@ -191,8 +189,8 @@ def visible_messages(conversation_id: int) -> Q:
     )
     current = row.first()
     for _ in range(compaction_config().MAX_FORK_DEPTH + 1):
-        parent = current and current["parent_conversation_id"]
-        if not parent or parent in seen:
+        parent = current["parent_conversation_id"] if current is not None else None
+        if current is None or not parent or parent in seen:
             break
         metadata = current["metadata"] or {}
         bound = metadata.get(MetadataKeys.FORK_MESSAGE_ID)
@@ -217,7 +215,7 @@ def _missing(text: str) -> str:
 def _recall(conversation_id: int, call: _RecallCall) -> str:
     scope = Message.objects.filter(visible_messages(conversation_id))
     if call.last is not None:
-        return _recall_range(scope, call)
+        return _recall_range(scope, call, call.last)
     row = (
         scope.filter(pk=call.first)
         .annotate(size=Length("content"), page=Substr("content", call.offset + 1, call.limit))
@@ -281,16 +279,16 @@ def _extras(row: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _recall_range(scope, call: _RecallCall) -> str:
+def _recall_range(scope, call: _RecallCall, last: int) -> str:
     rows = list(
-        scope.filter(pk__gte=call.first, pk__lte=call.last)
+        scope.filter(pk__gte=call.first, pk__lte=last)
         .order_by("id")
         .annotate(preview=Left("content", RANGE_PREVIEW_CHARS), size=Length("content"))
         .values("id", "role", "tool_name", "preview", "size")[
             call.offset : call.offset + RANGE_PAGE_MESSAGES
         ]
     )
-    label = f"{handle(call.first)}..{handle(call.last)}"
+    label = f"{handle(call.first)}..{handle(last)}"
     if not rows:
         return _missing(label) if call.offset == 0 else f"[ref {label}: no more messages]"
     lines = [f"[ref {label}: messages from {call.offset + 1}, each recallable by its handle]"]
@@ -353,7 +351,10 @@ def _full_text(scope, query: str, most: int) -> list[tuple[int, str, str]]:
                 config="simple",
                 start_sel="«",
                 stop_sel="»",
-                **HEADLINE_WORDS,
+                # About two sentences around the match, in at most two pieces.
+                max_words=35,
+                min_words=15,
+                max_fragments=2,
             )
         )
         .values_list("id", "snippet")

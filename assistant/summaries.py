@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.core.exceptions import ValidationError
 
@@ -139,7 +140,7 @@ def summarize_messages(
     config = config or compaction_config()
     previous_summary = without_index(previous_summary)
     # Only a provider given explicitly is passed on: llm.summarize picks the configured one.
-    chosen = {"provider": provider} if provider is not None else {}
+    chosen: dict[str, Any] = {"provider": provider} if provider is not None else {}
     provider = provider or llm.get_provider()
     # The summarizer reads the previous summary whole, carried facts included: it can
     # merge them back into its text, and they are carried again only if it does not.
@@ -480,7 +481,7 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     """Compare and swap: take the pre-built summary only if it was built on
     the split that is still current and makes the context smaller."""
     metadata = state.metadata
-    pending = metadata.get(MetadataKeys.PENDING_SUMMARY)
+    pending: str = metadata.get(MetadataKeys.PENDING_SUMMARY) or ""
     through = metadata.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
     if not state.meta.has_pending_summary or through not in {row.pk for row in state.rows}:
         return False

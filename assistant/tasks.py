@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TypeGuard
 
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
@@ -60,7 +61,7 @@ def post_exchange_task(self, conversation_id: int) -> None:
         ) from exc
 
 
-def _is_row_id(value: object) -> bool:
+def _is_row_id(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < _MAX_ROW_ID
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from assistant.conf import compaction_config
 
 
-def estimate_tokens(text: str, chars_per_token: int | None = None) -> int:
+def estimate_tokens(text: str | None, chars_per_token: int | None = None) -> int:
     if not text:
         return 0
     per_token = chars_per_token or compaction_config().CHARS_PER_TOKEN

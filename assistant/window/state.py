@@ -127,8 +127,7 @@ class WindowState:
         if index is None or self.implausible_count() is not None:
             return math.ceil(self.estimated_tokens() * self.token_ratio)
         # That prompt produced this message: count it and what follows.
-        row = self.rows[index]
-        return row.prompt_tokens + sum(r.token_estimate for r in self.rows[index:])
+        return self._count_at(index) + sum(r.token_estimate for r in self.rows[index:])
 
     def size_basis(self) -> SizeBasis:
         """The size, with what a message appended to the window adds to it
@@ -151,7 +150,7 @@ class WindowState:
         estimate = self._request_estimate(index)
         if estimate <= 0:
             return None
-        ratio = self.rows[index].prompt_tokens / estimate
+        ratio = self._count_at(index) / estimate
         return ratio if ratio >= MIN_TOKEN_RATIO else None
 
     def implausible_count(self) -> tuple[int, int] | None:
@@ -163,10 +162,15 @@ class WindowState:
         index = self._fresh_count_index()
         if index is None:
             return None
-        count, estimate = self.rows[index].prompt_tokens, self._request_estimate(index)
+        count, estimate = self._count_at(index), self._request_estimate(index)
         if estimate < MIN_JUDGED_ESTIMATE or count >= MIN_TOKEN_RATIO * estimate:
             return None
         return count, estimate
+
+    def _count_at(self, index: int) -> int:
+        count = self.rows[index].prompt_tokens
+        assert count is not None  # `_fresh_count_index` finds only rows with a count
+        return count
 
     def _request_estimate(self, index: int) -> int:
         """Our estimate of the request that produced rows[index]."""
@@ -257,7 +261,8 @@ class SizeRow(NamedTuple):
     cache_write_tokens: int | None
     model_content: str  # a system message's text; "" for the others
 
-    prompt_tokens = Message.prompt_tokens  # the same rule, on these fields
+    # The same rule, on these fields (mypy takes only fields and defs in a NamedTuple).
+    prompt_tokens = Message.prompt_tokens  # type: ignore[misc]
 
 
 def _size_rows(rows: MessageQuerySet) -> Iterator[SizeRow]:
