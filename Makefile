@@ -69,11 +69,12 @@ wheel: $(VENV)/.build
 	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
 	rm -rf build *.egg-info
 
-## lint: ruff, and the layering contract of .importlinter (import-linter)
+## lint: ruff, the layering contract of .importlinter (import-linter), and mypy on the app
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 migrate: $(VENV)/.base
 	$(LOCAL_ENV) $(PY) manage.py migrate

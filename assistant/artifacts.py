@@ -43,6 +43,16 @@ CATEGORIES = ("modified", "read", "urls", "records", "calls", "names")
 # (the rest by recency with everything else): a file's original holds all the names in it.
 FILE_CATEGORIES = ("modified", "read")
 FILES_SHARE = 0.5
+# A read under this share of the file's read before is a slice of it (a grep, a range).
+SLICE_SHARE = 0.5
+# A run of letters and digits this long, with both, is a generated value (a key, a hash).
+RANDOM_RUN_CHARS = 16
+# Paths and URLs are looked for in the head of a command or a script only.
+SCANNED_CHARS = 4000
+# Longer is no path or URL worth indexing (a data: URL, a pasted blob).
+MAX_PATH_CHARS = 300
+# A record id or key value longer than this is text, not an id.
+MAX_RECORD_CHARS = 80
 # Entries kept in metadata per category (the render keeps fewer, within its budget).
 MAX_ENTRIES = 400
 # Names taken from one result: a whole source file is not an index.
@@ -160,7 +170,7 @@ def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -
             index["modified"][path] = [found, found, 0, 0]
             continue
         held = index["read"].get(path)
-        if held is not None and size * 2 < held[2]:
+        if held is not None and size < SLICE_SHARE * held[2]:
             # A slice of a file read whole before (a grep, a range): the handle stays on
             # the fuller original, which holds the slice too; the slice's names keep its own.
             held[1] = found
@@ -201,7 +211,7 @@ def _one_form(index: dict[str, Any], path: str) -> str:
         for key in [k for k in entries if not k.startswith("/") and _same_file(path, k)]:
             entry = entries.pop(key)
             held = entries.setdefault(path, entry)
-            if entry[0] > held[0] and entry[2] * 2 >= held[2]:  # newer, and not a slice
+            if entry[0] > held[0] and entry[2] >= SLICE_SHARE * held[2]:  # newer, not a slice
                 held[0], held[2] = entry[0], entry[2]
             held[1] = max(held[1], entry[1])
     return path
@@ -241,7 +251,7 @@ def _label(tool_name: str, arguments: dict[str, Any]) -> str:
 def _random_looking(name: str) -> bool:
     """A generated value (a key, a token, a hash) rather than a name: never indexed."""
     return any(
-        len(run) >= 16 and re.search(r"\d", run) and re.search(r"[A-Za-z]", run)
+        len(run) >= RANDOM_RUN_CHARS and re.search(r"\d", run) and re.search(r"[A-Za-z]", run)
         for run in re.findall(r"[A-Za-z0-9]+", name)
     )
 
@@ -269,13 +279,13 @@ def _paths(arguments: dict[str, Any]) -> list[str]:
         if _PATH_KEY.search(key) and _path_like(value):
             found.append(value)
         elif key.lower() in ("command", "cmd", "script", "input"):
-            found.extend(match.group() for match in PATH.finditer(value[:4000]))
+            found.extend(match.group() for match in PATH.finditer(value[:SCANNED_CHARS]))
     return list(dict.fromkeys(found))
 
 
 def _path_like(value: str) -> bool:
     return (
-        0 < len(value) <= 300
+        0 < len(value) <= MAX_PATH_CHARS
         and not any(ch.isspace() for ch in value)
         and ("/" in value or "." in value)
         and not value.startswith(("http://", "https://"))
@@ -286,8 +296,8 @@ def _urls(arguments: dict[str, Any]) -> list[str]:
     found: list[str] = []
     for key, value in _strings(arguments):
         if _URL_KEY.search(key) or "http" in value:
-            found.extend(url.rstrip(".,;") for url in _URL.findall(value[:4000]))
-    return [url for url in dict.fromkeys(found) if len(url) <= 300]
+            found.extend(url.rstrip(".,;") for url in _URL.findall(value[:SCANNED_CHARS]))
+    return [url for url in dict.fromkeys(found) if len(url) <= MAX_PATH_CHARS]
 
 
 def _records(arguments: dict[str, Any]) -> list[str]:
@@ -299,7 +309,7 @@ def _records(arguments: dict[str, Any]) -> list[str]:
         for item in values:
             if isinstance(item, str | int) and not isinstance(item, bool):
                 text = str(item).strip()
-                if 0 < len(text) <= 80 and "\n" not in text:
+                if 0 < len(text) <= MAX_RECORD_CHARS and "\n" not in text:
                     found.append(f"{key} {text}")
     return found
 
@@ -399,9 +409,9 @@ def _rendered(heading: str, entries: list[tuple[int, int, str, str]]) -> str:
     if read_only:
         lines.append("Files read: " + ", ".join(f"{p} (ref {handle(h)})" for h, p in read_only))
     for category, label in (("urls", "URLs"), ("records", "Records")):
-        items = sorted((found, key) for key, found in by_category[category].items())
-        if items:
-            lines.append(f"{label}: " + ", ".join(f"{k} (ref {handle(h)})" for h, k in items))
+        named = sorted((found, key) for key, found in by_category[category].items())
+        if named:
+            lines.append(f"{label}: " + ", ".join(f"{k} (ref {handle(h)})" for h, k in named))
     results: dict[int, tuple[list[str], list[str]]] = {}
     for label, found in by_category["calls"].items():
         results.setdefault(found, ([], []))[0].append(label)

@@ -42,7 +42,7 @@ def models_are_known(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
     """Warn for each configured model no provider's table lists (docs/providers.rst):
     its window falls back to ASSISTANT_DEFAULT_CONTEXT_WINDOW, and without a price in
     ASSISTANT_MODEL_PRICES its calls are counted at zero."""
-    warnings = []
+    warnings: list[checks.CheckMessage] = []
     for setting, provider in MODEL_SETTINGS.items():
         model = str(app_setting(setting))
         gaps = [

@@ -31,6 +31,7 @@ from assistant.window import (
     CompactionPlan,
     canonical_arguments,
     compacted_ceiling_tokens,
+    consumed_boundary,
     load_window,
     plan_compaction,
     refresh_size,
@@ -204,13 +205,14 @@ def _tool_rows(conversation_id: int):
 
 
 def _consumed_boundary(conversation_id: int, *, final_answers_only: bool) -> int:
-    """Tool results before this id are consumed: before the latest assistant
-    message (the latest final answer, one without tool calls, with
-    `final_answers_only`: results of completed exchanges)."""
+    """`consumed_boundary` over the conversation's assistant messages (its final
+    answers, without tool calls, with `final_answers_only`: results of
+    completed exchanges), read as the newest one's id alone."""
     answers = Message.objects.filter(conversation_id=conversation_id, role=Message.Role.ASSISTANT)
     if final_answers_only:
         answers = answers.filter(tool_calls__isnull=True)
-    return answers.aggregate(last=Max("id"))["last"] or 0
+    newest = answers.aggregate(last=Max("id"))["last"]
+    return consumed_boundary([] if newest is None else [newest])
 
 
 def _with_older_duplicates(conversation_id: int, rows: list[Message]) -> list[Message]:

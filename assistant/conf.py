@@ -19,12 +19,14 @@ both keys and saying which value is the default.
 Adding a key is one line: `NAME: int = key(10, at_least=1)  # what it does`.
 """
 
+import copy
 import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args, get_origin
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 
 from assistant.app_settings import app_setting
 
@@ -245,7 +247,7 @@ def validated_config(overrides: dict[str, Any]) -> CompactionConfig:
             raise ImproperlyConfigured(
                 f"ASSISTANT_COMPACTION[{spec.name!r}] must be {valid}, got {value!r}"
             )
-    derived = {}
+    derived: dict[str, Any] = {}
     for smaller, larger, why in _BELOW:
         if smaller not in values:
             derived[smaller] = _following(smaller, larger, getattr(config, larger), known)
@@ -279,7 +281,30 @@ def check_summarizer_deadline(config: CompactionConfig) -> None:
         )
 
 
+# The settings last validated (a deep copy) and their config. compaction_config() runs
+# several times for every stored message: validating the same settings each time cost
+# more than the message's queries. Compared by value, so a dict changed in place is
+# validated anew; dropped when a setting changes (override_settings sends the signal).
+_validated: tuple[dict[str, Any], CompactionConfig] | None = None
+
+
 def compaction_config() -> CompactionConfig:
-    """Defaults merged with settings.ASSISTANT_COMPACTION; read on each call so
-    `override_settings` and per-test settings take effect."""
-    return validated_config(dict(getattr(settings, "ASSISTANT_COMPACTION", None) or {}))
+    """Defaults merged with settings.ASSISTANT_COMPACTION; validated once per
+    value of the setting, so `override_settings` and per-test settings take effect."""
+    global _validated
+    overrides = dict(getattr(settings, "ASSISTANT_COMPACTION", None) or {})
+    cached = _validated
+    if cached is not None and cached[0] == overrides:
+        return cached[1]
+    config = validated_config(overrides)
+    _validated = (copy.deepcopy(overrides), config)
+    return config
+
+
+def _forget_validated(*, setting: str, **kwargs: Any) -> None:
+    global _validated
+    if setting == "ASSISTANT_COMPACTION":
+        _validated = None
+
+
+setting_changed.connect(_forget_validated, dispatch_uid="assistant.conf.compaction_config")

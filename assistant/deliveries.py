@@ -52,7 +52,8 @@ def over_delivery_cap(task_name: str, conversation_id: int) -> bool:
     key = work_key(task_name, conversation_id)
     try:
         with redis_client().pipeline() as pipe:
-            count, _ = pipe.incr(key).expire(key, _TTL_SECONDS).execute()
+            # redis-py types a pipeline's commands as the client's (their results).
+            count, _ = pipe.incr(key).expire(key, _TTL_SECONDS).execute()  # type: ignore[attr-defined]
     except redis.RedisError:
         return False
     if count > app_setting("ASSISTANT_MAX_TASK_DELIVERIES"):

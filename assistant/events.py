@@ -30,7 +30,10 @@ from assistant.limits import current_limits
 from assistant.logs import log_event
 from assistant.models import CompactionEvent, Conversation
 
-EMERGENCY_LEVELS = {CompactionEvent.Kind.EMERGENCY_1: 1, CompactionEvent.Kind.EMERGENCY_2: 2}
+EMERGENCY_LEVELS: dict[str, int] = {
+    CompactionEvent.Kind.EMERGENCY_1: 1,
+    CompactionEvent.Kind.EMERGENCY_2: 2,
+}
 
 _acting_user_id: ContextVar[int | None] = ContextVar("assistant_acting_user_id", default=None)
 # Inside `one_event`: its conversation and the parts recorded so far (None outside one).

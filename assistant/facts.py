@@ -24,8 +24,6 @@ from assistant.llm.statements import (
 from assistant.tokens import estimate_tokens
 
 CARRIED_HEADING = "## Facts carried forward"
-# Summaries stored before facts were statements carried bare identifiers under this one.
-_OLD_HEADINGS = ("## Identifiers carried forward",)
 _CONTENT_WORD = re.compile(r"[a-z]{4,}")
 
 
@@ -37,12 +35,8 @@ def without_markers(text: str) -> str:
 
 def summary_body(summary: str | None) -> str:
     """The summarizer's text, without the carried section."""
-    text = summary or ""
-    for heading in (CARRIED_HEADING, *_OLD_HEADINGS):
-        text = text.split(f"\n{heading}", 1)[0]
-        if text.startswith(heading):
-            return ""
-    return text.rstrip()
+    text = (summary or "").split(f"\n{CARRIED_HEADING}", 1)[0]
+    return "" if text.startswith(CARRIED_HEADING) else text.rstrip()
 
 
 def carried_facts(summary: str | None) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
-from django.db.models import JSONField
+from django.db.models import Exists, JSONField, OuterRef, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -27,7 +27,7 @@ from assistant.llm.catalog import media_rates, telemetry_name
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
 from assistant.queue import POST_EXCHANGE_TASK, enqueue_on_commit
 from assistant.tokens import estimate_message_tokens
-from assistant.window import context_size
+from assistant.window import add_to_size, measure_size
 
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 _CALL_KEYS = {"id", "name", "arguments"}
@@ -36,7 +36,7 @@ _CALL_WITH_ID = (
 )
 # The columns' own limits: PositiveIntegerField on PostgreSQL, CharField(max_length=255).
 _MAX_COUNT = 2**31 - 1
-_MAX_NAME_CHARS = Message._meta.get_field("tool_call_id").max_length
+_MAX_NAME_CHARS = int(Message._meta.get_field("tool_call_id").max_length or 0)
 _NEEDS_CONTENT = (Message.Role.USER, Message.Role.SYSTEM)
 _TOOL_RESULT_FIELDS = ("tool_call_id", "tool_name", "tool_arguments")
 _FIELDS = {
@@ -101,7 +101,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
                 **usage,
                 **answered_by,
             )
-            _store_size(conversation.pk)
+            _store_size(conversation, message)
     except IntegrityError as error:
         # Another writer stored this call's result between our check and our insert.
         if role == "tool" and _is_duplicate_result(error):
@@ -113,7 +113,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
             "chat",
             telemetry_name(message.provider or llm.provider_name(), model),
             model,
-            prompt=message.prompt_tokens,
+            prompt=message.prompt_tokens or 0,  # not None: input_tokens is set
             output=message.output_tokens or 0,
             cache_read=message.cache_read_tokens or 0,
             cache_write=message.cache_write_tokens or 0,
@@ -121,19 +121,40 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
     return message
 
 
-def _store_size(conversation_id: int) -> None:
+def _store_size(conversation: Conversation, message: Message) -> None:
     """Store the admin list's figure, with the message just inserted, on a live
     conversation; a soft-deleted (or purged) one matches nothing, and the insert
-    is rolled back. The size is counted under the row's lock, taken after the
-    insert so that it is held briefly: of concurrent writers the last to take it
-    sees every message the others committed, so the stored size settles on a
-    recount. FOR NO KEY UPDATE: the messages' foreign keys hold KEY SHARE locks
-    on the row, which a plain FOR UPDATE would wait on (and deadlock)."""
-    locked = live(conversation_id).select_for_update(no_key=True).values_list("pk", flat=True)
+    is rolled back. Written under the row's lock, taken after the insert so that
+    it is held briefly: concurrent writers take turns. The message is added to
+    the stored size only while it is the newest committed one; a writer whose
+    message an other's overtook measures the window instead, and sees every
+    message committed before it. FOR NO KEY UPDATE: the messages' foreign keys
+    hold KEY SHARE locks on the row, which a plain FOR UPDATE would wait on (and
+    deadlock)."""
+    locked = live(conversation.pk).select_for_update(no_key=True).values_list("pk", flat=True)
     if not locked:
-        raise deleted_error(conversation_id)
-    size = context_size(conversation_id)
-    live(conversation_id).update(updated_at=timezone.now(), context_tokens=size)
+        raise deleted_error(conversation.pk)
+    newer = Message.objects.filter(conversation_id=conversation.pk, pk__gt=message.pk)
+    newest = live(conversation.pk).filter(~Exists(newer))
+    if not add_to_size(newest, message, updated_at=timezone.now()):
+        _store_measured_size(conversation, live(conversation.pk))
+
+
+def _store_measured_size(conversation: Conversation, live: QuerySet[Conversation]) -> None:
+    """The admin list's figure, with the message just stored, when it could not be
+    added to the stored one: the window measured."""
+    try:
+        size, estimate, counted = measure_size(conversation.pk)
+    except Conversation.DoesNotExist:  # purged meanwhile
+        raise deleted_error(conversation.pk) from None
+    stored = live.update(
+        updated_at=timezone.now(),
+        context_tokens=size,
+        context_estimate=estimate,
+        context_counted=counted,
+    )
+    if not stored:
+        raise deleted_error(conversation.pk)
 
 
 def finish_exchange(conversation: Conversation) -> None:
@@ -381,12 +402,7 @@ def _tool_result_fields(conversation: Conversation, fields: dict[str, Any]) -> d
             "in this conversation.",
             code="unknown_tool_call_id",
         )
-    answered = set(
-        Message.objects.filter(
-            tool_call_message_id__in=[message_id for message_id, _ in calls], tool_call_id=call_id
-        ).values_list("tool_call_message_id", flat=True)
-    )
-    unanswered = [(message_id, call) for message_id, call in calls if message_id not in answered]
+    unanswered = [(message_id, call) for message_id, call, answered in calls if not answered]
     if not unanswered:
         raise _duplicate_result(call_id)
     message_id, call = unanswered[0]
@@ -423,21 +439,31 @@ def _same_arguments(given: Any, called: dict[str, Any]) -> bool:
     return given == called
 
 
-def _calls_with_id(conversation: Conversation, call_id: str) -> list[tuple[int, dict[str, Any]]]:
-    """(assistant message id, call) for every call with this id, newest first."""
-    messages = Message.objects.filter(
-        conversation=conversation, role=Message.Role.ASSISTANT, tool_calls__isnull=False
-    ).order_by("-id")
+def _calls_with_id(
+    conversation: Conversation, call_id: str
+) -> list[tuple[int, dict[str, Any], bool]]:
+    """(assistant message id, call, whether it has a result) for every call with
+    this id, newest first: one query."""
+    result = Message.objects.filter(tool_call_message_id=OuterRef("id"), tool_call_id=call_id)
+    messages = (
+        Message.objects.filter(
+            conversation=conversation, role=Message.Role.ASSISTANT, tool_calls__isnull=False
+        )
+        .annotate(answered=Exists(result))
+        .order_by("-id")
+    )
     if connection.vendor == "postgresql":
         # Only the matching call leaves the database, not a message's whole list of calls
         # (up to MAX_TOOL_CALLS_BYTES, read again for every one of its results).
         matching = messages.filter(tool_calls__contains=[{"id": call_id}]).annotate(
             call=RawSQL(_CALL_WITH_ID, (call_id,), output_field=JSONField())
         )
-        return list(matching.values_list("id", "call"))
+        return list(matching.values_list("id", "call", "answered"))
     return [
-        (message_id, call)
-        for message_id, tool_calls in messages.values_list("id", "tool_calls").iterator()
+        (message_id, call, answered)
+        for message_id, tool_calls, answered in messages.values_list(
+            "id", "tool_calls", "answered"
+        ).iterator()
         for call in tool_calls
         if call["id"] == call_id
     ]

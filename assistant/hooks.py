@@ -215,7 +215,8 @@ def _after_shift(before: WindowState, *, cold: bool) -> WindowState:
         return after
     system = before.tokens(before.system)
     old, new = before.estimated_tokens() - system, after.estimated_tokens() - system
-    summarized = sum(row.token_estimate for row in before.rows if row.pk <= after.through_id)
+    through = after.through_id or 0  # set: the shift moved it
+    summarized = sum(row.token_estimate for row in before.rows if row.pk <= through)
     cost = step_cost(
         old,
         new,

@@ -10,7 +10,8 @@ import json
 from typing import Any
 
 from django.db import connections
-from django.db.models import Expression, F, Func, JSONField, QuerySet, Value
+from django.db.models import F, Func, JSONField, QuerySet, Value
+from django.db.models.expressions import Combinable
 
 
 class _JsonbMerge(Func):
@@ -34,7 +35,7 @@ class _JsonbRemove(Func):
 
     output_field = JSONField()
 
-    def __init__(self, expression: Expression, keys: list[str]) -> None:
+    def __init__(self, expression: Combinable, keys: list[str]) -> None:
         super().__init__(expression)
         self.keys = keys
 
@@ -53,8 +54,8 @@ class _JsonbRemove(Func):
 
 def metadata_expression(
     set_values: dict[str, Any] | None = None, remove: list[str] | tuple[str, ...] = ()
-) -> Expression:
-    expression: Expression = F("metadata")
+) -> Combinable:
+    expression: Combinable = F("metadata")
     if remove:
         expression = _JsonbRemove(expression, list(remove))
     if set_values:
@@ -75,7 +76,11 @@ def merge_metadata(
     vendor = connections[queryset.db].vendor
     if vendor not in ("postgresql", "sqlite"):
         raise NotImplementedError(f"merge_metadata does not support {vendor}")
-    return queryset.update(metadata=metadata_expression(set_values, remove), **other_updates)
+    # A model may name columns that depend on its metadata (Conversation.METADATA_RESETS).
+    resets = getattr(queryset.model, "METADATA_RESETS", {})
+    return queryset.update(
+        metadata=metadata_expression(set_values, remove), **{**resets, **other_updates}
+    )
 
 
 def read_metadata(conversation_id: int) -> dict[str, Any]:

@@ -248,6 +248,15 @@ class Conversation(models.Model):
     # filters on it, so it is the figure the pre-call hook decides on. NULL on
     # a conversation stored before the column, until `migrate` measures it.
     context_tokens = models.PositiveBigIntegerField(null=True, default=0)
+    # What a stored message adds to that size without measuring the window
+    # again (assistant.history): our estimate of the context when it was
+    # stored (WindowState.estimated_tokens), and whether it was the provider's
+    # count plus estimates. NULL: unknown; the next message measures the
+    # window. Every metadata write (merge_metadata) and every save resets it.
+    context_estimate = models.PositiveBigIntegerField(null=True, default=None)
+    context_counted = models.BooleanField(default=False)
+    # Written with every metadata write: what the size is made of may have changed.
+    METADATA_RESETS = {"context_estimate": None}
 
     class Meta:
         ordering = ["-updated_at"]
@@ -310,12 +319,21 @@ class Conversation(models.Model):
     def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # A save may change what the size is made of (the system prompt): the
+        # next stored message measures the window again.
+        self.context_estimate = None
+        if kwargs.get("update_fields") is not None:
+            kwargs["update_fields"] = {*kwargs["update_fields"], "context_estimate"}
+        super().save(*args, **kwargs)
+
     def clean(self) -> None:
         """A conversation cannot continue itself, nor one of its own forks (the admin's
         change form): the parent chain must end."""
         if self.pk is None or self.parent_conversation_id is None:
             return
-        ancestor, seen = self.parent_conversation_id, set()
+        ancestor: int | None = self.parent_conversation_id
+        seen: set[int] = set()
         while ancestor is not None and ancestor not in seen:
             if ancestor == self.pk:
                 parent = self.parent_conversation_id
@@ -481,6 +499,9 @@ class Message(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = MessageQuerySet.as_manager()
+    # What the model sees (the compacted text, else the original): annotated by
+    # `MessageQuerySet.model_view`, not a column.
+    model_content: str
 
     class Meta:
         ordering = ["id"]

@@ -68,7 +68,7 @@ def plan_run(conversation: Conversation, level: int = 0) -> RunPlan:
     words = (
         f"due: {summarized} message(s) would be summarized (kept if the summary is shorter)"
         if summarized
-        else window
+        else str(window)  # words: an int is a count of messages, never 0
     )
     return _plan(level, tokens, tools, config, words, projected=projected, summarized=summarized)
 

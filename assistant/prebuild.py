@@ -23,14 +23,10 @@ from assistant.llm import ProviderError
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import Conversation, MetadataKeys
 from assistant.queue import PREBUILD_TASK, enqueue_on_commit
-from assistant.summaries import has_pending_summary, prebuild_window_summary
+from assistant.summaries import prebuild_window_summary
 from assistant.window import WindowState
 
 logger = logging.getLogger(__name__)
-
-
-def worker_serves(state: WindowState) -> bool:
-    return bool(state.metadata.get(MetadataKeys.WORKER_SEEN_AT))
 
 
 def awaiting_worker(state: WindowState) -> bool:
@@ -39,7 +35,7 @@ def awaiting_worker(state: WindowState) -> bool:
     shift that summary brings, so it waits too."""
     request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
     return (
-        worker_serves(state)
+        state.meta.worker_seen
         and request.get("base") == state.through_id
         and not request.get("answered")
     )
@@ -48,7 +44,7 @@ def awaiting_worker(state: WindowState) -> bool:
 def ask_worker_ahead(state: WindowState) -> bool:
     """Ask the worker for the summary of the split ahead, once per split;
     True when a request for the current split is outstanding."""
-    if has_pending_summary(state) or not worker_serves(state):
+    if state.meta.has_pending_summary or not state.meta.worker_seen:
         return False
     request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
     if request and request.get("base") == state.through_id:

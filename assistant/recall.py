@@ -52,9 +52,26 @@ HANDLE_IN_TEXT = re.compile(r"\bref m(\d{1,18})\b(?!\.\.)")
 RANGE_PREVIEW_CHARS = 160
 #: How much of a message a search hit shows around the match.
 SNIPPET_CHARS = 300
-# PostgreSQL's substring() takes an integer: the page starts at offset + 1.
+#: PostgreSQL's substring() takes an integer: the page starts at offset + 1.
 MAX_OFFSET = 2**31 - 2
+#: A longer query is not words to look for but a pasted text: refused.
 MAX_QUERY_CHARS = 500
+#: How much of a name the model wrote an error message repeats (it may be anything).
+ECHO_CHARS = 80
+#: A page's share of an original's calls, thinking and attachments (its first page
+#: only): the text itself keeps the rest.
+EXTRAS_SHARE = 4
+#: The page header and its footer take about this much: the page gives way to them,
+#: down to PAGE_MIN_CHARS of text.
+PAGE_FRAME_CHARS, PAGE_MIN_CHARS = 500, 100
+#: The arguments shown beside a tool result's handle, like a preview.
+ARGUMENTS_PREVIEW_CHARS = 300
+#: Messages listed per page of a range; one line each, so a page stays readable.
+RANGE_PAGE_MESSAGES = 200
+#: The room the highlight marks and a split word may add to a snippet.
+SNIPPET_SLACK_CHARS = 40
+#: The note a cut text ends with takes about this much.
+CUT_NOTE_CHARS = 60
 
 #: The recall tools, in no provider's shape (``tool_definitions`` shapes them).
 NEUTRAL_TOOLS = [
@@ -126,12 +143,12 @@ def run_tool_call(conversation: Conversation, name: str, arguments: Any) -> str:
     elif name == SEARCH_HISTORY:
         query = arguments.get("query")
         error = _query_error(query)
-        if error is not None:
-            return error
+        if error is not None or not isinstance(query, str):
+            return error or ""
         text = _search(conversation.pk, query.strip(), config.SEARCH_MAX_RESULTS)
     else:
         return (
-            f"Error: unknown tool {str(name)[:80]!r}; the recall tools are "
+            f"Error: unknown tool {str(name)[:ECHO_CHARS]!r}; the recall tools are "
             "recall and search_history."
         )
     if not text.startswith("Error:"):
@@ -203,8 +220,8 @@ def visible_messages(conversation_id: int) -> Q:
     )
     current = row.first()
     for _ in range(compaction_config().MAX_FORK_DEPTH + 1):
-        parent = current and current["parent_conversation_id"]
-        if not parent or parent in seen:
+        parent = current["parent_conversation_id"] if current is not None else None
+        if current is None or not parent or parent in seen:
             break
         metadata = current["metadata"] or {}
         bound = metadata.get(MetadataKeys.FORK_MESSAGE_ID)
@@ -229,7 +246,7 @@ def _missing(text: str) -> str:
 def _recall(conversation_id: int, call: _RecallCall) -> str:
     scope = Message.objects.filter(visible_messages(conversation_id))
     if call.last is not None:
-        return _recall_range(scope, call)
+        return _recall_range(scope, call, call.last)
     row = (
         scope.filter(pk=call.first)
         .annotate(size=Length("content"), page=Substr("content", call.offset + 1, call.limit))
@@ -256,9 +273,8 @@ def _recall(conversation_id: int, call: _RecallCall) -> str:
         )
     size, page = row["size"] or 0, row["page"] or ""
     extras = "\n".join(_extras(row)) if call.offset == 0 else ""
-    extras = extras[: call.limit // 4]
-    # Header and footer take about 500 characters: the page gives way to them.
-    page = page[: max(call.limit - len(extras) - 500, 100)]
+    extras = extras[: call.limit // EXTRAS_SHARE]
+    page = page[: max(call.limit - len(extras) - PAGE_FRAME_CHARS, PAGE_MIN_CHARS)]
     end = call.offset + len(page)
     lines = [
         f"[ref {name} · {_describe(row)} · {size:,} characters · showing {call.offset:,}-{end:,}]",
@@ -273,8 +289,8 @@ def _recall(conversation_id: int, call: _RecallCall) -> str:
 def _describe(row: dict[str, Any]) -> str:
     if row["role"] == Message.Role.TOOL:
         arguments = json.dumps(row["tool_arguments"] or {}, ensure_ascii=False)
-        if len(arguments) > 300:
-            arguments = arguments[:300] + "…"
+        if len(arguments) > ARGUMENTS_PREVIEW_CHARS:
+            arguments = arguments[:ARGUMENTS_PREVIEW_CHARS] + "…"
         return f"tool result of {row['tool_name']} {arguments}"
     return f"{row['role']} message"
 
@@ -294,14 +310,16 @@ def _extras(row: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _recall_range(scope, call: _RecallCall) -> str:
+def _recall_range(scope, call: _RecallCall, last: int) -> str:
     rows = list(
-        scope.filter(pk__gte=call.first, pk__lte=call.last)
+        scope.filter(pk__gte=call.first, pk__lte=last)
         .order_by("id")
         .annotate(preview=Left("content", RANGE_PREVIEW_CHARS), size=Length("content"))
-        .values("id", "role", "tool_name", "preview", "size")[call.offset : call.offset + 200]
+        .values("id", "role", "tool_name", "preview", "size")[
+            call.offset : call.offset + RANGE_PAGE_MESSAGES
+        ]
     )
-    label = f"{handle(call.first)}..{handle(call.last)}"
+    label = f"{handle(call.first)}..{handle(last)}"
     if not rows:
         return _missing(label) if call.offset == 0 else f"[ref {label}: no more messages]"
     lines = [f"[ref {label}: messages from {call.offset + 1}, each recallable by its handle]"]
@@ -317,7 +335,7 @@ def _recall_range(scope, call: _RecallCall) -> str:
         lines.append(line)
         used += len(line) + 1
     else:
-        if len(rows) == 200:
+        if len(rows) == RANGE_PAGE_MESSAGES:
             lines.append(f"[more: recall {label} with offset {call.offset + len(rows)}]")
     return "\n".join(lines)
 
@@ -364,6 +382,7 @@ def _full_text(scope, query: str, most: int) -> list[tuple[int, str, str]]:
                 config="simple",
                 start_sel="«",
                 stop_sel="»",
+                # About two sentences around the match, in at most two pieces.
                 max_words=35,
                 min_words=15,
                 max_fragments=2,
@@ -393,10 +412,10 @@ def _who(row: dict[str, Any]) -> str:
 
 
 def _clean(snippet: str) -> str:
-    return " ".join(snippet.split())[: SNIPPET_CHARS + 40]
+    return " ".join(snippet.split())[: SNIPPET_CHARS + SNIPPET_SLACK_CHARS]
 
 
 def _capped(text: str, cap: int) -> str:
     if len(text) <= cap:
         return text
-    return text[: cap - 60].rstrip() + "\n[cut at RECALL_MAX_CHARS: ask for less]"
+    return text[: cap - CUT_NOTE_CHARS].rstrip() + "\n[cut at RECALL_MAX_CHARS: ask for less]"

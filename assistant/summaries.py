@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.core.exceptions import ValidationError
 
@@ -57,6 +58,12 @@ from assistant.window import (
 )
 
 logger = logging.getLogger(__name__)
+
+# Room a summarizer call keeps beside the slice and the running summary (the
+# instruction and the answer's start), and the least a chunk may hold.
+CHUNK_RESERVE_TOKENS = 1000
+# What one message's framing ("[tool read_file]", the role) adds to its text.
+MESSAGE_FRAME_TOKENS = 20
 
 
 @dataclass(frozen=True)
@@ -133,7 +140,7 @@ def summarize_messages(
     config = config or compaction_config()
     previous_summary = without_index(previous_summary)
     # Only a provider given explicitly is passed on: llm.summarize picks the configured one.
-    chosen = {"provider": provider} if provider is not None else {}
+    chosen: dict[str, Any] = {"provider": provider} if provider is not None else {}
     provider = provider or llm.get_provider()
     # The summarizer reads the previous summary whole, carried facts included: it can
     # merge them back into its text, and they are carried again only if it does not.
@@ -403,7 +410,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
     decision says (`assistant.window.decision.worker_split`)."""
     config = compaction_config()
     state = load_window(conversation.pk, config)
-    if has_pending_summary(state):
+    if state.meta.has_pending_summary:
         return False  # one is ready for the current split: building another wastes a call
     start = worker_split(state, config, requested=requested)
     if start is None:
@@ -463,11 +470,6 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
     return bool(stored)
 
 
-def has_pending_summary(state: WindowState) -> bool:
-    """A pre-built summary is ready for the current split."""
-    return state.meta.has_pending_summary
-
-
 def adopt_pending_summary(conversation_id: int, config: CompactionConfig | None = None) -> bool:
     """Take the pre-built summary now (the pre-call hook, when the cache is
     cold anyway); False when none fits or another process holds the lease."""
@@ -479,9 +481,9 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     """Compare and swap: take the pre-built summary only if it was built on
     the split that is still current and makes the context smaller."""
     metadata = state.metadata
-    pending = metadata.get(MetadataKeys.PENDING_SUMMARY)
+    pending: str = metadata.get(MetadataKeys.PENDING_SUMMARY) or ""
     through = metadata.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
-    if not has_pending_summary(state) or through not in {row.pk for row in state.rows}:
+    if not state.meta.has_pending_summary or through not in {row.pk for row in state.rows}:
         return False
     kept = [row for row in state.rows if row.pk > through]
     anchor_id = metadata.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
@@ -717,7 +719,10 @@ def _chunks(
     summary beside them; a single oversized message is cut to fit."""
     budget = min(config.SUMMARIZER_MAX_INPUT_TOKENS, provider.max_input_tokens)
     per_token = config.CHARS_PER_TOKEN
-    budget = max(budget - estimate_tokens(previous or "", per_token) - 1000, 1000)
+    budget = max(
+        budget - estimate_tokens(previous or "", per_token) - CHUNK_RESERVE_TOKENS,
+        CHUNK_RESERVE_TOKENS,
+    )
     max_chars = budget * config.CHARS_PER_TOKEN
     chunks: list[list[dict]] = [[]]
     used = 0
@@ -727,7 +732,7 @@ def _chunks(
         neutral["content"] = readable.get(message.pk, neutral["content"])
         if len(neutral["content"]) > max_chars:
             neutral["content"] = neutral["content"][:max_chars] + " [cut for the summarizer]"
-        cost = estimate_tokens(neutral["content"], per_token) + 20
+        cost = estimate_tokens(neutral["content"], per_token) + MESSAGE_FRAME_TOKENS
         if chunks[-1] and used + cost > budget:
             chunks.append([])
             used = 0

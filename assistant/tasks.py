@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TypeGuard
 
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
@@ -24,10 +25,18 @@ logger = logging.getLogger(__name__)
 _DB_RETRY = {
     "autoretry_for": (OperationalError, InterfaceError),
     "retry_backoff": 1,
-    "retry_backoff_max": 10,
+    "retry_backoff_max": 10,  # seconds: a failover is over in a few
     "retry_jitter": True,
     "max_retries": 5,
 }
+# A summarizer still rate-limited after this many retries is left to the sweep.
+PROVIDER_RETRIES = 5
+# The longest wait before a provider retry (seconds), however long the visibility timeout.
+PROVIDER_RETRY_CEILING_SECONDS = 300
+# Any larger is no row id (PostgreSQL's bigint).
+_MAX_ROW_ID = 2**63
+# How much of a malformed id the log repeats (it may be anything).
+_LOGGED_ID_CHARS = 80
 
 
 @shared_task(bind=True, name=POST_EXCHANGE_TASK, **_DB_RETRY)
@@ -45,12 +54,15 @@ def post_exchange_task(self, conversation_id: int) -> None:
             raise
         delay = app_setting("ASSISTANT_PROVIDER_RETRY_SECONDS") * 2**self.request.retries
         # A countdown past the visibility timeout would get the task delivered twice.
-        ceiling = min(300, app_setting("CELERY_BROKER_VISIBILITY_TIMEOUT") // 2)
-        raise self.retry(exc=exc, countdown=min(delay, ceiling), max_retries=5) from exc
+        timeout = app_setting("CELERY_BROKER_VISIBILITY_TIMEOUT")
+        ceiling = min(PROVIDER_RETRY_CEILING_SECONDS, timeout // 2)
+        raise self.retry(
+            exc=exc, countdown=min(delay, ceiling), max_retries=PROVIDER_RETRIES
+        ) from exc
 
 
-def _is_row_id(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
+def _is_row_id(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < _MAX_ROW_ID
 
 
 def _worker_takes(task, conversation_id: object, *, refused: str) -> bool:
@@ -62,7 +74,7 @@ def _worker_takes(task, conversation_id: object, *, refused: str) -> bool:
         log_event(
             refused,
             level=logging.WARNING,
-            conversation_id=repr(conversation_id)[:80],
+            conversation_id=repr(conversation_id)[:_LOGGED_ID_CHARS],
             reason="not_an_id",
         )
         return False

@@ -15,7 +15,7 @@ MIN_TOKEN_RATIO, MAX_TOKEN_RATIO = 0.5, 3.0
 MIN_JUDGED_ESTIMATE = 1_000
 
 
-def estimate_tokens(text: str, chars_per_token: int | None = None) -> int:
+def estimate_tokens(text: str | None, chars_per_token: int | None = None) -> int:
     if not text:
         return 0
     per_token = chars_per_token or compaction_config().CHARS_PER_TOKEN

@@ -101,7 +101,7 @@ def env_database(name: str, default: str) -> dict[str, Any]:
         raise ImproperlyConfigured(f"{name} is not a valid database URL: {exc}") from None
     if not config.get("ENGINE"):
         raise ImproperlyConfigured(f"{name} has an unsupported scheme: {value.split(':', 1)[0]!r}")
-    return config
+    return dict(config)
 
 
 def env_url(name: str, default: str, schemes: set[str]) -> str:

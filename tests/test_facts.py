@@ -75,13 +75,6 @@ def test_rows_of_data_our_markers_bare_sizes_and_dates_are_never_carried():
     assert with_carried_facts(BODY, [tool(compacted)], None, 1500) == BODY
 
 
-def test_a_summary_of_an_older_version_loses_its_bare_identifier_list():
-    old = BODY + "\n\n## Identifiers carried forward\n18,017 characters; post-60; 2024-01-12"
-
-    assert summary_body(old) == BODY
-    assert with_carried_facts(BODY, [], old, 1500) == BODY
-
-
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

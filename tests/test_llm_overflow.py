@@ -1,13 +1,12 @@
 """Context-overflow detection, through the real SDK exceptions raised against the fake."""
 
+
 import pytest
 
-from assistant.llm import ProviderError, Usage, context_overflow, get_provider
-from assistant.llm.overflow import (
-    model_context_window,
-    overflow_token_counts,
-    response_overflowed,
-)
+from assistant.emergency import note_response
+from assistant.llm import ChatResult, ProviderError, Usage, context_overflow, get_provider
+from assistant.llm.catalog import model_context_window
+from assistant.llm.overflow import overflow_token_counts
 from tests.fake_llm import fake_llm, ok, overflow, overloaded, raw
 
 __all__ = ["fake_llm"]  # the fixture, until conftest loads tests.fake_llm as a plugin
@@ -399,14 +398,16 @@ def test_a_proxy_exception_class_named_context_window_exceeded_is_an_overflow():
     assert context_overflow(ContextWindowExceededError("litellm says no")) is True
 
 
-def test_the_stop_reason_model_context_window_exceeded_is_an_overflow(fake_llm, settings):
+def test_the_stop_reason_model_context_window_exceeded_is_an_overflow(
+    fake_llm, settings, conversation
+):
     fake_llm.use_anthropic(settings)
     fake_llm.script_anthropic(ok(text="partial", stop_reason="model_context_window_exceeded"))
     provider = get_provider()
 
     reply = provider.chat("sys", [], [{"role": "user", "content": "hi"}], max_tokens=10)
 
-    assert response_overflowed(reply.usage, reply.model, reply.stop_reason) is True
+    assert note_response(conversation, reply) is True
 
 
 def test_a_summary_stopped_at_the_window_raises_an_overflow(fake_llm, settings):
@@ -430,9 +431,11 @@ def test_a_summary_stopped_at_the_window_raises_an_overflow(fake_llm, settings):
     ],
 )
 def test_a_response_reporting_more_prompt_tokens_than_the_window_is_an_overflow(
-    usage, model, expected
+    usage, model, expected, conversation
 ):
-    assert response_overflowed(usage, model, "end_turn") is expected
+    response = ChatResult(text="", usage=usage, model=model, stop_reason="end_turn")
+
+    assert note_response(conversation, response) is expected
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import override_settings
 
-from assistant import llm
+from assistant import conf, llm
 from assistant.checks import summarizer_can_run
 from assistant.conf import (
     RENAMED,
@@ -140,6 +140,29 @@ def test_compaction_overrides_apply():
     assert config.SOFT_WATERMARK == 1.0
     assert config.policy_for("a") == "keep"
     assert config.policy_for("b") == "prune"
+
+
+def test_the_compaction_settings_are_validated_once_per_change(settings, monkeypatch):
+    validations = []
+    real = conf.validated_config
+    monkeypatch.setattr(conf, "validated_config", lambda o: validations.append(o) or real(o))
+    settings.ASSISTANT_COMPACTION = {"MAX_RECENT_TOKENS": 3_000}
+
+    first = compaction_config()
+    assert compaction_config() is first
+    with override_settings(ASSISTANT_COMPACTION={"MAX_RECENT_TOKENS": 2_000}):
+        assert compaction_config().MAX_RECENT_TOKENS == 2_000
+        assert compaction_config().MAX_RECENT_TOKENS == 2_000
+    assert compaction_config().MAX_RECENT_TOKENS == 3_000
+    settings.ASSISTANT_COMPACTION["MAX_RECENT_TOKENS"] = 1_000  # changed in place
+    assert compaction_config().MAX_RECENT_TOKENS == 1_000
+
+    assert validations == [
+        {"MAX_RECENT_TOKENS": 3_000},
+        {"MAX_RECENT_TOKENS": 2_000},
+        {"MAX_RECENT_TOKENS": 3_000},
+        {"MAX_RECENT_TOKENS": 1_000},
+    ]
 
 
 def test_every_numeric_compaction_key_declares_a_range():

@@ -55,8 +55,10 @@ def live_only(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Quer
     return [c for c in chosen if c.deleted_at is None]
 
 
-def log(request: HttpRequest, conversations: list[Conversation], message: str, flag=CHANGE):
-    LogEntry.objects.log_actions(request.user.pk, conversations, flag, message)
+def log(request: HttpRequest, conversations: list[Conversation], message: str, flag=CHANGE) -> Any:
+    user_id = request.user.pk
+    assert user_id is not None  # the admin serves signed-in staff only
+    return LogEntry.objects.log_actions(user_id, conversations, flag, message)
 
 
 def _confirmation(

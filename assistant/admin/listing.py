@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import Case, Count, Max, OuterRef, QuerySet, Subquery, Value, When
+from django.db.models import Case, Count, Expression, Max, OuterRef, QuerySet, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.html import format_html
@@ -22,9 +22,9 @@ from assistant.conf import compaction_config
 from assistant.models import CompactionEvent, Conversation, Message
 
 
-def _fork_depth(levels: int) -> Value | Case:
+def _fork_depth(levels: int) -> Expression:
     """How many ancestors, counted up to `levels` (MAX_FORK_DEPTH: forks stop there)."""
-    depth = Value(0)
+    depth: Expression = Value(0)
     for level in range(1, levels + 1):
         path = "__".join(["parent_conversation"] * level)
         depth = depth + Case(When(**{f"{path}__isnull": False}, then=1), default=0)

@@ -8,13 +8,12 @@ from assistant.llm.base import (
     SummaryResult,
     Usage,
 )
+from assistant.llm.catalog import model_context_window
 from assistant.llm.identifiers import extract_identifiers
 from assistant.llm.offline import OfflineProvider
 from assistant.llm.overflow import (
     context_overflow,
-    model_context_window,
     overflow_token_counts,
-    response_overflowed,
 )
 from assistant.llm.prompts import build_summary_prompt, render_transcript, validate_summary
 from assistant.llm.registry import (
@@ -44,7 +43,6 @@ __all__ = [
     "overflow_token_counts",
     "provider_name",
     "render_transcript",
-    "response_overflowed",
     "summarize",
     "summarize_cached",
     "validate_summary",

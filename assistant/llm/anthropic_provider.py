@@ -9,8 +9,9 @@ import anthropic
 from assistant.llm import convert
 from assistant.llm.anthropic import anthropic_result
 from assistant.llm.base import ChatResult, Provider, ProviderError, SummaryResult, Usage
+from assistant.llm.catalog import model_context_window
 from assistant.llm.http import retry_after_cap
-from assistant.llm.overflow import OVERFLOW_STOP_REASON, context_overflow, model_context_window
+from assistant.llm.overflow import OVERFLOW_STOP_REASON, context_overflow
 from assistant.llm.prompts import build_summary_prompt, validate_summary
 from assistant.llm.suffix import CachedRequest
 

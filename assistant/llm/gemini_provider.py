@@ -17,8 +17,9 @@ from assistant.llm.base import (
     SummaryResult,
     Usage,
 )
+from assistant.llm.catalog import model_context_window
 from assistant.llm.gemini import gemini_result
-from assistant.llm.overflow import context_overflow, model_context_window
+from assistant.llm.overflow import context_overflow
 from assistant.llm.prompts import build_summary_prompt, validate_summary
 from assistant.llm.suffix import CachedRequest
 

@@ -156,7 +156,9 @@ def extract_identifiers(text: str) -> list[str]:
     found: list[tuple[int, str]] = [(m.start(), m.group()) for m in _URL.finditer(text)]
     found += _emails(text)
     found += [(m.start(), m.group()) for m in _MONTH_DATE.finditer(text)]
-    found += [(m.start(m.lastindex), m.group(m.lastindex)) for m in _QUOTED.finditer(text)]
+    found += [
+        (m.start(m.lastindex or 0), m.group(m.lastindex or 0)) for m in _QUOTED.finditer(text)
+    ]
     found += [(m.start(1), m.group(1)) for m in _SQL_TABLE.finditer(text)]
     found += [(m.start(), m.group()) for m in _ERROR_CODE.finditer(text)]
     found += [(m.start(), m.group()) for m in _NAME.finditer(text) if _after_lowercase(text, m)]

@@ -31,9 +31,9 @@ TOKENS_PER_PDF_PAGE = 3000
 
 def openai_image_tokens(width: int, height: int) -> int:
     fit = min(1.0, FIT_EDGE / max(width, height))
-    width, height = width * fit, height * fit
-    short = min(1.0, SHORT_EDGE / min(width, height))
-    w, h = width * short, height * short
+    fitted_w, fitted_h = width * fit, height * fit
+    short = min(1.0, SHORT_EDGE / min(fitted_w, fitted_h))
+    w, h = fitted_w * short, fitted_h * short
     return BASE_TOKENS + TOKENS_PER_TILE * math.ceil(w / TILE_EDGE) * math.ceil(h / TILE_EDGE)
 
 

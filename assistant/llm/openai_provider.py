@@ -8,9 +8,10 @@ from typing import Any
 import openai
 
 from assistant.llm.base import ChatResult, Provider, ProviderError, SummaryResult
+from assistant.llm.catalog import model_context_window
 from assistant.llm.http import retry_after_cap
 from assistant.llm.openai import OPENAI, chat_completion_result
-from assistant.llm.overflow import context_overflow, model_context_window
+from assistant.llm.overflow import context_overflow
 from assistant.llm.prompts import build_summary_prompt, validate_summary
 from assistant.llm.suffix import CachedRequest
 

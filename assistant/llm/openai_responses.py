@@ -120,7 +120,9 @@ def _dump(item: Any) -> dict[str, Any]:
 def responses_result(response: Any) -> ChatResult:
     """Text of the message items, function calls, reasoning items verbatim (sent back in
     the next request), and the usage with its cached part split out."""
-    text, calls, blocks = [], [], []
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    blocks: list[dict[str, Any]] = []
     for item in response.output or []:
         kind = getattr(item, "type", None)
         if kind == "message":

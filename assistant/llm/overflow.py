@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from assistant.llm.base import ProviderError, Usage
-from assistant.llm.catalog import model_context_window, overflow_verdict
+from assistant.llm.base import ProviderError
+from assistant.llm.catalog import overflow_verdict
 from assistant.llm.wire import loaded_sdk
 
 OVERFLOW_STOP_REASON = "model_context_window_exceeded"
@@ -82,11 +82,6 @@ def context_overflow(error: BaseException | None) -> bool:
     if _NOT_OVERFLOW_WORDING.search(text):
         return False
     return bool(_OVERFLOW_WORDING.search(text))
-
-
-def response_overflowed(usage: Usage, model: str, stop_reason: str | None) -> bool:
-    """A response that reports more prompt tokens than the window, or stopped on it."""
-    return stop_reason == OVERFLOW_STOP_REASON or usage.prompt_tokens > model_context_window(model)
 
 
 def _number(text: str | None) -> int:

@@ -96,10 +96,15 @@ def _client_provider(
     provider, key, base_url, model, chat_model, timeout, retries, max_out
 ) -> Provider:
     # Imported here: an SDK costs seconds to import, and only the one in use is needed.
+    chosen: type[Provider]
     if provider == "openai":
-        from assistant.llm.openai_provider import OpenAIProvider as chosen
+        from assistant.llm.openai_provider import OpenAIProvider
+
+        chosen = OpenAIProvider
     else:
-        from assistant.llm.anthropic_provider import AnthropicProvider as chosen
+        from assistant.llm.anthropic_provider import AnthropicProvider
+
+        chosen = AnthropicProvider
     return chosen(
         api_key=key,
         base_url=base_url,

@@ -51,12 +51,14 @@ def thinking_block(thinking: str) -> dict[str, Any]:
 
 def decoded(data: Any) -> bytes | None:
     """Standard or URL-safe base64 (both APIs take either), else None."""
-    for decode in (base64.b64decode, base64.urlsafe_b64decode):
-        try:
-            return decode(data, validate=True) if decode is base64.b64decode else decode(data)
-        except (binascii.Error, ValueError, TypeError):
-            continue
-    return None
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        pass
+    try:
+        return base64.urlsafe_b64decode(data)
+    except (binascii.Error, ValueError, TypeError):
+        return None
 
 
 def _anthropic_media_problem(where: str, block: dict[str, Any]) -> str | None:

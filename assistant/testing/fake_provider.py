@@ -42,12 +42,11 @@ import argparse
 import hashlib
 import json
 import re
-import sys
 import threading
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -170,7 +169,11 @@ def count(tokens: int) -> Reply:
     return Reply("ok", usage={"tokens": tokens})
 
 
-_ERRORS = {"overflow": overflow, "rate_limited": rate_limited, "overloaded": overloaded}
+_ERRORS: dict[str, Callable[[], Reply]] = {
+    "overflow": overflow,
+    "rate_limited": rate_limited,
+    "overloaded": overloaded,
+}
 _REPLY_KEYS = {"text", "tool_calls", "thinking", "usage", "stop_reason", "delay", "error"}
 
 
@@ -411,8 +414,8 @@ def render_anthropic(
     if reply.kind == "overflow":
         return 400, {}, _anthropic_error(400, "invalid_request_error", ANTHROPIC_OVERFLOW)
     if reply.kind == "rate_limited":
-        message = "Number of request tokens has exceeded your per-minute rate limit"
-        error = _anthropic_error(429, "rate_limit_error", message)
+        limit = "Number of request tokens has exceeded your per-minute rate limit"
+        error = _anthropic_error(429, "rate_limit_error", limit)
         return 429, _retry_headers(reply.retry_after), error
     if reply.kind == "overloaded":
         error = _anthropic_error(529, "overloaded_error", "Overloaded")
@@ -564,7 +567,7 @@ class FakeProvider:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host}:{port}"  # type: ignore[str-bytes-safe]  # AF_INET: a str
 
     def start(self) -> FakeProvider:
         self._thread.start()
@@ -778,6 +781,7 @@ class FakeProvider:
                 elif kind.startswith("anthropic"):
                     answer = render_anthropic(reply, kind, body, usage)
                 else:
+                    assert gemini is not None  # the path named a Gemini kind
                     answer = render_gemini(reply, kind, body, gemini.group(1), usage)
                 if answer[0] == 200 and isinstance(answer[2], dict):
                     request.usage = answer[2].get("usage") or answer[2].get("usageMetadata")
@@ -834,4 +838,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,14 +95,16 @@ def compacted_ceiling_tokens(config: CompactionConfig) -> int:
     )
 
 
+def consumed_boundary(answer_ids: Iterable[int]) -> int:
+    """Tool results with an id below this one are consumed: the model has read
+    them, since one of these assistant messages follows them (0: none yet)."""
+    return max(answer_ids, default=0)
+
+
 def consumed_tool_rows(rows: list[Message]) -> list[Message]:
-    """Tool results the model has read: those an assistant message follows."""
-    last_assistant = max(
-        (row.pk for row in rows if row.role == Message.Role.ASSISTANT), default=None
-    )
-    if last_assistant is None:
-        return []
-    return [row for row in rows if row.role == Message.Role.TOOL and row.pk < last_assistant]
+    """The tool results of `rows` the model has read (`consumed_boundary`)."""
+    boundary = consumed_boundary(row.pk for row in rows if row.role == Message.Role.ASSISTANT)
+    return [row for row in rows if row.role == Message.Role.TOOL and row.pk < boundary]
 
 
 def _older_duplicates(rows: list[Message], config: CompactionConfig) -> set[int]:

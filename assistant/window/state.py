@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple
 
-from django.db.models import Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from assistant.cache_ledger import CachePrices, cache_prices
@@ -55,8 +55,10 @@ class WindowState:
     system_rows: list[Message] = field(default_factory=list)
     # The user message of a turn the split falls inside, sent verbatim.
     anchor: Message | None = None
-    # Conversation.context_tokens as loaded: `store_size` writes only a change.
+    # Conversation.context_tokens (and its basis, `SizeBasis`) as loaded:
+    # `store_size` writes only a change.
     stored_size: int | None = None
+    stored_basis: tuple[int | None, bool] = (None, False)
 
     @property
     def meta(self) -> ConversationMetadata:
@@ -130,8 +132,13 @@ class WindowState:
         if index is None or self.implausible_count() is not None:
             return math.ceil(self.estimated_tokens() * self.token_ratio)
         # That prompt produced this message: count it and what follows.
-        row = self.rows[index]
-        return row.prompt_tokens + sum(r.token_estimate for r in self.rows[index:])
+        return self._count_at(index) + sum(r.token_estimate for r in self.rows[index:])
+
+    def size_basis(self) -> SizeBasis:
+        """The size, with what a message appended to the window adds to it
+        (Conversation.context_estimate and context_counted)."""
+        counted = self._fresh_count_index() is not None and self.implausible_count() is None
+        return SizeBasis(self.context_tokens(), self.estimated_tokens(), counted)
 
     @property
     def token_ratio(self) -> float:
@@ -148,7 +155,7 @@ class WindowState:
         estimate = self._request_estimate(index)
         if estimate <= 0:
             return None
-        ratio = self.rows[index].prompt_tokens / estimate
+        ratio = self._count_at(index) / estimate
         return ratio if ratio >= MIN_TOKEN_RATIO else None
 
     def implausible_count(self) -> tuple[int, int] | None:
@@ -160,10 +167,15 @@ class WindowState:
         index = self._fresh_count_index()
         if index is None:
             return None
-        count, estimate = self.rows[index].prompt_tokens, self._request_estimate(index)
+        count, estimate = self._count_at(index), self._request_estimate(index)
         if estimate < MIN_JUDGED_ESTIMATE or count >= MIN_TOKEN_RATIO * estimate:
             return None
         return count, estimate
+
+    def _count_at(self, index: int) -> int:
+        count = self.rows[index].prompt_tokens
+        assert count is not None  # `_fresh_count_index` finds only rows with a count
+        return count
 
     def _request_estimate(self, index: int) -> int:
         """Our estimate of the request that produced rows[index]."""
@@ -218,10 +230,28 @@ def load_window(
 
 
 def context_size(conversation_id: int, config: CompactionConfig | None = None) -> int:
-    """The size of a conversation's next request (`WindowState.context_tokens`),
-    read as `SizeRow`s, without the messages' text: it runs after every stored
-    message, so it stays cheap on a long window."""
-    return _load(conversation_id, config, None, _size_rows).context_tokens()
+    """The size of a conversation's next request (`WindowState.context_tokens`)."""
+    return measure_size(conversation_id, config).tokens
+
+
+def measure_size(conversation_id: int, config: CompactionConfig | None = None) -> SizeBasis:
+    """The size and its basis, read as `SizeRow`s, without the messages' text:
+    a stored message measures it when it cannot add to the stored one."""
+    return _load(conversation_id, config, None, _size_rows).size_basis()
+
+
+class SizeBasis(NamedTuple):
+    """Conversation.context_tokens, context_estimate and context_counted.
+
+    Appending a message (not a system one) to the window adds its estimate to
+    `estimate`; when the size is `counted` (the newest fresh provider count
+    plus the estimates after it) it adds the same to the size. A message
+    carrying a count makes the size that count plus its own estimate, if the
+    count is plausible against `estimate` (`WindowState.implausible_count`)."""
+
+    tokens: int
+    estimate: int
+    counted: bool
 
 
 class SizeRow(NamedTuple):
@@ -236,7 +266,8 @@ class SizeRow(NamedTuple):
     cache_write_tokens: int | None
     model_content: str  # a system message's text; "" for the others
 
-    prompt_tokens = Message.prompt_tokens  # the same rule, on these fields
+    # The same rule, on these fields (mypy takes only fields and defs in a NamedTuple).
+    prompt_tokens = Message.prompt_tokens  # type: ignore[misc]
 
 
 def _size_rows(rows: MessageQuerySet) -> Iterator[SizeRow]:
@@ -249,15 +280,16 @@ def _load(
     through_id: int | None,
     view: Callable[[MessageQuerySet], Iterable[Any]],  # Messages, or SizeRows
 ) -> WindowState:
-    values = Conversation.objects.values("system_prompt", "metadata", "context_tokens").get(
-        pk=conversation_id
-    )
+    values = Conversation.objects.values(
+        "system_prompt", "metadata", "context_tokens", "context_estimate", "context_counted"
+    ).get(pk=conversation_id)
     state = WindowState(
         conversation_id,
         values["system_prompt"],
         values["metadata"] or {},
         config or compaction_config(),
         stored_size=values["context_tokens"],
+        stored_basis=(values["context_estimate"], values["context_counted"]),
     )
     cutoff = state.through_id if through_id is None else through_id
     anchor_id = state.meta.anchor_id
@@ -280,11 +312,37 @@ def _load(
 def store_size(state: WindowState) -> int:
     """Store the state's size on its conversation (the admin list's figure),
     one UPDATE when it changed, none otherwise; returns it."""
-    size = state.context_tokens()
-    if size != state.stored_size:
-        Conversation.objects.filter(pk=state.conversation_id).update(context_tokens=size)
-        state.stored_size = size
+    size, estimate, counted = state.size_basis()
+    if (size, (estimate, counted)) != (state.stored_size, state.stored_basis):
+        Conversation.objects.filter(pk=state.conversation_id).update(
+            context_tokens=size, context_estimate=estimate, context_counted=counted
+        )
+        state.stored_size, state.stored_basis = size, (estimate, counted)
     return size
+
+
+def add_to_size(live: QuerySet[Conversation], message: Message, **updates: Any) -> int:
+    """Add a message just stored to its conversation's stored size (`SizeBasis`)
+    in one UPDATE of `live`, with `updates`, without measuring the window.
+    0 when the basis does not allow it (unknown, not counted, a system message,
+    an implausible count): the caller measures the window then."""
+    if message.role == Message.Role.SYSTEM:
+        return 0
+    rows = live.filter(context_estimate__isnull=False)
+    added = message.token_estimate
+    updates["context_estimate"] = F("context_estimate") + added
+    count = message.prompt_tokens
+    if count is None:
+        rows = rows.filter(context_counted=True)
+        return rows.update(context_tokens=F("context_tokens") + added, **updates)
+    # It is the newest fresh count (ids grow; an epoch names an older message):
+    # plausible unless under MIN_TOKEN_RATIO of the estimate of its request.
+    plausible = Q(context_estimate__lt=MIN_JUDGED_ESTIMATE) | Q(
+        context_estimate__lte=count / MIN_TOKEN_RATIO
+    )
+    return rows.filter(plausible).update(
+        context_tokens=count + added, context_counted=True, **updates
+    )
 
 
 def refresh_size(conversation_id: int, config: CompactionConfig | None = None) -> int:
