@@ -12,6 +12,8 @@ import json
 import math
 from typing import Any
 
+from django.core.exceptions import ValidationError
+
 from assistant.blocks import MEDIA_TYPES, MediaRates, describe
 from assistant.llm import convert
 from assistant.llm.base import ChatResult, Usage
@@ -285,10 +287,17 @@ class ChatStream(StreamReader):
         return delta
 
     def final(self) -> ChatResult | None:
-        """None until the usage chunk came: without it the stream was cut short, or was
-        asked for without stream_options={"include_usage": True}."""
-        if self.finish is None or self.usage is None:
+        """None when the stream was cut short of its finish reason; a stream asked for
+        without stream_options={"include_usage": True} has no usage to record and is
+        refused (stream_without_usage)."""
+        if self.finish is None:
             return None
+        if self.usage is None:
+            raise ValidationError(
+                "The stream carried no usage: pass stream_options={\"include_usage\": True} "
+                "with stream=True, so the answer is recorded with its whole usage.",
+                code="stream_without_usage",
+            )
         return ChatResult(
             text="".join(self.parts),
             usage=usage_from_openai(self.usage),
