@@ -294,7 +294,7 @@ class ChatStream(StreamReader):
             return None
         if self.usage is None:
             raise ValidationError(
-                "The stream carried no usage: pass stream_options={\"include_usage\": True} "
+                'The stream carried no usage: pass stream_options={"include_usage": True} '
                 "with stream=True, so the answer is recorded with its whole usage.",
                 code="stream_without_usage",
             )
