@@ -25,8 +25,9 @@ and script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic"
 usage in the provider's wire names, stop_reason, delay, or error: overflow,
 rate_limited, overloaded, malformed); `GET /_fake/requests` lists what it
 received (bodies and the usage it reported, never headers: they hold keys);
-`POST /_fake/reset` forgets both. A streamed Anthropic request (`"stream": true`)
-gets its answer as server-sent events. `--script` takes the same JSON (one object
+`POST /_fake/reset` forgets both. A streamed request (`"stream": true`, Gemini's
+`:streamGenerateContent`) gets its answer as its wire's server-sent events
+(assistant.testing.fake_streams; a reply's `pace` and `break_after` time and break them). `--script` takes the same JSON (one object
 or a list). With `--prompt-cache` the usage of a default reply follows the
 provider's prompt caching: Anthropic reports the prefix it saw before, up to
 a `cache_control` breakpoint, as `cache_read_input_tokens`, the rest up to the
