@@ -28,21 +28,10 @@ from assistant.testing.fake_provider import FakeProvider
 from tests.builders import html
 from tests.fake_llm import ok, overflow
 from tests.scenarios import tool_heavy_conversation
+from tests.test_openai import SMALL_TRIGGER, TOOLS, call
 
 ANSWER = "Post 42 is fixed: the typo in its title is gone."
 WORDS = 11  # the fake streams text a word at a time
-TOOLS = [
-    {
-        "name": "get_blog_post",
-        "description": "A post by id, as HTML.",
-        "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}},
-    }
-]
-SMALL_TRIGGER = {
-    "CONTEXT_TOKEN_THRESHOLD": 20_000,
-    "MAX_RECENT_TOKENS": 8_000,
-    "TOOL_RESULT_CHAR_THRESHOLD": 1500,
-}
 
 
 @dataclass(frozen=True)
@@ -359,10 +348,6 @@ def test_a_chat_stream_without_its_usage_chunk_is_refused_with_the_fix(fake_llm)
     assert raised.value.code == "stream_without_usage"
     assert "include_usage" in raised.value.message
     assert answers(conversation) == []
-
-
-def call(index: int) -> dict[str, Any]:
-    return {"id": f"call_{index:03d}", "name": "get_blog_post", "arguments": {"id": index}}
 
 
 @pytest.mark.anyio

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import uvicorn
@@ -15,8 +16,15 @@ from django.db import connection
 from assistant.models import Conversation
 from config.asgi import application
 from tests.fake_llm import ok
-from tests.test_admin_browser import browser, free_port  # noqa: F401  (the browser fixture)
+from tests.test_admin_browser import (  # noqa: F401  (the browser fixture)
+    CHROMIUM,
+    browser,
+    free_port,
+)
 
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason="chromium is not installed (make test installs it)"
+)
 ANSWER = "Post 42 is fixed: the typo in its title is gone."
 USAGE = {
     "input_tokens": 12,
