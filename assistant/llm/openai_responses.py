@@ -166,11 +166,12 @@ class ResponsesStream(StreamReader):
         if kind in ("response.completed", "response.incomplete"):
             self.response = event.response
         elif kind in ("error", "response.failed"):
-            error = event if kind == "error" else event.response.error
-            body = {"code": getattr(error, "code", None), "message": error.message}
+            error = event if kind == "error" else getattr(event.response, "error", None)
+            message = getattr(error, "message", None) or "The response failed."
+            body = {"code": getattr(error, "code", None), "message": message}
             sdk = loaded_sdk("openai")
             request = getattr(getattr(self.source, "response", None), "request", None)
-            raise sdk.APIError(error.message, request, body=body)  # type: ignore[union-attr]
+            raise sdk.APIError(message, request, body=body)  # type: ignore[union-attr]
         return event.delta if kind == "response.output_text.delta" else ""
 
     def final(self) -> Any:

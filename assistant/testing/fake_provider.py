@@ -22,19 +22,19 @@ and script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic"
 (or "openai", "openai_responses", "gemini"),
 "replies": [{"tool_calls": [{"name": "get_post", "arguments": {"id": 1}}]},
 {"text": "Done."}], "repeat": false}` (a reply: text, tool_calls, thinking,
-usage in the provider's wire names, stop_reason, delay, or error: overflow,
-rate_limited, overloaded, malformed); `GET /_fake/requests` lists what it
-received (bodies and the usage it reported, never headers: they hold keys);
+usage in the provider's wire names, stop_reason, delay, pace, break_after, or
+error: overflow, rate_limited, overloaded, malformed); `GET /_fake/requests` lists
+what it received (bodies and the usage it reported, never headers: they hold keys);
 `POST /_fake/reset` forgets both. A streamed request (`"stream": true`, Gemini's
 `:streamGenerateContent`) gets its answer as its wire's server-sent events
-(assistant.testing.fake_streams; a reply's `pace` and `break_after` time and break them). `--script` takes the same JSON (one object
-or a list). With `--prompt-cache` the usage of a default reply follows the
-provider's prompt caching: Anthropic reports the prefix it saw before, up to
-a `cache_control` breakpoint, as `cache_read_input_tokens`, the rest up to the
-last breakpoint as `cache_creation_input_tokens`, only what follows as
-`input_tokens`; Gemini reports its implicit cache as `cachedContentTokenCount`
-(included in `promptTokenCount`). A token is four characters of the request's
-JSON (`prompt_tokens`).
+(assistant.testing.fake_streams; a reply's `pace` and `break_after` time and break
+them). `--script` takes the same JSON (one object or a list). With `--prompt-cache`
+the usage of a default reply follows the provider's prompt caching: Anthropic
+reports the prefix it saw before, up to a `cache_control` breakpoint, as
+`cache_read_input_tokens`, the rest up to the last breakpoint as
+`cache_creation_input_tokens`, only what follows as `input_tokens`; Gemini reports
+its implicit cache as `cachedContentTokenCount` (included in `promptTokenCount`).
+A token is four characters of the request's JSON (`prompt_tokens`).
 """
 
 from __future__ import annotations
