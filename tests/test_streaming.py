@@ -272,6 +272,29 @@ async def test_an_overflow_before_any_delta_is_recovered_inside_the_async_step(
 
 @pytest.mark.django_db
 @by_provider
+def test_an_overflow_before_any_delta_is_recovered_inside_the_sync_step(wire, fake_llm):
+    conversation, _ = tool_heavy_conversation()
+    add_message(conversation, "user", "And post 43?")
+    fake_llm.script(wire.kind, overflow(), ok(ANSWER, usage=wire.usage))
+    deltas: list[str] = []
+
+    step = chat_step(
+        conversation, wire.sync_stream(fake_llm), provider=wire.provider, on_text=deltas.append
+    )
+
+    assert "".join(deltas) == ANSWER == step.text
+    assert usage_of(step.message) == wire.recorded
+    kinds = CompactionEvent.objects.filter(conversation=conversation).order_by("id")
+    assert list(kinds.values_list("kind", flat=True)) == [
+        "tool_results",
+        "window_summary",
+        "emergency_1",
+    ]
+    assert fake_llm.count(wire.kind) == 2
+
+
+@pytest.mark.django_db
+@by_provider
 def test_a_stream_that_breaks_midway_records_nothing_and_says_so(wire, fake_llm):
     fake_llm.script(wire.kind, ok(ANSWER, usage=wire.usage, break_after=wire.break_after))
     conversation = new_conversation()
