@@ -48,7 +48,9 @@ PROVIDERS = CHAT_PROVIDERS
 
 @dataclass(frozen=True)
 class Step:
-    """What one model call produced: the stored assistant message and the SDK's response."""
+    """What one model call produced: the stored assistant message and the SDK's response
+    (for a stream, its final message: Anthropic's Message, the Responses API's Response,
+    or a ChatResult assembled from Chat Completions' or Gemini's chunks)."""
 
     message: Message
     response: Any
