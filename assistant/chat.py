@@ -6,7 +6,9 @@ and calls its own SDK client, e.g.
 `lambda request: client.messages.create(model=M, max_tokens=1024, **request)`,
 `lambda request: client.chat.completions.create(model=M, **request)`,
 `lambda request: client.responses.create(model=M, **request)`
-or `lambda request: client.models.generate_content(model=M, **request)`.
+or `lambda request: client.models.generate_content(model=M, **request)`; or the SDK's
+stream (`client.messages.stream(...)`), whose text deltas go to the host's `on_text`.
+`achat_step` is the same step for the SDKs' async clients.
 Each provider's shapes are its module's in assistant.llm (docs/providers.rst).
 With `recall=True` the model is also offered the recall tools (assistant.recall),
 and `answer_tool_calls` answers them from the stored originals, the host's own
@@ -20,14 +22,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
 from assistant.conf import compaction_config
 from assistant.context import Context
 from assistant.deletion import require_live
 from assistant.history import add_message
-from assistant.hooks import call_with_overflow_recovery, ensure_context_summary
+from assistant.hooks import (
+    acall_with_overflow_recovery,
+    call_with_overflow_recovery,
+    ensure_context_summary,
+)
 from assistant.llm.catalog import CHAT_PROVIDERS, DEFAULT_PROVIDER, wire
+from assistant.llm.streaming import OnText, aread_answer, read_answer
+from assistant.llm.wire import Wire
 from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import Conversation, Message, MetadataKeys
 from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
@@ -39,7 +48,9 @@ PROVIDERS = CHAT_PROVIDERS
 
 @dataclass(frozen=True)
 class Step:
-    """What one model call produced: the stored assistant message and the SDK's response."""
+    """What one model call produced: the stored assistant message and the SDK's response
+    (for a stream, its final message: Anthropic's Message, the Responses API's Response,
+    or a ChatResult assembled from Chat Completions' or Gemini's chunks)."""
 
     message: Message
     response: Any
@@ -140,30 +151,78 @@ def chat_step(
     tools: Sequence[dict[str, Any]] | None = None,
     recall: bool = False,
     window_tokens: int | None = None,
+    on_text: OnText | None = None,
     **fields: Any,
 ) -> Step:
     """Run the pre-call hook, build the request (`model_request`; `recall` offers the
     recall tools beside `tools`), call `call_model(request)` with overflow recovery
     (emergency compaction and a retry on a context-overflow error; `window_tokens` as in
     call_with_overflow_recovery) and record the response with its whole usage
-    (`record_response`; `fields` go to it). Call it again while the step has tool calls,
-    after adding their results (`answer_tool_calls`). A step with no tool calls ends the
-    turn, an empty answer too (stored as it came; requests leave it out). Bad
-    arguments and a deleted conversation are refused before anything is written
-    or any model called."""
-    wire(provider)  # an unknown provider is refused before any call
-    _tool_specs(tools)
-    # A name clash with the recall tools is refused before any call.
-    sent = _with_recall_tools(tools) if recall else tools
-    require_live(conversation)
-    remember_chat_tools(conversation, sent)
-    ensure_context_summary(conversation)
+    (`record_response`; `fields` go to it). `call_model` may return the SDK's stream
+    (docs/chat-loop.rst): `on_text` is given each text delta as it arrives (a plain
+    response's whole text at once), and the final message is recorded; a stream that
+    breaks after text arrived raises StreamInterrupted and records nothing. Call it
+    again while the step has tool calls, after adding their results
+    (`answer_tool_calls`). A step with no tool calls ends the turn, an empty answer too
+    (stored as it came; requests leave it out). Bad arguments and a deleted
+    conversation are refused before anything is written or any model called."""
+    chosen, sent = _checked(provider, tools, recall)
+    _before_call(conversation, sent)
     response = call_with_overflow_recovery(
         conversation,
-        lambda context: call_model(model_request(context, provider, tools, recall=recall)),
+        lambda context: read_answer(
+            chosen, call_model(model_request(context, provider, tools, recall=recall)), on_text
+        ),
         window_tokens=window_tokens,
     )
     return Step(record_response(conversation, response, provider=provider, **fields), response)
+
+
+async def achat_step(
+    conversation: Conversation,
+    call_model: Callable[[dict[str, Any]], Any],
+    *,
+    provider: str = DEFAULT_PROVIDER,
+    tools: Sequence[dict[str, Any]] | None = None,
+    recall: bool = False,
+    window_tokens: int | None = None,
+    on_text: OnText | None = None,
+    **fields: Any,
+) -> Step:
+    """chat_step, awaitable, for the SDKs' async clients: `call_model(request)` returns
+    an awaitable (`AsyncAnthropic().messages.create(...)`, `AsyncOpenAI()...create(...)`,
+    `genai.Client().aio.models.generate_content(...)`) or an async stream
+    (`AsyncAnthropic().messages.stream(...)`); `on_text` may be a coroutine function.
+    The database work (the hook, the context, overflow recovery, the record) runs in
+    a worker thread (`sync_to_async`), never on the event loop."""
+    chosen, sent = _checked(provider, tools, recall)
+    await sync_to_async(_before_call)(conversation, sent)
+
+    async def call(context: Context) -> Any:
+        request = model_request(context, provider, tools, recall=recall)
+        return await aread_answer(chosen, call_model(request), on_text)
+
+    response = await acall_with_overflow_recovery(conversation, call, window_tokens=window_tokens)
+    message = await sync_to_async(record_response)(
+        conversation, response, provider=provider, **fields
+    )
+    return Step(message, response)
+
+
+def _checked(
+    provider: str, tools: Sequence[dict[str, Any]] | None, recall: bool
+) -> tuple[Wire, Sequence[dict[str, Any]] | None]:
+    """The provider's wire and the tools sent; an unknown provider, bad tools and a name
+    clash with the recall tools are refused before any call."""
+    chosen = wire(provider)
+    _tool_specs(tools)
+    return chosen, _with_recall_tools(tools) if recall else tools
+
+
+def _before_call(conversation: Conversation, sent: Sequence[dict[str, Any]] | None) -> None:
+    require_live(conversation)
+    remember_chat_tools(conversation, sent)
+    ensure_context_summary(conversation)
 
 
 def answer_tool_calls(

@@ -23,9 +23,10 @@ providers without prompt caching.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from assistant import telemetry
@@ -292,49 +293,91 @@ def call_with_overflow_recovery(
     count. Any other error passes through untouched. A successful response
     that reports more input tokens than `window_tokens` marks the conversation
     for emergency compaction before its next exchange."""
-    try:
-        result = call(build_context(conversation))
-    except Exception as exc:
-        if not context_overflow(exc):
-            raise
-        error: BaseException = exc
-    else:
-        note_response(conversation, result, window_tokens=window_tokens)
-        return result
-
-    applied: list[int] = []
-    # Our estimate of the context the failing request carried: the provider's
-    # count in `error` describes that request, so a retry is judged against it.
-    tokens_sent: int | None = None
-    for level in LEVELS:
-        outcome = apply_emergency_level(conversation, level)
-        if tokens_sent is None:
-            tokens_sent = outcome.tokens_before
-        if not outcome.shrank:
-            logger.info("overflow_level_skipped conversation=%s level=%s", conversation.pk, level)
-            continue
-        applied.append(level)
-        if not retry_can_fit(error, tokens_sent, outcome.tokens_after):
-            logger.info("overflow_retry_skipped conversation=%s level=%s", conversation.pk, level)
-            continue
+    recovery = OverflowRecovery(conversation)
+    while True:
         try:
             result = call(build_context(conversation))
         except Exception as exc:
-            if not context_overflow(exc):
-                raise
-            error, tokens_sent = exc, outcome.tokens_after
+            recovery.failed(exc)
+            recovery.shrink()
             continue
         note_response(conversation, result, window_tokens=window_tokens)
         return result
-    raise ContextTooLarge(conversation.pk, levels_applied=tuple(applied)) from error
 
 
-def retry_can_fit(error: BaseException, tokens_before: int, tokens_after: int) -> bool:
+async def acall_with_overflow_recovery(
+    conversation: Conversation,
+    call: Callable[[Context], Awaitable[T]],
+    *,
+    window_tokens: int | None = None,
+) -> T:
+    """call_with_overflow_recovery for an awaitable `call`: the context is built, the
+    emergency levels applied and the response noted in a worker thread
+    (`sync_to_async`), never on the event loop."""
+    recovery = OverflowRecovery(conversation)
+    while True:
+        context = await sync_to_async(build_context)(conversation)
+        try:
+            result = await call(context)
+        except Exception as exc:
+            recovery.failed(exc)
+            await sync_to_async(recovery.shrink)()
+            continue
+        await sync_to_async(note_response)(conversation, result, window_tokens=window_tokens)
+        return result
+
+
+class OverflowRecovery:
+    """The emergency levels a call that overflowed goes through, one retry after each
+    level that shrank the context enough to fit."""
+
+    def __init__(self, conversation: Conversation) -> None:
+        self.conversation = conversation
+        self.levels = iter(LEVELS)
+        self.applied: list[int] = []
+        self.error: BaseException | None = None
+        # Our estimate of the context the failing request carried: the provider's
+        # count in the error describes that request, so a retry is judged against it.
+        self.tokens_sent: int | None = None
+        self.tokens_now: int | None = None
+
+    def failed(self, error: Exception) -> None:
+        """A call failed: an overflow is recovered from, any other error passes through."""
+        if not context_overflow(error):
+            raise error
+        self.error = error
+        if self.tokens_now is not None:
+            self.tokens_sent = self.tokens_now
+
+    def shrink(self) -> None:
+        """Apply levels until one is worth a retry; ContextTooLarge when none is left."""
+        conversation = self.conversation
+        for level in self.levels:
+            outcome = apply_emergency_level(conversation, level)
+            if self.tokens_sent is None:
+                self.tokens_sent = outcome.tokens_before
+            if not outcome.shrank:
+                logger.info(
+                    "overflow_level_skipped conversation=%s level=%s", conversation.pk, level
+                )
+                continue
+            self.applied.append(level)
+            if not retry_can_fit(self.error, self.tokens_sent, outcome.tokens_after):
+                logger.info(
+                    "overflow_retry_skipped conversation=%s level=%s", conversation.pk, level
+                )
+                continue
+            self.tokens_now = outcome.tokens_after
+            return
+        raise ContextTooLarge(conversation.pk, levels_applied=tuple(self.applied)) from self.error
+
+
+def retry_can_fit(error: BaseException | None, tokens_before: int, tokens_after: int) -> bool:
     """Whether a retry after shrinking the context from `tokens_before` to
     `tokens_after` (our estimates) can fit, by the counts in the provider's
     overflow message scaled by the same ratio. True when the error gives no
     counts: then only the provider can tell."""
-    counts = overflow_token_counts(error)
+    counts = overflow_token_counts(error) if error is not None else None
     if counts is None or tokens_before <= 0:
         return True
     sent, limit = counts

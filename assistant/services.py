@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from assistant import compaction, emergency, forking, summaries
 from assistant.chat import (
     Step,
+    achat_step,
     answer_tool_calls,
     chat_step,
     model_request,
@@ -29,11 +30,13 @@ from assistant.events import acting_as
 from assistant.forking import generate_parent_summary
 from assistant.history import add_message, finish_exchange
 from assistant.hooks import (
+    acall_with_overflow_recovery,
     call_with_overflow_recovery,
     ensure_context_summary,
     process_exchange,
 )
 from assistant.llm.overflow import context_overflow
+from assistant.llm.streaming import StreamInterrupted
 from assistant.models import Conversation
 from assistant.planning import RunPlan, plan_run
 from assistant.previews import Preview, emergency_preview, regenerate_preview, restore_preview
@@ -158,6 +161,9 @@ __all__ = [
     "Preview",
     "RunPlan",
     "Step",
+    "StreamInterrupted",
+    "acall_with_overflow_recovery",
+    "achat_step",
     "add_message",
     "answer_tool_calls",
     "build_context",

@@ -35,6 +35,8 @@ RUNNERS = {
     "settings": "tests/test_doc_examples.py",  # settings: applied, the app's checks run
     "server": "tests/test_doc_examples.py",  # a server: started, answers, stopped
     "make": "tests/test_doc_examples.py",  # a make target of this repository
+    # a file of this repository shown word for word; the file's own tests run it
+    "repo-file": "tests/test_doc_examples.py",
 }
 HOST_KINDS = ("host-shell", "host-create", "host-append", "host-usage")
 # Languages of code a reader copies; other blocks (json, text) show output or layout.

@@ -140,6 +140,17 @@ def test_a_settings_example_is_accepted(example: Example, settings) -> None:
         assert price_of(model, prices) is not None
 
 
+# A repository file shown on a docs page, and the test that runs it.
+REPO_FILE_TESTS = {"demo/web_chat.py": "tests/test_web_chat_browser.py"}
+
+
+@pytest.mark.parametrize("example", examples_of("repo-file"), ids=str)
+def test_a_repo_file_example_is_the_file_word_for_word(example: Example) -> None:
+    (path,) = example.args
+    assert example.code == (REPO / path).read_text().rstrip("\n")
+    assert (REPO / REPO_FILE_TESTS[path]).exists()
+
+
 def repo_argv(line: str) -> list[str]:
     argv = shlex.split(line.split(" #")[0])
     return [sys.executable if argv[0] == "python" else argv[0], *argv[1:]]

@@ -1,6 +1,5 @@
 """Context-overflow detection, through the real SDK exceptions raised against the fake."""
 
-
 import pytest
 
 from assistant.emergency import note_response

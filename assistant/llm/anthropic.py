@@ -12,7 +12,7 @@ from typing import Any
 from assistant.blocks import MediaRates
 from assistant.llm import convert
 from assistant.llm.base import ChatResult, Usage
-from assistant.llm.wire import ModelInfo, Wire, loaded_sdk, normalized_model
+from assistant.llm.wire import ModelInfo, StreamReader, Wire, loaded_sdk, normalized_model
 
 # What a stored thinking block keeps of the SDK's: assistant.blocks validates these keys.
 _THINKING_KEYS = {"thinking": ("thinking", "signature"), "redacted_thinking": ("data",)}
@@ -88,6 +88,31 @@ def anthropic_result(response: Any, model: str = "") -> ChatResult:
     )
 
 
+# `messages.stream(...)`'s managers (entered by the step) and the streams they open.
+_STREAMS = (
+    "MessageStreamManager",
+    "AsyncMessageStreamManager",
+    "MessageStream",
+    "AsyncMessageStream",
+)
+
+
+class AnthropicStream(StreamReader):
+    """`messages.stream(...)`: its "text" events, and the message the SDK assembled
+    (usage from message_start, output tokens from message_delta) on message_stop."""
+
+    message: Any = None
+
+    def text(self, event: Any) -> str:
+        kind = getattr(event, "type", None)
+        if kind == "message_stop":
+            self.message = event.message
+        return event.text if kind == "text" else ""
+
+    def final(self) -> Any:
+        return self.message
+
+
 class AnthropicWire(Wire):
     name = "anthropic"
     models = MODELS
@@ -127,6 +152,11 @@ class AnthropicWire(Wire):
 
     def result(self, response: Any) -> ChatResult:
         return anthropic_result(response)
+
+    def stream_reader(self, returned: Any) -> StreamReader | None:
+        streaming = loaded_sdk("anthropic.lib.streaming")
+        kinds = tuple(getattr(streaming, name) for name in _STREAMS) if streaming else ()
+        return AnthropicStream(returned) if kinds and isinstance(returned, kinds) else None
 
     def overflow(self, error: BaseException) -> bool | None:
         sdk = loaded_sdk("anthropic")

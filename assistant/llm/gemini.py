@@ -3,13 +3,14 @@ config with the system instruction and tools), response reading, model table."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
 from assistant.blocks import MediaRates
 from assistant.llm import convert
 from assistant.llm.base import ChatResult, Usage, new_tool_call_id
-from assistant.llm.wire import ModelInfo, Wire
+from assistant.llm.wire import ModelInfo, StreamReader, Wire
 
 # Longest prefix wins; USD per million tokens. Implicit caching: cached input at 0.1x,
 # no write premium (written at the input price).
@@ -48,13 +49,24 @@ def gemini_result(response: Any, model: str = "") -> ChatResult:
     made up when Gemini sent none); usage split into uncached input and cache reads
     (Gemini's promptTokenCount includes the cached part)."""
     candidate = (response.candidates or [None])[0]
-    parts = (candidate.content.parts if candidate and candidate.content else None) or []
+    return _result(
+        _parts(candidate),
+        response.usage_metadata,
+        getattr(response, "model_version", None) or model,
+        getattr(candidate, "finish_reason", None),
+    )
+
+
+def _parts(candidate: Any) -> list[Any]:
+    return (candidate.content.parts if candidate and candidate.content else None) or []
+
+
+def _result(parts: list[Any], usage: Any, model: str, finish: Any) -> ChatResult:
     calls = [part.function_call for part in parts if part.function_call]
-    finish = getattr(candidate, "finish_reason", None)
     return ChatResult(
         text="".join(p.text for p in parts if p.text and not p.thought),
-        usage=Usage.from_gemini(response.usage_metadata),
-        model=getattr(response, "model_version", None) or model,
+        usage=Usage.from_gemini(usage),
+        model=model,
         stop_reason=getattr(finish, "value", finish),
         tool_calls=[
             {
@@ -66,6 +78,31 @@ def gemini_result(response: Any, model: str = "") -> ChatResult:
         ],
         provider=GEMINI.name,
     )
+
+
+class GeminiStream(StreamReader):
+    """`generate_content_stream(...)`: chunks of the same response, each with parts of
+    its candidate; the last one carries the finish reason and the whole usage."""
+
+    def __init__(self, source: Any) -> None:
+        super().__init__(source)
+        self.parts: list[Any] = []
+        self.usage: Any = None
+        self.model, self.finish = "", None
+
+    def text(self, event: Any) -> str:
+        candidate = (event.candidates or [None])[0]
+        parts = _parts(candidate)
+        self.parts += parts
+        self.usage = event.usage_metadata or self.usage
+        self.model = getattr(event, "model_version", None) or self.model
+        self.finish = getattr(candidate, "finish_reason", None) or self.finish
+        return "".join(p.text for p in parts if p.text and not p.thought)
+
+    def final(self) -> ChatResult | None:
+        if self.finish is None:
+            return None
+        return _result(self.parts, self.usage, self.model, self.finish)
 
 
 class GeminiWire(Wire):
@@ -100,6 +137,11 @@ class GeminiWire(Wire):
 
     def result(self, response: Any) -> ChatResult:
         return gemini_result(response)
+
+    def stream_reader(self, returned: Any) -> StreamReader | None:
+        # generate_content_stream's (async) generator of GenerateContentResponse chunks
+        iterator = inspect.isgenerator(returned) or inspect.isasyncgen(returned)
+        return GeminiStream(returned) if iterator else None
 
 
 GEMINI = GeminiWire()

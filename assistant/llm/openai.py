@@ -12,10 +12,12 @@ import json
 import math
 from typing import Any
 
+from django.core.exceptions import ValidationError
+
 from assistant.blocks import MEDIA_TYPES, MediaRates, describe
 from assistant.llm import convert
 from assistant.llm.base import ChatResult, Usage
-from assistant.llm.wire import ModelInfo, Wire, loaded_sdk
+from assistant.llm.wire import ModelInfo, StreamReader, Wire, loaded_sdk
 
 OVERFLOW_CODE = "context_length_exceeded"
 # Vision docs (detail "high", the default for large images): scaled to fit 2048 x 2048,
@@ -249,6 +251,66 @@ def chat_completion_result(response: Any) -> ChatResult:
     )
 
 
+def sdk_stream(returned: Any) -> bool:
+    """Whether `returned` is the openai SDK's stream (`create(stream=True)`), sync or async."""
+    sdk = loaded_sdk("openai")
+    return sdk is not None and isinstance(returned, sdk.Stream | sdk.AsyncStream)
+
+
+class ChatStream(StreamReader):
+    """`chat.completions.create(stream=True, stream_options={"include_usage": True})`:
+    content deltas, tool calls in pieces by index, and the usage in the last chunk
+    (`choices: []`)."""
+
+    def __init__(self, source: Any) -> None:
+        super().__init__(source)
+        self.parts: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.usage: Any = None
+        self.model, self.finish = "", None
+
+    def text(self, event: Any) -> str:
+        self.model = getattr(event, "model", None) or self.model
+        self.usage = getattr(event, "usage", None) or self.usage
+        delta = ""
+        for choice in (event.choices or [])[:1]:
+            self.finish = choice.finish_reason or self.finish
+            delta = getattr(choice.delta, "content", None) or ""
+            for piece in getattr(choice.delta, "tool_calls", None) or []:
+                call = self.calls.setdefault(piece.index, {"id": "", "name": "", "arguments": ""})
+                call["id"] = piece.id or call["id"]
+                function = piece.function
+                if function is not None:
+                    call["name"] += function.name or ""
+                    call["arguments"] += function.arguments or ""
+        self.parts.append(delta)
+        return delta
+
+    def final(self) -> ChatResult | None:
+        """None when the stream was cut short of its finish reason; a stream asked for
+        without stream_options={"include_usage": True} has no usage to record and is
+        refused (stream_without_usage)."""
+        if self.finish is None:
+            return None
+        if self.usage is None:
+            raise ValidationError(
+                'The stream carried no usage: pass stream_options={"include_usage": True} '
+                "with stream=True, so the answer is recorded with its whole usage.",
+                code="stream_without_usage",
+            )
+        return ChatResult(
+            text="".join(self.parts),
+            usage=usage_from_openai(self.usage),
+            model=self.model,
+            stop_reason=self.finish,
+            tool_calls=[
+                {"id": c["id"], "name": c["name"], "arguments": parsed_arguments(c["arguments"])}
+                for _, c in sorted(self.calls.items())
+            ],
+            provider=OPENAI.name,
+        )
+
+
 class OpenAIWire(Wire):
     name = "openai"
     models = MODELS
@@ -271,6 +333,9 @@ class OpenAIWire(Wire):
 
     def result(self, response: Any) -> ChatResult:
         return chat_completion_result(response)
+
+    def stream_reader(self, returned: Any) -> StreamReader | None:
+        return ChatStream(returned) if sdk_stream(returned) else None
 
     def overflow(self, error: BaseException) -> bool | None:
         return overflow_code(error)

@@ -15,8 +15,10 @@ from assistant.llm.openai import (
     OpenAIWire,
     function_spec,
     parsed_arguments,
+    sdk_stream,
     usage_from_openai,
 )
+from assistant.llm.wire import StreamReader, loaded_sdk
 
 REASONING = convert.REASONING
 
@@ -153,6 +155,31 @@ def responses_result(response: Any) -> ChatResult:
     )
 
 
+class ResponsesStream(StreamReader):
+    """`responses.create(stream=True)`: response.output_text.delta events, and the whole
+    Response (output items, usage) in response.completed (or response.incomplete). An
+    error event or response.failed raises the SDK's APIError with the error's code, as
+    an error before the stream would (an overflow is "context_length_exceeded")."""
+
+    response: Any = None
+
+    def text(self, event: Any) -> str:
+        kind = getattr(event, "type", None)
+        if kind in ("response.completed", "response.incomplete"):
+            self.response = event.response
+        elif kind in ("error", "response.failed"):
+            error = event if kind == "error" else getattr(event.response, "error", None)
+            message = getattr(error, "message", None) or "The response failed."
+            body = {"code": getattr(error, "code", None), "message": message}
+            sdk = loaded_sdk("openai")
+            request = getattr(getattr(self.source, "response", None), "request", None)
+            raise sdk.APIError(message, request, body=body)  # type: ignore[union-attr]
+        return event.delta if kind == "response.output_text.delta" else ""
+
+    def final(self) -> Any:
+        return self.response
+
+
 class OpenAIResponsesWire(OpenAIWire):
     """OpenAI's models, media rates and overflow errors, on the Responses API's wire."""
 
@@ -185,6 +212,9 @@ class OpenAIResponsesWire(OpenAIWire):
 
     def result(self, response: Any) -> ChatResult:
         return responses_result(response)
+
+    def stream_reader(self, returned: Any) -> StreamReader | None:
+        return ResponsesStream(returned) if sdk_stream(returned) else None
 
 
 OPENAI_RESPONSES = OpenAIResponsesWire()

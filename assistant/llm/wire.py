@@ -55,6 +55,23 @@ def longest_prefix(name: str, table: dict[str, Any]) -> str | None:
     return max((key for key in table if name.startswith(key)), key=len, default=None)
 
 
+class StreamReader(abc.ABC):
+    """One streamed answer of a wire, read event by event (docs/chat-loop.rst): the text
+    each event adds, and at the end the whole answer with its usage."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source  # what call_model returned: the SDK's stream or its manager
+
+    @abc.abstractmethod
+    def text(self, event: Any) -> str:
+        """The text this event adds ("" for none); keeps what the final answer needs."""
+
+    @abc.abstractmethod
+    def final(self) -> Any:
+        """The whole answer, as the wire's `result` reads it (or a ChatResult); None when
+        the stream ended before its last event."""
+
+
 def loaded_sdk(name: str) -> ModuleType | None:
     """An SDK's module once something imported it: its errors can exist only then."""
     return sys.modules.get(name)
@@ -104,6 +121,10 @@ class Wire(abc.ABC):
     @abc.abstractmethod
     def result(self, response: Any) -> ChatResult:
         """The SDK's answer read into a ChatResult (usage normalized, model as reported)."""
+
+    def stream_reader(self, returned: Any) -> StreamReader | None:
+        """A reader of `returned` when it is this SDK's stream; None when it is not."""
+        return None
 
     def overflow(self, error: BaseException) -> bool | None:
         """True or False when this SDK's error says for sure whether the prompt overflowed

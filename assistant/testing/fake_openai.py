@@ -18,6 +18,7 @@ PATHS = {
     "/v1/responses": RESPONSES,
     "/responses": RESPONSES,
 }
+OVERFLOW_CODE = "context_length_exceeded"
 CHAT_OVERFLOW = (
     "This model's maximum context length is 8192 tokens. However, your messages resulted "
     "in 8227 tokens. Please reduce the length of the messages."
@@ -101,7 +102,7 @@ def render(reply: Any, kind: str, body: Any, usage: dict[str, Any], default_text
         return (
             400,
             {},
-            openai_error(text, "invalid_request_error", "context_length_exceeded", param),
+            openai_error(text, "invalid_request_error", OVERFLOW_CODE, param),
         )
     if reply.kind == "rate_limited":
         headers = {"retry-after-ms": str(int((reply.retry_after or 0) * 1000))}

@@ -22,18 +22,19 @@ and script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic"
 (or "openai", "openai_responses", "gemini"),
 "replies": [{"tool_calls": [{"name": "get_post", "arguments": {"id": 1}}]},
 {"text": "Done."}], "repeat": false}` (a reply: text, tool_calls, thinking,
-usage in the provider's wire names, stop_reason, delay, or error: overflow,
-rate_limited, overloaded, malformed); `GET /_fake/requests` lists what it
-received (bodies and the usage it reported, never headers: they hold keys);
-`POST /_fake/reset` forgets both. A streamed Anthropic request (`"stream": true`)
-gets its answer as server-sent events. `--script` takes the same JSON (one object
-or a list). With `--prompt-cache` the usage of a default reply follows the
-provider's prompt caching: Anthropic reports the prefix it saw before, up to
-a `cache_control` breakpoint, as `cache_read_input_tokens`, the rest up to the
-last breakpoint as `cache_creation_input_tokens`, only what follows as
-`input_tokens`; Gemini reports its implicit cache as `cachedContentTokenCount`
-(included in `promptTokenCount`). A token is four characters of the request's
-JSON (`prompt_tokens`).
+usage in the provider's wire names, stop_reason, delay, pace, break_after, or
+error: overflow, rate_limited, overloaded, malformed); `GET /_fake/requests` lists
+what it received (bodies and the usage it reported, never headers: they hold keys);
+`POST /_fake/reset` forgets both. A streamed request (`"stream": true`, Gemini's
+`:streamGenerateContent`) gets its answer as its wire's server-sent events
+(assistant.testing.fake_streams; a reply's `pace` and `break_after` time and break
+them). `--script` takes the same JSON (one object or a list). With `--prompt-cache`
+the usage of a default reply follows the provider's prompt caching: Anthropic
+reports the prefix it saw before, up to a `cache_control` breakpoint, as
+`cache_read_input_tokens`, the rest up to the last breakpoint as
+`cache_creation_input_tokens`, only what follows as `input_tokens`; Gemini reports
+its implicit cache as `cachedContentTokenCount` (included in `promptTokenCount`).
+A token is four characters of the request's JSON (`prompt_tokens`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import argparse
 import hashlib
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -51,12 +53,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from assistant.testing import fake_openai
+from assistant.testing import fake_openai, fake_streams
 from assistant.testing.content import (
     anthropic_content_problem,
     gemini_content_problem,
     thinking_block,
 )
+from assistant.testing.fake_streams import SSE, anthropic_events  # noqa: F401  (its names)
 
 #: The kinds of request the fake serves, each with its own script queue.
 KINDS = (
@@ -111,6 +114,8 @@ class Reply:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     thinking: str | None = None  # Anthropic: a signed thinking block opens the answer
     delay: float = 0.0
+    pace: float = 0.0  # a streamed answer: seconds between its events
+    break_after: int | None = None  # a streamed answer: the connection drops after N events
     retry_after: float | None = None
     status: int = 200
     body: Any = None
@@ -124,10 +129,14 @@ def ok(
     stop_reason: str | None = None,
     tool_calls: list[dict[str, Any]] | None = None,
     thinking: str | None = None,
+    pace: float = 0.0,
+    break_after: int | None = None,
 ) -> Reply:
     """A normal response; `usage` is the provider's raw usage object (wire field names).
     `text=""` is an empty answer, as Claude may give one: no text block (with `thinking`,
-    only the thinking block; without, no content at all)."""
+    only the thinking block; without, no content at all). Streamed (a request that asks
+    for a stream), `pace` spaces its events and `break_after` drops the connection after
+    that many events (assistant.testing.fake_streams)."""
     return Reply(
         "ok",
         text=text,
@@ -135,6 +144,8 @@ def ok(
         stop_reason=stop_reason,
         tool_calls=tool_calls or [],
         thinking=thinking,
+        pace=pace,
+        break_after=break_after,
     )
 
 
@@ -174,7 +185,17 @@ _ERRORS: dict[str, Callable[[], Reply]] = {
     "rate_limited": rate_limited,
     "overloaded": overloaded,
 }
-_REPLY_KEYS = {"text", "tool_calls", "thinking", "usage", "stop_reason", "delay", "error"}
+_REPLY_KEYS = {
+    "text",
+    "tool_calls",
+    "thinking",
+    "usage",
+    "stop_reason",
+    "delay",
+    "error",
+    "pace",
+    "break_after",
+}
 
 
 def reply_from_json(data: dict[str, Any]) -> Reply:
@@ -200,6 +221,8 @@ def reply_from_json(data: dict[str, Any]) -> Reply:
             stop_reason=data.get("stop_reason"),
             tool_calls=calls,
             thinking=data.get("thinking"),
+            pace=float(data.get("pace") or 0),
+            break_after=data.get("break_after"),
         )
     reply.delay = float(data.get("delay") or 0)
     return reply
@@ -496,47 +519,13 @@ def render_gemini(
     return 200, {}, response
 
 
-#: The media type of a streamed reply.
-SSE = "text/event-stream"
 # The wires whose default usage follows --prompt-cache.
 _CACHED_KINDS = ("anthropic.messages", "gemini.generate")
 
 
-def anthropic_events(message: dict[str, Any]) -> bytes:
-    """A Messages API answer as the server-sent events of `stream: true` (what the
-    SDK's `messages.stream(...)` reads and `get_final_message()` assembles)."""
-    events: list[dict[str, Any]] = [
-        {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}}
-    ]
-    for index, block in enumerate(message["content"]):
-        kind = block["type"]
-        start, deltas = dict(block), []
-        if kind == "text":
-            start["text"], deltas = "", [{"type": "text_delta", "text": block["text"]}]
-        elif kind == "tool_use":
-            start["input"] = {}
-            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
-        elif kind == "thinking":
-            start.update(thinking="", signature="")
-            deltas = [
-                {"type": "thinking_delta", "thinking": block["thinking"]},
-                {"type": "signature_delta", "signature": block["signature"]},
-            ]
-        events.append({"type": "content_block_start", "index": index, "content_block": start})
-        events += [{"type": "content_block_delta", "index": index, "delta": d} for d in deltas]
-        events.append({"type": "content_block_stop", "index": index})
-    events.append(
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-            "usage": {"output_tokens": message["usage"].get("output_tokens", 0)},
-        }
-    )
-    events.append({"type": "message_stop"})
-    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
-
-
-_GEMINI_PATH = re.compile(r"^/(?:[^/]+/)*models/([^/:]+):(generateContent|countTokens)$")
+_GEMINI_PATH = re.compile(
+    r"^/(?:[^/]+/)*models/([^/:]+):(generateContent|streamGenerateContent|countTokens)$"
+)
 
 
 #: The kind of a chat request, by provider.
@@ -738,9 +727,9 @@ class FakeProvider:
                     kind = "anthropic.count_tokens"
                 elif gemini:
                     kind = (
-                        "gemini.generate"
-                        if gemini.group(2) == "generateContent"
-                        else "gemini.count_tokens"
+                        "gemini.count_tokens"
+                        if gemini.group(2) == "countTokens"
+                        else "gemini.generate"
                     )
                 else:
                     self._send(404, {}, {"error": {"code": 404, "message": f"no route {path}"}})
@@ -785,9 +774,37 @@ class FakeProvider:
                     answer = render_gemini(reply, kind, body, gemini.group(1), usage)
                 if answer[0] == 200 and isinstance(answer[2], dict):
                     request.usage = answer[2].get("usage") or answer[2].get("usageMetadata")
-                    if kind == "anthropic.messages" and (body or {}).get("stream"):
-                        answer = (200, {"content-type": SSE}, anthropic_events(answer[2]))
-                self._send(*answer)
+                streamed = (isinstance(body, dict) and body.get("stream") is True) or bool(
+                    gemini and gemini.group(2) == "streamGenerateContent"
+                )
+                events = streamed and stream_events(kind, reply, body, answer)
+                if events:
+                    self._send_stream(events, reply)
+                else:
+                    self._send(*answer)
+
+            def _send_stream(self, events: list[str], reply: Reply) -> None:
+                """Server-sent events, a chunk each, `reply.pace` apart; after
+                `reply.break_after` of them the connection drops (no closing chunk)."""
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", SSE)
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    for index, event in enumerate(events):
+                        if reply.break_after is not None and index >= reply.break_after:
+                            self.close_connection = True
+                            self.wfile.flush()
+                            self.connection.shutdown(socket.SHUT_RDWR)
+                            return
+                        if index and reply.pace:
+                            time.sleep(reply.pace)
+                        data = event.encode()
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up
 
             def _send(self, status: int, headers: dict[str, str], body: Any) -> None:
                 if isinstance(body, bytes | str):
@@ -806,6 +823,31 @@ class FakeProvider:
                     pass  # the client gave up (a timeout test)
 
         return Handler
+
+
+def stream_events(
+    kind: str, reply: Reply, body: Any, answer: tuple[int, dict[str, str], Any]
+) -> list[str] | None:
+    """The events of a streamed request's answer; None to answer it whole (an error
+    before the stream: Anthropic's and Gemini's overflow is a 400, as theirs is)."""
+    status, _, whole = answer
+    model = (body or {}).get("model", "gpt") if isinstance(body, dict) else "gpt"
+    if kind in (fake_openai.CHAT, fake_openai.RESPONSES) and reply.kind == "overflow":
+        if kind == fake_openai.CHAT:
+            return fake_streams.chat_overflow_events(model)
+        return fake_streams.response_overflow_events(model)
+    if status != 200 or not isinstance(whole, dict):
+        return None
+    if kind == "anthropic.messages":
+        return fake_streams.anthropic_events(whole)
+    if kind == fake_openai.CHAT:
+        include_usage = ((body or {}).get("stream_options") or {}).get("include_usage") is True
+        return fake_streams.chat_chunks(whole, include_usage)
+    if kind == fake_openai.RESPONSES:
+        return fake_streams.response_events(whole)
+    if kind == "gemini.generate":
+        return fake_streams.gemini_chunks(whole)
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
