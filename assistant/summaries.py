@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
 
-from assistant import llm
+from assistant import llm, telemetry
 from assistant.artifacts import render, updated_index, without_index
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.context import Context, IncompleteToolCall, as_neutral, context_from_state
@@ -117,6 +117,7 @@ def summarize_messages(
     index: dict | None = None,
     suffix: Suffix | None = None,
     config: CompactionConfig | None = None,
+    deadline: float | None = None,
 ) -> SummaryOutcome:
     """Summarize `messages` (merging into `previous_summary`), in chunks the
     summarizer can take. The artifact `index` (assistant.artifacts, rendered
@@ -129,7 +130,9 @@ def summarize_messages(
     configured. `provider`: the configured one unless given. `suffix`: ask the
     chat model with the conversation's own cached request instead ("cached_suffix",
     one call), when the provider has a prompt cache to read. `config`: the
-    caller's settings (read here when it has none)."""
+    caller's settings (read here when it has none). `deadline`: the monotonic
+    time past which no call goes to `provider` (the chat path's; the offline
+    summarizer answers the rest)."""
     config = config or compaction_config()
     previous_summary = without_index(previous_summary)
     # Only a provider given explicitly is passed on: llm.summarize picks the configured one.
@@ -154,10 +157,13 @@ def summarize_messages(
     for chunk in chunks:
         _progress(on_chunk)
         transcript = without_markers(render_transcript(chunk))
+        late = deadline is not None and time.monotonic() >= deadline
+        if late:
+            chosen = {"provider": llm.OfflineProvider()}
         result = llm.summarize(transcript, previous_summary=body, **chosen)
         _progress(on_chunk)
         body = without_markers(summary_body(result.text))
-        model, fallback = result.model, fallback or result.fallback
+        model, fallback = result.model, fallback or result.fallback or late
         calls += 1
         tokens_in += result.usage.prompt_tokens
         tokens_out += result.usage.output_tokens
@@ -333,14 +339,22 @@ def shift_window(
     whatever the triggers say (staff, emergency), keeping what the split
     arguments ask. Returns the summary the next request carries. One
     process at a time: a caller that finds another one summarizing waits for
-    it while it makes progress, then uses what it stored. A holder silent for
-    SUMMARY_STALL_SECONDS (alive but stopped) is taken over, and the shift is
-    made with the offline summarizer: the chat does not wait on a provider
-    again, nor send a request over the trigger. A shift the request does not
-    need to fit (not `Shift.needed`) skips instead when the lease is held."""
+    it while its heartbeat goes on, up to SUMMARY_CHAT_DEADLINE_SECONDS, then
+    uses what it stored. A holder whose heartbeat stopped (a frozen process),
+    or one still summarizing past the deadline, is taken over, and the shift
+    is made with the offline summarizer: the chat does not wait on a provider
+    again, nor send a request over the trigger. The caller's own summarizer
+    call has the same deadline. A shift the request does not need to fit (not
+    `Shift.needed`) skips instead when the lease is held."""
     wait = shift is None or shift.needed
+    deadline = time.monotonic() + config.SUMMARY_CHAT_DEADLINE_SECONDS
+    # The provider's SDK is imported and its client built before the lease, not inside it.
+    provider = llm.get_provider(within=config.SUMMARY_CHAT_DEADLINE_SECONDS)
     for attempt in range(2):
-        with summary_lease(conversation_id, take_over_stalled=attempt == 1) as lease:
+        late = attempt == 1 and time.monotonic() >= deadline
+        with summary_lease(
+            conversation_id, take_over_stalled=attempt == 1, take_over_late=late
+        ) as lease:
             if lease is None and not wait:
                 log_event("summary_skipped", conversation_id=conversation_id, reason="lease_held")
                 return load_window(conversation_id).summary
@@ -349,19 +363,43 @@ def shift_window(
                     lease,
                     config,
                     shift,
+                    Deadline(provider, deadline),
                     recent_fraction=recent_fraction,
                     keep_last=keep_last,
                     newest_step_only=newest_step_only,
                 )
         if attempt == 0:
-            # Released, or given up on (then the second claim takes over a stalled holder).
-            wait_for_release(conversation_id)
+            # Released, or given up on: the second claim takes over a holder whose
+            # heartbeat stopped, or one still summarizing past the deadline.
+            wait_for_release(conversation_id, timeout=max(0.0, deadline - time.monotonic()))
     return load_window(conversation_id, config).summary
 
 
-def _shift_holding(lease: Lease, config: CompactionConfig, shift: Shift | None, **split):
+@dataclass(frozen=True)
+class Deadline:
+    """The chat path's summarizer (`llm.get_provider(within=...)`) and the
+    monotonic time past which it is not asked (the offline summarizer answers)."""
+
+    provider: llm.Provider
+    at: float
+
+    def provider_now(self) -> llm.Provider:
+        return self.provider if time.monotonic() < self.at else llm.OfflineProvider()
+
+
+def _shift_holding(
+    lease: Lease,
+    config: CompactionConfig,
+    shift: Shift | None,
+    deadline: Deadline,
+    **split,
+):
     if lease.took_over:
-        log_event("summary_lease_taken_over", conversation_id=lease.conversation_id)
+        log_event(
+            "summary_lease_taken_over",
+            conversation_id=lease.conversation_id,
+            holder=lease.took_over_from,
+        )
     state = load_window(lease.conversation_id, config)  # re-read under the lease
     if shift is None:
         start = choose_split(state.rows, config, budget=verbatim_budget(state, config), **split)
@@ -384,7 +422,7 @@ def _shift_holding(lease: Lease, config: CompactionConfig, shift: Shift | None, 
     if shift is not None and failure_blocks(state, _split_through(state, start) if over else None):
         log_event("summary_skipped", conversation_id=state.conversation_id, reason="backoff")
         return state.summary
-    return _summarize_and_store(state, start, lease, config)
+    return _summarize_and_store(state, start, lease, config, deadline)
 
 
 def _split_through(state: WindowState, start: int) -> int | None:
@@ -414,6 +452,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
     if failure_blocks(state):
         return False
     through = newly_old[-1].pk
+    provider = llm.get_provider()  # its SDK imported before the lease, not inside it
     with summary_lease(conversation.pk) as lease:
         if lease is None:
             return False  # someone is summarizing this conversation right now
@@ -430,6 +469,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
                 index=index,
                 suffix=suffix_for(state, newly_old),
                 config=config,
+                provider=provider,
             )
         except LeaseLost:
             log_event("summary_discarded", conversation_id=conversation.pk, reason="lease_lost")
@@ -579,7 +619,7 @@ def _store_window(
 
 
 def _summarize_and_store(
-    state: WindowState, start: int, lease: Lease, config: CompactionConfig
+    state: WindowState, start: int, lease: Lease, config: CompactionConfig, deadline: Deadline
 ) -> str | None:
     newly_old, anchor = split_parts(state, start)
     if not newly_old:
@@ -590,20 +630,27 @@ def _summarize_and_store(
     # The summary gives way to what stays verbatim: its room under the trigger.
     room = summary_room(state, config, kept)
     index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
-    # Taken over from a stalled holder: the chat path does not wait on a provider again.
-    provider = llm.OfflineProvider() if lease.took_over else None
-    with stopwatch() as elapsed:
-        outcome = _summarize_or_log(
-            state.conversation_id,
-            newly_old,
-            state.summary,
-            lease,
-            room,
-            index,
-            provider,
-            suffix_for(state, newly_old),
-            config,
-        )
+    # Taken over from a stalled or late holder: the chat path does not wait on a provider
+    # again.
+    provider = llm.OfflineProvider() if lease.took_over else deadline.provider_now()
+    try:
+        with stopwatch() as elapsed:
+            outcome = _summarize_or_log(
+                state.conversation_id,
+                newly_old,
+                state.summary,
+                lease,
+                room,
+                index,
+                provider,
+                suffix_for(state, newly_old),
+                config,
+                deadline.at,
+            )
+    except LeaseLost:
+        # Taken over: not a failure of the summarizer, so no backoff is booked.
+        log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")
+        return load_window(state.conversation_id, config).summary
     if outcome is None:
         record_failure(lease, state)
         return state.summary  # the cached summary stays exactly as it was
@@ -630,10 +677,25 @@ def _summarize_and_store(
             "calls": outcome.calls,
             "fallback": outcome.fallback or lease.took_over,
             **outcome.usage_details(),
-            **({"took_over_stalled_lease": True} if lease.took_over else {}),
+            **_fallback_details(lease, outcome),
         },
     )
     return outcome.text
+
+
+def _fallback_details(lease: Lease, outcome: SummaryOutcome) -> dict:
+    """Why the offline summarizer wrote this shift (`offline_fallback`), counted in
+    the fallbacks metric when a lease takeover is the reason (the registry counts
+    a failed summarizer call)."""
+    if lease.took_over_from == "stalled":
+        telemetry.offline_takeover("stalled")
+        return {"took_over_stalled_lease": True, "offline_fallback": "stalled_holder"}
+    if lease.took_over_from == "late":
+        telemetry.offline_takeover("late")
+        return {"took_over_late_lease": True, "offline_fallback": "late_holder"}
+    if outcome.fallback:
+        return {"offline_fallback": "summarizer_failed"}
+    return {}
 
 
 def _summarize_or_log(
@@ -646,7 +708,9 @@ def _summarize_or_log(
     provider: llm.Provider | None = None,
     suffix: Suffix | None = None,
     config: CompactionConfig | None = None,
+    deadline: float | None = None,
 ) -> SummaryOutcome | None:
+    """The summary, or None (logged) when it failed; LeaseLost passes (taken over)."""
     try:
         return summarize_messages(
             messages,
@@ -657,10 +721,10 @@ def _summarize_or_log(
             index=index,
             suffix=suffix,
             config=config,
+            deadline=deadline,
         )
     except LeaseLost:
-        log_event("summary_discarded", conversation_id=conversation_id, reason="lease_lost")
-        return None
+        raise
     except Exception as exc:  # a failed summary never breaks the chat or the history
         logger.warning(
             "summary_failed conversation=%s error=%s", conversation_id, type(exc).__name__

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from celery.signals import worker_process_init
 from django.db import InterfaceError, OperationalError
 
 from assistant import cleanup, hooks, prebuild, staff_actions, telemetry
 from assistant.app_settings import app_setting
 from assistant.deliveries import over_delivery_cap
 from assistant.forking import generate_parent_summary
-from assistant.llm import ProviderError
+from assistant.llm import ProviderError, get_provider
 from assistant.logs import log_event
 from assistant.models import Conversation
 from assistant.queue import PARENT_SUMMARY_TASK, POST_EXCHANGE_TASK, PREBUILD_TASK, task_started
@@ -28,6 +29,13 @@ _DB_RETRY = {
     "retry_jitter": True,
     "max_retries": 5,
 }
+
+
+@worker_process_init.connect
+def ready_summarizer(**_: object) -> None:
+    """Import the summarizer's SDK and build its client as a worker process
+    starts (seconds of CPU for some SDKs), not inside its first summary lease."""
+    get_provider()
 
 
 @shared_task(bind=True, name=POST_EXCHANGE_TASK, **_DB_RETRY)
