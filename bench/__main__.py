@@ -11,6 +11,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 
@@ -51,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, no 10k run")
     parser.add_argument("--skip-worker", action="store_true", help="no Celery worker measure")
     parser.add_argument(
+        "--offpath-only",
+        action="store_true",
+        help="only the summaries-off-the-chat-path loops; prints their lines, writes nothing",
+    )
+    parser.add_argument(
         "--sessions",
         nargs="*",
         metavar="NAME",
@@ -65,7 +71,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench import baselines, measures, real
     from bench.fake_summarizer import FakeSummarizer
-    from bench.offpath import off_the_chat_path
     from bench.report import (
         Line,
         line_rows,
@@ -95,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
 
     step("preparing the benchmark database")
     measures.prepare_database()
+    if args.offpath_only:
+        return offpath_only(step)
     from assistant.conf import compaction_config
 
     trigger = compaction_config().CONTEXT_TOKEN_THRESHOLD
@@ -136,10 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         step("post-exchange throughput through a Celery worker on Redis")
         worker = measures.throughput(generate(8, seed=3), tasks=16 if args.quick else 40)
 
-    offpath: dict[str, Any] | None = None
+    offpath: list[dict[str, Any]] | None = None
     if not args.skip_worker:
-        step("summaries off the chat path: a chat loop with a worker process, then inline")
-        offpath = off_the_chat_path()
+        offpath = offpath_runs(step)
 
     step(f"{len(sessions)} real agent sessions: ours through PostgreSQL")
     real_results = real.replay_all(sessions, beside, progress=step)
@@ -468,6 +474,24 @@ def main(argv: list[str] | None = None) -> int:
         f"{tables_path.relative_to(tables_path.parents[2])} and "
         f"{chart_path.relative_to(chart_path.parents[2])} in {elapsed:.0f} s"
     )
+    return 0
+
+
+def offpath_runs(step: Callable[[str], None]) -> list[dict[str, Any]]:
+    from bench.offpath import SUMMARIZER_LATENCIES, off_the_chat_path
+
+    runs = []
+    for seconds in SUMMARIZER_LATENCIES:
+        step(f"summaries off the chat path, {seconds:g} s summarizer: a worker process, inline")
+        runs.append(off_the_chat_path(seconds))
+    return runs
+
+
+def offpath_only(step: Callable[[str], None]) -> int:
+    from bench.report import table
+    from bench.targets import offpath_lines
+
+    print(table(offpath_lines(offpath_runs(step))))
     return 0
 
 
