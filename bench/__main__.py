@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
 
     django.setup()
 
+    if args.offpath_only:
+        return offpath_only()
+
     from bench import baselines, measures, real
     from bench.fake_summarizer import FakeSummarizer
     from bench.report import (
@@ -100,8 +103,6 @@ def main(argv: list[str] | None = None) -> int:
 
     step("preparing the benchmark database")
     measures.prepare_database()
-    if args.offpath_only:
-        return offpath_only(step)
     from assistant.conf import compaction_config
 
     trigger = compaction_config().CONTEXT_TOKEN_THRESHOLD
@@ -487,10 +488,19 @@ def offpath_runs(step: Callable[[str], None]) -> list[dict[str, Any]]:
     return runs
 
 
-def offpath_only(step: Callable[[str], None]) -> int:
+def offpath_only() -> int:
+    """`--offpath-only`: the off-path loops alone, their lines printed."""
+    from bench import measures
     from bench.report import table
     from bench.targets import offpath_lines
 
+    started = time.perf_counter()
+
+    def step(text: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {text}", flush=True)
+
+    step("preparing the benchmark database")
+    measures.prepare_database()
     print(table(offpath_lines(offpath_runs(step))))
     return 0
 
