@@ -869,6 +869,57 @@ def window_shifts(conversation: Conversation) -> list[tuple[str, dict]]:
     return [(e.summarizer_model, e.details) for e in events.order_by("id")]
 
 
+def assert_offline_takeover(conversation: Conversation, holder: str) -> None:
+    """One shift, by the offline summarizer, after taking over a `holder`
+    ("stalled" or "late") lease, and no summarizer failure booked for it."""
+    from assistant.llm.offline import OFFLINE_MODEL
+
+    [(model, details)] = window_shifts(conversation)
+    assert (model, details[f"took_over_{holder}_lease"], details["offline_fallback"]) == (
+        OFFLINE_MODEL,
+        True,
+        f"{holder}_holder",
+    )
+    conversation.refresh_from_db()
+    assert "summary_failure" not in conversation.metadata  # a takeover is not a failure
+
+
+def over_the_trigger(
+    fake, settings, title: str, *replies, timeout: float = 10, **compaction
+) -> Conversation:
+    """A conversation of 10,020 tokens, over HUNG_TRIGGER's 8,000, whose summarizer
+    (the anthropic SDK against the fake) answers with `replies`, each attempt timed
+    out at `timeout` seconds."""
+    from tests.builders import chat_turns
+
+    fake.use_anthropic(settings)
+    settings.LLM_TIMEOUT_SECONDS = timeout
+    settings.ASSISTANT_COMPACTION = {**HUNG_TRIGGER, **compaction}
+    fake.script("anthropic.messages", *replies)
+    conversation = Conversation.objects.create(title=title, system_prompt="You help.")
+    chat_turns(conversation, 10, size=2000)
+    return conversation
+
+
+def worker_summarizing(conversation: Conversation, fake) -> tuple[threading.Thread, list[bool]]:
+    """A worker's pre-build of the next summary in a thread (its own database
+    connection, its own heartbeat), once its summarizer call has started."""
+    from assistant.summaries import prebuild_window_summary
+
+    built: list[bool] = []
+
+    def worker() -> None:
+        try:
+            built.append(prebuild_window_summary(conversation))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert wait_until(lambda: fake.count("anthropic.messages") == 1, timeout=30)
+    return thread, built
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_frozen_in_its_summarizer_call_is_taken_over_within_two_seconds(
@@ -877,7 +928,6 @@ def test_a_worker_frozen_in_its_summarizer_call_is_taken_over_within_two_seconds
     import time
 
     from assistant.hooks import ensure_context_summary
-    from assistant.llm.offline import OFFLINE_MODEL
     from tests.builders import chat_turns
 
     fake_llm.use_anthropic(settings)
@@ -911,14 +961,7 @@ def test_a_worker_frozen_in_its_summarizer_call_is_taken_over_within_two_seconds
     assert waited < 2.0
     assert size <= bound
     assert fake_llm.count("anthropic.messages") == 1  # the chat path did not call it again
-    [(model, details)] = window_shifts(conversation)
-    assert (model, details["took_over_stalled_lease"], details["offline_fallback"]) == (
-        OFFLINE_MODEL,
-        True,
-        "stalled_holder",
-    )
-    conversation.refresh_from_db()
-    assert "summary_failure" not in conversation.metadata  # a takeover is not a failure
+    assert_offline_takeover(conversation, "stalled")
     assert snapshot(conversation)[: len(originals)] == originals
 
 
@@ -928,27 +971,11 @@ def test_the_chat_waits_for_a_live_slow_worker_and_sends_with_its_summary(fake_l
     import time
 
     from assistant.hooks import ensure_context_summary
-    from assistant.summaries import prebuild_window_summary
-    from tests.builders import chat_turns
 
-    fake_llm.use_anthropic(settings)
-    settings.LLM_TIMEOUT_SECONDS = 10
-    settings.ASSISTANT_COMPACTION = dict(HUNG_TRIGGER)
     # Three times the stall limit: a holder judged by its progress would be taken over.
-    fake_llm.script("anthropic.messages", slow(3, ok(text="The worker's summary.")))
-    conversation = Conversation.objects.create(title="slow worker", system_prompt="You help.")
-    chat_turns(conversation, 10, size=2000)
-    built: list[bool] = []
-
-    def worker() -> None:
-        try:
-            built.append(prebuild_window_summary(conversation))
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=worker)
-    thread.start()
-    assert wait_until(lambda: fake_llm.count("anthropic.messages") == 1, timeout=30)
+    reply = slow(3, ok(text="The worker's summary."))
+    conversation = over_the_trigger(fake_llm, settings, "slow worker", reply)
+    thread, built = worker_summarizing(conversation, fake_llm)
     add_message(conversation, "user", "one more question " + "q" * 400)
     started = time.monotonic()
     summary = ensure_context_summary(conversation)
@@ -976,14 +1003,9 @@ def test_two_callers_past_the_trigger_share_one_slow_summary(fake_llm, settings)
     import time
 
     from assistant.hooks import ensure_context_summary
-    from tests.builders import chat_turns
 
-    fake_llm.use_anthropic(settings)
-    settings.LLM_TIMEOUT_SECONDS = 10
-    settings.ASSISTANT_COMPACTION = dict(HUNG_TRIGGER)
-    fake_llm.script("anthropic.messages", slow(3, ok(text="One summary for both.")))
-    conversation = Conversation.objects.create(title="two callers", system_prompt="You help.")
-    chat_turns(conversation, 10, size=2000)
+    reply = slow(3, ok(text="One summary for both."))
+    conversation = over_the_trigger(fake_llm, settings, "two callers", reply)
     returned: dict[str, tuple[float, str | None]] = {}
     started = time.monotonic()
 
@@ -1023,15 +1045,9 @@ def test_a_hanging_summarizer_holds_the_chat_only_until_its_deadline(fake_llm, s
 
     from assistant.hooks import ensure_context_summary
     from assistant.llm.offline import OFFLINE_MODEL
-    from tests.builders import chat_turns
 
-    fake_llm.use_anthropic(settings)
-    settings.LLM_TIMEOUT_SECONDS = 10
-    settings.LLM_MAX_RETRIES = 2  # the worker's chain: 30 s; the chat's deadline: 5 s
-    settings.ASSISTANT_COMPACTION = dict(HUNG_TRIGGER)
-    fake_llm.script("anthropic.messages", slow(40), repeat=True)
-    conversation = Conversation.objects.create(title="hanging", system_prompt="You help.")
-    chat_turns(conversation, 10, size=2000)
+    settings.LLM_MAX_RETRIES = 2  # the worker's chain: 3 x 10 s; the chat's deadline: 5 s
+    conversation = over_the_trigger(fake_llm, settings, "hanging", slow(40), slow(40), slow(40))
     add_message(conversation, "user", "one more question " + "q" * 400)
 
     started = time.monotonic()
@@ -1059,27 +1075,12 @@ def test_a_holder_still_summarizing_past_the_chat_deadline_gives_way_to_an_offli
     import time
 
     from assistant.hooks import ensure_context_summary
-    from assistant.llm.offline import OFFLINE_MODEL
-    from assistant.summaries import prebuild_window_summary
-    from tests.builders import chat_turns
 
-    fake_llm.use_anthropic(settings)
-    settings.LLM_TIMEOUT_SECONDS = 20
-    settings.ASSISTANT_COMPACTION = {**HUNG_TRIGGER, "SUMMARY_CHAT_DEADLINE_SECONDS": 2}
-    fake_llm.script("anthropic.messages", slow(6))  # alive, beating, and later than the deadline
-    conversation = Conversation.objects.create(title="late worker", system_prompt="You help.")
-    chat_turns(conversation, 10, size=2000)
-    built: list[bool] = []
-
-    def worker() -> None:
-        try:
-            built.append(prebuild_window_summary(conversation))
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=worker)
-    thread.start()
-    assert wait_until(lambda: fake_llm.count("anthropic.messages") == 1, timeout=30)
+    # Alive, beating, and later than the deadline.
+    conversation = over_the_trigger(
+        fake_llm, settings, "late worker", slow(6), timeout=20, SUMMARY_CHAT_DEADLINE_SECONDS=2
+    )
+    thread, built = worker_summarizing(conversation, fake_llm)
     add_message(conversation, "user", "one more question " + "q" * 400)
     started = time.monotonic()
     ensure_context_summary(conversation)
@@ -1091,11 +1092,4 @@ def test_a_holder_still_summarizing_past_the_chat_deadline_gives_way_to_an_offli
     assert 2.0 <= waited < 5.0  # the deadline, then the offline summarizer
     assert size <= bound
     assert built == [False]  # its lease was taken over: its summary is not stored
-    [(model, details)] = window_shifts(conversation)
-    assert (model, details["took_over_late_lease"], details["offline_fallback"]) == (
-        OFFLINE_MODEL,
-        True,
-        "late_holder",
-    )
-    conversation.refresh_from_db()
-    assert "summary_failure" not in conversation.metadata  # a takeover is not a failure
+    assert_offline_takeover(conversation, "late")
