@@ -40,6 +40,7 @@ from assistant.models import (
     Conversation,
     Message,
     MetadataKeys,
+    OfflineFallback,
 )
 from assistant.tokens import estimate_tokens
 from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
@@ -689,12 +690,12 @@ def _fallback_details(lease: Lease, outcome: SummaryOutcome) -> dict:
     a failed summarizer call)."""
     if lease.took_over_from == "stalled":
         telemetry.offline_takeover("stalled")
-        return {"took_over_stalled_lease": True, "offline_fallback": "stalled_holder"}
+        return {"took_over_stalled_lease": True, "offline_fallback": OfflineFallback.STALLED_HOLDER}
     if lease.took_over_from == "late":
         telemetry.offline_takeover("late")
-        return {"took_over_late_lease": True, "offline_fallback": "late_holder"}
+        return {"took_over_late_lease": True, "offline_fallback": OfflineFallback.LATE_HOLDER}
     if outcome.fallback:
-        return {"offline_fallback": "summarizer_failed"}
+        return {"offline_fallback": OfflineFallback.SUMMARIZER_FAILED}
     return {}
 
 
