@@ -24,6 +24,7 @@ left, so its lease is taken over at once instead of after it expires.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -32,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import connection, connections
+from django.db import DatabaseError, connection, connections
 from django.db.models import BooleanField, DateTimeField, ExpressionWrapper, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
@@ -40,6 +41,8 @@ from django.db.models.functions import Now
 from assistant import telemetry
 from assistant.conf import compaction_config
 from assistant.models import Conversation
+
+logger = logging.getLogger(__name__)
 
 
 class SummaryInTransaction(RuntimeError):
@@ -121,7 +124,7 @@ def heartbeat(lease: Lease) -> Iterator[None]:
 
     def beat() -> None:
         try:
-            while not stop.wait(interval) and lease.beat():
+            while not stop.wait(interval) and _beat(lease):
                 pass
         finally:
             connections.close_all()  # this thread's connection only
@@ -154,6 +157,22 @@ def claim(
     if take_over_late and rows.update(**_lease_columns(token)) == 1:
         return Lease(conversation_id, token, took_over_from="late")
     return None
+
+
+def _beat(lease: Lease) -> bool:
+    """One heartbeat; False once the lease is lost. A database error skips the
+    beat (the next one tries again; silence past SUMMARY_STALL_SECONDS loses
+    the lease, as it should while this process cannot reach the database)."""
+    try:
+        return lease.beat()
+    except DatabaseError as error:
+        logger.warning(
+            "summary_lease_heartbeat_failed conversation=%s error=%s",
+            lease.conversation_id,
+            type(error).__name__,
+        )
+        connections.close_all()
+        return True
 
 
 def held_by_live_holder(conversation_id: int) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -298,10 +299,13 @@ def regenerate_window_summary(
     recent_fraction: float | None = None,
     keep_last: int | None = None,
     newest_step_only: bool = False,
+    on_chat_path: bool = True,
 ) -> bool:
     """Shift the window now, whatever the triggers say, keeping
     `recent_fraction` of the window (or the last `keep_last` messages, or only
-    the newest step and its turn's user message). True if it stored one."""
+    the newest step and its turn's user message). True if it stored one.
+    `on_chat_path`: the summarizer call has the chat path's deadline (False: a
+    staff run, which has the summarizer's own timeout and retries)."""
     if recent_fraction is not None and (
         type(recent_fraction) not in (int, float) or not 0 <= recent_fraction <= 1
     ):
@@ -321,6 +325,7 @@ def regenerate_window_summary(
         recent_fraction=recent_fraction,
         keep_last=keep_last,
         newest_step_only=newest_step_only,
+        on_chat_path=on_chat_path,
     )
     return compaction_cutoff_id(conversation) != before
 
@@ -333,6 +338,7 @@ def shift_window(
     recent_fraction: float | None = None,
     keep_last: int | None = None,
     newest_step_only: bool = False,
+    on_chat_path: bool = True,
 ) -> str | None:
     """Make the pre-call hook's `shift` (assistant.window.decide), adopting
     a pre-built summary when one fits, unless another caller got the context
@@ -345,14 +351,15 @@ def shift_window(
     or one still summarizing past the deadline, is taken over, and the shift
     is made with the offline summarizer: the chat does not wait on a provider
     again, nor send a request over the trigger. The caller's own summarizer
-    call has the same deadline. A shift the request does not need to fit (not
-    `Shift.needed`) skips instead when the lease is held."""
+    call has the same deadline (unless not `on_chat_path`). A shift the request
+    does not need to fit (not `Shift.needed`) skips instead when the lease is held."""
     wait = shift is None or shift.needed
-    deadline = time.monotonic() + config.SUMMARY_CHAT_DEADLINE_SECONDS
+    seconds = config.SUMMARY_CHAT_DEADLINE_SECONDS
+    deadline = time.monotonic() + seconds
     # The provider's SDK is imported and its client built before the lease, not inside it.
-    provider = llm.get_provider(within=config.SUMMARY_CHAT_DEADLINE_SECONDS)
+    provider = llm.get_provider(within=seconds if on_chat_path else None)
     for attempt in range(2):
-        late = attempt == 1 and time.monotonic() >= deadline
+        late = on_chat_path and attempt == 1 and time.monotonic() >= deadline
         with summary_lease(
             conversation_id, take_over_stalled=attempt == 1, take_over_late=late
         ) as lease:
@@ -364,7 +371,7 @@ def shift_window(
                     lease,
                     config,
                     shift,
-                    Deadline(provider, deadline),
+                    Deadline(provider, deadline if on_chat_path else math.inf),
                     recent_fraction=recent_fraction,
                     keep_last=keep_last,
                     newest_step_only=newest_step_only,
