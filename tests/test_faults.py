@@ -1093,3 +1093,30 @@ def test_a_holder_still_summarizing_past_the_chat_deadline_gives_way_to_an_offli
     assert size <= bound
     assert built == [False]  # its lease was taken over: its summary is not stored
     assert_offline_takeover(conversation, "late")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_staff_regenerate_run_has_the_summarizers_own_timeout_not_the_chat_deadline(
+    fake_llm, settings
+):
+    from assistant.services import regenerate_window_summary
+    from assistant.staff_actions import run_staff_action
+
+    reply = slow(3, ok(text="The staff's summary."))
+    conversation = over_the_trigger(
+        fake_llm, settings, "staff run", reply, SUMMARY_CHAT_DEADLINE_SECONDS=1
+    )
+
+    run_staff_action("regenerate_summary", conversation.pk, None)
+
+    assert fake_llm.count("anthropic.messages") == 1
+    [(model, details)] = window_shifts(conversation)
+    assert (model, "offline_fallback" in details) == (settings.ANTHROPIC_SUMMARY_MODEL, False)
+    conversation.refresh_from_db()
+    assert conversation.compaction_summary.startswith("The staff's summary.")
+    # The same call on the chat path (the emergency levels use it) keeps its deadline.
+    add_message(conversation, "user", "more " + "q" * 4000)
+    fake_llm.script("anthropic.messages", slow(3))
+    assert regenerate_window_summary(conversation) is True
+    assert window_shifts(conversation)[-1][1]["offline_fallback"] == "summarizer_failed"
