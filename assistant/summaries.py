@@ -391,8 +391,8 @@ class Deadline:
     provider: llm.Provider
     at: float
 
-    def provider_now(self) -> llm.Provider:
-        return self.provider if time.monotonic() < self.at else llm.OfflineProvider()
+    def passed(self) -> bool:
+        return time.monotonic() >= self.at
 
 
 def _shift_holding(
@@ -638,9 +638,10 @@ def _summarize_and_store(
     # The summary gives way to what stays verbatim: its room under the trigger.
     room = summary_room(state, config, kept)
     index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
-    # Taken over from a stalled or late holder: the chat path does not wait on a provider
-    # again.
-    provider = llm.OfflineProvider() if lease.took_over else deadline.provider_now()
+    # Taken over from a stalled or late holder, or freed by one only at the deadline: the
+    # chat path does not wait on a provider again.
+    late = not lease.took_over and deadline.passed()
+    provider = llm.OfflineProvider() if lease.took_over or late else deadline.provider
     try:
         with stopwatch() as elapsed:
             outcome = _summarize_or_log(
@@ -683,24 +684,27 @@ def _summarize_and_store(
         details={
             "through_message_id": through,
             "calls": outcome.calls,
-            "fallback": outcome.fallback or lease.took_over,
+            "fallback": outcome.fallback or lease.took_over or late,
             **outcome.usage_details(),
-            **_fallback_details(lease, outcome),
+            **_fallback_details(lease, outcome, late=late),
         },
     )
     return outcome.text
 
 
-def _fallback_details(lease: Lease, outcome: SummaryOutcome) -> dict:
+def _fallback_details(lease: Lease, outcome: SummaryOutcome, *, late: bool) -> dict:
     """Why the offline summarizer wrote this shift (`offline_fallback`), counted in
-    the fallbacks metric when a lease takeover is the reason (the registry counts
-    a failed summarizer call)."""
+    the fallbacks metric when a holder is the reason (the registry counts a failed
+    summarizer call). `late`: a holder released the lease only at the deadline."""
     if lease.took_over_from == "stalled":
         telemetry.offline_takeover("stalled")
         return {"took_over_stalled_lease": True, "offline_fallback": OfflineFallback.STALLED_HOLDER}
     if lease.took_over_from == "late":
         telemetry.offline_takeover("late")
         return {"took_over_late_lease": True, "offline_fallback": OfflineFallback.LATE_HOLDER}
+    if late:
+        telemetry.offline_takeover("late")
+        return {"offline_fallback": OfflineFallback.LATE_HOLDER}
     if outcome.fallback:
         return {"offline_fallback": OfflineFallback.SUMMARIZER_FAILED}
     return {}
