@@ -113,10 +113,16 @@ class CompactionConfig:
     PREBUILD_IN_TURN: bool = True
     # A summary lease older than this is considered abandoned (its holder died).
     SUMMARY_LEASE_SECONDS: int = key(120, at_least=1)
-    # How long a pre-exchange caller waits for another process's summary.
+    # How long an early shift waits for the summary it asked the worker for.
     SUMMARY_WAIT_SECONDS: float = key(30.0, at_least=0)
-    # ...but a holder that stamped no progress for this long is given up on and
-    # its lease taken over (< SUMMARY_LEASE_SECONDS): see assistant.leases.
+    # The chat path's deadline for a summary it needs to fit the trigger: the most it
+    # waits for another process's, or for its own summarizer call (whatever
+    # LLM_TIMEOUT_SECONDS and LLM_MAX_RETRIES say); past it the shift is made with the
+    # offline summarizer (docs/operations.rst, "Faults").
+    SUMMARY_CHAT_DEADLINE_SECONDS: float = key(5.0, above=0, at_most=600)
+    # A lease holder whose heartbeat stopped for this long (a frozen or partitioned
+    # process) is given up on and its lease taken over (< SUMMARY_LEASE_SECONDS):
+    # see assistant.leases.
     SUMMARY_STALL_SECONDS: float = key(1.0, above=0)
     # The summarizer's input is cut into chunks of at most this many tokens.
     SUMMARIZER_MAX_INPUT_TOKENS: int = key(60_000, at_least=500)

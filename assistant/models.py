@@ -564,6 +564,15 @@ class Message(models.Model):
         return self.input_tokens + (self.cache_read_tokens or 0) + (self.cache_write_tokens or 0)
 
 
+class OfflineFallback(models.TextChoices):
+    """Why the offline summarizer wrote a window shift: the event's
+    `details["offline_fallback"]` (docs/operations.rst, "Faults")."""
+
+    STALLED_HOLDER = "stalled_holder", "Lease taken over: the holder's heartbeat stopped"
+    LATE_HOLDER = "late_holder", "Lease taken over: past the chat's deadline"
+    SUMMARIZER_FAILED = "summarizer_failed", "The summarizer failed or timed out"
+
+
 class CompactionEvent(models.Model):
     class Kind(models.TextChoices):
         TOOL_RESULTS = "tool_results", "Tool results compacted"

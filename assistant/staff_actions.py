@@ -114,7 +114,7 @@ def _emergency(level: int):
 def _regenerate(conversation: Conversation) -> Outcome:
     before = _tokens(conversation)
     preview = regenerate_preview(conversation)
-    if summaries.regenerate_window_summary(conversation):
+    if summaries.regenerate_window_summary(conversation, on_chat_path=False):
         return Outcome(
             conversation.pk,
             True,

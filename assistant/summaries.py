@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from assistant import llm
+from assistant import llm, telemetry
 from assistant.artifacts import render, updated_index, without_index
 from assistant.conf import CompactionConfig, compaction_config
 from assistant.context import Context, IncompleteToolCall, as_neutral, context_from_state
@@ -41,6 +42,7 @@ from assistant.models import (
     Conversation,
     Message,
     MetadataKeys,
+    OfflineFallback,
 )
 from assistant.tokens import estimate_tokens
 from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
@@ -124,6 +126,7 @@ def summarize_messages(
     index: dict | None = None,
     suffix: Suffix | None = None,
     config: CompactionConfig | None = None,
+    deadline: float | None = None,
 ) -> SummaryOutcome:
     """Summarize `messages` (merging into `previous_summary`), in chunks the
     summarizer can take. The artifact `index` (assistant.artifacts, rendered
@@ -136,7 +139,9 @@ def summarize_messages(
     configured. `provider`: the configured one unless given. `suffix`: ask the
     chat model with the conversation's own cached request instead ("cached_suffix",
     one call), when the provider has a prompt cache to read. `config`: the
-    caller's settings (read here when it has none)."""
+    caller's settings (read here when it has none). `deadline`: the monotonic
+    time past which no call goes to `provider` (the chat path's; the offline
+    summarizer answers the rest)."""
     config = config or compaction_config()
     previous_summary = without_index(previous_summary)
     # Only a provider given explicitly is passed on: llm.summarize picks the configured one.
@@ -161,10 +166,13 @@ def summarize_messages(
     for chunk in chunks:
         _progress(on_chunk)
         transcript = without_markers(render_transcript(chunk))
+        late = deadline is not None and time.monotonic() >= deadline
+        if late:
+            chosen = {"provider": llm.OfflineProvider()}
         result = llm.summarize(transcript, previous_summary=body, **chosen)
         _progress(on_chunk)
         body = without_markers(summary_body(result.text))
-        model, fallback = result.model, fallback or result.fallback
+        model, fallback = result.model, fallback or result.fallback or late
         calls += 1
         tokens_in += result.usage.prompt_tokens
         tokens_out += result.usage.output_tokens
@@ -298,10 +306,13 @@ def regenerate_window_summary(
     recent_fraction: float | None = None,
     keep_last: int | None = None,
     newest_step_only: bool = False,
+    on_chat_path: bool = True,
 ) -> bool:
     """Shift the window now, whatever the triggers say, keeping
     `recent_fraction` of the window (or the last `keep_last` messages, or only
-    the newest step and its turn's user message). True if it stored one."""
+    the newest step and its turn's user message). True if it stored one.
+    `on_chat_path`: the summarizer call has the chat path's deadline (False: a
+    staff run, which has the summarizer's own timeout and retries)."""
     if recent_fraction is not None and (
         type(recent_fraction) not in (int, float) or not 0 <= recent_fraction <= 1
     ):
@@ -321,6 +332,7 @@ def regenerate_window_summary(
         recent_fraction=recent_fraction,
         keep_last=keep_last,
         newest_step_only=newest_step_only,
+        on_chat_path=on_chat_path,
     )
     return compaction_cutoff_id(conversation) != before
 
@@ -333,6 +345,7 @@ def shift_window(
     recent_fraction: float | None = None,
     keep_last: int | None = None,
     newest_step_only: bool = False,
+    on_chat_path: bool = True,
 ) -> str | None:
     """Make the pre-call hook's `shift` (assistant.window.decide), adopting
     a pre-built summary when one fits, unless another caller got the context
@@ -340,14 +353,23 @@ def shift_window(
     whatever the triggers say (staff, emergency), keeping what the split
     arguments ask. Returns the summary the next request carries. One
     process at a time: a caller that finds another one summarizing waits for
-    it while it makes progress, then uses what it stored. A holder silent for
-    SUMMARY_STALL_SECONDS (alive but stopped) is taken over, and the shift is
-    made with the offline summarizer: the chat does not wait on a provider
-    again, nor send a request over the trigger. A shift the request does not
-    need to fit (not `Shift.needed`) skips instead when the lease is held."""
+    it while its heartbeat goes on, up to SUMMARY_CHAT_DEADLINE_SECONDS, then
+    uses what it stored. A holder whose heartbeat stopped (a frozen process),
+    or one still summarizing past the deadline, is taken over, and the shift
+    is made with the offline summarizer: the chat does not wait on a provider
+    again, nor send a request over the trigger. The caller's own summarizer
+    call has the same deadline (unless not `on_chat_path`). A shift the request
+    does not need to fit (not `Shift.needed`) skips instead when the lease is held."""
     wait = shift is None or shift.needed
+    seconds = config.SUMMARY_CHAT_DEADLINE_SECONDS
+    deadline = time.monotonic() + seconds
+    # The provider's SDK is imported and its client built before the lease, not inside it.
+    provider = llm.get_provider(within=seconds if on_chat_path else None)
     for attempt in range(2):
-        with summary_lease(conversation_id, take_over_stalled=attempt == 1) as lease:
+        late = on_chat_path and attempt == 1 and time.monotonic() >= deadline
+        with summary_lease(
+            conversation_id, take_over_stalled=attempt == 1, take_over_late=late
+        ) as lease:
             if lease is None and not wait:
                 log_event("summary_skipped", conversation_id=conversation_id, reason="lease_held")
                 return load_window(conversation_id).summary
@@ -356,19 +378,43 @@ def shift_window(
                     lease,
                     config,
                     shift,
+                    Deadline(provider, deadline if on_chat_path else math.inf),
                     recent_fraction=recent_fraction,
                     keep_last=keep_last,
                     newest_step_only=newest_step_only,
                 )
         if attempt == 0:
-            # Released, or given up on (then the second claim takes over a stalled holder).
-            wait_for_release(conversation_id)
+            # Released, or given up on: the second claim takes over a holder whose
+            # heartbeat stopped, or one still summarizing past the deadline.
+            wait_for_release(conversation_id, timeout=max(0.0, deadline - time.monotonic()))
     return load_window(conversation_id, config).summary
 
 
-def _shift_holding(lease: Lease, config: CompactionConfig, shift: Shift | None, **split):
+@dataclass(frozen=True)
+class Deadline:
+    """The chat path's summarizer (`llm.get_provider(within=...)`) and the
+    monotonic time past which it is not asked (the offline summarizer answers)."""
+
+    provider: llm.Provider
+    at: float
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self.at
+
+
+def _shift_holding(
+    lease: Lease,
+    config: CompactionConfig,
+    shift: Shift | None,
+    deadline: Deadline,
+    **split,
+):
     if lease.took_over:
-        log_event("summary_lease_taken_over", conversation_id=lease.conversation_id)
+        log_event(
+            "summary_lease_taken_over",
+            conversation_id=lease.conversation_id,
+            holder=lease.took_over_from,
+        )
     state = load_window(lease.conversation_id, config)  # re-read under the lease
     if shift is None:
         start = choose_split(state.rows, config, budget=verbatim_budget(state, config), **split)
@@ -391,7 +437,7 @@ def _shift_holding(lease: Lease, config: CompactionConfig, shift: Shift | None, 
     if shift is not None and failure_blocks(state, _split_through(state, start) if over else None):
         log_event("summary_skipped", conversation_id=state.conversation_id, reason="backoff")
         return state.summary
-    return _summarize_and_store(state, start, lease, config)
+    return _summarize_and_store(state, start, lease, config, deadline)
 
 
 def _split_through(state: WindowState, start: int) -> int | None:
@@ -421,6 +467,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
     if failure_blocks(state):
         return False
     through = newly_old[-1].pk
+    provider = llm.get_provider()  # its SDK imported before the lease, not inside it
     with summary_lease(conversation.pk) as lease:
         if lease is None:
             return False  # someone is summarizing this conversation right now
@@ -437,6 +484,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
                 index=index,
                 suffix=suffix_for(state, newly_old),
                 config=config,
+                provider=provider,
             )
         except LeaseLost:
             log_event("summary_discarded", conversation_id=conversation.pk, reason="lease_lost")
@@ -581,7 +629,7 @@ def _store_window(
 
 
 def _summarize_and_store(
-    state: WindowState, start: int, lease: Lease, config: CompactionConfig
+    state: WindowState, start: int, lease: Lease, config: CompactionConfig, deadline: Deadline
 ) -> str | None:
     newly_old, anchor = split_parts(state, start)
     if not newly_old:
@@ -592,20 +640,28 @@ def _summarize_and_store(
     # The summary gives way to what stays verbatim: its room under the trigger.
     room = summary_room(state, config, kept)
     index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
-    # Taken over from a stalled holder: the chat path does not wait on a provider again.
-    provider = llm.OfflineProvider() if lease.took_over else None
-    with stopwatch() as elapsed:
-        outcome = _summarize_or_log(
-            state.conversation_id,
-            newly_old,
-            state.summary,
-            lease,
-            room,
-            index,
-            provider,
-            suffix_for(state, newly_old),
-            config,
-        )
+    # Taken over from a stalled or late holder, or freed by one only at the deadline: the
+    # chat path does not wait on a provider again.
+    late = not lease.took_over and deadline.passed()
+    provider = llm.OfflineProvider() if lease.took_over or late else deadline.provider
+    try:
+        with stopwatch() as elapsed:
+            outcome = _summarize_or_log(
+                state.conversation_id,
+                newly_old,
+                state.summary,
+                lease,
+                room,
+                index,
+                provider,
+                suffix_for(state, newly_old),
+                config,
+                deadline.at,
+            )
+    except LeaseLost:
+        # Taken over: not a failure of the summarizer, so no backoff is booked.
+        log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")
+        return load_window(state.conversation_id, config).summary
     if outcome is None:
         record_failure(lease, state)
         return state.summary  # the cached summary stays exactly as it was
@@ -630,12 +686,30 @@ def _summarize_and_store(
         details={
             "through_message_id": through,
             "calls": outcome.calls,
-            "fallback": outcome.fallback or lease.took_over,
+            "fallback": outcome.fallback or lease.took_over or late,
             **outcome.usage_details(),
-            **({"took_over_stalled_lease": True} if lease.took_over else {}),
+            **_fallback_details(lease, outcome, late=late),
         },
     )
     return outcome.text
+
+
+def _fallback_details(lease: Lease, outcome: SummaryOutcome, *, late: bool) -> dict:
+    """Why the offline summarizer wrote this shift (`offline_fallback`), counted in
+    the fallbacks metric when a holder is the reason (the registry counts a failed
+    summarizer call). `late`: a holder released the lease only at the deadline."""
+    if lease.took_over_from == "stalled":
+        telemetry.offline_takeover("stalled")
+        return {"took_over_stalled_lease": True, "offline_fallback": OfflineFallback.STALLED_HOLDER}
+    if lease.took_over_from == "late":
+        telemetry.offline_takeover("late")
+        return {"took_over_late_lease": True, "offline_fallback": OfflineFallback.LATE_HOLDER}
+    if late:
+        telemetry.offline_takeover("late")
+        return {"offline_fallback": OfflineFallback.LATE_HOLDER}
+    if outcome.fallback:
+        return {"offline_fallback": OfflineFallback.SUMMARIZER_FAILED}
+    return {}
 
 
 def _summarize_or_log(
@@ -648,7 +722,9 @@ def _summarize_or_log(
     provider: llm.Provider | None = None,
     suffix: Suffix | None = None,
     config: CompactionConfig | None = None,
+    deadline: float | None = None,
 ) -> SummaryOutcome | None:
+    """The summary, or None (logged) when it failed; LeaseLost passes (taken over)."""
     try:
         return summarize_messages(
             messages,
@@ -659,10 +735,10 @@ def _summarize_or_log(
             index=index,
             suffix=suffix,
             config=config,
+            deadline=deadline,
         )
     except LeaseLost:
-        log_event("summary_discarded", conversation_id=conversation_id, reason="lease_lost")
-        return None
+        raise
     except Exception as exc:  # a failed summary never breaks the chat or the history
         logger.warning(
             "summary_failed conversation=%s error=%s", conversation_id, type(exc).__name__

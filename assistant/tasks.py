@@ -6,13 +6,14 @@ import logging
 from typing import TypeGuard
 
 from celery import shared_task
+from celery.signals import worker_process_init
 from django.db import InterfaceError, OperationalError
 
 from assistant import cleanup, hooks, prebuild, staff_actions, telemetry
 from assistant.app_settings import app_setting
 from assistant.deliveries import over_delivery_cap
 from assistant.forking import generate_parent_summary
-from assistant.llm import ProviderError
+from assistant.llm import ProviderError, get_provider
 from assistant.logs import log_event
 from assistant.models import Conversation
 from assistant.queue import PARENT_SUMMARY_TASK, POST_EXCHANGE_TASK, PREBUILD_TASK, task_started
@@ -37,6 +38,13 @@ PROVIDER_RETRY_CEILING_SECONDS = 300
 _MAX_ROW_ID = 2**63
 # How much of a malformed id the log repeats (it may be anything).
 _LOGGED_ID_CHARS = 80
+
+
+@worker_process_init.connect
+def ready_summarizer(**_: object) -> None:
+    """Import the summarizer's SDK and build its client as a worker process
+    starts (seconds of CPU for some SDKs), not inside its first summary lease."""
+    get_provider()
 
 
 @shared_task(bind=True, name=POST_EXCHANGE_TASK, **_DB_RETRY)

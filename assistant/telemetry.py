@@ -209,6 +209,13 @@ def summarizer_fallback(provider: str, model: str) -> None:
     _summarizer_fallbacks.add(1, {PROVIDER: provider, REQUEST_MODEL: model, CALLER: "summarizer"})
 
 
+def offline_takeover(reason: str) -> None:
+    """The chat path took the summary lease over ("stalled": its holder's
+    heartbeat stopped; "late": past SUMMARY_CHAT_DEADLINE_SECONDS) and the
+    offline summarizer wrote the shift: a fallback, not a summarizer failure."""
+    _summarizer_fallbacks.add(1, {CALLER: "lease_takeover", OUTCOME: reason})
+
+
 def token_usage(
     caller: str,
     provider: str,

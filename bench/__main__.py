@@ -11,6 +11,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 
@@ -51,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, no 10k run")
     parser.add_argument("--skip-worker", action="store_true", help="no Celery worker measure")
     parser.add_argument(
+        "--offpath-only",
+        action="store_true",
+        help="only the summaries-off-the-chat-path loops; prints their lines, writes nothing",
+    )
+    parser.add_argument(
         "--sessions",
         nargs="*",
         metavar="NAME",
@@ -63,9 +69,11 @@ def main(argv: list[str] | None = None) -> int:
 
     django.setup()
 
+    if args.offpath_only:
+        return offpath_only()
+
     from bench import baselines, measures, real
     from bench.fake_summarizer import FakeSummarizer
-    from bench.offpath import off_the_chat_path
     from bench.report import (
         Line,
         line_rows,
@@ -136,10 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         step("post-exchange throughput through a Celery worker on Redis")
         worker = measures.throughput(generate(8, seed=3), tasks=16 if args.quick else 40)
 
-    offpath: dict[str, Any] | None = None
+    offpath: list[dict[str, Any]] | None = None
     if not args.skip_worker:
-        step("summaries off the chat path: a chat loop with a worker process, then inline")
-        offpath = off_the_chat_path()
+        offpath = offpath_runs(step)
 
     step(f"{len(sessions)} real agent sessions: ours through PostgreSQL")
     real_results = real.replay_all(sessions, beside, progress=step)
@@ -491,6 +498,33 @@ def main(argv: list[str] | None = None) -> int:
         f"{tables_path.relative_to(tables_path.parents[2])} and "
         f"{chart_path.relative_to(chart_path.parents[2])} in {elapsed:.0f} s"
     )
+    return 0
+
+
+def offpath_runs(step: Callable[[str], None]) -> list[dict[str, Any]]:
+    from bench.offpath import SUMMARIZER_LATENCIES, off_the_chat_path
+
+    runs = []
+    for seconds in SUMMARIZER_LATENCIES:
+        step(f"summaries off the chat path, {seconds:g} s summarizer: a worker process, inline")
+        runs.append(off_the_chat_path(seconds))
+    return runs
+
+
+def offpath_only() -> int:
+    """`--offpath-only`: the off-path loops alone, their lines printed."""
+    from bench import measures
+    from bench.report import table
+    from bench.targets import offpath_lines
+
+    started = time.perf_counter()
+
+    def step(text: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {text}", flush=True)
+
+    step("preparing the benchmark database")
+    measures.prepare_database()
+    print(table(offpath_lines(offpath_runs(step))))
     return 0
 
 

@@ -1,16 +1,16 @@
-"""Summaries off the chat path (issue 22, docs/benchmarks.rst): an agent loop through the
-real services, with a real Celery worker process, against the same loop
+"""Summaries off the chat path (issues 22 and 33, docs/benchmarks.rst): an agent loop
+through the real services, with a real Celery worker process, against the same loop
 with every summary made inline by the pre-call hook (no worker).
 
-The loop is the issue's: 45 user turns of 4 model calls each (three tool
-calls reading 20 KB pages, then the answer), the host recording the usage
-correctly, the post-exchange task enqueued after each turn. The summarizer
-is the real anthropic SDK against a loopback fake server that takes
-SUMMARIZER_SECONDS per call, in both processes (the worker is pointed at it
-through the environment). The model calls themselves take MODEL_SECONDS
-(none by default: the loop runs the hook, builds the request and records a
-response at once, so the worker has only the time the chat spends in the
-app). Import after django.setup()."""
+The loop is the issue's: 45 user turns of 4 model calls of MODEL_SECONDS each
+(three tool calls reading 20 KB pages, then the answer), the host recording
+the usage correctly, the post-exchange task enqueued after each turn. The
+summarizer is the real anthropic SDK against a loopback fake server that
+takes SUMMARIZER_LATENCIES seconds per call (each latency is a run of its own),
+in both processes (the worker is pointed at it through the environment).
+Besides the hook's added time and the chat's cost it counts the summaries
+paid for (summarizer calls), used (adopted into a request), never used, and
+the shifts the offline summarizer wrote. Import after django.setup()."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from assistant.conf import compaction_config
+from assistant.llm.offline import OFFLINE_MODEL
 from assistant.models import CompactionEvent, Conversation
 from assistant.services import add_message, build_context, ensure_context_summary, finish_exchange
 from bench.measures import worker_command
@@ -36,10 +37,11 @@ from tests.fake_llm import FakeLLM, Reply, ok, slow
 
 ROOT = Path(__file__).resolve().parent.parent
 TURNS, CALLS, RESULT_CHARS = 45, 4, 20_000
-SUMMARIZER_SECONDS = 2.0
-# The model's own latency per call: none in `make bench` (the issue's loop),
-# so the worker has only the time the chat spends in the app, the hardest case.
-MODEL_SECONDS = 0.0
+# A summarizer answering at once, and one answering in about the time a real
+# Haiku call on a long slice takes.
+SUMMARIZER_LATENCIES = (0.0, 3.0)
+# The chat model's own latency per call (issue 33's loop).
+MODEL_SECONDS = 0.5
 # The default settings (the issue measured its 0 of 39 with them).
 COMPACTION: dict[str, Any] = {}
 
@@ -101,12 +103,16 @@ def chat_loop(label: str, *, with_worker: bool) -> dict[str, Any]:
     events = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
     shifts = list(events.values_list("details", flat=True))
     prebuilt = sum(1 for details in shifts if (details or {}).get("prebuilt"))
+    offline = events.filter(summarizer_model=OFFLINE_MODEL).count()
     ordered = sorted(hook_ms)
     return {
         "calls": len(hook_ms),
         "shifts": len(shifts),
         "chat_path_summaries": len(shifts) - prebuilt,
         "prebuilt_adopted": prebuilt,
+        # Shifts the summarizer's own summary made (the rest: the offline one).
+        "summaries_used": len(shifts) - offline,
+        "offline_fallbacks": offline,
         "hook_ms_p50": round(statistics.median(ordered), 1),
         "hook_ms_p95": round(ordered[int(0.95 * (len(ordered) - 1))], 1),
         "hook_ms_max": round(ordered[-1], 1),
@@ -136,9 +142,9 @@ def _wait_ready(timeout: float = 60) -> None:
     raise RuntimeError("the bench's Celery worker did not start")
 
 
-def off_the_chat_path() -> dict[str, Any]:
+def off_the_chat_path(summarizer_seconds: float) -> dict[str, Any]:
     """The loop with a real worker process, then the same loop inline."""
-    fake = SlowSummarizer(SUMMARIZER_SECONDS).start()
+    fake = SlowSummarizer(summarizer_seconds).start()
     overrides = {
         "ASSISTANT_SUMMARIZER": "anthropic",
         "ANTHROPIC_API_KEY": "bench-key",
@@ -173,13 +179,15 @@ def off_the_chat_path() -> dict[str, Any]:
             calls_inline = fake.count("anthropic.messages") - calls_with_worker
     finally:
         fake.stop()
-    with_worker["summarizer_calls"] = calls_with_worker
-    inline["summarizer_calls"] = calls_inline
+    for loop, calls in ((with_worker, calls_with_worker), (inline, calls_inline)):
+        loop["summarizer_calls"] = calls  # each answered: the summaries paid for
+        loop["summaries_never_used"] = calls - loop["summaries_used"]
     return {
         "turns": TURNS,
         "calls_per_turn": CALLS,
         "result_chars": RESULT_CHARS,
-        "summarizer_seconds": SUMMARIZER_SECONDS,
+        "model_seconds": MODEL_SECONDS,
+        "summarizer_seconds": summarizer_seconds,
         "compaction": COMPACTION,
         "worker": with_worker,
         "inline": inline,

@@ -25,6 +25,6 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "ERROR"},
 }
 
-# The off-the-chat-path line's summarizer takes 2 s (bench/offpath.py): the
-# test settings' 2-second timeout would cut every call short.
+# The off-the-chat-path lines' summarizer takes up to 3 s (bench/offpath.py): the
+# test settings' 2-second timeout would cut every worker call short.
 LLM_TIMEOUT_SECONDS = 10.0

@@ -355,64 +355,91 @@ def session_lines(results: dict[str, list[Any]], trigger: int) -> list[Line]:
     ]
 
 
-def offpath_lines(result: dict[str, Any]) -> list[Line]:
-    """Summaries off the chat path (docs/benchmarks.rst, issue 22): with a worker
-    process, against the same loop with every summary made inline."""
+def offpath_lines(results: list[dict[str, Any]]) -> list[Line]:
+    """Summaries off the chat path (docs/benchmarks.rst, issues 22 and 33): with a worker
+    process, against the same loop with every summary made inline, once per
+    summarizer latency."""
+    lines = []
+    for result in results:
+        lines += _offpath_lines(result)
+    return lines
+
+
+def _offpath_lines(result: dict[str, Any]) -> list[Line]:
     worker, inline = result["worker"], result["inline"]
-    loop = f"{result['turns']} turns x {result['calls_per_turn']} calls"
+    latency = f"{result['summarizer_seconds']:g} s summarizer"
+    loop = f"{result['turns']} turns x {result['calls_per_turn']} calls, {latency}"
     on_path = worker["chat_path_summaries"] / worker["shifts"] if worker["shifts"] else 0.0
+    paid = worker["summarizer_calls"]
+    used = worker["summaries_used"] / paid if paid else 1.0
+    inline_paid = inline["summarizer_calls"]
+    cost_ratio = worker["chat_cost_under_caching"] / max(inline["chat_cost_under_caching"], 1)
     lines = [
         Line(
-            f"window summaries made on the chat path, worker ({loop})",
+            f"summaries paid for that were used, worker ({loop})",
+            used,
+            inline["summaries_used"] / inline_paid if inline_paid else 1.0,
+            "inline",
+            f">= 90% ({worker['summaries_used']} used of {paid} paid for, "
+            f"{worker['summaries_never_used']} never used)",
+            used >= 0.9,
+            "%",
+        ),
+        Line(
+            f"offline fallbacks, worker ({latency})",
+            worker["offline_fallbacks"],
+            inline["offline_fallbacks"],
+            "inline",
+            "0",
+            worker["offline_fallbacks"] == 0,
+        ),
+        Line(
+            f"window summaries made on the chat path, worker ({latency})",
             on_path,
             inline["chat_path_summaries"] / inline["shifts"] if inline["shifts"] else 0.0,
             "inline",
-            f"<= 10% ({worker['chat_path_summaries']} of {worker['shifts']}; "
-            f"summarizer calls {worker['summarizer_calls']})",
+            f"<= 10% ({worker['chat_path_summaries']} of {worker['shifts']} shifts)",
             on_path <= 0.1,
             "%",
-        )
+        ),
     ]
     for quantile in ("p50", "p95", "max"):
+        p95 = quantile == "p95"
         lines.append(
             Line(
-                f"hook's added time per call, {quantile}, 2 s summarizer",
+                f"hook's added time per call, {quantile}, worker ({latency})",
                 worker[f"hook_ms_{quantile}"],
                 inline[f"hook_ms_{quantile}"],
                 "inline",
-                "info",
-                None,
+                "< 200 ms" if p95 else "info",
+                worker["hook_ms_p95"] < 200 if p95 else None,
                 "ms",
             )
         )
-    lines.append(
+    lines += [
         Line(
-            "requests over the trigger plus the newest step, worker loop",
+            f"requests over the trigger plus the newest step, worker ({latency})",
             worker["requests_over_trigger_plus_newest_step"],
             inline["requests_over_trigger_plus_newest_step"],
             "inline",
             "0",
             worker["requests_over_trigger_plus_newest_step"] == 0,
-        )
-    )
-    lines.append(
+        ),
         Line(
-            "chat input tokens, worker loop",
+            f"chat input tokens, worker ({latency})",
             worker["chat_input_tokens"],
             inline["chat_input_tokens"],
             "inline",
             "info (a shift waits for the worker's summary)",
             None,
-        )
-    )
-    lines.append(
+        ),
         Line(
-            "chat cost under caching, worker loop",
+            f"chat cost under caching, worker ({latency})",
             worker["chat_cost_under_caching"],
             inline["chat_cost_under_caching"],
             "inline",
-            "info (summarizer input not included)",
-            None,
-        )
-    )
+            f"<= 1.10x inline ({cost_ratio:.2f}x; summarizer input not included)",
+            cost_ratio <= 1.10,
+        ),
+    ]
     return lines

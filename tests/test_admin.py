@@ -760,6 +760,30 @@ def test_message_and_event_admins_are_read_only(staff_client):
     assert Message.objects.get(pk=rows[2].pk).content == rows[2].content
 
 
+def test_the_event_list_counts_offline_fallbacks_by_why(staff_client, staff):
+    staff.user_permissions.add(Permission.objects.get(codename="view_compactionevent"))
+    conversation = Conversation.objects.create(title="Fallbacks")
+    reasons = ["late_holder", "stalled_holder", "late_holder", None]
+    events = [
+        CompactionEvent.objects.create(
+            conversation=conversation,
+            kind="window_summary",
+            details={"offline_fallback": reason} if reason else {"prebuilt": True},
+        ).pk
+        for reason in reasons
+    ]
+    events_list = reverse("admin:assistant_compactionevent_changelist")
+
+    def listed(query: str) -> set[int]:
+        return {e.pk for e in staff_client.get(events_list + query).context["cl"].result_list}
+
+    assert listed("?offline_fallback=late_holder") == {events[0], events[2]}
+    assert listed("?offline_fallback=stalled_holder") == {events[1]}
+    assert listed("?offline_fallback=any") == set(events[:3])
+    page = staff_client.get(events_list + "?offline_fallback=stalled_holder").content.decode()
+    assert "Lease taken over: the holder&#x27;s heartbeat stopped" in page
+
+
 # --- permissions --------------------------------------------------------------------
 
 

@@ -25,7 +25,7 @@ import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from assistant import cleanup, hooks, services
@@ -34,6 +34,7 @@ from assistant.services import add_message, finish_exchange
 from config.celery import app as celery_app
 from tests.builders import html, tool_turn
 from tests.conftest import QUEUES, hung_lease_holder, use_broker, wait_until
+from tests.fake_llm import ok, slow
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 CELERY = str(Path(sys.executable).with_name("celery"))
@@ -153,13 +154,16 @@ def processed(conversation: Conversation) -> bool:
 
 
 @contextmanager
-def worker_process(name: str, log_dir: Path) -> Iterator[subprocess.Popen]:
+def worker_process(
+    name: str, log_dir: Path, compaction: dict | None = None, extra_env: dict | None = None
+) -> Iterator[subprocess.Popen]:
     """A real `celery worker` subprocess with the prefork pool, one child."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.test_settings",
-        "ASSISTANT_COMPACTION": json.dumps(EAGER),
+        "ASSISTANT_COMPACTION": json.dumps(compaction or EAGER),
         "TEST_DATABASE_URL": database_url(),
+        **(extra_env or {}),
     }
     log = (log_dir / f"worker-{name}.log").open("w")
     command = [
@@ -878,7 +882,8 @@ def test_without_fallback_a_failed_summary_stores_nothing_and_the_chat_goes_on(
     summary = ensure_context_summary(conversation)
 
     assert summary is None
-    assert fake_llm.count("anthropic.messages") == 2  # one call, retried once by the SDK
+    # One attempt: the chat path's deadline leaves the SDK's retries to the worker.
+    assert fake_llm.count("anthropic.messages") == 1
     conversation.refresh_from_db()
     # No summary stored; only the failure is remembered, so the next try waits.
     failure = conversation.metadata.pop("summary_failure")
@@ -943,3 +948,275 @@ def test_a_hung_lease_holder_costs_each_chat_call_under_two_seconds_and_no_overs
     conversation.refresh_from_db()
     assert conversation.summary_lease_token is None
     assert snapshot(conversation)[: len(originals)] == originals
+
+
+# --- liveness: a slow holder is not a stalled one (docs/operations.rst, "Faults") -----------
+
+
+def request_and_bound(conversation: Conversation) -> tuple[int, int]:
+    """The next request's size and the bound it must stay within: the trigger
+    plus the newest step."""
+    from assistant.context import build_context
+
+    newest_step = conversation.messages.order_by("id").last().token_estimate
+    return build_context(conversation).tokens.total, HUNG_TRIGGER["CONTEXT_TOKEN_THRESHOLD"] + (
+        newest_step
+    )
+
+
+def window_shifts(conversation: Conversation) -> list[tuple[str, dict]]:
+    events = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
+    return [(e.summarizer_model, e.details) for e in events.order_by("id")]
+
+
+def assert_offline_takeover(conversation: Conversation, holder: str) -> None:
+    """One shift, by the offline summarizer, after taking over a `holder`
+    ("stalled" or "late") lease, and no summarizer failure booked for it."""
+    from assistant.llm.offline import OFFLINE_MODEL
+
+    [(model, details)] = window_shifts(conversation)
+    assert (model, details[f"took_over_{holder}_lease"], details["offline_fallback"]) == (
+        OFFLINE_MODEL,
+        True,
+        f"{holder}_holder",
+    )
+    conversation.refresh_from_db()
+    assert "summary_failure" not in conversation.metadata  # a takeover is not a failure
+
+
+def over_the_trigger(
+    fake, settings, title: str, *replies, timeout: float = 10, **compaction
+) -> Conversation:
+    """A conversation of 10,020 tokens, over HUNG_TRIGGER's 8,000, whose summarizer
+    (the anthropic SDK against the fake) answers with `replies`, each attempt timed
+    out at `timeout` seconds."""
+    from tests.builders import chat_turns
+
+    fake.use_anthropic(settings)
+    settings.LLM_TIMEOUT_SECONDS = timeout
+    settings.ASSISTANT_COMPACTION = {**HUNG_TRIGGER, **compaction}
+    fake.script("anthropic.messages", *replies)
+    conversation = Conversation.objects.create(title=title, system_prompt="You help.")
+    chat_turns(conversation, 10, size=2000)
+    return conversation
+
+
+def worker_summarizing(conversation: Conversation, fake) -> tuple[threading.Thread, list[bool]]:
+    """A worker's pre-build of the next summary in a thread (its own database
+    connection, its own heartbeat), once its summarizer call has started."""
+    from assistant.summaries import prebuild_window_summary
+
+    built: list[bool] = []
+
+    def worker() -> None:
+        try:
+            built.append(prebuild_window_summary(conversation))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert wait_until(lambda: fake.count("anthropic.messages") == 1, timeout=30)
+    return thread, built
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_frozen_in_its_summarizer_call_is_taken_over_within_two_seconds(
+    fake_llm, settings, empty_queues, tmp_path
+):
+    import time
+
+    from assistant.hooks import ensure_context_summary
+    from tests.builders import chat_turns
+
+    fake_llm.use_anthropic(settings)
+    settings.ASSISTANT_COMPACTION = dict(HUNG_TRIGGER)
+    # The worker's summarizer answers in 30 s: it is mid-call when it is frozen.
+    fake_llm.script("anthropic.messages", slow(30), repeat=True)
+    conversation = Conversation.objects.create(title="frozen worker", system_prompt="You help.")
+    chat_turns(conversation, 10, size=2000)  # 10,020 tokens, over the 8,000 trigger
+    originals = snapshot(conversation)
+
+    with worker_process("frozen", tmp_path, HUNG_TRIGGER, fake_llm.env()) as worker:
+        finish_exchange(conversation)  # the worker pre-builds the next summary
+        log = tmp_path / "worker-frozen.log"
+        assert wait_until(lambda: fake_llm.count("anthropic.messages") == 1, timeout=90), (
+            log.read_text()
+        )
+        conversation.refresh_from_db()
+        assert conversation.summary_lease_token is not None  # the worker holds the lease
+        [child] = children(worker.pid)
+        os.kill(child, signal.SIGSTOP)
+        try:
+            add_message(conversation, "user", "one more question " + "q" * 400)
+            started = time.monotonic()
+            ensure_context_summary(conversation)
+            waited = time.monotonic() - started
+            size, bound = request_and_bound(conversation)
+        finally:
+            os.kill(child, signal.SIGCONT)
+
+    print(f"frozen worker: the chat call took {waited:.3f} s, request {size} <= {bound}")
+    assert waited < 2.0
+    assert size <= bound
+    assert fake_llm.count("anthropic.messages") == 1  # the chat path did not call it again
+    assert_offline_takeover(conversation, "stalled")
+    assert snapshot(conversation)[: len(originals)] == originals
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_chat_waits_for_a_live_slow_worker_and_sends_with_its_summary(fake_llm, settings):
+    import time
+
+    from assistant.hooks import ensure_context_summary
+
+    # Three times the stall limit: a holder judged by its progress would be taken over.
+    reply = slow(3, ok(text="The worker's summary."))
+    conversation = over_the_trigger(fake_llm, settings, "slow worker", reply)
+    thread, built = worker_summarizing(conversation, fake_llm)
+    add_message(conversation, "user", "one more question " + "q" * 400)
+    started = time.monotonic()
+    summary = ensure_context_summary(conversation)
+    waited = time.monotonic() - started
+    thread.join(timeout=30)
+    size, bound = request_and_bound(conversation)
+
+    print(f"slow worker: the chat waited {waited:.3f} s for it")
+    assert built == [True]
+    assert waited < 5.0  # within SUMMARY_CHAT_DEADLINE_SECONDS: never taken over
+    assert size <= bound
+    assert summary.startswith("The worker's summary.")
+    assert fake_llm.count("anthropic.messages") == 1
+    [(model, details)] = window_shifts(conversation)
+    assert (model, details["prebuilt"], "offline_fallback" in details) == (
+        settings.ANTHROPIC_SUMMARY_MODEL,
+        True,
+        False,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_two_callers_past_the_trigger_share_one_slow_summary(fake_llm, settings):
+    import time
+
+    from assistant.hooks import ensure_context_summary
+
+    reply = slow(3, ok(text="One summary for both."))
+    conversation = over_the_trigger(fake_llm, settings, "two callers", reply)
+    returned: dict[str, tuple[float, str | None]] = {}
+    started = time.monotonic()
+
+    def caller(name: str, delay: float) -> None:
+        time.sleep(delay)
+        try:
+            summary = ensure_context_summary(Conversation.objects.get(pk=conversation.pk))
+            returned[name] = (time.monotonic() - started, summary)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=caller, args=(n, d)) for n, d in (("a", 0), ("b", 0.5))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    print(f"two callers: back after {[round(t, 3) for t, _ in returned.values()]} s")
+    assert fake_llm.count("anthropic.messages") == 1
+    [(model, details)] = window_shifts(conversation)
+    assert (model, "offline_fallback" in details, "took_over_stalled_lease" in details) == (
+        settings.ANTHROPIC_SUMMARY_MODEL,
+        False,
+        False,
+    )
+    assert returned["a"][1] == returned["b"][1]
+    assert returned["b"][1].startswith("One summary for both.")
+    assert returned["b"][0] < 3 + 2  # the summary's time plus 2 s
+    conversation.refresh_from_db()
+    assert "summary_failure" not in conversation.metadata
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_hanging_summarizer_holds_the_chat_only_until_its_deadline(fake_llm, settings):
+    import time
+
+    from assistant.hooks import ensure_context_summary
+    from assistant.llm.offline import OFFLINE_MODEL
+
+    settings.LLM_MAX_RETRIES = 2  # the worker's chain: 3 x 10 s; the chat's deadline: 5 s
+    conversation = over_the_trigger(fake_llm, settings, "hanging", slow(40), slow(40), slow(40))
+    add_message(conversation, "user", "one more question " + "q" * 400)
+
+    started = time.monotonic()
+    ensure_context_summary(conversation)
+    waited = time.monotonic() - started
+    size, bound = request_and_bound(conversation)
+
+    print(f"hanging summarizer: the chat call took {waited:.3f} s")
+    assert waited < 15.0
+    assert size <= bound
+    assert fake_llm.count("anthropic.messages") == 1  # one attempt on the chat path
+    [(model, details)] = window_shifts(conversation)
+    assert (model, details["fallback"], details["offline_fallback"]) == (
+        OFFLINE_MODEL,
+        True,
+        "summarizer_failed",
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_holder_still_summarizing_past_the_chat_deadline_gives_way_to_an_offline_shift(
+    fake_llm, settings
+):
+    import time
+
+    from assistant.hooks import ensure_context_summary
+
+    # Alive, beating, and later than the deadline.
+    conversation = over_the_trigger(
+        fake_llm, settings, "late worker", slow(6), timeout=20, SUMMARY_CHAT_DEADLINE_SECONDS=2
+    )
+    thread, built = worker_summarizing(conversation, fake_llm)
+    add_message(conversation, "user", "one more question " + "q" * 400)
+    started = time.monotonic()
+    ensure_context_summary(conversation)
+    waited = time.monotonic() - started
+    size, bound = request_and_bound(conversation)
+    thread.join(timeout=30)
+
+    print(f"late worker: the chat waited {waited:.3f} s, then shifted offline")
+    assert 2.0 <= waited < 5.0  # the deadline, then the offline summarizer
+    assert size <= bound
+    assert built == [False]  # its lease was taken over: its summary is not stored
+    assert_offline_takeover(conversation, "late")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_staff_regenerate_run_has_the_summarizers_own_timeout_not_the_chat_deadline(
+    fake_llm, settings
+):
+    from assistant.services import regenerate_window_summary
+    from assistant.staff_actions import run_staff_action
+
+    reply = slow(3, ok(text="The staff's summary."))
+    conversation = over_the_trigger(
+        fake_llm, settings, "staff run", reply, SUMMARY_CHAT_DEADLINE_SECONDS=1
+    )
+
+    run_staff_action("regenerate_summary", conversation.pk, None)
+
+    assert fake_llm.count("anthropic.messages") == 1
+    [(model, details)] = window_shifts(conversation)
+    assert (model, "offline_fallback" in details) == (settings.ANTHROPIC_SUMMARY_MODEL, False)
+    conversation.refresh_from_db()
+    assert conversation.compaction_summary.startswith("The staff's summary.")
+    # The same call on the chat path (the emergency levels use it) keeps its deadline.
+    add_message(conversation, "user", "more " + "q" * 4000)
+    fake_llm.script("anthropic.messages", slow(3))
+    assert regenerate_window_summary(conversation) is True
+    assert window_shifts(conversation)[-1][1]["offline_fallback"] == "summarizer_failed"

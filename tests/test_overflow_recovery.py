@@ -81,7 +81,7 @@ def terse_summarizer(monkeypatch):
     import assistant.llm
     from assistant.llm.base import SummaryResult, Usage
 
-    def summarize(transcript, *, previous_summary=None, instructions=None):
+    def summarize(transcript, *, previous_summary=None, instructions=None, provider=None):
         return SummaryResult(
             text="Goal: publish post 42.", usage=Usage(10, 5), model="terse", provider="test"
         )

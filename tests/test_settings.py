@@ -121,6 +121,15 @@ def test_compaction_defaults_match_the_design():
             r"\(120, the default\)",
         ),
         ({"SUMMARY_STALL_SECONDS": 0}, r"'SUMMARY_STALL_SECONDS'\] must be > 0, got 0.0"),
+        # A chat that never waits for any summarizer, or one that waits for minutes.
+        (
+            {"SUMMARY_CHAT_DEADLINE_SECONDS": 0},
+            r"'SUMMARY_CHAT_DEADLINE_SECONDS'\] must be > 0 and <= 600, got 0.0",
+        ),
+        (
+            {"SUMMARY_CHAT_DEADLINE_SECONDS": 900},
+            r"'SUMMARY_CHAT_DEADLINE_SECONDS'\] must be > 0 and <= 600, got 900.0",
+        ),
     ],
 )
 def test_bad_compaction_settings_are_refused(overrides, message):

@@ -1,4 +1,4 @@
-"""The conversation list's filters."""
+"""The conversation list's and the compaction event list's filters."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.db.models import Q
 
 from assistant.limits import current_limits
-from assistant.models import MetadataKeys
+from assistant.models import MetadataKeys, OfflineFallback
 
 
 class DeletedFilter(admin.SimpleListFilter):
@@ -78,4 +78,21 @@ class SummaryFilter(admin.SimpleListFilter):
             return queryset.filter(has_summary)
         if self.value() == "no":
             return queryset.exclude(has_summary)
+        return queryset
+
+
+class OfflineFallbackFilter(admin.SimpleListFilter):
+    """Window shifts the offline summarizer wrote, by why (`OfflineFallback`)."""
+
+    title = "offline fallback"
+    parameter_name = "offline_fallback"
+
+    def lookups(self, request, model_admin):
+        return [("any", "Any"), *OfflineFallback.choices]
+
+    def queryset(self, request, queryset):
+        if self.value() == "any":
+            return queryset.filter(details__has_key="offline_fallback")
+        if self.value() in OfflineFallback.values:
+            return queryset.filter(details__offline_fallback=self.value())
         return queryset

@@ -10,8 +10,9 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from assistant.admin.filters import OfflineFallbackFilter
 from assistant.admin.listing import FittingMedia, date_and_time
-from assistant.models import CompactionEvent, Message
+from assistant.models import CompactionEvent, Message, OfflineFallback
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -67,9 +68,10 @@ class CompactionEventAdmin(ReadOnlyAdmin):
         "messages_affected",
         "summarizer",
         "duration",
+        "offline_fallback",
         "acting_user",
     )
-    list_filter = ("kind", "created_at")
+    list_filter = ("kind", OfflineFallbackFilter, "created_at")
     search_fields = ("=conversation__id", "summarizer_model", "acting_user__username")
     list_select_related = ("conversation", "acting_user")
     raw_id_fields = ("conversation", "acting_user")
@@ -81,6 +83,11 @@ class CompactionEventAdmin(ReadOnlyAdmin):
         # Titles repeat ("newcomer 6 turns"): the id tells them apart.
         url = reverse("admin:assistant_conversation_change", args=[obj.conversation_id])
         return format_html('<a href="{}">#{} {}</a>', url, obj.conversation_id, obj.conversation)
+
+    @admin.display(description="offline fallback")
+    def offline_fallback(self, obj: CompactionEvent) -> str:
+        reason = (obj.details or {}).get("offline_fallback")
+        return OfflineFallback(reason).label if reason in OfflineFallback.values else "—"
 
     @admin.display(description="summarizer · tokens in / out", ordering="summarizer_model")
     def summarizer(self, obj: CompactionEvent) -> str:

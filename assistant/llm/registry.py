@@ -89,6 +89,14 @@ def _gemini_key() -> tuple:
     )
 
 
+def _bounded(key: tuple, timeout_at: int, within: float | None) -> tuple:
+    """A client key (`_common` at `timeout_at`) whose calls end within `within` seconds."""
+    if within is None:
+        return key
+    timeout = min(key[timeout_at], within)
+    return (*key[:timeout_at], timeout, 0, *key[timeout_at + 2 :])
+
+
 # Clients are built once per distinct configuration, so a test that overrides settings
 # gets a fresh client and production reuses one connection pool.
 @functools.lru_cache(maxsize=8)
@@ -165,15 +173,19 @@ def _warn_offline_once(reason: str) -> None:
     logger.warning("summarizer_offline: %s; summaries come from the offline summarizer", reason)
 
 
-def get_provider(name: str | None = None) -> Provider:
+def get_provider(name: str | None = None, *, within: float | None = None) -> Provider:
     """The configured provider (or the one named); offline when its key is
-    missing, which the first time is logged as a warning."""
+    missing, which the first time is logged as a warning. `within`: a call
+    is bounded by these seconds, attempt and retries together (the chat
+    path's deadline): one attempt, timed out at the smaller of `within` and
+    LLM_TIMEOUT_SECONDS. Built once per configuration, so the SDK is imported
+    and the client ready when this returns."""
     configured = name is None
     name = name or provider_name()
     if name in ("anthropic", "openai") and api_key(name):
-        return _client_provider(*_client_key(name))
+        return _client_provider(*_bounded(_client_key(name), 5, within))
     if name == "gemini" and api_key(name):
-        return _gemini(*_gemini_key())
+        return _gemini(*_bounded(_gemini_key(), 4, within))
     if configured and (reason := offline_reason()) is not None:
         _warn_offline_once(reason)
     return OfflineProvider()
