@@ -254,7 +254,7 @@ class Conversation(models.Model):
     # count plus estimates. NULL: unknown; the next message measures the
     # window. Every metadata write (merge_metadata) and every save resets it.
     context_estimate = models.PositiveBigIntegerField(null=True, default=None)
-    context_counted = models.BooleanField(default=False)
+    context_counted = models.BooleanField(default=False, db_default=False)
     # Written with every metadata write: what the size is made of may have changed.
     METADATA_RESETS = {"context_estimate": None}
 

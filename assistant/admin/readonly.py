@@ -63,12 +63,11 @@ class CompactionEventAdmin(ReadOnlyAdmin):
     list_display = (
         "created",
         "conversation_link",
-        "kind",
+        "kind_and_fallback",
         "tokens",
         "messages_affected",
         "summarizer",
         "duration",
-        "offline_fallback",
         "acting_user",
     )
     list_filter = ("kind", OfflineFallbackFilter, "created_at")
@@ -84,10 +83,18 @@ class CompactionEventAdmin(ReadOnlyAdmin):
         url = reverse("admin:assistant_conversation_change", args=[obj.conversation_id])
         return format_html('<a href="{}">#{} {}</a>', url, obj.conversation_id, obj.conversation)
 
-    @admin.display(description="offline fallback")
-    def offline_fallback(self, obj: CompactionEvent) -> str:
+    @admin.display(description="kind · offline fallback", ordering="kind")
+    def kind_and_fallback(self, obj: CompactionEvent) -> str:
+        """The kind, and for a shift the offline summarizer wrote, why (one column:
+        the list fits its box at 1280 px)."""
         reason = (obj.details or {}).get("offline_fallback")
-        return OfflineFallback(reason).label if reason in OfflineFallback.values else "—"
+        if reason not in OfflineFallback.values:
+            return obj.get_kind_display()
+        return format_html(
+            '<span class="two-lines">{}</span><span class="two-lines">offline: {}</span>',
+            obj.get_kind_display(),
+            OfflineFallback(reason).label,
+        )
 
     @admin.display(description="summarizer · tokens in / out", ordering="summarizer_model")
     def summarizer(self, obj: CompactionEvent) -> str:

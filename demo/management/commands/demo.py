@@ -27,7 +27,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from assistant.cost import conversation_cost
-from assistant.llm.overflow import model_context_window
+from assistant.llm.catalog import model_context_window
 from assistant.models import CompactionEvent, Conversation
 from assistant.services import add_message, build_context, ensure_context_summary, finish_exchange
 from assistant.testing.fake_provider import PromptCache, default_usage
