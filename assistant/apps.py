@@ -9,7 +9,7 @@ class AssistantConfig(AppConfig):
 
     def ready(self) -> None:
         from assistant import checks  # noqa: F401  (registers the system checks)
-        from assistant.conf import check_summarizer_deadline, compaction_config
+        from assistant.settings.conf import check_summarizer_deadline, compaction_config
         from assistant.window import measure_unsized
 
         # Refuse out-of-range thresholds at start-up (web, worker, commands),

@@ -25,22 +25,22 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
-from assistant.conf import compaction_config
-from assistant.context import Context
-from assistant.deletion import require_live
-from assistant.history import add_message
-from assistant.hooks import (
+from assistant.flows.precall import (
     acall_with_overflow_recovery,
     call_with_overflow_recovery,
     ensure_context_summary,
 )
+from assistant.flows.responses import record_response
 from assistant.llm.catalog import CHAT_PROVIDERS, DEFAULT_PROVIDER, wire
 from assistant.llm.streaming import OnText, aread_answer, read_answer
 from assistant.llm.wire import Wire
-from assistant.metadata import merge_metadata, read_metadata
 from assistant.models import Conversation, Message, MetadataKeys
 from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
-from assistant.responses import record_response
+from assistant.settings.conf import compaction_config
+from assistant.store.deletion import require_live
+from assistant.store.history import add_message
+from assistant.store.metadata import merge_metadata, read_metadata
+from assistant.window.context import Context
 
 #: The providers whose wire format ``chat_step`` speaks.
 PROVIDERS = CHAT_PROVIDERS

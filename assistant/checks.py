@@ -7,10 +7,10 @@ from typing import Any
 
 from django.core import checks
 
-from assistant.app_settings import app_setting
-from assistant.cost import price_of
 from assistant.llm import offline_reason
 from assistant.llm.catalog import MODEL_SETTINGS, model_info
+from assistant.settings.app import app_setting
+from assistant.window.cost import price_of
 
 SUMMARIZER_OFFLINE = "assistant.W001"
 UNKNOWN_MODEL = "assistant.W002"

@@ -49,7 +49,7 @@ class MetadataKeys:
     # A summary attempt that failed or did not shrink the context: which split,
     # how many attempts, and when the next one may run (epoch seconds).
     SUMMARY_FAILURE = "summary_failure"
-    # What compaction has saved under prompt caching (assistant.cache_ledger).
+    # What compaction has saved under prompt caching (assistant.window.ledger).
     CACHE_LEDGER = "cache_ledger"
     # The tool specs ({name, description, parameters}) the last chat_step sent: a
     # cached-suffix summary request sends them too, or the provider's cache misses.
@@ -66,14 +66,14 @@ class MetadataKeys:
     # so the hook knows one answers.
     PREBUILD_REQUEST = "prebuild_request"
     WORKER_SEEN_AT = "worker_seen_at"
-    # The cumulative artifact index of the summarized messages (assistant.artifacts),
+    # The cumulative artifact index of the summarized messages (assistant.text.artifacts),
     # and the one a pre-built summary was rendered with.
     ARTIFACT_INDEX = "artifact_index"
     PENDING_ARTIFACT_INDEX = "pending_artifact_index"
 
 
 # The cached window summary: the keys stored together by a shift, and removed
-# together when its split message no longer exists (assistant.cleanup).
+# together when its split message no longer exists (assistant.flows.cleanup).
 WINDOW_SUMMARY_KEYS = (
     MetadataKeys.COMPACTION_SUMMARY,
     MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID,
@@ -249,7 +249,7 @@ class Conversation(models.Model):
     # a conversation stored before the column, until `migrate` measures it.
     context_tokens = models.PositiveBigIntegerField(null=True, default=0)
     # What a stored message adds to that size without measuring the window
-    # again (assistant.history): our estimate of the context when it was
+    # again (assistant.store.history): our estimate of the context when it was
     # stored (WindowState.estimated_tokens), and whether it was the provider's
     # count plus estimates. NULL: unknown; the next message measures the
     # window. Every metadata write (merge_metadata) and every save resets it.
@@ -446,7 +446,7 @@ class Message(models.Model):
     compacted_content = models.TextField(null=True, blank=True)  # noqa: DJ001 (NULL = verbatim)
     compaction = models.CharField(max_length=16, choices=Compaction.choices, blank=True, default="")
     compacted_at = models.DateTimeField(null=True, blank=True)
-    # Content blocks besides the text (assistant.blocks), verbatim: thinking on assistant
+    # Content blocks besides the text (assistant.text.blocks), verbatim: thinking on assistant
     # messages, images and documents on user messages and tool results.
     blocks = models.JSONField(null=True, blank=True)
     # What the model sees of them once the exchange is over: thinking dropped, images and

@@ -28,9 +28,6 @@ from django.db import connection
 from django.db.models import F, Q, Value
 from django.db.models.functions import Greatest, Left, Length, StrIndex, Substr, Upper
 
-from assistant.blocks import MEDIA_TYPES, THINKING_TYPES, describe
-from assistant.conf import compaction_config
-from assistant.forking import FORK_THROUGH_MESSAGE_ID
 from assistant.llm.catalog import wire
 from assistant.models import (
     SEARCH_INDEX_CHARS,
@@ -39,6 +36,9 @@ from assistant.models import (
     MetadataKeys,
     handle,
 )
+from assistant.settings.conf import compaction_config
+from assistant.strategies.fork import FORK_THROUGH_MESSAGE_ID
+from assistant.text.blocks import MEDIA_TYPES, THINKING_TYPES, describe
 
 #: The name of the tool that reads an original by its handle.
 RECALL = "recall"

@@ -2,10 +2,10 @@
 and tests call these names; the work is done in the modules behind them.
 
 The actions staff run by hand take `acting_user=None`: the compaction events
-they record name that user (see `assistant.events.acting_as`). Those that
+they record name that user (see `assistant.store.events.acting_as`). Those that
 change a conversation refuse a deleted one (`conversation_deleted`), as
 add_message, finish_exchange, chat_step and the pre-call hook do: `@_live`,
-over `assistant.deletion.require_live`.
+over `assistant.store.deletion.require_live`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from assistant import compaction, emergency, forking, summaries
 from assistant.chat import (
     Step,
     achat_step,
@@ -23,34 +22,43 @@ from assistant.chat import (
     model_request,
     remember_chat_tools,
 )
-from assistant.context import Context, IncompleteToolCall, build_context, context_tokens
-from assistant.deletion import mark_deleted, require_live, restore_deleted
-from assistant.emergency import ContextTooLarge, compact_if_flagged
-from assistant.events import acting_as
-from assistant.forking import generate_parent_summary
-from assistant.history import add_message, finish_exchange
-from assistant.hooks import (
+from assistant.flows.planning import RunPlan, plan_run
+from assistant.flows.precall import (
     acall_with_overflow_recovery,
     call_with_overflow_recovery,
     ensure_context_summary,
     process_exchange,
 )
+from assistant.flows.responses import record_response
+from assistant.flows.staff import Outcome, check_action, run_staff_action
 from assistant.llm.overflow import context_overflow
 from assistant.llm.streaming import StreamInterrupted
 from assistant.models import Conversation
-from assistant.planning import RunPlan, plan_run
-from assistant.previews import Preview, emergency_preview, regenerate_preview, restore_preview
-from assistant.queue import enqueue_on_commit
 from assistant.recall import run_tool_call, tool_definitions
-from assistant.responses import record_response
-from assistant.staff_actions import Outcome, check_action, run_staff_action
-from assistant.status import ContextStatus, context_status
-from assistant.summaries import (
+from assistant.store.deletion import mark_deleted, require_live, restore_deleted
+from assistant.store.events import acting_as
+from assistant.store.history import add_message, finish_exchange
+from assistant.store.queue import enqueue_on_commit
+from assistant.strategies import emergency
+from assistant.strategies import fork as forking
+from assistant.strategies import summary as summaries
+from assistant.strategies import tool_results as compaction
+from assistant.strategies.emergency import ContextTooLarge, compact_if_flagged
+from assistant.strategies.fork import generate_parent_summary
+from assistant.strategies.previews import (
+    Preview,
+    emergency_preview,
+    regenerate_preview,
+    restore_preview,
+)
+from assistant.strategies.summary import (
     compaction_cutoff_id,
     prebuild_window_summary,
     summarize_messages,
 )
 from assistant.tasks import staff_action_task
+from assistant.window.context import Context, IncompleteToolCall, build_context, context_tokens
+from assistant.window.status import ContextStatus, context_status
 
 # Whom a staff action acts for: a django.contrib.auth user, a user id, or None.
 User = Any

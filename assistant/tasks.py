@@ -9,14 +9,22 @@ from celery import shared_task
 from celery.signals import worker_process_init
 from django.db import InterfaceError, OperationalError
 
-from assistant import cleanup, hooks, prebuild, staff_actions, telemetry
-from assistant.app_settings import app_setting
-from assistant.deliveries import over_delivery_cap
-from assistant.forking import generate_parent_summary
+from assistant.flows import cleanup, prebuild
+from assistant.flows import precall as hooks
+from assistant.flows import staff as staff_actions
 from assistant.llm import ProviderError, get_provider
-from assistant.logs import log_event
 from assistant.models import Conversation
-from assistant.queue import PARENT_SUMMARY_TASK, POST_EXCHANGE_TASK, PREBUILD_TASK, task_started
+from assistant.ops import telemetry
+from assistant.ops.logs import log_event
+from assistant.settings.app import app_setting
+from assistant.store.deliveries import over_delivery_cap
+from assistant.store.queue import (
+    PARENT_SUMMARY_TASK,
+    POST_EXCHANGE_TASK,
+    PREBUILD_TASK,
+    task_started,
+)
+from assistant.strategies.fork import generate_parent_summary
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +129,7 @@ def staff_action_task(action: str, conversation_id: int, user_id: int | None) ->
     staff_actions.run_staff_action(action, conversation_id, user_id)
 
 
-# --- Scheduled cleanup (beat; see assistant/cleanup_conf.py) -----------------
+# --- Scheduled cleanup (beat; see assistant/settings/cleanup.py) -----------------
 # Each runs one bounded batch and re-enqueues itself while work remains.
 
 

@@ -15,8 +15,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from assistant.app_settings import app_setting
-from assistant.health import Check, cached_worker_check, check_database, check_redis
+from assistant.ops.health import Check, cached_worker_check, check_database, check_redis
+from assistant.settings.app import app_setting
 
 _FALSE = {"0", "false", "no", "off"}
 

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     step("preparing the benchmark database")
     measures.prepare_database()
-    from assistant.conf import compaction_config
+    from assistant.settings.conf import compaction_config
 
     trigger = compaction_config().CONTEXT_TOKEN_THRESHOLD
     sessions = [s for s in load_sessions() if not args.sessions or s.name in args.sessions]

@@ -88,7 +88,7 @@ class _ToolCompaction:
     def __call__(self, history: list[dict[str, Any]]) -> None:
         """Rewrites `history` in place, replacing (never mutating) the message
         dicts it compacts: a payload built before keeps what it sent."""
-        from assistant.truncation import truncate_tool_result
+        from assistant.text.truncation import truncate_tool_result
 
         threshold = self.config["TOOL_RESULT_CHAR_THRESHOLD"]
         groups: dict[tuple[str, str], list[int]] = {}

@@ -65,7 +65,7 @@ def bulk_load(workload: Workload, title: str) -> Any:
     """The whole workload as stored messages, in one INSERT (for the runs that
     measure a given size, not the replay): the same fields add_message sets."""
     from assistant.models import Message
-    from assistant.tokens import estimate_message_tokens
+    from assistant.text.tokens import estimate_message_tokens
 
     conversation = new_conversation(workload, title)
     calls: dict[str, dict[str, Any]] = {}
@@ -427,9 +427,9 @@ def price_recalls(meter: CostMeter, conversation_id: int, payload: dict[str, Any
     from django.db.models import F, Value
     from django.db.models.functions import Greatest, StrIndex, Substr
 
-    from assistant.conf import compaction_config
     from assistant.models import Message
     from assistant.recall import HANDLE_IN_TEXT, visible_messages
+    from assistant.settings.conf import compaction_config
     from bench.fake_summarizer import count_tokens
     from bench.payload import strings_in
 

@@ -29,7 +29,7 @@ CACHE_WRITE = 1.25
 
 class Rates(NamedTuple):
     """A cached input token's prices over an uncached one's (as
-    assistant.cache_ledger.CachePrices, which has the same two fields)."""
+    assistant.window.ledger.CachePrices, which has the same two fields)."""
 
     read: float
     write: float

@@ -35,9 +35,9 @@ from django.db import connections
 from django.test import override_settings
 
 from assistant import services
-from assistant.cache_ledger import cache_prices
 from assistant.models import Conversation
 from assistant.window import decision
+from assistant.window.ledger import cache_prices
 from bench import peers as lib
 from bench.baselines import Everything, Reference
 from bench.chat import finish_turn, store

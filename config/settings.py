@@ -9,8 +9,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from assistant.app_settings import default
-from assistant.cleanup_conf import beat_schedule, cleanup_settings
+from assistant.settings.app import default
+from assistant.settings.cleanup import beat_schedule, cleanup_settings
 from config.env import (
     env_bool,
     env_choice,
@@ -187,7 +187,7 @@ CELERY_TASK_ROUTES = {
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = "UTC"
 
-# --- Scheduled cleanup (Celery beat): one dict, defaults in assistant/cleanup_conf.py ---
+# --- Scheduled cleanup (Celery beat): one dict, defaults in assistant/settings/cleanup.py ---
 
 ASSISTANT_CLEANUP = cleanup_settings(env_json_object("ASSISTANT_CLEANUP"))
 CELERY_BEAT_SCHEDULE: dict = beat_schedule(ASSISTANT_CLEANUP)
@@ -258,7 +258,7 @@ ASSISTANT_QUEUED_MARKER_SECONDS = env_int(
     "ASSISTANT_QUEUED_MARKER_SECONDS", default("ASSISTANT_QUEUED_MARKER_SECONDS"), minimum=1
 )
 
-# --- Compaction thresholds: one dict, defaults in assistant/conf.py ------------
+# --- Compaction thresholds: one dict, defaults in assistant/settings/conf.py ------------
 
 ASSISTANT_COMPACTION = env_json_object("ASSISTANT_COMPACTION")
 

@@ -18,8 +18,8 @@ from typing import Any
 import anthropic
 import httpx2
 
-from assistant.conf import compaction_config
 from assistant.models import CompactionEvent, Conversation
+from assistant.settings.conf import compaction_config
 
 DEMO_MODEL = "claude-demo-small-window"
 DEMO_WINDOW_TOKENS = 2_500

@@ -13,8 +13,8 @@ from celery.contrib.testing.worker import start_worker
 from django.conf import settings
 from django.db import connections
 
-from assistant.leases import claim
 from assistant.models import Conversation
+from assistant.store.leases import claim
 from config.celery import app as celery_app
 
 pytest_plugins = ["tests.fake_llm"]

@@ -18,7 +18,6 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from assistant.events import acting_as, acting_user_id
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import (
     add_message,
@@ -26,7 +25,8 @@ from assistant.services import (
     fork_continuation,
     run_staff_action,
 )
-from assistant.tokens import estimate_tokens
+from assistant.store.events import acting_as, acting_user_id
+from assistant.text.tokens import estimate_tokens
 from tests.builders import html, tool_turn
 from tests.conftest import wait_until
 from tests.media import b64, image_block, pdf, pdf_block, png

@@ -12,11 +12,11 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from assistant.hooks import process_exchange
-from assistant.leases import SummaryInTransaction, claim, summary_lease
+from assistant.flows.precall import process_exchange
 from assistant.llm import convert
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import add_message, build_context, ensure_context_summary
+from assistant.store.leases import SummaryInTransaction, claim, summary_lease
 from bench.payload import CostMeter
 from tests.builders import chat_turns, html
 

@@ -3,12 +3,12 @@ it: what a summary leaves out stays one recall away, whatever kind of value it i
 
 from __future__ import annotations
 
-from assistant.artifacts import HEADING, render, without_index
-from assistant.identifiers import names_in
 from assistant.models import Conversation
 from assistant.recall import run_tool_call
 from assistant.services import add_message, ensure_context_summary
-from assistant.tokens import estimate_tokens
+from assistant.text.artifacts import HEADING, render, without_index
+from assistant.text.identifiers import names_in
+from assistant.text.tokens import estimate_tokens
 from tests.builders import tool_turn
 
 WINDOW = {"MAX_MESSAGES_BEFORE_SUMMARY": 10, "MIN_RECENT_MESSAGES": 4, "COMPACTION_TIMING": "eager"}

@@ -4,10 +4,10 @@ rules, and the placeholders of compacted images and documents."""
 import pytest
 from django.core.exceptions import ValidationError
 
-from assistant import blocks
 from assistant.llm.anthropic import ANTHROPIC, anthropic_image_tokens
 from assistant.llm.gemini import GEMINI, gemini_image_tokens
 from assistant.llm.openai import OPENAI, openai_image_tokens
+from assistant.text import blocks
 from tests.media import b64, gif, image_block, jpeg, pdf, pdf_block, png, thinking_block, webp
 
 MAX = 5 * 1024 * 1024

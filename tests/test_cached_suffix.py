@@ -16,13 +16,13 @@ from django.test import override_settings
 from google import genai
 from google.genai import types
 
-from assistant.context import as_neutral
-from assistant.cost import conversation_costs
 from assistant.llm.prompts import describe_message, suffix_instruction
-from assistant.metadata import read_metadata
 from assistant.models import CompactionEvent, Message, MetadataKeys
 from assistant.services import add_message, chat_step, remember_chat_tools
+from assistant.store.metadata import read_metadata
 from assistant.testing.fake_provider import DEFAULT_SUMMARY, FakeProvider, ok
+from assistant.window.context import as_neutral
+from assistant.window.cost import conversation_costs
 from tests.builders import html
 
 pytestmark = pytest.mark.django_db

@@ -13,11 +13,11 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from assistant import cleanup
-from assistant.cleanup_conf import beat_schedule, cleanup_config, cleanup_settings
-from assistant.logs import log_event
+from assistant.flows import cleanup
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.ops.logs import log_event
 from assistant.services import add_message
+from assistant.settings.cleanup import beat_schedule, cleanup_config, cleanup_settings
 from tests.conftest import wait_until
 
 NOW = timezone.now()
@@ -233,8 +233,8 @@ def test_the_sweep_does_not_enqueue_work_already_queued(
 ):
     """During a backlog every sweep finds the same unprocessed exchanges:
     each is queued once, however many sweeps run, until its task starts."""
-    from assistant.history import finish_exchange
-    from assistant.queue import POST_EXCHANGE_TASK, task_started
+    from assistant.store.history import finish_exchange
+    from assistant.store.queue import POST_EXCHANGE_TASK, task_started
 
     ids = [
         make_conversation(f"c{i}", last_exchange_at=NOW - timedelta(hours=1)).pk for i in range(3)

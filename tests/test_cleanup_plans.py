@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from assistant import cleanup
-from assistant.cleanup_conf import cleanup_config
+from assistant.flows import cleanup
 from assistant.models import Conversation, Message, MetadataKeys
+from assistant.settings.cleanup import cleanup_config
 
 CONVERSATIONS = 100_000
 K = MetadataKeys

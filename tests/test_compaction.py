@@ -222,7 +222,7 @@ def test_a_summarize_policy_commits_each_result_so_a_killed_run_keeps_its_work(
 
         return OfflineProvider().summarize(transcript)
 
-    monkeypatch.setattr("assistant.compaction.llm.summarize", summarize)
+    monkeypatch.setattr("assistant.strategies.tool_results.llm.summarize", summarize)
 
     with pytest.raises(Killed):
         compact_tool_results(conversation)
@@ -236,7 +236,7 @@ def test_the_worker_reads_only_results_it_has_not_looked_at(conversation):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from assistant.compaction import prepare_tool_results
+    from assistant.strategies.tool_results import prepare_tool_results
 
     for n in range(30):
         tool_turn(conversation, f"q{n}", [("get_blog_post", {"id": n}, html(3000))])

@@ -14,21 +14,21 @@ from django.utils import timezone
 from google import genai
 from google.genai import errors as genai_errors
 
-from assistant.compaction import compact_tool_results, restore_originals
-from assistant.hooks import ensure_context_summary, process_exchange
+from assistant.flows.precall import ensure_context_summary, process_exchange
 from assistant.llm import ProviderError, get_provider
 from assistant.llm.anthropic import anthropic_image_tokens
 from assistant.llm.gemini import gemini_image_tokens
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import add_message, build_context
-from assistant.summaries import summarize_messages
+from assistant.strategies.summary import summarize_messages
+from assistant.strategies.tool_results import compact_tool_results, restore_originals
 from assistant.testing.content import (
     ANTHROPIC_THINKING_REQUIRED,
     GEMINI_BAD_IMAGE,
     decoded,
     thinking_block,
 )
-from assistant.tokens import estimate_tokens
+from assistant.text.tokens import estimate_tokens
 from tests.fake_llm import ok
 from tests.media import b64, image_block, jpeg, pdf, pdf_block, png
 

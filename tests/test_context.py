@@ -4,10 +4,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from assistant.context import MISSING_RESULT, IncompleteToolCall
-from assistant.metadata import merge_metadata
 from assistant.models import Conversation, Message
 from assistant.services import add_message, build_context
+from assistant.store.metadata import merge_metadata
+from assistant.window.context import MISSING_RESULT, IncompleteToolCall
 from tests.builders import chat_turns, tool_turn
 
 pytestmark = pytest.mark.django_db

@@ -1,6 +1,6 @@
 """What a conversation cost at the providers' cache prices, and what sending
 everything would have cost, from the usage recorded on its messages and the
-summarizer tokens of its compaction events (assistant/cost.py)."""
+summarizer tokens of its compaction events (assistant/window/cost.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from assistant.cost import conversation_cost, conversation_costs, price_of, total_cost
-from assistant.events import record_compaction
 from assistant.models import Conversation, Message
 from assistant.services import add_message
+from assistant.store.events import record_compaction
+from assistant.window.cost import conversation_cost, conversation_costs, price_of, total_cost
 
 M = 1_000_000
 

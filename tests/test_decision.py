@@ -7,11 +7,10 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from assistant.cache_ledger import Outlook
-from assistant.conf import compaction_config
 from assistant.models import CompactionEvent, MetadataKeys
 from assistant.services import ensure_context_summary
-from assistant.summaries import prebuild_window_summary, shift_window
+from assistant.settings.conf import compaction_config
+from assistant.strategies.summary import prebuild_window_summary, shift_window
 from assistant.window import (
     AT_TRIGGER,
     COLD_CACHE,
@@ -20,6 +19,7 @@ from assistant.window import (
     load_window,
     worker_split,
 )
+from assistant.window.ledger import Outlook
 from tests.builders import chat_turns
 
 pytestmark = pytest.mark.django_db

@@ -18,10 +18,10 @@ import pytest
 from django.core import checks
 from django.db import transaction
 
-from assistant.conf import compaction_config
-from assistant.cost import model_prices, price_of
 from assistant.models import Conversation
 from assistant.services import compact_tool_results
+from assistant.settings.conf import compaction_config
+from assistant.window.cost import model_prices, price_of
 from tests.doc_examples import (
     CODE_LANGUAGES,
     HOST_KINDS,

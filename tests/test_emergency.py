@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from assistant import emergency, hooks
-from assistant.compaction import restore_originals
-from assistant.context import build_context, context_tokens
+from assistant.flows import precall as hooks
 from assistant.llm.overflow import overflow_token_counts
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import emergency_compact
+from assistant.strategies import emergency
+from assistant.strategies.tool_results import restore_originals
+from assistant.window.context import build_context, context_tokens
 from tests.scenarios import BIG_RESULT, SMALL_RESULT, tool_heavy_conversation
 
 pytestmark = pytest.mark.django_db
@@ -131,7 +132,7 @@ def test_a_failure_returns_false_and_loses_nothing(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("summarizer exploded")
 
-    monkeypatch.setattr("assistant.emergency.regenerate_window_summary", broken)
+    monkeypatch.setattr("assistant.strategies.emergency.regenerate_window_summary", broken)
 
     assert emergency_compact(conversation, level=2) is False
     assert originals(conversation) == before

@@ -28,7 +28,9 @@ from django.core.exceptions import ValidationError
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from assistant import cleanup, hooks, services
+from assistant import services
+from assistant.flows import cleanup
+from assistant.flows import precall as hooks
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import add_message, finish_exchange
 from config.celery import app as celery_app
@@ -745,7 +747,7 @@ def test_a_tool_result_for_another_conversations_call_is_refused(two_conversatio
 
 
 def test_restoring_ids_of_another_conversation_touches_nothing(two_conversations):
-    from assistant.compaction import compact_tool_results, restore_originals
+    from assistant.strategies.tool_results import compact_tool_results, restore_originals
 
     mine, other = two_conversations
     compact_tool_results(other)
@@ -763,7 +765,7 @@ def test_a_five_megabyte_tool_result_is_stored_whole_and_compacted(db):
     tool_turn(conversation, "Dump the table", [("run_sql", {"sql": "select *"}, big)])
 
     finish_exchange(conversation)
-    from assistant.hooks import process_exchange
+    from assistant.flows.precall import process_exchange
 
     assert process_exchange(conversation.pk) is True
 
@@ -809,9 +811,9 @@ def stored_texts(conversation: Conversation) -> list[str]:
 def test_a_failing_provider_falls_back_offline_and_stores_no_failure(
     db, fake_llm, settings, provider, failure
 ):
-    from assistant.context import build_context
-    from assistant.hooks import ensure_context_summary, process_exchange
+    from assistant.flows.precall import ensure_context_summary, process_exchange
     from assistant.llm.offline import OFFLINE_MODEL
+    from assistant.window.context import build_context
 
     getattr(fake_llm, f"use_{provider}")(settings)
     settings.LLM_TIMEOUT_SECONDS = 0.4
@@ -860,8 +862,8 @@ def test_a_failing_provider_falls_back_offline_and_stores_no_failure(
 def test_without_fallback_a_failed_summary_stores_nothing_and_the_chat_goes_on(
     db, fake_llm, settings, failure
 ):
-    from assistant.context import build_context
-    from assistant.hooks import ensure_context_summary
+    from assistant.flows.precall import ensure_context_summary
+    from assistant.window.context import build_context
 
     fake_llm.use_anthropic(settings)
     settings.ASSISTANT_SUMMARY_FALLBACK = False
@@ -910,8 +912,8 @@ def test_a_hung_lease_holder_costs_each_chat_call_under_two_seconds_and_no_overs
 ):
     import time
 
-    from assistant.context import build_context
-    from assistant.hooks import ensure_context_summary
+    from assistant.flows.precall import ensure_context_summary
+    from assistant.window.context import build_context
     from tests.builders import chat_turns
 
     fake_llm.use_anthropic(settings)
@@ -956,7 +958,7 @@ def test_a_hung_lease_holder_costs_each_chat_call_under_two_seconds_and_no_overs
 def request_and_bound(conversation: Conversation) -> tuple[int, int]:
     """The next request's size and the bound it must stay within: the trigger
     plus the newest step."""
-    from assistant.context import build_context
+    from assistant.window.context import build_context
 
     newest_step = conversation.messages.order_by("id").last().token_estimate
     return build_context(conversation).tokens.total, HUNG_TRIGGER["CONTEXT_TOKEN_THRESHOLD"] + (
@@ -1004,7 +1006,7 @@ def over_the_trigger(
 def worker_summarizing(conversation: Conversation, fake) -> tuple[threading.Thread, list[bool]]:
     """A worker's pre-build of the next summary in a thread (its own database
     connection, its own heartbeat), once its summarizer call has started."""
-    from assistant.summaries import prebuild_window_summary
+    from assistant.strategies.summary import prebuild_window_summary
 
     built: list[bool] = []
 
@@ -1027,7 +1029,7 @@ def test_a_worker_frozen_in_its_summarizer_call_is_taken_over_within_two_seconds
 ):
     import time
 
-    from assistant.hooks import ensure_context_summary
+    from assistant.flows.precall import ensure_context_summary
     from tests.builders import chat_turns
 
     fake_llm.use_anthropic(settings)
@@ -1070,7 +1072,7 @@ def test_a_worker_frozen_in_its_summarizer_call_is_taken_over_within_two_seconds
 def test_the_chat_waits_for_a_live_slow_worker_and_sends_with_its_summary(fake_llm, settings):
     import time
 
-    from assistant.hooks import ensure_context_summary
+    from assistant.flows.precall import ensure_context_summary
 
     # Three times the stall limit: a holder judged by its progress would be taken over.
     reply = slow(3, ok(text="The worker's summary."))
@@ -1102,7 +1104,7 @@ def test_the_chat_waits_for_a_live_slow_worker_and_sends_with_its_summary(fake_l
 def test_two_callers_past_the_trigger_share_one_slow_summary(fake_llm, settings):
     import time
 
-    from assistant.hooks import ensure_context_summary
+    from assistant.flows.precall import ensure_context_summary
 
     reply = slow(3, ok(text="One summary for both."))
     conversation = over_the_trigger(fake_llm, settings, "two callers", reply)
@@ -1143,7 +1145,7 @@ def test_two_callers_past_the_trigger_share_one_slow_summary(fake_llm, settings)
 def test_a_hanging_summarizer_holds_the_chat_only_until_its_deadline(fake_llm, settings):
     import time
 
-    from assistant.hooks import ensure_context_summary
+    from assistant.flows.precall import ensure_context_summary
     from assistant.llm.offline import OFFLINE_MODEL
 
     settings.LLM_MAX_RETRIES = 2  # the worker's chain: 3 x 10 s; the chat's deadline: 5 s
@@ -1174,7 +1176,7 @@ def test_a_holder_still_summarizing_past_the_chat_deadline_gives_way_to_an_offli
 ):
     import time
 
-    from assistant.hooks import ensure_context_summary
+    from assistant.flows.precall import ensure_context_summary
 
     # Alive, beating, and later than the deadline.
     conversation = over_the_trigger(
@@ -1200,8 +1202,8 @@ def test_a_holder_still_summarizing_past_the_chat_deadline_gives_way_to_an_offli
 def test_a_staff_regenerate_run_has_the_summarizers_own_timeout_not_the_chat_deadline(
     fake_llm, settings
 ):
+    from assistant.flows.staff import run_staff_action
     from assistant.services import regenerate_window_summary
-    from assistant.staff_actions import run_staff_action
 
     reply = slow(3, ok(text="The staff's summary."))
     conversation = over_the_trigger(

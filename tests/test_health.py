@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from assistant.health import forget_worker_check
+from assistant.ops.health import forget_worker_check
 from tests.conftest import wait_until
 
 

@@ -10,11 +10,11 @@ import time
 import pytest
 from django.test import override_settings
 
-from assistant.conf import compaction_config
+from assistant.flows.prebuild import defer_to_worker
 from assistant.models import CompactionEvent, Conversation, MetadataKeys
-from assistant.prebuild import defer_to_worker
-from assistant.queue import PREBUILD_TASK
 from assistant.services import add_message, ensure_context_summary, finish_exchange
+from assistant.settings.conf import compaction_config
+from assistant.store.queue import PREBUILD_TASK
 from assistant.window import load_window
 from tests.builders import html
 from tests.conftest import hung_lease_holder, wait_until

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from assistant.emergency import ContextTooLarge
-from assistant.hooks import call_with_overflow_recovery
+from assistant.flows.precall import call_with_overflow_recovery
 from assistant.llm import get_provider
 from assistant.llm.base import ProviderError
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import add_message
+from assistant.strategies.emergency import ContextTooLarge
 from tests.fake_llm import fake_llm, ok, overflow, overloaded, raw  # noqa: F401
 from tests.scenarios import tool_heavy_conversation
 

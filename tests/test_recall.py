@@ -14,8 +14,6 @@ from django.utils import timezone
 from google import genai
 from google.genai import types
 
-from assistant.artifacts import without_index
-from assistant.identifiers import definitions
 from assistant.models import Conversation, Message
 from assistant.recall import run_tool_call, tool_definitions
 from assistant.services import (
@@ -27,6 +25,8 @@ from assistant.services import (
     ensure_context_summary,
     fork_from_message,
 )
+from assistant.text.artifacts import without_index
+from assistant.text.identifiers import definitions
 from tests.builders import html, tool_turn
 from tests.fake_llm import ok
 from tests.scenarios import staff_user

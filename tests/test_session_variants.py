@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from assistant.conf import compaction_config
 from assistant.models import Message
+from assistant.settings.conf import compaction_config
 from bench.sessions import load_sessions
 from tests.replays import replay
 

@@ -14,17 +14,18 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import override_settings
 
-from assistant import conf, llm
+from assistant import llm
 from assistant.checks import summarizer_can_run
-from assistant.conf import (
+from assistant.llm import registry
+from assistant.models import CompactionEvent
+from assistant.services import build_context, ensure_context_summary
+from assistant.settings import conf
+from assistant.settings.conf import (
     RENAMED,
     CompactionConfig,
     check_summarizer_deadline,
     compaction_config,
 )
-from assistant.llm import registry
-from assistant.models import CompactionEvent
-from assistant.services import build_context, ensure_context_summary
 from assistant.window import choose_split
 from config import env
 from tests.builders import chat_turns, html, tool_turn

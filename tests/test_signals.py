@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from assistant.limits import current_limits
 from assistant.models import CompactionEvent
 from assistant.services import (
     compact_tool_results,
@@ -16,6 +15,7 @@ from assistant.services import (
 )
 from assistant.signals import context_compacted, emergency_compaction
 from assistant.window import load_window
+from assistant.window.limits import current_limits
 from tests.scenarios import staff_user, tool_heavy_conversation
 
 

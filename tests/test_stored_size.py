@@ -6,9 +6,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from assistant.metadata import merge_metadata
 from assistant.models import Conversation, MetadataKeys
 from assistant.services import add_message
+from assistant.store.metadata import merge_metadata
 from assistant.window import load_window, measure_size
 from assistant.window.state import MIN_JUDGED_ESTIMATE
 

@@ -11,8 +11,6 @@ import pytest
 from django.db import connection, connections
 from django.test import override_settings
 
-from assistant.artifacts import without_index
-from assistant.facts import CARRIED_HEADING, carried_facts
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import (
     build_context,
@@ -23,6 +21,8 @@ from assistant.services import (
     regenerate_window_summary,
     restore_originals,
 )
+from assistant.text.artifacts import without_index
+from assistant.text.facts import CARRIED_HEADING, carried_facts
 from tests.builders import chat_turns, tool_turn
 from tests.fake_llm import ok, overloaded, slow
 
@@ -247,7 +247,7 @@ def test_a_prebuilt_summary_is_ignored_once_the_split_has_moved(anthropic, db):
     anthropic.script_anthropic(ok(summary_text("prebuilt")), ok(summary_text("direct")))
     process_exchange(conversation.pk)
     # Meanwhile another path moved the split (base no longer matches).
-    from assistant.metadata import merge_metadata
+    from assistant.store.metadata import merge_metadata
 
     merge_metadata(
         Conversation.objects.filter(pk=conversation.pk),

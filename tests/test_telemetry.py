@@ -21,9 +21,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from assistant import leases, telemetry
-from assistant.conf import compaction_config
 from assistant.models import CompactionEvent, Conversation, Message
+from assistant.ops import telemetry
 from assistant.services import (
     add_message,
     build_context,
@@ -33,6 +32,8 @@ from assistant.services import (
     queue_staff_action,
     regenerate_window_summary,
 )
+from assistant.settings.conf import compaction_config
+from assistant.store import leases
 from tests.conftest import wait_until
 from tests.fake_llm import overloaded
 from tests.scenarios import staff_user

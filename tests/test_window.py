@@ -7,9 +7,9 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from assistant.conf import compaction_config
 from assistant.models import Conversation, Message
 from assistant.services import add_message, ensure_context_summary
+from assistant.settings.conf import compaction_config
 from assistant.window import choose_split, load_window, should_shift
 from tests.builders import chat_turns, html, tool_turn
 

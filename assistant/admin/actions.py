@@ -17,11 +17,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from assistant import services, telemetry
-from assistant.conf import compaction_config
-from assistant.deletion import purge_after
-from assistant.models import Conversation, Message
-from assistant.staff_actions import (
+from assistant import services
+from assistant.flows.staff import (
     CALLS_THE_MODEL,
     COMPACT_TOOL_RESULTS,
     EMERGENCY_1,
@@ -30,6 +27,10 @@ from assistant.staff_actions import (
     REGENERATE_SUMMARY,
     RESTORE_ORIGINALS,
 )
+from assistant.models import Conversation, Message
+from assistant.ops import telemetry
+from assistant.settings.conf import compaction_config
+from assistant.store.deletion import purge_after
 
 # A run over more conversations than this goes to the worker.
 INLINE_LIMIT = 5

@@ -24,10 +24,10 @@ from assistant.admin.cost_chart import cost_money, cost_section
 from assistant.admin.filters import ContextFilter, DeletedFilter, ForkFilter, SummaryFilter
 from assistant.admin.inspector import WireJSONEncoder, context_inspector, request_body
 from assistant.admin.listing import FittingMedia, date_and_time, with_list_figures
-from assistant.cost import Cost, conversation_costs, costs_since
-from assistant.deletion import purge_date
-from assistant.limits import current_limits
 from assistant.models import Conversation, Message
+from assistant.store.deletion import purge_date
+from assistant.window.cost import Cost, conversation_costs, costs_since
+from assistant.window.limits import current_limits
 
 
 class Listed(Protocol):

@@ -11,8 +11,8 @@ from typing import Any
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from assistant.cost import Call, Cost, conversation_cost
 from assistant.models import Conversation
+from assistant.window.cost import Call, Cost, conversation_cost
 
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 960, 240, 56, 24, 10
 CALLS_DRAWN = 400  # the newest ones: the page stays light however long the conversation

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.contrib import admin
 from django.db.models import Q
 
-from assistant.limits import current_limits
 from assistant.models import MetadataKeys, OfflineFallback
+from assistant.window.limits import current_limits
 
 
 class DeletedFilter(admin.SimpleListFilter):

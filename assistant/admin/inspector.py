@@ -12,10 +12,10 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from assistant.limits import current_limits, request_shape
 from assistant.llm.catalog import wire
 from assistant.models import Conversation
 from assistant.services import build_context, context_tokens
+from assistant.window.limits import current_limits, request_shape
 
 MESSAGES_SHOWN = 30
 CHARS_SHOWN = 2000

@@ -18,8 +18,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.html import format_html
 
-from assistant.conf import compaction_config
 from assistant.models import CompactionEvent, Conversation, Message
+from assistant.settings.conf import compaction_config
 
 
 def _fork_depth(levels: int) -> Expression:

@@ -9,12 +9,12 @@ import math
 import re
 from typing import Any
 
-from assistant.blocks import MediaRates
 from assistant.llm import convert
 from assistant.llm.base import ChatResult, Usage
 from assistant.llm.wire import ModelInfo, StreamReader, Wire, loaded_sdk, normalized_model
+from assistant.text.blocks import MediaRates
 
-# What a stored thinking block keeps of the SDK's: assistant.blocks validates these keys.
+# What a stored thinking block keeps of the SDK's: assistant.text.blocks validates these keys.
 _THINKING_KEYS = {"thinking": ("thinking", "signature"), "redacted_thinking": ("data",)}
 # Bedrock: "anthropic.claude-sonnet-4-5-20250929-v1:0", with a region prefix ("us.") on
 # inference profiles; Vertex: "claude-sonnet-4-5@20250929".

@@ -12,8 +12,6 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from assistant.app_settings import app_setting
-from assistant.blocks import MediaRates
 from assistant.llm.anthropic import ANTHROPIC
 from assistant.llm.base import ChatResult
 from assistant.llm.gemini import GEMINI
@@ -21,6 +19,8 @@ from assistant.llm.offline import OFFLINE_MODEL
 from assistant.llm.openai import OPENAI
 from assistant.llm.openai_responses import OPENAI_RESPONSES
 from assistant.llm.wire import ModelInfo, Wire, normalized_model
+from assistant.settings.app import app_setting
+from assistant.text.blocks import MediaRates
 
 WIRES: dict[str, Wire] = {wire.name: wire for wire in (ANTHROPIC, GEMINI, OPENAI, OPENAI_RESPONSES)}
 CHAT_PROVIDERS = tuple(WIRES)

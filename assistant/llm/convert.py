@@ -2,7 +2,7 @@
 
 Neutral message: {"role": "user"|"assistant"|"tool", "content": str,
 "tool_calls": [{"id", "name", "arguments"}] (assistant), "tool_call_id", "tool_name" (tool),
-"blocks": [content blocks in Anthropic's shapes] (assistant.blocks)}.
+"blocks": [content blocks in Anthropic's shapes] (assistant.text.blocks)}.
 Thinking blocks go to Anthropic for the current turn only (the API ignores older ones) and
 never to Gemini; images and documents become Gemini's inline_data and file_data parts.
 Each tool result follows the message of the call it answers (context.build_context sees to it).
@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from assistant.blocks import THINKING_TYPES, current_turn_start
+from assistant.text.blocks import THINKING_TYPES, current_turn_start
 
 EPHEMERAL = {"type": "ephemeral"}
 REASONING = "reasoning"  # the Responses API's reasoning items, sent to it alone

@@ -7,10 +7,10 @@ import inspect
 import math
 from typing import Any
 
-from assistant.blocks import MediaRates
 from assistant.llm import convert
 from assistant.llm.base import ChatResult, Usage, new_tool_call_id
 from assistant.llm.wire import ModelInfo, StreamReader, Wire
+from assistant.text.blocks import MediaRates
 
 # Longest prefix wins; USD per million tokens. Implicit caching: cached input at 0.1x,
 # no write premium (written at the input price).

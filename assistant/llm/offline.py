@@ -8,10 +8,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from assistant.conf import compaction_config
 from assistant.llm.base import ChatResult, Provider, SummaryResult, Usage
 from assistant.llm.prompts import HEADINGS, SECTIONS
 from assistant.llm.statements import message_facts, plain_text
+from assistant.settings.conf import compaction_config
 
 OFFLINE_MODEL = "offline-summarizer"
 _MESSAGE_START = re.compile(r"^\[(user|assistant|tool|system)\b([^\]\n]*)\] ?", re.M)

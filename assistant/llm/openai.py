@@ -14,10 +14,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from assistant.blocks import MEDIA_TYPES, MediaRates, describe
 from assistant.llm import convert
 from assistant.llm.base import ChatResult, Usage
 from assistant.llm.wire import ModelInfo, StreamReader, Wire, loaded_sdk
+from assistant.text.blocks import MEDIA_TYPES, MediaRates, describe
 
 OVERFLOW_CODE = "context_length_exceeded"
 # Vision docs (detail "high", the default for large images): scaled to fit 2048 x 2048,

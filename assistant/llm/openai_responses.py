@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from assistant.blocks import MEDIA_TYPES, describe
 from assistant.llm import convert
 from assistant.llm.base import ChatResult
 from assistant.llm.openai import (
@@ -19,6 +18,7 @@ from assistant.llm.openai import (
     usage_from_openai,
 )
 from assistant.llm.wire import StreamReader, loaded_sdk
+from assistant.text.blocks import MEDIA_TYPES, describe
 
 REASONING = convert.REASONING
 

@@ -7,8 +7,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from assistant.blocks import attachments_line
 from assistant.llm.base import SummaryRejected
+from assistant.text.blocks import attachments_line
 
 SECTIONS = ("Goal", "Constraints", "Progress", "Key decisions", "Next steps", "Critical context")
 HEADINGS = tuple(f"## {name}" for name in SECTIONS)

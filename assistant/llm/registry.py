@@ -8,13 +8,13 @@ import functools
 import logging
 import os
 
-from assistant import telemetry
-from assistant.app_settings import app_setting
 from assistant.llm.base import Provider, ProviderError, SummaryResult
 from assistant.llm.catalog import telemetry_name
 from assistant.llm.offline import OfflineProvider
 from assistant.llm.prompts import validate_summary
 from assistant.llm.suffix import CachedRequest
+from assistant.ops import telemetry
+from assistant.settings.app import app_setting
 
 logger = logging.getLogger("assistant.llm")
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from assistant.blocks import MediaRates
 from assistant.llm.base import ChatResult
+from assistant.text.blocks import MediaRates
 
 
 @dataclass(frozen=True)

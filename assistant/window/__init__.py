@@ -5,7 +5,7 @@ done about it, decided in one place with no query of its own.
   `load_window`), its one size (`context_tokens`, `context_size`), the
   triggers and where a split may fall;
 - assistant.window.results: which consumed tool results to compact or stub
-  (`plan_compaction`), applied by assistant.compaction;
+  (`plan_compaction`), applied by assistant.strategies.tool_results;
 - assistant.window.decision: `decide(state, config, now) -> Plan`, which the
   pre-call hook executes, the worker and the lease recheck ask, and the dry
   run puts into words.

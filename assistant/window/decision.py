@@ -1,10 +1,10 @@
 """What the next request sends, decided in one place: `decide(state, config,
 now) -> Plan`, a pure function (no query, no clock read) over a window loaded
 once (assistant.window.state). The pre-call hook executes the plan
-(assistant.hooks), the worker asks it whether a shift is in sight
+(assistant.flows.precall), the worker asks it whether a shift is in sight
 (`Plan.shift_in_sight`) and where it would fall, the lease recheck asks it
-whether the shift is still due (assistant.summaries), and the dry run puts it
-into words (assistant.planning).
+whether the shift is still due (assistant.strategies.summary), and the dry run puts it
+into words (assistant.flows.planning).
 
 A plan is decided on the window as it is. Its first step, compacting consumed
 tool results, changes the window, so the hook decides again on the window
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from assistant.cache_ledger import Ledger, Outlook, step_cost
-from assistant.conf import CompactionConfig
 from assistant.models import Message
+from assistant.settings.conf import CompactionConfig
+from assistant.window.ledger import Ledger, Outlook, step_cost
 from assistant.window.results import CompactionPlan, consumed_tool_rows, plan_compaction
 from assistant.window.state import (
     WindowState,
@@ -99,7 +99,7 @@ class Plan:
     eager: bool
     cold: bool
     # PREBUILD_IN_TURN with a worker known to serve the conversation: a shift the
-    # request does not need to fit is left to it (assistant.prebuild).
+    # request does not need to fit is left to it (assistant.flows.prebuild).
     worker_ahead: bool
     at_trigger: bool
     suffix_first: bool

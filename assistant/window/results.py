@@ -1,6 +1,6 @@
 """Which consumed tool results to compact and which to stub, planned over
 the window's rows with no query and no write: what the decision weighs
-(assistant.window.decision) and what assistant.compaction applies.
+(assistant.window.decision) and what assistant.strategies.tool_results applies.
 
 A result the policy keeps or a restore pinned is never planned; an older
 copy of a call repeated MIN_CALLS_TO_DEDUP times is stubbed (when longer
@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from assistant.conf import CompactionConfig
 from assistant.models import Message, ref
-from assistant.tokens import estimate_tokens
-from assistant.truncation import KEEP_VERBATIM
+from assistant.settings.conf import CompactionConfig
+from assistant.text.tokens import estimate_tokens
+from assistant.text.truncation import KEEP_VERBATIM
 
 STUB = "[Already retrieved earlier — omitted to reduce context]"
 

@@ -25,19 +25,19 @@ from typing import Any, NamedTuple
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from assistant.cache_ledger import CachePrices, cache_prices
-from assistant.conf import CompactionConfig, compaction_config
-from assistant.cost import chat_model
 from assistant.models import Conversation, ConversationMetadata, Message, MessageQuerySet
-from assistant.tokens import (
+from assistant.settings.conf import CompactionConfig, compaction_config
+from assistant.text.tokens import (
     MAX_TOKEN_RATIO,
     MIN_JUDGED_ESTIMATE,
     MIN_TOKEN_RATIO,
     estimate_tokens,
 )
+from assistant.window.cost import chat_model
+from assistant.window.ledger import CachePrices, cache_prices
 
 # The stored ratio is renewed only when the measured one moves by more than this share
-# of it (assistant.hooks): until then the provider may count up to this much more.
+# of it (assistant.flows.precall): until then the provider may count up to this much more.
 TOKEN_RATIO_DRIFT = 0.1
 
 
@@ -116,7 +116,7 @@ class WindowState:
     @property
     def cache_prices(self) -> CachePrices:
         """The cache prices of the model that will read the next request
-        (assistant.cache_ledger), else the configured chat model's."""
+        (assistant.window.ledger), else the configured chat model's."""
         return cache_prices(self.answered_by[1] or chat_model(None))
 
     def context_tokens(self) -> int:

@@ -1,9 +1,9 @@
 """The docs' own directives.
 
 - ``assistant-settings``: a table of one settings declaration of the app
-  (``compaction``: ``ASSISTANT_COMPACTION`` in assistant/conf.py; ``cleanup``:
-  ``ASSISTANT_CLEANUP`` in assistant/cleanup_conf.py; ``app``: the plain
-  settings of assistant/app_settings.py), names, types, defaults and ranges read
+  (``compaction``: ``ASSISTANT_COMPACTION`` in assistant/settings/conf.py; ``cleanup``:
+  ``ASSISTANT_CLEANUP`` in assistant/settings/cleanup.py; ``app``: the plain
+  settings of assistant/settings/app.py), names, types, defaults and ranges read
   from the declaration at build time. Its content describes each setting, one
   ``NAME: text`` paragraph each; a declared setting with no description, or a
   description of no declared setting, fails the build.
@@ -59,7 +59,7 @@ def _type_name(declared: Any) -> str:
 
 
 def compaction_rows() -> list[tuple[str, str, str, str]]:
-    from assistant import conf
+    from assistant.settings import conf
 
     known = {spec.name: spec for spec in dataclasses.fields(conf.CompactionConfig)}
     follows = {smaller: (larger, why) for smaller, larger, why in conf._BELOW}
@@ -85,7 +85,7 @@ def compaction_rows() -> list[tuple[str, str, str, str]]:
 
 
 def cleanup_rows() -> list[tuple[str, str, str]]:
-    from assistant import cleanup_conf
+    from assistant.settings import cleanup as cleanup_conf
 
     rows = []
     for spec in dataclasses.fields(cleanup_conf.CleanupConfig):
@@ -103,7 +103,7 @@ def cleanup_rows() -> list[tuple[str, str, str]]:
 
 
 def app_rows() -> list[tuple[str, str, str]]:
-    from assistant import app_settings
+    from assistant.settings import app as app_settings
 
     rows = []
     for name, default in app_settings.DEFAULTS.items():
@@ -115,9 +115,9 @@ def app_rows() -> list[tuple[str, str, str]]:
 
 
 DECLARATIONS = {
-    "compaction": (compaction_rows, "assistant/conf.py"),
-    "cleanup": (cleanup_rows, "assistant/cleanup_conf.py"),
-    "app": (app_rows, "assistant/app_settings.py"),
+    "compaction": (compaction_rows, "assistant/settings/conf.py"),
+    "cleanup": (cleanup_rows, "assistant/settings/cleanup.py"),
+    "app": (app_rows, "assistant/settings/app.py"),
 }
 
 

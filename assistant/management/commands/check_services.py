@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from assistant.health import check_database, check_redis
+from assistant.ops.health import check_database, check_redis
 
 HOW_TO_START = "\n".join(
     [

@@ -5,7 +5,7 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from assistant import cleanup
+from assistant.flows import cleanup
 
 
 class Command(BaseCommand):

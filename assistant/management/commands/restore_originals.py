@@ -3,10 +3,10 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from assistant.limits import current_limits
 from assistant.management.commands._common import get_conversation
 from assistant.models import Message
 from assistant.services import context_tokens, restore_originals, restore_preview
+from assistant.window.limits import current_limits
 
 
 class Command(BaseCommand):

@@ -26,11 +26,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from assistant.cost import conversation_cost
 from assistant.llm.catalog import model_context_window
 from assistant.models import CompactionEvent, Conversation
 from assistant.services import add_message, build_context, ensure_context_summary, finish_exchange
 from assistant.testing.fake_provider import PromptCache, default_usage
+from assistant.window.cost import conversation_cost
 from bench.workload import generate
 from demo.scenes import run_overflow_and_fork_demo
 

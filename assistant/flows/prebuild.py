@@ -1,0 +1,110 @@
+"""Summaries off the chat path (docs/compaction.rst: the worker pre-builds the next
+summary, so the chat rarely waits on it).
+
+The post-exchange task runs once per turn, but the pre-call hook shifts
+inside turns: a summary the worker builds at the end of a turn is for a
+split that the next turn's calls have long moved past. So, once a Celery
+worker is known to serve the conversation (its tasks stamp WORKER_SEEN_AT),
+the hook asks it for the summary of the split it is heading for (past
+SOFT_WATERMARK, or when an early shift pays), and every shift the request
+does not need to fit waits for that summary instead of making the user wait
+on the summarizer: an early shift, and one at the trigger once compacting
+the consumed results got the request under it. Only a shift the request
+needs waits on the worker or summarizes on the chat path.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from assistant.llm import ProviderError
+from assistant.models import Conversation, MetadataKeys
+from assistant.settings.conf import CompactionConfig
+from assistant.store.metadata import merge_metadata, read_metadata
+from assistant.store.queue import PREBUILD_TASK, enqueue_on_commit
+from assistant.strategies.summary import prebuild_window_summary
+from assistant.window import WindowState
+
+logger = logging.getLogger(__name__)
+
+
+def awaiting_worker(state: WindowState) -> bool:
+    """The worker was asked for the summary of the current split and has
+    not answered yet: a voluntary compaction now would be rewritten by the
+    shift that summary brings, so it waits too."""
+    request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
+    return (
+        state.meta.worker_seen
+        and request.get("base") == state.through_id
+        and not request.get("answered")
+    )
+
+
+def ask_worker_ahead(state: WindowState) -> bool:
+    """Ask the worker for the summary of the split ahead, once per split;
+    True when a request for the current split is outstanding."""
+    if state.meta.has_pending_summary or not state.meta.worker_seen:
+        return False
+    request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
+    if request and request.get("base") == state.through_id:
+        return not request.get("answered")
+    request = {"base": state.through_id, "at": time.time()}
+    merge_metadata(
+        Conversation.objects.filter(pk=state.conversation_id),
+        {MetadataKeys.PREBUILD_REQUEST: request},
+    )
+    state.metadata[MetadataKeys.PREBUILD_REQUEST] = request
+    # The queued marker keeps one such task waiting per conversation.
+    enqueue_on_commit(PREBUILD_TASK, state.conversation_id, unless_queued=True)
+    return True
+
+
+def defer_to_worker(state: WindowState, config: CompactionConfig) -> bool:
+    """Whether an early shift waits for the worker's summary: while the
+    request for the current split is outstanding, for at most
+    SUMMARY_WAIT_SECONDS. A worker that does not answer by then is no longer
+    waited for, until one runs this conversation's work again."""
+    if not ask_worker_ahead(state):
+        return False
+    asked = float(state.metadata[MetadataKeys.PREBUILD_REQUEST].get("at", 0))
+    if time.time() - asked < config.SUMMARY_WAIT_SECONDS:
+        return True
+    merge_metadata(
+        Conversation.objects.filter(pk=state.conversation_id),
+        remove=[MetadataKeys.WORKER_SEEN_AT],
+    )
+    state.metadata.pop(MetadataKeys.WORKER_SEEN_AT, None)
+    return False
+
+
+def note_worker(conversation_id: int) -> None:
+    """Called by the Celery tasks: a worker serves this conversation."""
+    merge_metadata(
+        Conversation.objects.filter(pk=conversation_id),
+        {MetadataKeys.WORKER_SEEN_AT: round(time.time(), 3)},
+    )
+
+
+def serve_prebuild_request(conversation_id: int) -> bool:
+    """The worker's side of `ask_worker_ahead`: build the summary of the
+    split the hook is heading for, then mark the request answered (whatever
+    came of it, so the hook stops waiting). False when nothing was built."""
+    conversation = Conversation.objects.filter(pk=conversation_id, deleted_at__isnull=True).first()
+    if conversation is None:
+        return False
+    request = read_metadata(conversation_id).get(MetadataKeys.PREBUILD_REQUEST) or {}
+    try:
+        return prebuild_window_summary(conversation, requested=True)
+    except ProviderError as exc:  # the hook summarizes itself; never retried from here
+        logger.warning(
+            "summary_failed conversation=%s error=%s", conversation_id, type(exc).__name__
+        )
+        return False
+    finally:
+        current = read_metadata(conversation_id).get(MetadataKeys.PREBUILD_REQUEST) or {}
+        if request and current.get("base") == request.get("base"):
+            merge_metadata(
+                Conversation.objects.filter(pk=conversation_id),
+                {MetadataKeys.PREBUILD_REQUEST: {**current, "answered": True}},
+            )

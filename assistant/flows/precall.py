@@ -1,0 +1,384 @@
+"""The two entry points that carry the product, each orchestrating the
+strategies below it (compaction, summaries, emergency):
+
+- the pre-call hook, `ensure_context_summary`, run before every model call,
+  inside an agent turn too: the flagged emergency level, compaction of
+  consumed tool results when it pays, and the window shift. It alone keeps
+  every request under the trigger plus the newest step, with no worker;
+- the post-exchange pipeline, `process_exchange`, run by a worker after each
+  exchange: it prepares compactions and the next window summary without
+  changing what the next request sends;
+- and `call_with_overflow_recovery`, which wraps the model call itself.
+
+When compaction pays (docs/compaction.rst): under prompt caching a request re-reads its
+unchanged leading messages at a tenth of the price and pays a premium from
+the first changed message on. So what the worker prepared is applied only
+when the context nears the token trigger (COMPACT_WATERMARK) or when the
+provider's cache has gone cold anyway (CACHE_TTL_SECONDS since the previous
+request), and then all at once; the message-count trigger waits for a cold
+cache too. COMPACTION_TIMING = "eager" applies everything right away, for
+providers without prompt caching.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+
+from assistant.flows.prebuild import ask_worker_ahead, awaiting_worker, defer_to_worker
+from assistant.llm.overflow import context_overflow, overflow_token_counts
+from assistant.models import Conversation, MetadataKeys
+from assistant.ops import telemetry
+from assistant.ops.logs import log_event
+from assistant.settings.conf import CompactionConfig, compaction_config
+from assistant.store.deletion import require_live
+from assistant.store.events import stopwatch
+from assistant.store.metadata import merge_metadata
+from assistant.strategies.emergency import (
+    LEVELS,
+    ContextTooLarge,
+    apply_emergency_level,
+    compact_if_flagged,
+    note_response,
+)
+from assistant.strategies.summary import (
+    adopt_pending_summary,
+    prebuild_window_summary,
+    shift_window,
+)
+from assistant.strategies.tool_results import apply_plan, compact_old_blocks, prepare_tool_results
+from assistant.window import (
+    TOKEN_RATIO_DRIFT,
+    Plan,
+    Results,
+    WindowState,
+    decide,
+    load_window,
+    results_step,
+    store_size,
+    tail_tokens,
+)
+from assistant.window.context import Context, build_context
+from assistant.window.ledger import Ledger, step_cost
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def ensure_context_summary(conversation: Conversation) -> str | None:
+    """The pre-call hook: bring the context within budget and return the
+    window summary the next request carries. Three queries when nothing is due.
+    A deleted or purged conversation is refused first (`conversation_deleted`)."""
+    require_live(conversation)
+    with telemetry.pre_call_hook(conversation.pk):
+        summary, state = _ensure_context_summary(conversation, compaction_config())
+        store_size(state)  # the admin list's figure: the size this call left
+        return summary
+
+
+def _ensure_context_summary(
+    conversation: Conversation, config: CompactionConfig
+) -> tuple[str | None, WindowState]:
+    """Load the window once, decide (assistant.window.decision), execute the plan:
+    each step that changes the window is followed by a decision on the
+    window it left. Returns the summary and the window as the call left it."""
+    state = load_window(conversation.pk, config)
+    if state.meta.needs_emergency:
+        compact_if_flagged(conversation)
+        state = load_window(conversation.pk, config)
+    remember_token_ratio(state)
+    warn_implausible_usage(state)
+    now = timezone.now()
+    plan = decide(state, config, now)
+    # Below the trigger, no voluntary batch while the worker builds the shift that
+    # would rewrite it.
+    if plan.results is not None and (
+        plan.results.free or not (plan.worker_ahead and awaiting_worker(state))
+    ):
+        state = compact_consumed_results(state, plan.results) or state
+    plan = decide(state, config, now, first=plan)
+    adopted = plan.adopt_pending and adopt_pending_summary(conversation.pk, config)
+    if adopted:
+        state = _compact_kept(state, _after_shift(state, cold=plan.cold), plan)
+        plan = decide(state, config, now, first=plan, adopted=True)
+    shift = plan.shift
+    if shift is not None and shift.kind == "forced":
+        if not shift.needed and plan.worker_ahead and defer_to_worker(state, config):
+            # Compaction got the request under the trigger: the shift the trigger
+            # calls for need not hold the chat up; the worker makes it.
+            return state.summary, state
+        # Under the lease the shift goes on unless another caller got the context
+        # below what this one saw. Only a shift the request needs waits on another
+        # process's summary.
+        summary = shift_window(conversation.pk, config, shift)
+        return summary, _compact_kept(state, _after_shift(state, cold=plan.cold), plan)
+    # Past the trigger with a cached-suffix request, a pre-built summary was adopted
+    # instead (its kept results compacted with it): it stood for the shift at the
+    # trigger, and the plan decided after it holds only an early one.
+    if shift is not None:  # an early shift, which pays
+        if plan.worker_ahead and defer_to_worker(state, config):
+            return state.summary, state
+        summary = shift_window(conversation.pk, config, shift)
+        return summary, _compact_kept(state, _after_shift(state, cold=plan.cold), plan)
+    if plan.ask_worker:
+        ask_worker_ahead(state)
+    return state.summary, state
+
+
+def _compact_kept(before: WindowState, after: WindowState, plan: Plan) -> WindowState:
+    """After a shift (`before` -> `after`) the next request writes everything
+    after the system part anyway: the consumed results the shift kept verbatim
+    are compacted in the same step (any batch goes, as at the trigger), instead
+    of breaking the freshly written prefix again a few calls later."""
+    if after.through_id == before.through_id:
+        return after
+    results = results_step(after, after.config, free=True, everything=plan.cold)
+    return compact_consumed_results(after, results, rewritten=True) or after
+
+
+def remember_token_ratio(state: WindowState) -> None:
+    """Store the provider's count over our estimate of the same request when
+    it moved by more than a tenth, so that sizes estimated after the next
+    compaction (when every count is stale) are scaled like the provider's."""
+    measured = state.measured_token_ratio()
+    stored = state.meta.stored_token_ratio or 1.0
+    if measured is None or abs(measured - stored) <= TOKEN_RATIO_DRIFT * stored:
+        return
+    merge_metadata(
+        Conversation.objects.filter(pk=state.conversation_id),
+        {MetadataKeys.TOKEN_RATIO: round(measured, 3)},
+    )
+
+
+def warn_implausible_usage(state: WindowState) -> None:
+    """Log, once per conversation (a metadata flag, so across processes), a
+    provider count that the window set aside as implausible: the host's
+    usage wiring is wrong, and compaction goes on by our estimates. Ids and
+    counts only."""
+    implausible = state.implausible_count()
+    if implausible is None or state.meta.implausible_usage_warned:
+        return
+    count, estimate = implausible
+    logger.warning(
+        "implausible_usage conversation=%s prompt_tokens=%s estimate=%s: the provider's count "
+        "is far below the request sent, so the estimate is used; record the whole prompt "
+        "(input plus cache_read_tokens and cache_write_tokens)",
+        state.conversation_id,
+        count,
+        estimate,
+    )
+    merge_metadata(
+        Conversation.objects.filter(pk=state.conversation_id),
+        {MetadataKeys.IMPLAUSIBLE_USAGE_WARNED: True},
+    )
+    state.metadata[MetadataKeys.IMPLAUSIBLE_USAGE_WARNED] = True
+
+
+def compact_consumed_results(
+    state: WindowState, results: Results, *, rewritten: bool = False
+) -> WindowState | None:
+    """Execute a results step of the plan (assistant.window.decision.results_step),
+    using what the worker prepared. Returns the new window, None if unchanged.
+    `rewritten`: the next request writes the whole tail anyway (a shift was
+    just made), so the step saves writes instead of breaking a cached prefix."""
+    conversation_id = state.conversation_id
+    if not results.plan:
+        # Old images, documents and thinking change the context only when it may change
+        # freely, or along with a batch of tool results (below).
+        if results.free and compact_old_blocks(conversation_id):
+            return load_window(conversation_id, state.config)
+        return None
+    if not results.goes:
+        return None
+    tail = tail_tokens(state, results.plan)
+    ledger = Ledger.of(state.metadata)
+    if not apply_plan(conversation_id, results.plan, state.config):
+        return None
+    compact_old_blocks(conversation_id)
+    after = load_window(conversation_id, state.config)
+    freed = state.estimated_tokens() - after.estimated_tokens()
+    cost = step_cost(tail, tail - freed, cold=rewritten, prices=state.cache_prices)
+    _write_ledger(after, state, ledger, freed=freed, cost=cost)
+    return after
+
+
+def _after_shift(before: WindowState, *, cold: bool) -> WindowState:
+    """Book a window shift in the ledger: everything after the system part
+    changed (the summary leads), so the whole context is written again, and
+    the summarizer read the newly summarized messages and the old summary."""
+    after = load_window(before.conversation_id, before.config)
+    if after.through_id == before.through_id:
+        return after
+    system = before.tokens(before.system)
+    old, new = before.estimated_tokens() - system, after.estimated_tokens() - system
+    through = after.through_id or 0  # set: the shift moved it
+    summarized = sum(row.token_estimate for row in before.rows if row.pk <= through)
+    cost = step_cost(
+        old,
+        new,
+        cold=cold,
+        summarizer_input=summarized + before.tokens(before.summary),
+        prices=before.cache_prices,
+    )
+    _write_ledger(after, before, Ledger.of(after.metadata), freed=old - new, cost=cost)
+    return after
+
+
+def _write_ledger(
+    after: WindowState, before: WindowState, ledger: Ledger, *, freed: int, cost: float
+) -> None:
+    """Book a step (`before` -> `after`) in the database and in `after`, so the
+    caller goes on with the window as it now is, without reading it again."""
+    newest = before.rows[-1].pk if before.rows else 0
+    value = ledger.after_step(
+        before.rows, freed=freed, cost=cost, newest_id=newest, prices=before.cache_prices
+    )
+    merge_metadata(
+        Conversation.objects.filter(pk=before.conversation_id), {MetadataKeys.CACHE_LEDGER: value}
+    )
+    after.metadata[MetadataKeys.CACHE_LEDGER] = value
+
+
+def process_exchange(conversation_id: int) -> bool:
+    """The post-exchange pipeline: prepare compaction of consumed tool results
+    (applied at once with COMPACTION_TIMING "eager") and pre-build the next
+    window summary. Idempotent; False when the conversation is gone or deleted."""
+    conversation = Conversation.objects.filter(pk=conversation_id, deleted_at__isnull=True).first()
+    if conversation is None:
+        log_event("post_exchange_skipped", conversation_id=conversation_id, reason="missing")
+        return False
+    exchange_stamp = conversation.last_exchange_at
+    with stopwatch() as elapsed:
+        config = compaction_config()
+        prepared = prepare_tool_results(conversation)
+        if config.COMPACTION_TIMING == "eager":
+            prepared += compact_old_blocks(conversation_id)
+        prebuilt = shift_ahead(conversation_id, config) and prebuild_window_summary(conversation)
+    # Record which exchange was processed; the sweep compares the two stamps.
+    Conversation.objects.filter(pk=conversation_id).update(post_exchange_done_at=exchange_stamp)
+    log_event(
+        "post_exchange_done",
+        conversation_id=conversation_id,
+        compacted=prepared,
+        prebuilt=prebuilt,
+        duration_ms=elapsed.ms,
+    )
+    return True
+
+
+def shift_ahead(conversation_id: int, config: CompactionConfig) -> bool:
+    """Whether a window shift is in sight (`Plan.shift_in_sight`), so a
+    summary the worker builds now will be used."""
+    if config.COMPACTION_TIMING == "eager":
+        return True
+    state = load_window(conversation_id, config)
+    return decide(state, config, timezone.now()).shift_in_sight
+
+
+def call_with_overflow_recovery(
+    conversation: Conversation,
+    call: Callable[[Context], T],
+    *,
+    window_tokens: int | None = None,
+) -> T:
+    """Run `call(build_context(conversation))`. On a context-overflow error
+    apply emergency level 1 and retry, then level 2 and retry, then raise
+    ContextTooLarge. A level that did not shrink the context is not retried,
+    nor one whose smaller context still cannot fit by the provider's own
+    count. Any other error passes through untouched. A successful response
+    that reports more input tokens than `window_tokens` marks the conversation
+    for emergency compaction before its next exchange."""
+    recovery = OverflowRecovery(conversation)
+    while True:
+        try:
+            result = call(build_context(conversation))
+        except Exception as exc:
+            recovery.failed(exc)
+            recovery.shrink()
+            continue
+        note_response(conversation, result, window_tokens=window_tokens)
+        return result
+
+
+async def acall_with_overflow_recovery(
+    conversation: Conversation,
+    call: Callable[[Context], Awaitable[T]],
+    *,
+    window_tokens: int | None = None,
+) -> T:
+    """call_with_overflow_recovery for an awaitable `call`: the context is built, the
+    emergency levels applied and the response noted in a worker thread
+    (`sync_to_async`), never on the event loop."""
+    recovery = OverflowRecovery(conversation)
+    while True:
+        context = await sync_to_async(build_context)(conversation)
+        try:
+            result = await call(context)
+        except Exception as exc:
+            recovery.failed(exc)
+            await sync_to_async(recovery.shrink)()
+            continue
+        await sync_to_async(note_response)(conversation, result, window_tokens=window_tokens)
+        return result
+
+
+class OverflowRecovery:
+    """The emergency levels a call that overflowed goes through, one retry after each
+    level that shrank the context enough to fit."""
+
+    def __init__(self, conversation: Conversation) -> None:
+        self.conversation = conversation
+        self.levels = iter(LEVELS)
+        self.applied: list[int] = []
+        self.error: BaseException | None = None
+        # Our estimate of the context the failing request carried: the provider's
+        # count in the error describes that request, so a retry is judged against it.
+        self.tokens_sent: int | None = None
+        self.tokens_now: int | None = None
+
+    def failed(self, error: Exception) -> None:
+        """A call failed: an overflow is recovered from, any other error passes through."""
+        if not context_overflow(error):
+            raise error
+        self.error = error
+        if self.tokens_now is not None:
+            self.tokens_sent = self.tokens_now
+
+    def shrink(self) -> None:
+        """Apply levels until one is worth a retry; ContextTooLarge when none is left."""
+        conversation = self.conversation
+        for level in self.levels:
+            outcome = apply_emergency_level(conversation, level)
+            if self.tokens_sent is None:
+                self.tokens_sent = outcome.tokens_before
+            if not outcome.shrank:
+                logger.info(
+                    "overflow_level_skipped conversation=%s level=%s", conversation.pk, level
+                )
+                continue
+            self.applied.append(level)
+            if not retry_can_fit(self.error, self.tokens_sent, outcome.tokens_after):
+                logger.info(
+                    "overflow_retry_skipped conversation=%s level=%s", conversation.pk, level
+                )
+                continue
+            self.tokens_now = outcome.tokens_after
+            return
+        raise ContextTooLarge(conversation.pk, levels_applied=tuple(self.applied)) from self.error
+
+
+def retry_can_fit(error: BaseException | None, tokens_before: int, tokens_after: int) -> bool:
+    """Whether a retry after shrinking the context from `tokens_before` to
+    `tokens_after` (our estimates) can fit, by the counts in the provider's
+    overflow message scaled by the same ratio. True when the error gives no
+    counts: then only the provider can tell."""
+    counts = overflow_token_counts(error) if error is not None else None
+    if counts is None or tokens_before <= 0:
+        return True
+    sent, limit = counts
+    return sent * tokens_after / tokens_before <= limit

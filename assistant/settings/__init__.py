@@ -1,0 +1,5 @@
+"""The app's settings: ASSISTANT_COMPACTION (conf), ASSISTANT_CLEANUP
+(cleanup) and the plain ASSISTANT_* settings (app), each validated once.
+
+May import nothing of the app but each other. See docs/architecture.rst.
+"""

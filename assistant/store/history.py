@@ -1,0 +1,483 @@
+"""Appending to a conversation's history, with validation at the door.
+
+Everything that enters a conversation goes through `add_message`, so every
+stored message is well-formed: later code (compaction, context building,
+provider conversion) never has to defend against a malformed row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Exists, JSONField, OuterRef, QuerySet
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
+
+from assistant import llm
+from assistant.llm.base import new_tool_call_id
+from assistant.llm.catalog import media_rates, telemetry_name
+from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
+from assistant.ops import telemetry
+from assistant.settings.conf import compaction_config
+from assistant.store.deletion import deleted_error, live, require_saved
+from assistant.store.queue import POST_EXCHANGE_TASK, enqueue_on_commit
+from assistant.text.blocks import blocks_tokens, has_media, validate_blocks
+from assistant.text.tokens import estimate_message_tokens
+from assistant.window import add_to_size, measure_size
+from assistant.window.cost import chat_model
+
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+_CALL_KEYS = {"id", "name", "arguments"}
+_CALL_WITH_ID = (
+    "jsonb_path_query_first(tool_calls, '$[*] ? (@.id == $id)', jsonb_build_object('id', %s::text))"
+)
+# The columns' own limits: PositiveIntegerField on PostgreSQL, CharField(max_length=255).
+_MAX_COUNT = 2**31 - 1
+_MAX_NAME_CHARS = int(Message._meta.get_field("tool_call_id").max_length or 0)
+_NEEDS_CONTENT = (Message.Role.USER, Message.Role.SYSTEM)
+_TOOL_RESULT_FIELDS = ("tool_call_id", "tool_name", "tool_arguments")
+_FIELDS = {
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "tool_arguments",
+    "metadata",
+    "blocks",
+    "provider",
+    "model",
+    *_USAGE_FIELDS,
+}
+_ANSWERED_BY = {"provider": 32, "model": 255}  # Message's columns and their lengths
+
+
+def add_message(conversation: Conversation, role: str, content: str = "", **fields: Any) -> Message:
+    """Validate and append one message; raises ValidationError and saves
+    nothing when the message is malformed."""
+    unknown = set(fields) - _FIELDS
+    if unknown:
+        raise TypeError(f"add_message() got unexpected fields: {', '.join(sorted(unknown))}")
+    require_saved(conversation)
+    if role not in Message.Role.values:
+        raise ValidationError(
+            f"Unknown role {role!r}: expected one of {', '.join(Message.Role.values)}.",
+            code="invalid_role",
+        )
+    _validate_content(content)
+    if role != Message.Role.TOOL:
+        _check_no_tool_fields(role, fields)
+    metadata = _validated_metadata(fields.get("metadata"))
+    tool_calls = _validated_tool_calls(role, fields.get("tool_calls"))
+    blocks = validate_blocks(role, fields.get("blocks"), compaction_config().MAX_CONTENT_BYTES)
+    if role in _NEEDS_CONTENT and not content.strip() and not has_media(blocks):
+        # A model answer is stored as it came, even with nothing in it (Claude may end a
+        # turn with only thinking, or no content at all): the converters leave such an
+        # answer out of requests. A user or system message with nothing is a host's bug.
+        raise ValidationError(
+            f"An empty {role} message (no text, no image or document) cannot be stored.",
+            code="empty_message",
+        )
+    usage = {name: _validated_count(name, fields.get(name)) for name in _USAGE_FIELDS}
+    answered_by = {name: _validated_name(name, fields.get(name)) for name in _ANSWERED_BY}
+
+    try:
+        with transaction.atomic():
+            tool_fields = _tool_result_fields(conversation, fields) if role == "tool" else {}
+            media_tokens = blocks_tokens(blocks, media_rates(llm.provider_name()))
+            estimate = estimate_message_tokens(content, tool_calls) + media_tokens
+            message = Message.objects.create(
+                conversation=conversation,
+                role=role,
+                content=content,
+                tool_calls=tool_calls,
+                blocks=blocks,
+                blocks_tokens=media_tokens,
+                metadata=metadata,
+                token_estimate=estimate,
+                original_token_estimate=estimate,
+                **tool_fields,
+                **usage,
+                **answered_by,
+            )
+            _store_size(conversation, message)
+    except IntegrityError as error:
+        # Another writer stored this call's result between our check and our insert.
+        if role == "tool" and _is_duplicate_result(error):
+            raise _duplicate_result(fields["tool_call_id"]) from None
+        raise
+    if role == Message.Role.ASSISTANT and message.input_tokens is not None:
+        model = message.model or chat_model(metadata)
+        telemetry.token_usage(
+            "chat",
+            telemetry_name(message.provider or llm.provider_name(), model),
+            model,
+            prompt=message.prompt_tokens or 0,  # not None: input_tokens is set
+            output=message.output_tokens or 0,
+            cache_read=message.cache_read_tokens or 0,
+            cache_write=message.cache_write_tokens or 0,
+        )
+    return message
+
+
+def _store_size(conversation: Conversation, message: Message) -> None:
+    """Store the admin list's figure, with the message just inserted, on a live
+    conversation; a soft-deleted (or purged) one matches nothing, and the insert
+    is rolled back. Written under the row's lock, taken after the insert so that
+    it is held briefly: concurrent writers take turns. The message is added to
+    the stored size only while it is the newest committed one; a writer whose
+    message an other's overtook measures the window instead, and sees every
+    message committed before it. FOR NO KEY UPDATE: the messages' foreign keys
+    hold KEY SHARE locks on the row, which a plain FOR UPDATE would wait on (and
+    deadlock)."""
+    locked = live(conversation.pk).select_for_update(no_key=True).values_list("pk", flat=True)
+    if not locked:
+        raise deleted_error(conversation.pk)
+    newer = Message.objects.filter(conversation_id=conversation.pk, pk__gt=message.pk)
+    newest = live(conversation.pk).filter(~Exists(newer))
+    if not add_to_size(newest, message, updated_at=timezone.now()):
+        _store_measured_size(conversation, live(conversation.pk))
+
+
+def _store_measured_size(conversation: Conversation, live: QuerySet[Conversation]) -> None:
+    """The admin list's figure, with the message just stored, when it could not be
+    added to the stored one: the window measured."""
+    try:
+        size, estimate, counted = measure_size(conversation.pk)
+    except Conversation.DoesNotExist:  # purged meanwhile
+        raise deleted_error(conversation.pk) from None
+    stored = live.update(
+        updated_at=timezone.now(),
+        context_tokens=size,
+        context_estimate=estimate,
+        context_counted=counted,
+    )
+    if not stored:
+        raise deleted_error(conversation.pk)
+
+
+def finish_exchange(conversation: Conversation) -> None:
+    """Mark an exchange complete and enqueue the post-exchange work once the
+    surrounding transaction commits (nothing is enqueued on rollback). A
+    deleted or purged conversation is refused (`conversation_deleted`): no
+    stamp, no task."""
+    require_saved(conversation)
+    if not live(conversation.pk).update(last_exchange_at=timezone.now()):
+        raise deleted_error(conversation.pk)
+    enqueue_on_commit(POST_EXCHANGE_TASK, conversation.pk)
+
+
+def _check_no_tool_fields(role: str, fields: dict[str, Any]) -> None:
+    """The fields of a tool result on another message are a host's bug, refused
+    rather than dropped (None or empty is no value)."""
+    given = [name for name in _TOOL_RESULT_FIELDS if fields.get(name) not in (None, "", {})]
+    if given:
+        raise ValidationError(
+            f"A {role} message does not take {', '.join(given)}: only a tool message "
+            "answers a tool call.",
+            code="tool_fields_on_non_tool",
+        )
+
+
+def _validate_content(content: Any) -> None:
+    if not isinstance(content, str):
+        raise ValidationError(
+            f"Message content must be a string, got {type(content).__name__}.",
+            code="invalid_content",
+        )
+    size = _checked_text("Message content", content)
+    _check_size("Message content", size, "MAX_CONTENT_BYTES", "content_too_large")
+
+
+def _validated_metadata(metadata: Any) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise ValidationError(
+            f"Message metadata must be a JSON object, got {type(metadata).__name__}.",
+            code="invalid_metadata",
+        )
+    size = _checked_json("Message metadata", metadata, "invalid_metadata")
+    _check_size("Message metadata", size, "MAX_METADATA_BYTES", "metadata_too_large")
+    return metadata
+
+
+def _validated_name(name: str, value: Any) -> str:
+    """Message.provider or Message.model: who answered, as its wire names it."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > _ANSWERED_BY[name] or "\x00" in value:
+        raise ValidationError(
+            f"{name} must be a string of at most {_ANSWERED_BY[name]} characters.",
+            code=f"invalid_{name}",
+        )
+    return value
+
+
+def _validated_count(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
+        raise ValidationError(
+            f"{name} must be an integer from 0 to {_MAX_COUNT}.", code="invalid_usage"
+        )
+    return value
+
+
+def _validated_tool_calls(role: str, tool_calls: Any) -> list[dict[str, Any]] | None:
+    if tool_calls is None or tool_calls == []:
+        return None
+    if role != Message.Role.ASSISTANT:
+        raise ValidationError(
+            "Only assistant messages carry tool_calls.", code="invalid_tool_calls"
+        )
+    if not isinstance(tool_calls, list):
+        raise ValidationError(
+            "tool_calls must be a list of {id, name, arguments} objects.", code="invalid_tool_calls"
+        )
+    limit = compaction_config().MAX_TOOL_CALLS
+    if len(tool_calls) > limit:
+        raise ValidationError(
+            f"{len(tool_calls)} tool calls in one message, over the maximum of {limit} "
+            "(ASSISTANT_COMPACTION['MAX_TOOL_CALLS']).",
+            code="too_many_tool_calls",
+        )
+    normalized, seen, size = [], set(), 0
+    for index, call in enumerate(tool_calls):
+        if not isinstance(call, dict) or not {"name", "arguments"} <= set(call) <= _CALL_KEYS:
+            raise ValidationError(
+                f"tool_calls[{index}] must be an object with id, name and arguments.",
+                code="invalid_tool_calls",
+            )
+        # A Gemini function call may come without an id (None or no key): give it one, so
+        # its result can name it (the caller reads it back from message.tool_calls). An
+        # empty or blank id is a malformed one, refused below.
+        call_id = call.get("id")
+        call_id = _checked_name(
+            f"tool_calls[{index}].id", new_tool_call_id() if call_id is None else call_id
+        )
+        name = _checked_name(f"tool_calls[{index}].name", call["name"])
+        if call_id in seen:
+            raise ValidationError(
+                f"tool_calls has a duplicate id {call_id!r}.", code="duplicate_tool_call_id"
+            )
+        seen.add(call_id)
+        arguments = _parse_arguments(index, call)
+        where = f"tool_calls[{index}].arguments"
+        size += _checked_json(where, arguments, "invalid_tool_arguments")
+        size += len(call_id.encode()) + len(name.encode())
+        normalized.append({"id": call_id, "name": name, "arguments": arguments})
+    _check_size("tool_calls", size, "MAX_TOOL_CALLS_BYTES", "tool_calls_too_large")
+    return normalized
+
+
+def _parse_arguments(index: int, call: dict[str, Any]) -> dict[str, Any]:
+    arguments = call["arguments"]
+    if isinstance(arguments, str):
+        # Providers stream arguments as a JSON string; store the parsed object.
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValidationError(
+                f"tool_calls[{index}].arguments is not valid JSON: {exc.msg}.",
+                code="invalid_tool_arguments",
+            ) from None
+        except ValueError:  # a number longer than Python converts (sys.get_int_max_str_digits)
+            raise _number_too_long(
+                f"tool_calls[{index}].arguments", "invalid_tool_arguments"
+            ) from None
+        except RecursionError:
+            raise _too_deep(f"tool_calls[{index}].arguments") from None
+    if not isinstance(arguments, dict):
+        raise ValidationError(
+            f"tool_calls[{index}].arguments must be a JSON object.", code="invalid_tool_arguments"
+        )
+    return arguments
+
+
+# --- Field checks: what PostgreSQL would refuse, refused first with our error ---------
+
+
+def _checked_name(what: str, value: Any) -> str:
+    """An id or a name: a non-blank string that fits its column."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(f"{what} must be a non-empty string.", code="invalid_tool_calls")
+    _checked_text(what, value)
+    if len(value) > _MAX_NAME_CHARS:
+        raise ValidationError(
+            f"{what} is {len(value)} characters, over the maximum of {_MAX_NAME_CHARS}.",
+            code="value_too_long",
+        )
+    return value
+
+
+def _checked_text(what: str, text: str) -> int:
+    """Its size in UTF-8 bytes, once it is known to be storable: no NUL, no lone surrogate."""
+    if "\x00" in text:
+        raise ValidationError(
+            f"{what} contains a NUL byte (\\x00), which cannot be stored; "
+            "encode binary data (for example as base64) before adding it.",
+            code="nul_byte",
+        )
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError(
+            f"{what} is not valid Unicode (it contains a lone surrogate).",
+            code="invalid_unicode",
+        ) from None
+
+
+def _checked_json(what: str, value: Any, code: str) -> int:
+    """The size of `value` as JSON in UTF-8 bytes, once every string in it (keys too) is
+    storable, every number finite and its nesting within the configured depth. Walks
+    without recursion, so no input can raise RecursionError."""
+    max_depth = compaction_config().MAX_JSON_DEPTH
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list | tuple) and depth > max_depth:
+            raise _too_deep(what)
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise ValidationError(
+                        f"{what} has a key that is not a string: {key!r}.", code=code
+                    )
+                _checked_text(f"A key in {what}", key)
+                pending.append((child, depth + 1))
+        elif isinstance(item, list | tuple):
+            pending.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str):
+            _checked_text(f"A string in {what}", item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ValidationError(
+                f"{what} contains {item!r}, which JSON cannot represent.", code=code
+            )
+        elif item is not None and not isinstance(item, bool | int | float):
+            raise ValidationError(
+                f"{what} is not JSON: it contains a {type(item).__name__}.", code=code
+            )
+    try:
+        return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    except ValueError:  # an integer too long to write out (sys.get_int_max_str_digits)
+        raise _number_too_long(what, code) from None
+
+
+def _number_too_long(what: str, code: str) -> ValidationError:
+    return ValidationError(f"{what} holds a number with too many digits to store.", code=code)
+
+
+def _check_size(what: str, size: int, setting: str, code: str) -> None:
+    limit = getattr(compaction_config(), setting)
+    if size > limit:
+        raise ValidationError(
+            f"{what} is {size} bytes, over the {limit}-byte maximum "
+            f"(ASSISTANT_COMPACTION['{setting}']).",
+            code=code,
+        )
+
+
+def _too_deep(what: str) -> ValidationError:
+    limit = compaction_config().MAX_JSON_DEPTH
+    return ValidationError(
+        f"{what} is nested more than {limit} levels deep (ASSISTANT_COMPACTION['MAX_JSON_DEPTH']).",
+        code="too_deeply_nested",
+    )
+
+
+def _tool_result_fields(conversation: Conversation, fields: dict[str, Any]) -> dict[str, Any]:
+    """A tool result answers the latest call of this conversation with its id
+    that has no result yet (a model may reuse an id once its first call was
+    answered); its tool name and arguments are taken from that call."""
+    call_id = fields.get("tool_call_id") or ""
+    if not isinstance(call_id, str) or not call_id.strip():
+        raise ValidationError("A tool message needs a tool_call_id.", code="missing_tool_call_id")
+    _checked_name("tool_call_id", call_id)
+    calls = _calls_with_id(conversation, call_id)
+    if not calls:
+        raise ValidationError(
+            f"tool_call_id {call_id!r} matches no earlier assistant tool call "
+            "in this conversation.",
+            code="unknown_tool_call_id",
+        )
+    unanswered = [(message_id, call) for message_id, call, answered in calls if not answered]
+    if not unanswered:
+        raise _duplicate_result(call_id)
+    message_id, call = unanswered[0]
+    tool_name = fields.get("tool_name") or call["name"]
+    if tool_name != call["name"]:
+        raise ValidationError(
+            f"tool_name {tool_name!r} does not match the call's name {call['name']!r}.",
+            code="tool_name_mismatch",
+        )
+    if not _same_arguments(fields.get("tool_arguments"), call["arguments"]):
+        raise ValidationError(
+            f"tool_arguments do not match the arguments of call {call_id!r} "
+            "(leave them out: they are taken from the call).",
+            code="tool_arguments_mismatch",
+        )
+    return {
+        "tool_call_id": call_id,
+        "tool_call_message_id": message_id,
+        "tool_name": tool_name,
+        "tool_arguments": call["arguments"],
+    }
+
+
+def _same_arguments(given: Any, called: dict[str, Any]) -> bool:
+    """Whether a tool result's tool_arguments (None: not given; an object, or its
+    JSON text) are its call's."""
+    if given is None:
+        return True
+    if isinstance(given, str):
+        try:
+            given = json.loads(given)
+        except (ValueError, RecursionError):
+            return False
+    return given == called
+
+
+def _calls_with_id(
+    conversation: Conversation, call_id: str
+) -> list[tuple[int, dict[str, Any], bool]]:
+    """(assistant message id, call, whether it has a result) for every call with
+    this id, newest first: one query."""
+    result = Message.objects.filter(tool_call_message_id=OuterRef("id"), tool_call_id=call_id)
+    messages = (
+        Message.objects.filter(
+            conversation=conversation, role=Message.Role.ASSISTANT, tool_calls__isnull=False
+        )
+        .annotate(answered=Exists(result))
+        .order_by("-id")
+    )
+    if connection.vendor == "postgresql":
+        # Only the matching call leaves the database, not a message's whole list of calls
+        # (up to MAX_TOOL_CALLS_BYTES, read again for every one of its results).
+        matching = messages.filter(tool_calls__contains=[{"id": call_id}]).annotate(
+            call=RawSQL(_CALL_WITH_ID, (call_id,), output_field=JSONField())
+        )
+        return list(matching.values_list("id", "call", "answered"))
+    return [
+        (message_id, call, answered)
+        for message_id, tool_calls, answered in messages.values_list(
+            "id", "tool_calls", "answered"
+        ).iterator()
+        for call in tool_calls
+        if call["id"] == call_id
+    ]
+
+
+def _duplicate_result(call_id: str) -> ValidationError:
+    return ValidationError(
+        f"Tool call {call_id!r} already has a result.", code="duplicate_tool_result"
+    )
+
+
+def _is_duplicate_result(error: IntegrityError) -> bool:
+    diag = getattr(error.__cause__, "diag", None)
+    if diag is not None:  # PostgreSQL names the constraint
+        return diag.constraint_name == ONE_RESULT_PER_CALL
+    return "tool_call_message_id" in str(error)  # SQLite names its columns

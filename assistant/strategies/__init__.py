@@ -1,0 +1,6 @@
+"""The strategies: tool results, the summary, emergency, fork, previews.
+
+One module per kind of compaction, each the one place its rules live. May
+import window/, llm/, text/, store/, settings/, ops/ and models; never flows/
+or the layers above. See docs/architecture.rst.
+"""

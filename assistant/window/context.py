@@ -1,0 +1,272 @@
+"""What the model sees next, in a fixed, cache-friendly order: the system
+prompt, the parent summary (forks), the window summary, then the verbatim
+messages after the cutoff with their model-facing text.
+
+The result is validated before it is returned: a provider rejects a history
+that starts with an assistant or tool message, a tool result without its
+call, or a call without its result, so none of those is ever sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from assistant.llm import catalog
+from assistant.llm.wire import Wire
+from assistant.models import Conversation, Message
+from assistant.store.deletion import require_saved
+from assistant.text.tokens import estimate_tokens
+from assistant.window import WindowState, load_window
+
+MISSING_RESULT = "[No result was recorded for this tool call]"
+
+
+def as_neutral(message: Message) -> dict:
+    """A message as the model sees it, in the neutral format of assistant.llm."""
+    content = getattr(message, "model_content", None)
+    if content is None:  # not loaded through model_view()
+        content = message.compacted_content
+    if content is None:
+        content = message.content
+    neutral: dict = {"role": message.role, "content": content}
+    blocks = getattr(message, "model_blocks", None)
+    if blocks is None and not hasattr(message, "model_blocks"):  # not loaded through model_view()
+        blocks = message.blocks if message.compacted_blocks is None else message.compacted_blocks
+    if blocks:
+        neutral["blocks"] = blocks
+    if message.tool_calls:
+        neutral["tool_calls"] = message.tool_calls
+    if message.role == Message.Role.TOOL:
+        neutral["tool_call_id"] = message.tool_call_id
+        neutral["tool_name"] = message.tool_name
+    return neutral
+
+
+class IncompleteToolCall(Exception):
+    """The last assistant message asked for tools whose results are not in yet."""
+
+
+@dataclass(frozen=True)
+class TokenBreakdown:
+    system: int
+    summaries: int
+    messages: int
+    tool_results: int
+
+    @property
+    def total(self) -> int:
+        return self.system + self.summaries + self.messages + self.tool_results
+
+    def scaled_to(self, total: int) -> TokenBreakdown:
+        """The parts in the same proportions, summing to `total` (the size the
+        hook decides on, `context_tokens`: the provider's count where there is
+        one), rounded by largest remainders so the sum is exact."""
+        parts = [self.system, self.summaries, self.messages, self.tool_results]
+        estimated = sum(parts)
+        if estimated == 0:
+            return TokenBreakdown(0, 0, total, 0)
+        shares = [part * total / estimated for part in parts]
+        floors = [int(share) for share in shares]
+        by_remainder = sorted(range(4), key=lambda i: floors[i] - shares[i])
+        for i in by_remainder[: total - sum(floors)]:
+            floors[i] += 1
+        return TokenBreakdown(*floors)
+
+
+@dataclass
+class Context:
+    conversation_id: int
+    system: str
+    parent_summary: str | None
+    window_summary: str | None
+    cutoff_id: int | None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    message_ids: list[int] = field(default_factory=list)
+    tokens: TokenBreakdown = field(default_factory=lambda: TokenBreakdown(0, 0, 0, 0))
+    # Tool calls still waiting for their results (only with allow_pending=True).
+    pending_calls: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def summaries(self) -> list[str]:
+        labelled = []
+        if self.parent_summary:
+            labelled.append(
+                f"Summary of the conversation this one continues:\n{self.parent_summary}"
+            )
+        if self.window_summary:
+            labelled.append(
+                f"Summary of the earlier part of this conversation:\n{self.window_summary}"
+            )
+        return labelled
+
+    @property
+    def prefix(self) -> str:
+        """The leading part of every request (system and summaries): while it
+        stays byte-identical, the provider's prompt cache holds."""
+        return "\n\n".join([self.system, *self.summaries])
+
+    def request(self, wire: Wire, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """This context in `wire`'s request shape (assistant.llm.catalog.wire(name)).
+        A context built with pending calls is for staff to look at, never to send: it
+        is not checked."""
+        check = not self.pending_calls
+        return wire.request(self.system, self.summaries, self.messages, tools, check=check)
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """{"system": [text blocks], "messages": [...]}: Anthropic's shape."""
+        return self.request(catalog.ANTHROPIC)
+
+    def to_gemini(self) -> dict[str, Any]:
+        """{"system_instruction": str, "contents": [...]}: Gemini's shape."""
+        return catalog.GEMINI.shape(
+            self.system, self.summaries, self.messages, check=not self.pending_calls
+        )
+
+
+def build_context(conversation: Conversation, *, allow_pending: bool = False) -> Context:
+    """The context for the next request. Two queries with a warm cache,
+    whatever the length of the conversation. Tool calls still waiting for
+    their results raise IncompleteToolCall, unless `allow_pending` (the
+    inspectors): then they are listed in `pending_calls`."""
+    require_saved(conversation)
+    return context_from_state(load_window(conversation.pk), allow_pending=allow_pending)
+
+
+def context_from_state(state: WindowState, *, allow_pending: bool = False) -> Context:
+    """build_context from a window state already loaded (e.g. under the summary lease)."""
+    chat_rows = _repaired(state)
+    system = state.system
+    messages = _with_missing_results([as_neutral(row) for row in chat_rows], allow_pending)
+    tokens = TokenBreakdown(
+        system=estimate_tokens(system),
+        summaries=estimate_tokens(state.parent_summary or "")
+        + estimate_tokens(state.summary or ""),
+        messages=sum(r.token_estimate for r in chat_rows if r.role != Message.Role.TOOL),
+        tool_results=sum(r.token_estimate for r in chat_rows if r.role == Message.Role.TOOL),
+    )
+    return Context(
+        conversation_id=state.conversation_id,
+        system=system,
+        parent_summary=state.parent_summary,
+        window_summary=state.summary,
+        cutoff_id=state.through_id,
+        messages=messages,
+        message_ids=[row.pk for row in chat_rows],
+        tokens=tokens,
+        pending_calls=_pending_calls(messages) if allow_pending else [],
+    )
+
+
+def context_tokens(conversation: Conversation) -> int:
+    """How large the next request's context is, in tokens (the provider's
+    latest count where it is still current, estimates for the rest)."""
+    return load_window(conversation.pk).context_tokens()
+
+
+def _repaired(state: WindowState) -> list[Message]:
+    """The window, starting at a user message (the turn's anchor when the
+    split falls inside a turn) and with no tool result whose call fell before
+    the cutoff. Repairs move the cutoff back to an earlier user turn (the
+    model sees a little twice and loses nothing); only when there is no
+    earlier user message does it move forward past the replies."""
+    rows = state.verbatim
+    while rows and (rows[0].role != Message.Role.USER or _orphaned_results(rows)):
+        user_before = (
+            Message.objects.filter(
+                conversation_id=state.conversation_id, role=Message.Role.USER, id__lt=rows[0].pk
+            )
+            .order_by("-id")
+            .values_list("id", flat=True)
+            .first()
+        )
+        if user_before is None:
+            break
+        earlier = Message.objects.filter(
+            conversation_id=state.conversation_id, id__gte=user_before, id__lt=rows[0].pk
+        )
+        rows = [*earlier.model_view(), *rows]
+    while rows and rows[0].role != Message.Role.USER:
+        rows = rows[1:]
+    return rows
+
+
+def _orphaned_results(rows: list[Message]) -> bool:
+    """Is there a tool result whose call is not in `rows`? A result names the
+    assistant message it answers (a call id alone can be reused); results
+    stored before that link existed fall back to the id."""
+    messages: set[int] = set()
+    calls: set[str] = set()
+    for row in rows:
+        messages.add(row.pk)
+        calls.update(call["id"] for call in row.tool_calls or ())
+        if row.role != Message.Role.TOOL:
+            continue
+        if row.tool_call_message_id is not None:
+            if row.tool_call_message_id not in messages:
+                return True
+        elif row.tool_call_id not in calls:
+            return True
+    return False
+
+
+def _pending_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The calls of the last assistant turn that have no result yet."""
+    last = next((i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] != "tool"), -1)
+    if last < 0:
+        return []
+    answered = {m["tool_call_id"] for m in messages[last + 1 :] if m["role"] == "tool"}
+    return [c for c in messages[last].get("tool_calls") or () if c["id"] not in answered]
+
+
+def _with_missing_results(
+    messages: list[dict[str, Any]], allow_pending: bool = False
+) -> list[dict[str, Any]]:
+    """Every tool call must be answered before the conversation goes on, and
+    its result must follow it. Each result answers the latest earlier call
+    with its id that has none yet (ids can be reused) and is placed right
+    after that call's message; a call whose result was never recorded gets a
+    placeholder in the context (not in the history); a result that answers
+    no call is left out; calls still pending at the end are an error, unless
+    `allow_pending` (the inspectors show them as they are)."""
+    results: dict[int, list[dict[str, Any]]] = {}
+    open_calls: dict[str, list[int]] = {}
+    for index, message in enumerate(messages):
+        if message["role"] == "tool":
+            waiting = open_calls.get(message["tool_call_id"])
+            if waiting:
+                results.setdefault(waiting.pop(), []).append(message)
+            continue
+        for call in message.get("tool_calls") or ():
+            open_calls.setdefault(call["id"], []).append(index)
+
+    last_turn = max((i for i, m in enumerate(messages) if m["role"] != "tool"), default=-1)
+    repaired: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        if message["role"] == "tool":
+            continue
+        repaired.append(message)
+        calls = message.get("tool_calls") or ()
+        if not calls:
+            continue
+        answers = results.get(index, [])
+        repaired.extend(answers)
+        answered = {answer["tool_call_id"] for answer in answers}
+        missing = [call for call in calls if call["id"] not in answered]
+        if missing and index == last_turn:
+            if allow_pending:
+                continue
+            raise IncompleteToolCall(
+                "The last assistant message has tool calls without results "
+                f"({', '.join(c['id'] for c in missing)}); add them before building the context."
+            )
+        repaired.extend(
+            {
+                "role": "tool",
+                "content": MISSING_RESULT,
+                "tool_call_id": call["id"],
+                "tool_name": call["name"],
+            }
+            for call in missing
+        )
+    return repaired

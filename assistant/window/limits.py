@@ -1,0 +1,77 @@
+"""The figures a conversation's context size is compared with: the trigger
+of a window shift, the soft watermark before it, and the chat model's window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from assistant.llm.catalog import (
+    ANTHROPIC,
+    CHAT_PROVIDERS,
+    configured_chat_model,
+    model_context_window,
+)
+from assistant.llm.registry import provider_name
+from assistant.models import Message
+from assistant.settings.conf import compaction_config
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The figures a context size is compared with."""
+
+    trigger: int
+    soft: int
+    window: int
+    model: str
+
+    def level(self, tokens: int) -> str:
+        if tokens >= self.window:
+            return "over-window"
+        if tokens >= self.trigger:
+            return "past-trigger"
+        if tokens >= self.soft:
+            return "near"
+        return "ok"
+
+
+def current_limits(conversation_id: int | None = None) -> Limits:
+    """The figures for a conversation (its newest answer's model: who will read the next
+    request), or for a new one (the configured summarizer's provider's chat model)."""
+    return limits_for(*answered_by(conversation_id))
+
+
+def limits_for(provider: str, model: str) -> Limits:
+    """The figures for a conversation whose next request `model` reads (of `provider`);
+    with no model, the configured summarizer's provider's chat model."""
+    config = compaction_config()
+    if not model:
+        provider = provider_name()
+        model = configured_chat_model(provider)
+    return Limits(
+        trigger=config.CONTEXT_TOKEN_THRESHOLD,
+        soft=int(config.SOFT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD),
+        window=model_context_window(model, provider),
+        model=model,
+    )
+
+
+def request_shape(conversation_id: int) -> str:
+    """The provider whose request shape the conversation's next request takes: its
+    newest answer's, else the configured summarizer's, else Anthropic's."""
+    provider = answered_by(conversation_id)[0] or provider_name()
+    return provider if provider in CHAT_PROVIDERS else ANTHROPIC.name
+
+
+def answered_by(conversation_id: int | None) -> tuple[str, str]:
+    """(provider, model) of the conversation's newest answer that names its model."""
+    if conversation_id is None:
+        return "", ""
+    newest = (
+        Message.objects.filter(conversation_id=conversation_id, role=Message.Role.ASSISTANT)
+        .exclude(model="")
+        .order_by("-id")
+        .values_list("provider", "model")
+        .first()
+    )
+    return newest or ("", "")
