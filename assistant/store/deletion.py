@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from assistant.models import Conversation
 from assistant.settings.cleanup import cleanup_config
+from assistant.window import require_saved
 
 
 @dataclass(frozen=True)
@@ -23,14 +24,6 @@ class RestoreResult:
     # Deleted longer ago than the retention: the purge may remove them at any time.
     expired: list[int] = field(default_factory=list)
     not_deleted: list[int] = field(default_factory=list)
-
-
-def require_saved(conversation: Conversation) -> None:
-    """A stored Conversation, not None or an unsaved instance."""
-    if not isinstance(conversation, Conversation) or conversation.pk is None:
-        raise ValidationError(
-            f"Expected a saved Conversation, got {conversation!r}.", code="invalid_conversation"
-        )
 
 
 def deleted_error(conversation_id: int) -> ValidationError:

@@ -23,11 +23,11 @@ from assistant.llm.catalog import media_rates, telemetry_name
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
 from assistant.ops import telemetry
 from assistant.settings.conf import compaction_config
-from assistant.store.deletion import deleted_error, live, require_saved
+from assistant.store.deletion import deleted_error, live
 from assistant.store.queue import POST_EXCHANGE_TASK, enqueue_on_commit
 from assistant.text.blocks import blocks_tokens, has_media, validate_blocks
 from assistant.text.tokens import estimate_message_tokens
-from assistant.window import add_to_size, measure_size
+from assistant.window import add_to_size, measure_size, require_saved
 from assistant.window.cost import chat_model
 
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")

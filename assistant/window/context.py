@@ -15,9 +15,8 @@ from typing import Any
 from assistant.llm import catalog
 from assistant.llm.wire import Wire
 from assistant.models import Conversation, Message
-from assistant.store.deletion import require_saved
 from assistant.text.tokens import estimate_tokens
-from assistant.window import WindowState, load_window
+from assistant.window import WindowState, load_window, require_saved
 
 MISSING_RESULT = "[No result was recorded for this tool call]"
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple
 
+from django.core.exceptions import ValidationError
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
@@ -39,6 +40,14 @@ from assistant.window.ledger import CachePrices, cache_prices
 # The stored ratio is renewed only when the measured one moves by more than this share
 # of it (assistant.flows.precall): until then the provider may count up to this much more.
 TOKEN_RATIO_DRIFT = 0.1
+
+
+def require_saved(conversation: Conversation) -> None:
+    """A stored Conversation, not None or an unsaved instance."""
+    if not isinstance(conversation, Conversation) or conversation.pk is None:
+        raise ValidationError(
+            f"Expected a saved Conversation, got {conversation!r}.", code="invalid_conversation"
+        )
 
 
 @dataclass

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from assistant.models import CompactionEvent, Conversation
-from assistant.store.deletion import require_saved
-from assistant.window import load_window
+from assistant.window import load_window, require_saved
 from assistant.window.limits import limits_for
 
 
