@@ -39,23 +39,20 @@ from assistant.store.deletion import mark_deleted, require_live, restore_deleted
 from assistant.store.events import acting_as
 from assistant.store.history import add_message, finish_exchange
 from assistant.store.queue import enqueue_on_commit
-from assistant.strategies import emergency
+from assistant.strategies import emergency, shift
 from assistant.strategies import fork as forking
-from assistant.strategies import summary as summaries
 from assistant.strategies import tool_results as compaction
 from assistant.strategies.emergency import ContextTooLarge, compact_if_flagged
 from assistant.strategies.fork import generate_parent_summary
+from assistant.strategies.prebuild import prebuild_window_summary
 from assistant.strategies.previews import (
     Preview,
     emergency_preview,
     regenerate_preview,
     restore_preview,
 )
-from assistant.strategies.summary import (
-    compaction_cutoff_id,
-    prebuild_window_summary,
-    summarize_messages,
-)
+from assistant.strategies.shift import compaction_cutoff_id
+from assistant.strategies.summary import summarize_messages
 from assistant.tasks import staff_action_task
 from assistant.window.context import Context, IncompleteToolCall, build_context, context_tokens
 from assistant.window.status import ContextStatus, context_status
@@ -119,7 +116,7 @@ def regenerate_window_summary(
     acting_user: User = None,
 ) -> bool:
     with acting_as(acting_user):
-        return summaries.regenerate_window_summary(
+        return shift.regenerate_window_summary(
             conversation,
             recent_fraction=recent_fraction,
             keep_last=keep_last,

@@ -10,7 +10,8 @@ from django.utils import timezone
 from assistant.models import CompactionEvent, MetadataKeys
 from assistant.services import ensure_context_summary
 from assistant.settings.conf import compaction_config
-from assistant.strategies.summary import prebuild_window_summary, shift_window
+from assistant.strategies.prebuild import prebuild_window_summary
+from assistant.strategies.shift import shift_window
 from assistant.window import (
     AT_TRIGGER,
     COLD_CACHE,

@@ -1006,7 +1006,7 @@ def over_the_trigger(
 def worker_summarizing(conversation: Conversation, fake) -> tuple[threading.Thread, list[bool]]:
     """A worker's pre-build of the next summary in a thread (its own database
     connection, its own heartbeat), once its summarizer call has started."""
-    from assistant.strategies.summary import prebuild_window_summary
+    from assistant.strategies.prebuild import prebuild_window_summary
 
     built: list[bool] = []
 

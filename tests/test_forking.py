@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
-import assistant.strategies.summary
+import assistant.strategies.fork
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import (
     add_message,
@@ -28,13 +28,13 @@ pytestmark = pytest.mark.django_db
 def summarizer_spy(monkeypatch):
     """Records what each summarize_messages call read; the real one answers."""
     calls: list[dict] = []
-    real = assistant.strategies.summary.summarize_messages
+    real = assistant.strategies.fork.summarize_messages
 
     def spy(messages, *, previous_summary=None):
         calls.append({"ids": [m.pk for m in messages], "previous_summary": previous_summary})
         return real(messages, previous_summary=previous_summary)
 
-    monkeypatch.setattr(assistant.strategies.summary, "summarize_messages", spy)
+    monkeypatch.setattr(assistant.strategies.fork, "summarize_messages", spy)
     return calls
 
 
@@ -271,7 +271,7 @@ def test_generate_parent_summary_racing_a_metadata_update_keeps_both(monkeypatch
     database, so both survive."""
     parent, _ = tool_heavy_conversation()
     fork = fork_continuation(parent, pending_user_message="next", summarize=False)
-    real = assistant.strategies.summary.summarize_messages
+    real = assistant.strategies.fork.summarize_messages
 
     def concurrent_write():
         try:
@@ -288,7 +288,7 @@ def test_generate_parent_summary_racing_a_metadata_update_keeps_both(monkeypatch
         return real(messages, previous_summary=previous_summary)
 
     monkeypatch.setattr(
-        assistant.strategies.summary, "summarize_messages", summarize_while_another_process_writes
+        assistant.strategies.fork, "summarize_messages", summarize_while_another_process_writes
     )
 
     summary = generate_parent_summary(fork)
@@ -306,7 +306,7 @@ def test_when_two_runs_race_the_first_stored_summary_stands(monkeypatch):
     parent, _ = tool_heavy_conversation()
     fork = fork_continuation(parent, pending_user_message="next", summarize=False)
     redelivered = Conversation.objects.get(pk=fork.pk)
-    real = assistant.strategies.summary.summarize_messages
+    real = assistant.strategies.fork.summarize_messages
     answers = iter(["summary of run A", "summary of run B"])
 
     def summarize(messages, *, previous_summary=None):
@@ -316,7 +316,7 @@ def test_when_two_runs_race_the_first_stored_summary_stands(monkeypatch):
         outcome = real(messages, previous_summary=previous_summary)
         return type(outcome)(**{**outcome.__dict__, "text": text})
 
-    monkeypatch.setattr(assistant.strategies.summary, "summarize_messages", summarize)
+    monkeypatch.setattr(assistant.strategies.fork, "summarize_messages", summarize)
 
     assert generate_parent_summary(fork) == "summary of run B"
 

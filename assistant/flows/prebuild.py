@@ -23,7 +23,7 @@ from assistant.models import Conversation, MetadataKeys
 from assistant.settings.conf import CompactionConfig
 from assistant.store.metadata import merge_metadata, read_metadata
 from assistant.store.queue import PREBUILD_TASK, enqueue_on_commit
-from assistant.strategies.summary import prebuild_window_summary
+from assistant.strategies.prebuild import prebuild_window_summary
 from assistant.window import WindowState
 
 logger = logging.getLogger(__name__)

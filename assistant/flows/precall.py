@@ -45,11 +45,8 @@ from assistant.strategies.emergency import (
     compact_if_flagged,
     note_response,
 )
-from assistant.strategies.summary import (
-    adopt_pending_summary,
-    prebuild_window_summary,
-    shift_window,
-)
+from assistant.strategies.prebuild import prebuild_window_summary
+from assistant.strategies.shift import adopt_pending_summary, shift_window
 from assistant.strategies.tool_results import apply_plan, compact_old_blocks, prepare_tool_results
 from assistant.window import (
     TOKEN_RATIO_DRIFT,

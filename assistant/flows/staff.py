@@ -15,8 +15,7 @@ from django.core.exceptions import ValidationError
 from assistant.models import Conversation
 from assistant.ops import telemetry
 from assistant.store.events import acting_as, one_event
-from assistant.strategies import emergency
-from assistant.strategies import summary as summaries
+from assistant.strategies import emergency, shift
 from assistant.strategies import tool_results as compaction
 from assistant.strategies.previews import (
     compact_preview,
@@ -117,7 +116,7 @@ def _emergency(level: int):
 def _regenerate(conversation: Conversation) -> Outcome:
     before = _tokens(conversation)
     preview = regenerate_preview(conversation)
-    if summaries.regenerate_window_summary(conversation, on_chat_path=False):
+    if shift.regenerate_window_summary(conversation, on_chat_path=False):
         return Outcome(
             conversation.pk,
             True,

@@ -13,6 +13,8 @@ from django.db import connections
 from django.db.models import F, Func, JSONField, QuerySet, Value
 from django.db.models.expressions import Combinable
 
+from assistant.models import Conversation
+
 
 class _JsonbMerge(Func):
     """metadata || '{...}'::jsonb (PostgreSQL), json_patch(metadata, '{...}') (SQLite)."""
@@ -86,7 +88,5 @@ def merge_metadata(
 def read_metadata(conversation_id: int) -> dict[str, Any]:
     """A conversation's metadata, fresh from the database ({} for a missing
     row): never trust an in-memory copy another process may have outdated."""
-    from assistant.models import Conversation
-
     found = Conversation.objects.filter(pk=conversation_id).values_list("metadata", flat=True)
     return dict(found.first() or {})

@@ -32,7 +32,7 @@ from assistant.models import CompactionEvent, Conversation, MetadataKeys
 from assistant.settings.conf import compaction_config
 from assistant.store.events import record_compaction
 from assistant.store.metadata import merge_metadata, read_metadata
-from assistant.strategies.summary import regenerate_window_summary
+from assistant.strategies.shift import regenerate_window_summary
 from assistant.strategies.tool_results import compact_tool_results
 from assistant.window import load_window
 

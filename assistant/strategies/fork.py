@@ -34,6 +34,7 @@ from assistant.store.events import record_compaction
 from assistant.store.history import add_message
 from assistant.store.metadata import merge_metadata, read_metadata
 from assistant.store.queue import PARENT_SUMMARY_TASK, enqueue_on_commit
+from assistant.strategies.summary import summarize_messages
 from assistant.window import refresh_size
 
 logger = logging.getLogger(__name__)
@@ -206,8 +207,6 @@ def summarize_parent(parent: Conversation, *, end_before: int | None = None) -> 
     window summary (when its cutoff lies before `end_before`), updated with a
     summary of only the messages after that cutoff and before `end_before`.
     No database writes. Raises what the summarizer raises."""
-    from assistant.strategies.summary import summarize_messages
-
     metadata = read_metadata(parent.pk)
     previous: list[str] = []
     if metadata.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY):
