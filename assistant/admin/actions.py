@@ -236,34 +236,46 @@ def branch_from_message(modeladmin, request, queryset) -> HttpResponse | None:
         return None
     conversation = conversations[0]
     if request.POST.get("post") == "yes":
-        with telemetry.staff_action("fork_from_message", conversation.pk):
-            result = services.fork_from_message(
-                conversation, request.POST.get("message_id"), acting_user=request.user
-            )
-        if result is not None:
-            fork, _text = result
-            log(request, [conversation], f"Branched into #{fork.pk}.")
-            log(
-                request,
-                [fork],
-                f"Created as a branch of #{conversation.pk} at message #{fork.fork_message_id}.",
-                ADDITION,
-            )
-            modeladmin.message_user(
-                request,
-                f"Branched “{conversation}” into “{fork}” (#{fork.pk}). The message to edit "
-                "and resend is shown in full below.",
-                messages.SUCCESS,
-            )
-            return HttpResponseRedirect(
-                reverse("admin:assistant_conversation_change", args=[fork.pk])
-            )
+        branched = _branch(modeladmin, request, conversation)
+        if branched is not None:
+            return branched
+    return _branch_page(modeladmin, request, queryset, conversation)
+
+
+def _branch(modeladmin, request, conversation: Conversation) -> HttpResponse | None:
+    """Fork at the chosen message: the fork's page, or None (with the error
+    shown) when it cannot be made."""
+    with telemetry.staff_action("fork_from_message", conversation.pk):
+        result = services.fork_from_message(
+            conversation, request.POST.get("message_id"), acting_user=request.user
+        )
+    if result is not None:
+        fork, _text = result
+        log(request, [conversation], f"Branched into #{fork.pk}.")
+        log(
+            request,
+            [fork],
+            f"Created as a branch of #{conversation.pk} at message #{fork.fork_message_id}.",
+            ADDITION,
+        )
         modeladmin.message_user(
             request,
-            "Could not branch: choose one of this conversation's user messages "
-            f"(and forks stop at {compaction_config().MAX_FORK_DEPTH} levels).",
-            messages.ERROR,
+            f"Branched “{conversation}” into “{fork}” (#{fork.pk}). The message to edit "
+            "and resend is shown in full below.",
+            messages.SUCCESS,
         )
+        return HttpResponseRedirect(reverse("admin:assistant_conversation_change", args=[fork.pk]))
+    modeladmin.message_user(
+        request,
+        "Could not branch: choose one of this conversation's user messages "
+        f"(and forks stop at {compaction_config().MAX_FORK_DEPTH} levels).",
+        messages.ERROR,
+    )
+    return None
+
+
+def _branch_page(modeladmin, request, queryset, conversation: Conversation) -> HttpResponse:
+    """The user messages to branch from (newest first, searchable)."""
     search = request.POST.get("q", "").strip()
     user_messages = Message.objects.filter(conversation=conversation, role=Message.Role.USER)
     total = user_messages.count()

@@ -84,38 +84,8 @@ def chart(calls: list[Call], events: list[tuple]) -> SafeString:
     plot_w, plot_h = WIDTH - LEFT - 8, HEIGHT - BOTTOM - TOP
     step = plot_w / len(calls)
     bar = max(step * 0.8, 1)
-
-    def y(tokens: float) -> float:
-        return TOP + plot_h * (1 - tokens / peak)
-
-    rects, points = [], []
-    for index, call in enumerate(calls):
-        x = LEFT + index * step
-        base = 0
-        for key, tokens in (
-            ("read", call.cache_read_tokens),
-            ("write", call.cache_write_tokens),
-            ("input", call.input_tokens),
-        ):
-            if tokens:
-                rects.append(
-                    (
-                        f"{x:.1f}",
-                        f"{y(base + tokens):.1f}",
-                        f"{bar:.1f}",
-                        f"{plot_h * tokens / peak:.1f}",
-                        COLOURS[key],
-                        f"call {index + 1} (message #{call.message_id}): {key} {tokens:,}",
-                    )
-                )
-            base += tokens
-        points.append(f"{x + bar / 2:.1f},{y(min(call.everything_tokens, peak)):.1f}")
-    times = [call.at for call in calls]
-    marks = []
-    for at, kind, before, after in events:
-        # Before the first call made after it (at the right end when none was).
-        x = LEFT + bisect_left(times, at) * step - (step - bar) / 2
-        marks.append((f"{x:.1f}", f"{kind}: {before:,} → {after:,} tokens"))
+    rects, points = _bars(calls, peak, step, bar, plot_h)
+    marks = _marks(calls, events, step, bar)
     bars = format_html_join(
         "",
         '<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}</title></rect>',
@@ -156,3 +126,49 @@ def chart(calls: list[Call], events: list[tuple]) -> SafeString:
         bottom_label=HEIGHT - 6,
         n=len(calls),
     )
+
+
+def _bars(
+    calls: list[Call], peak: int, step: float, bar: float, plot_h: int
+) -> tuple[list[tuple[str, ...]], list[str]]:
+    """Each call's stacked rectangles, and its point on the sending-everything line."""
+
+    def y(tokens: float) -> float:
+        return TOP + plot_h * (1 - tokens / peak)
+
+    rects, points = [], []
+    for index, call in enumerate(calls):
+        x = LEFT + index * step
+        base = 0
+        for key, tokens in (
+            ("read", call.cache_read_tokens),
+            ("write", call.cache_write_tokens),
+            ("input", call.input_tokens),
+        ):
+            if tokens:
+                rects.append(
+                    (
+                        f"{x:.1f}",
+                        f"{y(base + tokens):.1f}",
+                        f"{bar:.1f}",
+                        f"{plot_h * tokens / peak:.1f}",
+                        COLOURS[key],
+                        f"call {index + 1} (message #{call.message_id}): {key} {tokens:,}",
+                    )
+                )
+            base += tokens
+        points.append(f"{x + bar / 2:.1f},{y(min(call.everything_tokens, peak)):.1f}")
+    return rects, points
+
+
+def _marks(
+    calls: list[Call], events: list[tuple], step: float, bar: float
+) -> list[tuple[str, str]]:
+    """Each compaction's rule: its x and its title."""
+    times = [call.at for call in calls]
+    marks = []
+    for at, kind, before, after in events:
+        # Before the first call made after it (at the right end when none was).
+        x = LEFT + bisect_left(times, at) * step - (step - bar) / 2
+        marks.append((f"{x:.1f}", f"{kind}: {before:,} → {after:,} tokens"))
+    return marks

@@ -23,14 +23,8 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from assistant.models import (
-    PENDING_SUMMARY_KEYS,
-    WINDOW_SUMMARY_KEYS,
-    CompactionEvent,
-    Conversation,
-    Message,
-    MetadataKeys,
-)
+from assistant.metadata_keys import PENDING_SUMMARY_KEYS, WINDOW_SUMMARY_KEYS
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.ops.logs import log_event
 from assistant.settings.cleanup import CleanupConfig, cleanup_config
 from assistant.store.metadata import metadata_expression

@@ -164,35 +164,24 @@ def record_compaction(
     """The event row, its log line, its metric and (on commit) its signals;
     inside `one_event` for this conversation, a part of that one event
     instead (None: the row is written when the block ends)."""
+    fields = {
+        "kind": kind,
+        "tokens_before": tokens_before,
+        "tokens_after": tokens_after,
+        "messages_affected": messages_affected,
+        "duration_ms": duration_ms,
+        "summarizer_model": summarizer_model,
+        "summarizer_input_tokens": summarizer_input_tokens,
+        "summarizer_output_tokens": summarizer_output_tokens,
+        "details": details or {},
+    }
     collecting = _parts.get()
     if collecting is not None and collecting[0] == conversation_id:
-        collecting[1].append(
-            {
-                "kind": kind,
-                "tokens_before": tokens_before,
-                "tokens_after": tokens_after,
-                "messages_affected": messages_affected,
-                "duration_ms": duration_ms,
-                "summarizer_model": summarizer_model,
-                "summarizer_input_tokens": summarizer_input_tokens,
-                "summarizer_output_tokens": summarizer_output_tokens,
-                "details": details or {},
-            }
-        )
+        collecting[1].append(fields)
         return None
     user_id = acting_user_id()
     event = CompactionEvent.objects.create(
-        conversation_id=conversation_id,
-        acting_user_id=user_id,
-        kind=kind,
-        tokens_before=tokens_before,
-        tokens_after=tokens_after,
-        messages_affected=messages_affected,
-        duration_ms=duration_ms,
-        summarizer_model=summarizer_model,
-        summarizer_input_tokens=summarizer_input_tokens,
-        summarizer_output_tokens=summarizer_output_tokens,
-        details=details or {},
+        conversation_id=conversation_id, acting_user_id=user_id, **fields
     )
     log_event(
         kind,

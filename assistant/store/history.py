@@ -109,17 +109,22 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
             raise _duplicate_result(fields["tool_call_id"]) from None
         raise
     if role == Message.Role.ASSISTANT and message.input_tokens is not None:
-        model = message.model or chat_model(metadata)
-        telemetry.token_usage(
-            "chat",
-            telemetry_name(message.provider or llm.provider_name(), model),
-            model,
-            prompt=message.prompt_tokens or 0,  # not None: input_tokens is set
-            output=message.output_tokens or 0,
-            cache_read=message.cache_read_tokens or 0,
-            cache_write=message.cache_write_tokens or 0,
-        )
+        _record_usage(message, metadata)
     return message
+
+
+def _record_usage(message: Message, metadata: dict[str, Any]) -> None:
+    """The token usage of a recorded chat call, for telemetry."""
+    model = message.model or chat_model(metadata)
+    telemetry.token_usage(
+        "chat",
+        telemetry_name(message.provider or llm.provider_name(), model),
+        model,
+        prompt=message.prompt_tokens or 0,  # not None: input_tokens is set
+        output=message.output_tokens or 0,
+        cache_read=message.cache_read_tokens or 0,
+        cache_write=message.cache_write_tokens or 0,
+    )
 
 
 def _store_size(conversation: Conversation, message: Message) -> None:

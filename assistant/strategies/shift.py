@@ -15,14 +15,8 @@ from dataclasses import dataclass
 from django.core.exceptions import ValidationError
 
 from assistant import llm
-from assistant.models import (
-    PENDING_SUMMARY_KEYS,
-    CompactionEvent,
-    Conversation,
-    Message,
-    MetadataKeys,
-    OfflineFallback,
-)
+from assistant.metadata_keys import PENDING_SUMMARY_KEYS
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, OfflineFallback
 from assistant.ops import telemetry
 from assistant.ops.logs import log_event
 from assistant.settings.conf import CompactionConfig, compaction_config
@@ -360,13 +354,30 @@ def _summarize_and_store(
     if not _store_window(lease, outcome.text, through, anchor, state, index):
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")
         return load_window(state.conversation_id, config).summary
+    _record_shift(state, lease, outcome, before, after, len(newly_old), through, elapsed.ms, late)
+    return outcome.text
+
+
+def _record_shift(
+    state: WindowState,
+    lease: Lease,
+    outcome: SummaryOutcome,
+    before: int,
+    after: int,
+    messages_affected: int,
+    through: int,
+    duration_ms: int,
+    late: bool,
+) -> None:
+    """The window_summary event of a stored shift, with why the offline summarizer
+    wrote it when it did (`_fallback_details`)."""
     record_compaction(
         state.conversation_id,
         CompactionEvent.Kind.WINDOW_SUMMARY,
         tokens_before=before,
         tokens_after=after,
-        messages_affected=len(newly_old),
-        duration_ms=elapsed.ms,
+        messages_affected=messages_affected,
+        duration_ms=duration_ms,
         summarizer_model=outcome.model,
         summarizer_input_tokens=outcome.input_tokens,
         summarizer_output_tokens=outcome.output_tokens,
@@ -378,7 +389,6 @@ def _summarize_and_store(
             **_fallback_details(lease, outcome, late=late),
         },
     )
-    return outcome.text
 
 
 def _fallback_details(lease: Lease, outcome: SummaryOutcome, *, late: bool) -> dict:

@@ -137,50 +137,90 @@ def summarize_messages(
     # The summarizer reads the previous summary whole, carried facts included: it can
     # merge them back into its text, and they are carried again only if it does not.
     body = previous_summary or None
-    model, fallback, calls, tokens_in, tokens_out = "", False, 0, 0, 0
-    cache_read = cache_write = 0
     chunks = _chunks(messages, config, previous_summary, provider)
     request = _cached_request(suffix, messages, chunks, body, provider)
     if request is not None:
-        _progress(on_chunk)
-        result = llm.summarize_cached(request, provider=provider)
-        _progress(on_chunk)
-        chunks = []
-        body = without_markers(summary_body(result.text))
-        model, fallback, calls = result.model, result.fallback, 1
-        tokens_in, tokens_out = result.usage.prompt_tokens, result.usage.output_tokens
-        cache_read, cache_write = result.usage.cache_read_tokens, result.usage.cache_write_tokens
-    for chunk in chunks:
-        _progress(on_chunk)
-        transcript = without_markers(render_transcript(chunk))
-        late = deadline is not None and time.monotonic() >= deadline
-        if late:
-            chosen = {"provider": llm.OfflineProvider()}
-        result = llm.summarize(transcript, previous_summary=body, **chosen)
-        _progress(on_chunk)
-        body = without_markers(summary_body(result.text))
-        model, fallback = result.model, fallback or result.fallback or late
-        calls += 1
-        tokens_in += result.usage.prompt_tokens
-        tokens_out += result.usage.output_tokens
-    index_tokens, rest = shares(body or "", max_tokens, config)
+        tally = _summarize_cached(request, provider, on_chunk)
+    else:
+        tally = _summarize_chunks(chunks, body, chosen, on_chunk, deadline)
+    index_tokens, rest = shares(tally.body or "", max_tokens, config)
     index_text = render(index, index_tokens)
     text = with_carried_facts(
-        body or "",
+        tally.body or "",
         [as_neutral(message) for message in messages],
         previous_summary,
         min(config.CARRIED_FACTS_MAX_TOKENS, rest - used(index_text)),
     )
     return SummaryOutcome(
         with_index(text, index_text),
-        model,
-        tokens_in,
-        tokens_out,
-        fallback,
-        calls,
-        cache_read,
-        cache_write,
+        tally.model,
+        tally.tokens_in,
+        tally.tokens_out,
+        tally.fallback,
+        tally.calls,
+        tally.cache_read,
+        tally.cache_write,
     )
+
+
+@dataclass
+class _Tally:
+    """The summarizer's running text and what its calls used."""
+
+    body: str | None
+    model: str = ""
+    fallback: bool = False
+    calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+
+def _summarize_cached(
+    request: llm.CachedRequest, provider: llm.Provider, on_chunk: Callable[[], object] | None
+) -> _Tally:
+    """One call with the conversation's own cached request."""
+    _progress(on_chunk)
+    result = llm.summarize_cached(request, provider=provider)
+    _progress(on_chunk)
+    usage = result.usage
+    return _Tally(
+        without_markers(summary_body(result.text)),
+        result.model,
+        result.fallback,
+        1,
+        usage.prompt_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+    )
+
+
+def _summarize_chunks(
+    chunks: Sequence[list[dict]],
+    body: str | None,
+    chosen: dict[str, Any],
+    on_chunk: Callable[[], object] | None,
+    deadline: float | None,
+) -> _Tally:
+    """One call per chunk, each merging into the running summary; past the
+    `deadline` the offline summarizer answers (a fallback)."""
+    tally = _Tally(body)
+    for chunk in chunks:
+        _progress(on_chunk)
+        transcript = without_markers(render_transcript(chunk))
+        late = deadline is not None and time.monotonic() >= deadline
+        if late:
+            chosen = {"provider": llm.OfflineProvider()}
+        result = llm.summarize(transcript, previous_summary=tally.body, **chosen)
+        _progress(on_chunk)
+        tally.body = without_markers(summary_body(result.text))
+        tally.model, tally.fallback = result.model, tally.fallback or result.fallback or late
+        tally.calls += 1
+        tally.tokens_in += result.usage.prompt_tokens
+        tally.tokens_out += result.usage.output_tokens
+    return tally
 
 
 def _cached_request(

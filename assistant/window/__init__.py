@@ -44,24 +44,26 @@ from assistant.window.results import (
     plan_compaction,
     stub_text,
 )
+from assistant.window.split import (
+    anticipated_keep,
+    choose_split,
+    should_shift,
+    split_parts,
+    trigger_estimate,
+    verbatim_budget,
+)
 from assistant.window.state import (
     TOKEN_RATIO_DRIFT,
     SizeBasis,
     WindowState,
     add_to_size,
-    anticipated_keep,
-    choose_split,
     context_size,
     load_window,
     measure_size,
     measure_unsized,
     refresh_size,
     require_saved,
-    should_shift,
-    split_parts,
     store_size,
-    trigger_estimate,
-    verbatim_budget,
 )
 
 __all__ = [

@@ -46,7 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import F, Q, TextField, Value
+from django.db.models import F, Q, QuerySet, TextField, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, NullIf
 
@@ -286,33 +286,9 @@ def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, l
         conversations = conversations.filter(pk__in=ids)
         messages = messages.filter(conversation_id__in=ids)
         events = events.filter(conversation_id__in=ids)
-    fixed = {
-        pk: estimate_tokens(system) + estimate_tokens(parent or "")
-        for pk, system, parent in conversations.values_list(
-            "pk", "system_prompt", KT(f"metadata__{MetadataKeys.PARENT_CONVERSATION_SUMMARY}")
-        )
-    }
-    compactions: dict[int, list[tuple[datetime, int]]] = {}
-    for conversation_id, at, after in events.order_by("created_at", "id").values_list(
-        "conversation_id", "created_at", "tokens_after"
-    ):
-        compactions.setdefault(conversation_id, []).append((at, after))
-    rows = messages.order_by("conversation_id", "id").values_list(
-        "conversation_id",
-        "id",
-        "created_at",
-        "original_token_estimate",
-        "input_tokens",
-        "cache_read_tokens",
-        "cache_write_tokens",
-        "output_tokens",
-        Coalesce(
-            NullIf("model", Value("")),
-            KT(f"metadata__{MODEL_KEY}"),
-            output_field=TextField(),
-        ),
-        F("role"),
-    )
+    fixed = _fixed_tokens(conversations)
+    compactions = _sizes_after_compactions(events)
+    rows = _call_rows(messages)
     calls: dict[int, list[Call]] = {}
     current, history, sent, pending = None, 0, 0, []
     for conversation_id, pk, at, estimate, inp, read, write, out, model, role in rows.iterator(
@@ -341,6 +317,48 @@ def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, l
         history += estimate
         sent += estimate
     return calls
+
+
+def _fixed_tokens(conversations: QuerySet[Conversation]) -> dict[int, int]:
+    """Conversation id -> the estimate of its system prompt and parent summary."""
+    return {
+        pk: estimate_tokens(system) + estimate_tokens(parent or "")
+        for pk, system, parent in conversations.values_list(
+            "pk", "system_prompt", KT(f"metadata__{MetadataKeys.PARENT_CONVERSATION_SUMMARY}")
+        )
+    }
+
+
+def _sizes_after_compactions(
+    events: QuerySet[CompactionEvent],
+) -> dict[int, list[tuple[datetime, int]]]:
+    """Conversation id -> (when, context size after) of each compaction, oldest first."""
+    compactions: dict[int, list[tuple[datetime, int]]] = {}
+    for conversation_id, at, after in events.order_by("created_at", "id").values_list(
+        "conversation_id", "created_at", "tokens_after"
+    ):
+        compactions.setdefault(conversation_id, []).append((at, after))
+    return compactions
+
+
+def _call_rows(messages: QuerySet[Message]) -> QuerySet[Message, tuple]:
+    """The integers of each message a call's price needs, by conversation, oldest first."""
+    return messages.order_by("conversation_id", "id").values_list(
+        "conversation_id",
+        "id",
+        "created_at",
+        "original_token_estimate",
+        "input_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "output_tokens",
+        Coalesce(
+            NullIf("model", Value("")),
+            KT(f"metadata__{MODEL_KEY}"),
+            output_field=TextField(),
+        ),
+        F("role"),
+    )
 
 
 def _count(value: object) -> int:

@@ -23,14 +23,14 @@ from assistant.models import Message
 from assistant.settings.conf import CompactionConfig
 from assistant.window.ledger import Ledger, Outlook, step_cost
 from assistant.window.results import CompactionPlan, consumed_tool_rows, plan_compaction
-from assistant.window.state import (
-    WindowState,
+from assistant.window.split import (
     anticipated_keep,
     choose_split,
     should_shift,
     trigger_estimate,
     verbatim_budget,
 )
+from assistant.window.state import WindowState
 
 # Why a plan does what it does: reason codes, for logs, tests and the dry run's words.
 AT_TRIGGER = "at_trigger"  # the context reached the token trigger: the prefix breaks anyway
@@ -146,15 +146,7 @@ def decide(
     if adopt:
         reasons.append(ADOPT_PENDING)
     worker_ahead = config.PREBUILD_IN_TURN and not eager and state.meta.worker_seen
-    shift = None
-    needed = should_shift(state, config, count=count)
-    if at_trigger or needed:
-        reasons.append(AT_TRIGGER if at_trigger else COUNT_TRIGGER)
-        share = min(1.0, state.context_tokens() / trigger) if at_trigger else 1.0
-        shift = Shift("forced", share, count, *split_for(state, config), needed)
-    elif not eager and (early := early_shift(state, config)) is not None:
-        reasons.append(EARLY_PAYS)
-        shift = early
+    shift = _shift(state, config, eager=eager, count=count, at_trigger=at_trigger, reasons=reasons)
     ask = worker_ahead and state.context_tokens() >= config.SOFT_WATERMARK * trigger
     if ask:
         reasons.append(SOFT_WATERMARK)
@@ -172,6 +164,30 @@ def decide(
         shift_in_sight=eager or shift_in_sight(state, config),
         reasons=tuple(reasons),
     )
+
+
+def _shift(
+    state: WindowState,
+    config: CompactionConfig,
+    *,
+    eager: bool,
+    count: bool,
+    at_trigger: bool,
+    reasons: list[str],
+) -> Shift | None:
+    """The window shift of the plan, if any (forced at a trigger, or early
+    when it pays), its reason appended to `reasons`."""
+    needed = should_shift(state, config, count=count)
+    if at_trigger or needed:
+        reasons.append(AT_TRIGGER if at_trigger else COUNT_TRIGGER)
+        share = (
+            min(1.0, state.context_tokens() / config.CONTEXT_TOKEN_THRESHOLD) if at_trigger else 1.0
+        )
+        return Shift("forced", share, count, *split_for(state, config), needed)
+    if not eager and (early := early_shift(state, config)) is not None:
+        reasons.append(EARLY_PAYS)
+        return early
+    return None
 
 
 def results_step(

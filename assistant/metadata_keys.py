@@ -1,0 +1,188 @@
+"""The keys of `Conversation.metadata` the app relies on, the keys stored and
+removed together, and the typed reads over them (`Conversation.meta`). The
+models import them; so does every module that reads or writes a key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class MetadataKeys:
+    """Keys of `Conversation.metadata` that other code relies on."""
+
+    COMPACTION_SUMMARY = "compaction_summary"
+    COMPACTION_THROUGH_MESSAGE_ID = "compaction_through_message_id"
+    PARENT_CONVERSATION_SUMMARY = "parent_conversation_summary"
+    FORK_MESSAGE_ID = "fork_message_id"
+    TOOL_SERVICES = "tool_services"
+    # A summary pre-built by the post-exchange task, keyed by the split it covers.
+    PENDING_SUMMARY = "pending_summary"
+    PENDING_THROUGH_MESSAGE_ID = "pending_through_message_id"
+    # Set when a provider reported more input tokens than the model's window.
+    NEEDS_EMERGENCY_COMPACTION = "needs_emergency_compaction"
+    SUMMARY_DEFERRED = "summary_deferred"
+    # Provider counts reported at or before this message id predate the last
+    # compaction of the context, so they no longer describe it.
+    CONTEXT_EPOCH_MESSAGE_ID = "context_epoch_message_id"
+    # The split a pending (pre-built) summary was built on top of, and what
+    # building it cost (model, input and output tokens) for its audit row.
+    PENDING_BASE_MESSAGE_ID = "pending_base_message_id"
+    PENDING_USAGE = "pending_usage"
+    # Tool results up to this id have been looked at by the post-exchange worker.
+    TOOL_RESULTS_PROCESSED_THROUGH = "tool_results_processed_through"
+    # When the split falls inside a turn: that turn's user message, sent
+    # verbatim ahead of the kept steps (and the same for a pending summary).
+    COMPACTION_ANCHOR_MESSAGE_ID = "compaction_anchor_message_id"
+    PENDING_ANCHOR_MESSAGE_ID = "pending_anchor_message_id"
+    # A summary attempt that failed or did not shrink the context: which split,
+    # how many attempts, and when the next one may run (epoch seconds).
+    SUMMARY_FAILURE = "summary_failure"
+    # What compaction has saved under prompt caching (assistant.window.ledger).
+    CACHE_LEDGER = "cache_ledger"
+    # The tool specs ({name, description, parameters}) the last chat_step sent: a
+    # cached-suffix summary request sends them too, or the provider's cache misses.
+    CHAT_TOOLS = "chat_tools"
+    # The provider's count of a request over our estimate of it: sizes the
+    # context by estimates once compaction has made the provider's counts stale.
+    TOKEN_RATIO = "token_ratio"
+    # Set once a provider count far below our estimate was logged (a host
+    # passing only usage.input_tokens under caching): warn once per conversation.
+    IMPLAUSIBLE_USAGE_WARNED = "implausible_usage_warned"
+    # Inside a turn the pre-call hook asks the worker for the next window
+    # summary ({"base": split, "at": epoch seconds, "answered": bool}); a
+    # Celery worker stamps WORKER_SEEN_AT when it runs this conversation's work,
+    # so the hook knows one answers.
+    PREBUILD_REQUEST = "prebuild_request"
+    WORKER_SEEN_AT = "worker_seen_at"
+    # The cumulative artifact index of the summarized messages (assistant.text.artifacts),
+    # and the one a pre-built summary was rendered with.
+    ARTIFACT_INDEX = "artifact_index"
+    PENDING_ARTIFACT_INDEX = "pending_artifact_index"
+
+
+# The cached window summary: the keys stored together by a shift, and removed
+# together when its split message no longer exists (assistant.flows.cleanup).
+WINDOW_SUMMARY_KEYS = (
+    MetadataKeys.COMPACTION_SUMMARY,
+    MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID,
+    MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID,
+    MetadataKeys.ARTIFACT_INDEX,
+)
+
+
+# A pre-built summary: removed together when it is adopted, refused or stale.
+PENDING_SUMMARY_KEYS = (
+    MetadataKeys.PENDING_SUMMARY,
+    MetadataKeys.PENDING_THROUGH_MESSAGE_ID,
+    MetadataKeys.PENDING_BASE_MESSAGE_ID,
+    MetadataKeys.PENDING_USAGE,
+    MetadataKeys.PENDING_ANCHOR_MESSAGE_ID,
+    MetadataKeys.PENDING_ARTIFACT_INDEX,
+)
+
+
+def _id(value: Any) -> int | None:
+    return int(value) if value is not None else None
+
+
+@dataclass(frozen=True)
+class PendingSummary:
+    """A summary the worker pre-built for the split `base` (None: no split yet)."""
+
+    text: str
+    through_id: int | None
+    base_id: int | None
+    anchor_id: int | None
+    usage: dict[str, Any]
+    artifact_index: dict[str, Any] | None
+
+
+class ConversationMetadata:
+    """Typed reads of `Conversation.metadata` (the keys are MetadataKeys). A
+    view over the dict, not a copy: a write to the dict (a caller recording
+    what it just stored) shows at once."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: dict[str, Any] | None) -> None:
+        self.raw = raw if raw is not None else {}
+
+    @property
+    def summary(self) -> str | None:
+        return self.raw.get(MetadataKeys.COMPACTION_SUMMARY) or None
+
+    @property
+    def through_id(self) -> int | None:
+        return _id(self.raw.get(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID))
+
+    @property
+    def anchor_id(self) -> int | None:
+        return _id(self.raw.get(MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID))
+
+    @property
+    def parent_summary(self) -> str | None:
+        return self.raw.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY) or None
+
+    @property
+    def fork_message_id(self) -> int | None:
+        return _id(self.raw.get(MetadataKeys.FORK_MESSAGE_ID))
+
+    @property
+    def tool_services(self) -> list[str]:
+        return list(self.raw.get(MetadataKeys.TOOL_SERVICES) or [])
+
+    @property
+    def context_epoch_id(self) -> int:
+        return int(self.raw.get(MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID) or 0)
+
+    @property
+    def stored_token_ratio(self) -> float | None:
+        """The provider's count over our estimate, as stored (None: never measured)."""
+        value = self.raw.get(MetadataKeys.TOKEN_RATIO)
+        return float(value) if value else None
+
+    @property
+    def needs_emergency(self) -> bool:
+        return bool(self.raw.get(MetadataKeys.NEEDS_EMERGENCY_COMPACTION))
+
+    @property
+    def implausible_usage_warned(self) -> bool:
+        return bool(self.raw.get(MetadataKeys.IMPLAUSIBLE_USAGE_WARNED))
+
+    @property
+    def artifact_index(self) -> dict[str, Any] | None:
+        return self.raw.get(MetadataKeys.ARTIFACT_INDEX)
+
+    @property
+    def summary_failure(self) -> dict[str, Any]:
+        return self.raw.get(MetadataKeys.SUMMARY_FAILURE) or {}
+
+    @property
+    def prebuild_request(self) -> dict[str, Any]:
+        return self.raw.get(MetadataKeys.PREBUILD_REQUEST) or {}
+
+    @property
+    def worker_seen(self) -> bool:
+        return bool(self.raw.get(MetadataKeys.WORKER_SEEN_AT))
+
+    @property
+    def pending(self) -> PendingSummary | None:
+        """The pre-built summary, whatever split it was built on (None: none)."""
+        text = self.raw.get(MetadataKeys.PENDING_SUMMARY)
+        if not text:
+            return None
+        return PendingSummary(
+            text=text,
+            through_id=_id(self.raw.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)),
+            base_id=_id(self.raw.get(MetadataKeys.PENDING_BASE_MESSAGE_ID)),
+            anchor_id=_id(self.raw.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)),
+            usage=self.raw.get(MetadataKeys.PENDING_USAGE) or {},
+            artifact_index=self.raw.get(MetadataKeys.PENDING_ARTIFACT_INDEX),
+        )
+
+    @property
+    def has_pending_summary(self) -> bool:
+        """A pre-built summary is ready for the current split."""
+        pending = self.pending
+        return pending is not None and pending.base_id == self.through_id
