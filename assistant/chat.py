@@ -25,11 +25,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
-from assistant.flows.precall import (
-    acall_with_overflow_recovery,
-    call_with_overflow_recovery,
-    ensure_context_summary,
-)
+from assistant.flows.overflow import acall_with_overflow_recovery, call_with_overflow_recovery
+from assistant.flows.precall import ensure_context_summary
 from assistant.flows.responses import record_response
 from assistant.llm.catalog import CHAT_PROVIDERS, DEFAULT_PROVIDER, wire
 from assistant.llm.streaming import OnText, aread_answer, read_answer

@@ -22,13 +22,10 @@ from assistant.chat import (
     model_request,
     remember_chat_tools,
 )
+from assistant.flows.overflow import acall_with_overflow_recovery, call_with_overflow_recovery
 from assistant.flows.planning import RunPlan, plan_run
-from assistant.flows.precall import (
-    acall_with_overflow_recovery,
-    call_with_overflow_recovery,
-    ensure_context_summary,
-    process_exchange,
-)
+from assistant.flows.post_exchange import process_exchange
+from assistant.flows.precall import ensure_context_summary
 from assistant.flows.responses import record_response
 from assistant.flows.staff import Outcome, check_action, run_staff_action
 from assistant.llm.overflow import context_overflow

@@ -9,8 +9,7 @@ from celery import shared_task
 from celery.signals import worker_process_init
 from django.db import InterfaceError, OperationalError
 
-from assistant.flows import cleanup, prebuild
-from assistant.flows import precall as hooks
+from assistant.flows import cleanup, post_exchange, prebuild
 from assistant.flows import staff as staff_actions
 from assistant.llm import ProviderError, get_provider
 from assistant.models import Conversation
@@ -61,7 +60,7 @@ def post_exchange_task(self, conversation_id: int) -> None:
         return
     try:
         with telemetry.post_exchange(conversation_id):
-            hooks.process_exchange(conversation_id)
+            post_exchange.process_exchange(conversation_id)
     except ProviderError as exc:
         # A rate-limited or overloaded summarizer (after the SDK's own retries,
         # with no fallback configured): try again later, with backoff. When the

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from assistant.flows.precall import process_exchange
+from assistant.flows.post_exchange import process_exchange
 from assistant.llm import convert
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import add_message, build_context, ensure_context_summary

@@ -14,7 +14,8 @@ from django.utils import timezone
 from google import genai
 from google.genai import errors as genai_errors
 
-from assistant.flows.precall import ensure_context_summary, process_exchange
+from assistant.flows.post_exchange import process_exchange
+from assistant.flows.precall import ensure_context_summary
 from assistant.llm import ProviderError, get_provider
 from assistant.llm.anthropic import anthropic_image_tokens
 from assistant.llm.gemini import gemini_image_tokens

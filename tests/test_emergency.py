@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from assistant.flows import precall as hooks
+from assistant.flows import overflow
 from assistant.llm.overflow import overflow_token_counts
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import emergency_compact
@@ -209,9 +209,9 @@ def test_overflow_token_counts_reads_each_providers_wording(message, counts):
 def test_a_retry_is_only_worth_it_when_the_smaller_context_fits():
     error = RuntimeError("prompt is too long: 208310 tokens > 200000 maximum")
 
-    assert hooks.retry_can_fit(error, tokens_before=1000, tokens_after=960) is True
-    assert hooks.retry_can_fit(error, tokens_before=1000, tokens_after=961) is False
-    assert hooks.retry_can_fit(RuntimeError("too long"), 1000, 999) is True
+    assert overflow.retry_can_fit(error, tokens_before=1000, tokens_after=960) is True
+    assert overflow.retry_can_fit(error, tokens_before=1000, tokens_after=961) is False
+    assert overflow.retry_can_fit(RuntimeError("too long"), 1000, 999) is True
 
 
 def test_shrank_compares_estimates_never_a_provider_count_with_estimates():

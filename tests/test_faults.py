@@ -765,7 +765,7 @@ def test_a_five_megabyte_tool_result_is_stored_whole_and_compacted(db):
     tool_turn(conversation, "Dump the table", [("run_sql", {"sql": "select *"}, big)])
 
     finish_exchange(conversation)
-    from assistant.flows.precall import process_exchange
+    from assistant.flows.post_exchange import process_exchange
 
     assert process_exchange(conversation.pk) is True
 
@@ -811,7 +811,8 @@ def stored_texts(conversation: Conversation) -> list[str]:
 def test_a_failing_provider_falls_back_offline_and_stores_no_failure(
     db, fake_llm, settings, provider, failure
 ):
-    from assistant.flows.precall import ensure_context_summary, process_exchange
+    from assistant.flows.post_exchange import process_exchange
+    from assistant.flows.precall import ensure_context_summary
     from assistant.llm.offline import OFFLINE_MODEL
     from assistant.window.context import build_context
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from assistant.flows.precall import call_with_overflow_recovery
+from assistant.flows.overflow import call_with_overflow_recovery
 from assistant.llm import get_provider
 from assistant.llm.base import ProviderError
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys

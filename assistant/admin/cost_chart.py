@@ -130,7 +130,7 @@ def chart(calls: list[Call], events: list[tuple]) -> SafeString:
 
 def _bars(
     calls: list[Call], peak: int, step: float, bar: float, plot_h: int
-) -> tuple[list[tuple[str, ...]], list[str]]:
+) -> tuple[list[tuple[str, str, str, str, str, str]], list[str]]:
     """Each call's stacked rectangles, and its point on the sending-everything line."""
 
     def y(tokens: float) -> float:

@@ -1,14 +1,11 @@
-"""The two entry points that carry the product, each orchestrating the
-strategies below it (compaction, summaries, emergency):
-
-- the pre-call hook, `ensure_context_summary`, run before every model call,
-  inside an agent turn too: the flagged emergency level, compaction of
-  consumed tool results when it pays, and the window shift. It alone keeps
-  every request under the trigger plus the newest step, with no worker;
-- the post-exchange pipeline, `process_exchange`, run by a worker after each
-  exchange: it prepares compactions and the next window summary without
-  changing what the next request sends;
-- and `call_with_overflow_recovery`, which wraps the model call itself.
+"""The pre-call flow, `ensure_context_summary`, run before every model call,
+inside an agent turn too: the flagged emergency level, compaction of consumed
+tool results when it pays, and the window shift, each step as the decision
+(assistant.window.decision) returns it. It alone keeps every request under the
+trigger plus the newest step, with no worker. Its companions are the
+post-exchange flow (assistant.flows.post_exchange), run by a worker after each
+exchange, and the overflow flow (assistant.flows.overflow), which wraps the
+model call itself (docs/architecture.rst).
 
 When compaction pays (docs/compaction.rst): under prompt caching a request re-reads its
 unchanged leading messages at a tenth of the price and pays a premium from
@@ -23,31 +20,21 @@ providers without prompt caching.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from assistant.flows.prebuild import ask_worker_ahead, awaiting_worker, defer_to_worker
-from assistant.llm.overflow import context_overflow, overflow_token_counts
 from assistant.models import Conversation, MetadataKeys
 from assistant.ops import telemetry
-from assistant.ops.logs import log_event
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.deletion import require_live
-from assistant.store.events import stopwatch
 from assistant.store.metadata import merge_metadata
 from assistant.strategies.emergency import (
-    LEVELS,
-    ContextTooLarge,
-    apply_emergency_level,
     compact_if_flagged,
-    note_response,
 )
-from assistant.strategies.prebuild import prebuild_window_summary
 from assistant.strategies.shift import adopt_pending_summary, shift_window
-from assistant.strategies.tool_results import apply_plan, compact_old_blocks, prepare_tool_results
+from assistant.strategies.tool_results import apply_plan, compact_old_blocks
 from assistant.window import (
     TOKEN_RATIO_DRIFT,
     Plan,
@@ -59,7 +46,6 @@ from assistant.window import (
     store_size,
     tail_tokens,
 )
-from assistant.window.context import Context, build_context
 from assistant.window.ledger import Ledger, step_cost
 
 logger = logging.getLogger(__name__)
@@ -239,143 +225,3 @@ def _write_ledger(
         Conversation.objects.filter(pk=before.conversation_id), {MetadataKeys.CACHE_LEDGER: value}
     )
     after.metadata[MetadataKeys.CACHE_LEDGER] = value
-
-
-def process_exchange(conversation_id: int) -> bool:
-    """The post-exchange pipeline: prepare compaction of consumed tool results
-    (applied at once with COMPACTION_TIMING "eager") and pre-build the next
-    window summary. Idempotent; False when the conversation is gone or deleted."""
-    conversation = Conversation.objects.filter(pk=conversation_id, deleted_at__isnull=True).first()
-    if conversation is None:
-        log_event("post_exchange_skipped", conversation_id=conversation_id, reason="missing")
-        return False
-    exchange_stamp = conversation.last_exchange_at
-    with stopwatch() as elapsed:
-        config = compaction_config()
-        prepared = prepare_tool_results(conversation)
-        if config.COMPACTION_TIMING == "eager":
-            prepared += compact_old_blocks(conversation_id)
-        prebuilt = shift_ahead(conversation_id, config) and prebuild_window_summary(conversation)
-    # Record which exchange was processed; the sweep compares the two stamps.
-    Conversation.objects.filter(pk=conversation_id).update(post_exchange_done_at=exchange_stamp)
-    log_event(
-        "post_exchange_done",
-        conversation_id=conversation_id,
-        compacted=prepared,
-        prebuilt=prebuilt,
-        duration_ms=elapsed.ms,
-    )
-    return True
-
-
-def shift_ahead(conversation_id: int, config: CompactionConfig) -> bool:
-    """Whether a window shift is in sight (`Plan.shift_in_sight`), so a
-    summary the worker builds now will be used."""
-    if config.COMPACTION_TIMING == "eager":
-        return True
-    state = load_window(conversation_id, config)
-    return decide(state, config, timezone.now()).shift_in_sight
-
-
-def call_with_overflow_recovery(
-    conversation: Conversation,
-    call: Callable[[Context], T],
-    *,
-    window_tokens: int | None = None,
-) -> T:
-    """Run `call(build_context(conversation))`. On a context-overflow error
-    apply emergency level 1 and retry, then level 2 and retry, then raise
-    ContextTooLarge. A level that did not shrink the context is not retried,
-    nor one whose smaller context still cannot fit by the provider's own
-    count. Any other error passes through untouched. A successful response
-    that reports more input tokens than `window_tokens` marks the conversation
-    for emergency compaction before its next exchange."""
-    recovery = OverflowRecovery(conversation)
-    while True:
-        try:
-            result = call(build_context(conversation))
-        except Exception as exc:
-            recovery.failed(exc)
-            recovery.shrink()
-            continue
-        note_response(conversation, result, window_tokens=window_tokens)
-        return result
-
-
-async def acall_with_overflow_recovery(
-    conversation: Conversation,
-    call: Callable[[Context], Awaitable[T]],
-    *,
-    window_tokens: int | None = None,
-) -> T:
-    """call_with_overflow_recovery for an awaitable `call`: the context is built, the
-    emergency levels applied and the response noted in a worker thread
-    (`sync_to_async`), never on the event loop."""
-    recovery = OverflowRecovery(conversation)
-    while True:
-        context = await sync_to_async(build_context)(conversation)
-        try:
-            result = await call(context)
-        except Exception as exc:
-            recovery.failed(exc)
-            await sync_to_async(recovery.shrink)()
-            continue
-        await sync_to_async(note_response)(conversation, result, window_tokens=window_tokens)
-        return result
-
-
-class OverflowRecovery:
-    """The emergency levels a call that overflowed goes through, one retry after each
-    level that shrank the context enough to fit."""
-
-    def __init__(self, conversation: Conversation) -> None:
-        self.conversation = conversation
-        self.levels = iter(LEVELS)
-        self.applied: list[int] = []
-        self.error: BaseException | None = None
-        # Our estimate of the context the failing request carried: the provider's
-        # count in the error describes that request, so a retry is judged against it.
-        self.tokens_sent: int | None = None
-        self.tokens_now: int | None = None
-
-    def failed(self, error: Exception) -> None:
-        """A call failed: an overflow is recovered from, any other error passes through."""
-        if not context_overflow(error):
-            raise error
-        self.error = error
-        if self.tokens_now is not None:
-            self.tokens_sent = self.tokens_now
-
-    def shrink(self) -> None:
-        """Apply levels until one is worth a retry; ContextTooLarge when none is left."""
-        conversation = self.conversation
-        for level in self.levels:
-            outcome = apply_emergency_level(conversation, level)
-            if self.tokens_sent is None:
-                self.tokens_sent = outcome.tokens_before
-            if not outcome.shrank:
-                logger.info(
-                    "overflow_level_skipped conversation=%s level=%s", conversation.pk, level
-                )
-                continue
-            self.applied.append(level)
-            if not retry_can_fit(self.error, self.tokens_sent, outcome.tokens_after):
-                logger.info(
-                    "overflow_retry_skipped conversation=%s level=%s", conversation.pk, level
-                )
-                continue
-            self.tokens_now = outcome.tokens_after
-            return
-        raise ContextTooLarge(conversation.pk, levels_applied=tuple(self.applied)) from self.error
-
-
-def retry_can_fit(error: BaseException | None, tokens_before: int, tokens_after: int) -> bool:
-    """Whether a retry after shrinking the context from `tokens_before` to
-    `tokens_after` (our estimates) can fit, by the counts in the provider's
-    overflow message scaled by the same ratio. True when the error gives no
-    counts: then only the provider can tell."""
-    counts = overflow_token_counts(error) if error is not None else None
-    if counts is None or tokens_before <= 0:
-        return True
-    sent, limit = counts
-    return sent * tokens_after / tokens_before <= limit

@@ -1,6 +1,6 @@
 """Emergency compaction (the third strategy of docs/compaction.rst): the levels that
 shrink a context the provider refused, and how an overflow is recognised in
-a response. `assistant.flows.precall.call_with_overflow_recovery` applies them level
+a response. `assistant.flows.overflow.call_with_overflow_recovery` applies them level
 by level and retries. Nothing is ever destroyed: both levels are views over
 the append-only history (compacted text beside the original, a window
 summary in metadata) and can be undone with `restore_originals`.
