@@ -13,7 +13,7 @@ summary in metadata) and can be undone with `restore_originals`.
   step is summarized, and every consumed tool result is compacted.
 
 A summary that would not make the context smaller is never stored
-(assistant.strategies.summary), so a level cannot make things worse.
+(assistant.strategies.shift), so a level cannot make things worse.
 """
 
 from __future__ import annotations

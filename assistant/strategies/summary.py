@@ -67,7 +67,7 @@ class SummaryOutcome:
     cache_write_tokens: int = 0
 
     def usage_details(self) -> dict[str, int]:
-        """The cached part of the summarizer's input, for the event's details (cost.py
+        """The cached part of the summarizer's input, for the event's details (window/cost.py
         prices it at the cache prices)."""
         if not (self.cache_read_tokens or self.cache_write_tokens):
             return {}

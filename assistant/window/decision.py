@@ -3,7 +3,7 @@ now) -> Plan`, a pure function (no query, no clock read) over a window loaded
 once (assistant.window.state). The pre-call hook executes the plan
 (assistant.flows.precall), the worker asks it whether a shift is in sight
 (`Plan.shift_in_sight`) and where it would fall, the lease recheck asks it
-whether the shift is still due (assistant.strategies.summary), and the dry run puts it
+whether the shift is still due (assistant.strategies.shift), and the dry run puts it
 into words (assistant.flows.planning).
 
 A plan is decided on the window as it is. Its first step, compacting consumed
