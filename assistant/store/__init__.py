@@ -1,5 +1,6 @@
 """The rows: history, metadata, leases, deletion, events, queues, deliveries.
 
 What is written, read and locked; no decision about the window. May import
-text/, settings/, ops/ and models. See docs/architecture.rst.
+window/ (appending a message keeps the window's stored size), llm/, text/,
+settings/, ops/ and models. See docs/architecture.rst.
 """

@@ -2,5 +2,6 @@
 facts, artifacts, truncation, blocks, tokens.
 
 No database, no provider. May import settings/ and models (for constants);
-nothing above. See docs/architecture.rst.
+nothing above, but llm/statements.py (sentence picking, which belongs here: a
+declared exception in .importlinter). See docs/architecture.rst.
 """

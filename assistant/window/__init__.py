@@ -2,15 +2,18 @@
 done about it, decided in one place with no query of its own.
 
 - assistant.window.state: the window loaded once (`WindowState`,
-  `load_window`), its one size (`context_tokens`, `context_size`), the
-  triggers and where a split may fall;
+  `load_window`), its one size (`context_tokens`, `context_size`);
+- assistant.window.split: the triggers and where a split may fall;
 - assistant.window.results: which consumed tool results to compact or stub
   (`plan_compaction`), applied by assistant.strategies.tool_results;
 - assistant.window.decision: `decide(state, config, now) -> Plan`, which the
   pre-call hook executes, the worker and the lease recheck ask, and the dry
   run puts into words.
 
-The layers above import these names from here.
+Beside them: context (the request itself), ledger (what a step costs and
+saves under prompt caching), cost, limits and status. May import llm/,
+text/, settings/ and models; the store and the layers above import the
+window, never the reverse (docs/architecture.rst).
 """
 
 from assistant.window.decision import (
