@@ -97,15 +97,20 @@ def _ensure_context_summary(
     plan = decide(state, config, now)
     # Below the trigger, no voluntary batch while the worker builds the shift that
     # would rewrite it.
+    batch = None
     if plan.results is not None and (
         plan.results.free or not (plan.worker_ahead and awaiting_worker(state))
     ):
-        state = compact_consumed_results(state, plan.results) or state
+        batch = compact_consumed_results(state, plan.results)
+        state = batch or state
     plan = decide(state, config, now, first=plan)
-    adopted = plan.adopt_pending and adopt_pending_summary(conversation.pk, config)
-    if adopted:
+    # A results batch rewrote the prefix from its first result on: the model's summary
+    # of an offline split replaces the offline one in the same rewrite.
+    replace = batch is not None and state.meta.offline_replacement is not None
+    if (plan.adopt_pending or replace) and adopt_pending_summary(conversation.pk, config):
+        split = state.through_id
         state = _compact_kept(state, _after_shift(state, cold=plan.cold), plan)
-        plan = decide(state, config, now, first=plan, adopted=True)
+        plan = decide(state, config, now, first=plan, adopted=state.through_id != split)
     shift = plan.shift
     if shift is not None and shift.kind == "forced":
         if not shift.needed and plan.worker_ahead and defer_to_worker(state, config):

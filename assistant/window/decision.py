@@ -142,7 +142,10 @@ def decide(
             )
     count = eager or cold
     at_trigger = tokens >= trigger and not eager and not adopted
-    adopt = cold and not adopted and state.meta.has_pending_summary
+    # A cold cache rewrites the prefix anyway: the worker's summary goes in, or
+    # the model's summary of an offline split in place of the offline one.
+    pending = state.meta.has_pending_summary or state.meta.offline_replacement is not None
+    adopt = cold and not adopted and pending
     if adopt:
         reasons.append(ADOPT_PENDING)
     worker_ahead = config.PREBUILD_IN_TURN and not eager and state.meta.worker_seen
