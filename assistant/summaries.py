@@ -392,7 +392,7 @@ def shift_window(
                 log_event("summary_skipped", conversation_id=conversation_id, reason="lease_held")
                 return load_window(conversation_id).summary
             if lease is not None:
-                return _shift_holding(
+                summary = _shift_holding(
                     lease,
                     config,
                     shift,
@@ -401,6 +401,9 @@ def shift_window(
                     keep_last=keep_last,
                     newest_step_only=newest_step_only,
                 )
+        if lease is not None:
+            ask_for_replacement(conversation_id)  # the lease released: the worker may take it
+            return summary
         if attempt == 0:
             # Released, or given up on: the second claim takes over a holder whose
             # heartbeat stopped, or one still summarizing past the deadline.
@@ -595,10 +598,22 @@ def keep_landed_summary(
         log_event("summary_discarded", conversation_id=conversation_id, reason="lease_lost")
         return False
     log_event("summary_kept", conversation_id=conversation_id, reason="lease_lost", through=through)
-    offline = load_window(conversation_id, state.config).meta.offline_shift
-    if offline and offline.get("base") == base and through < offline["through"]:
-        enqueue_on_commit(PREBUILD_TASK, conversation_id, unless_queued=True)
+    ask_for_replacement(conversation_id)
     return True
+
+
+def ask_for_replacement(conversation_id: int) -> None:
+    """Ask the worker for the model's summary of an offline split
+    (`build_offline_replacement`) when it has one to make: none is pending
+    yet, and no late holder's is still to land."""
+    meta = load_window(conversation_id).meta
+    offline = meta.offline_shift
+    if not offline or meta.offline_replacement is not None:
+        return
+    pending = meta.pending
+    started = pending is not None and pending.base_id == offline.get("base")
+    if started or not offline.get("awaits_holder"):
+        enqueue_on_commit(PREBUILD_TASK, conversation_id, unless_queued=True)
 
 
 def build_offline_replacement(state: WindowState, config: CompactionConfig) -> bool:
@@ -812,12 +827,10 @@ def _summarize_and_store(
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="not_smaller")
         record_failure(lease, state, through=through)
         return state.summary
-    offline = _offline_shift(state, through, lease, late=late)
+    offline = _offline_shift(state, through, lease, late=late or outcome.fallback)
     if not _store_window(lease, outcome.text, through, anchor, state, index, offline):
         keep_landed_summary(state, outcome, through, anchor, index)
         return load_window(state.conversation_id, config).summary
-    if offline is not None and not offline["awaits_holder"]:
-        enqueue_on_commit(PREBUILD_TASK, state.conversation_id, unless_queued=True)
     record_compaction(
         state.conversation_id,
         CompactionEvent.Kind.WINDOW_SUMMARY,
@@ -840,10 +853,11 @@ def _summarize_and_store(
 
 
 def _offline_shift(state: WindowState, through: int, lease: Lease, *, late: bool) -> dict | None:
-    """The OFFLINE_SHIFT marker of a shift the offline summarizer makes in a late or
-    stalled holder's place (None: the chat path's summarizer made it): the model's
-    summary of the same split is made off the chat path, from the late holder's
-    when it lands (`awaits_holder`), else from the summary the shift started from."""
+    """The OFFLINE_SHIFT marker of a shift the offline summarizer makes on the chat
+    path (a late or stalled holder, the deadline, a failed summarizer; None: the
+    summarizer made it): the model's summary of the same split is made off the
+    chat path, from the late holder's when it lands (`awaits_holder`), else from
+    the summary the shift started from."""
     if not (lease.took_over or late):
         return None
     return {

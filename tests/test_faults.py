@@ -1168,6 +1168,52 @@ def test_a_hanging_summarizer_holds_the_chat_only_until_its_deadline(fake_llm, s
 
 
 @pytest.mark.slow
+def test_past_the_deadline_the_worker_makes_the_models_summary_of_the_offline_split(
+    fake_llm, settings, celery_worker
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from assistant.hooks import ensure_context_summary
+    from assistant.llm.offline import OFFLINE_MODEL
+
+    # The chat path's call hangs past its deadline; the worker's answers at once.
+    conversation = over_the_trigger(
+        fake_llm,
+        settings,
+        "replaced by the worker",
+        slow(40),
+        ok(text="The model's summary."),
+        COMPACTION_TIMING="cache_aware",
+    )
+    add_message(conversation, "user", "one more question " + "q" * 400)
+    offline = ensure_context_summary(conversation)
+    conversation.refresh_from_db()
+    marker = conversation.metadata["offline_shift"]
+
+    def built() -> bool:
+        conversation.refresh_from_db()
+        return "pending_summary" in conversation.metadata
+
+    assert wait_until(built, timeout=30)
+    assert conversation.metadata["pending_summary"].startswith("The model's summary.")
+    assert conversation.metadata["pending_through_message_id"] == marker["through"]
+    assert ensure_context_summary(conversation) == offline  # nothing rewrites the prefix yet
+    hour_ago = timezone.now() - timedelta(hours=1)
+    conversation.messages.filter(role="assistant").update(created_at=hour_ago)
+
+    assert ensure_context_summary(conversation).startswith("The model's summary.")
+    assert fake_llm.count("anthropic.messages") == 2  # the chat path's try, the worker's
+    assert [
+        (model, d.get("replaces_offline", False)) for model, d in window_shifts(conversation)
+    ] == [
+        (OFFLINE_MODEL, False),
+        (settings.ANTHROPIC_SUMMARY_MODEL, True),
+    ]
+
+
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_holder_still_summarizing_past_the_chat_deadline_gives_way_to_an_offline_shift(
     fake_llm, settings
