@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db.models import Q
 
 from assistant import llm, telemetry
 from assistant.artifacts import render, updated_index, without_index
@@ -44,6 +45,7 @@ from assistant.models import (
     MetadataKeys,
     OfflineFallback,
 )
+from assistant.queue import PREBUILD_TASK, enqueue_on_commit
 from assistant.tokens import estimate_tokens
 from assistant.truncation import KEEP_VERBATIM, truncate_tool_result
 from assistant.window import (
@@ -154,23 +156,26 @@ def summarize_messages(
     cache_read = cache_write = 0
     chunks = _chunks(messages, config, previous_summary, provider)
     request = _cached_request(suffix, messages, chunks, body, provider)
+    lost = False  # the lease, after the last call answered: the summary is still made
     if request is not None:
         _progress(on_chunk)
         result = llm.summarize_cached(request, provider=provider)
-        _progress(on_chunk)
+        lost = not _alive(on_chunk)
         chunks = []
         body = without_markers(summary_body(result.text))
         model, fallback, calls = result.model, result.fallback, 1
         tokens_in, tokens_out = result.usage.prompt_tokens, result.usage.output_tokens
         cache_read, cache_write = result.usage.cache_read_tokens, result.usage.cache_write_tokens
-    for chunk in chunks:
+    for number, chunk in enumerate(chunks, 1):
         _progress(on_chunk)
         transcript = without_markers(render_transcript(chunk))
         late = deadline is not None and time.monotonic() >= deadline
         if late:
             chosen = {"provider": llm.OfflineProvider()}
         result = llm.summarize(transcript, previous_summary=body, **chosen)
-        _progress(on_chunk)
+        lost = not _alive(on_chunk)
+        if lost and number < len(chunks):
+            raise LeaseLost()
         body = without_markers(summary_body(result.text))
         model, fallback = result.model, fallback or result.fallback or late
         calls += 1
@@ -184,7 +189,7 @@ def summarize_messages(
         previous_summary,
         min(config.CARRIED_FACTS_MAX_TOKENS, rest - used(index_text)),
     )
-    return SummaryOutcome(
+    outcome = SummaryOutcome(
         with_index(text, index_text),
         model,
         tokens_in,
@@ -194,6 +199,9 @@ def summarize_messages(
         cache_read,
         cache_write,
     )
+    if lost:
+        raise LeaseLost(outcome)
+    return outcome
 
 
 def _cached_request(
@@ -286,12 +294,22 @@ def summary_room(state: WindowState, config: CompactionConfig, kept: Sequence[Me
 
 class LeaseLost(RuntimeError):
     """The summary lease was taken over while this process summarized: its
-    result could not be stored, so the work stops."""
+    result cannot be stored as the window's, so the work stops. `outcome`: the
+    summary, when the last summarizer call had already answered (the holder
+    keeps it as pending: `keep_landed_summary`)."""
+
+    def __init__(self, outcome: SummaryOutcome | None = None) -> None:
+        super().__init__("the summary lease was lost while summarizing")
+        self.outcome = outcome
 
 
 def _progress(on_progress: Callable[[], object] | None) -> None:
-    if on_progress is not None and on_progress() is False:
-        raise LeaseLost("the summary lease was lost while summarizing")
+    if not _alive(on_progress):
+        raise LeaseLost()
+
+
+def _alive(on_progress: Callable[[], object] | None) -> bool:
+    return on_progress is None or on_progress() is not False
 
 
 def compaction_cutoff_id(conversation: Conversation) -> int | None:
@@ -374,7 +392,7 @@ def shift_window(
                 log_event("summary_skipped", conversation_id=conversation_id, reason="lease_held")
                 return load_window(conversation_id).summary
             if lease is not None:
-                return _shift_holding(
+                summary = _shift_holding(
                     lease,
                     config,
                     shift,
@@ -383,6 +401,9 @@ def shift_window(
                     keep_last=keep_last,
                     newest_step_only=newest_step_only,
                 )
+        if lease is not None:
+            ask_for_replacement(conversation_id)  # the lease released: the worker may take it
+            return summary
         if attempt == 0:
             # Released, or given up on: the second claim takes over a holder whose
             # heartbeat stopped, or one still summarizing past the deadline.
@@ -421,11 +442,13 @@ def _shift_holding(
     else:
         if not shift.still_due(state, config):
             return state.summary  # another process shifted it meanwhile
+        split = state.through_id
         if adopt_pending(state, lease):
             state = load_window(lease.conversation_id, config)
-            # The adopted summary is this shift; a second one, made here on
-            # the chat path, only when the context is still over a trigger.
-            if not shift.due_after_adopting(state, config):
+            # The adopted summary is this shift (unless it replaced an offline one
+            # in place); a second one, made here on the chat path, only when the
+            # context is still over a trigger.
+            if state.through_id != split and not shift.due_after_adopting(state, config):
                 return state.summary
         start = shift.split_in(state, config)
     if start is None:
@@ -456,6 +479,8 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
     decision says (`assistant.window.decision.worker_split`)."""
     config = compaction_config()
     state = load_window(conversation.pk, config)
+    if state.meta.offline_shift and state.meta.offline_replacement is None:
+        return build_offline_replacement(state, config)
     if state.meta.has_pending_summary:
         return False  # one is ready for the current split: building another wastes a call
     start = worker_split(state, config, requested=requested)
@@ -478,7 +503,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
         try:
             outcome = summarize_messages(
                 newly_old,
-                previous_summary=state.summary,
+                previous_summary=_model_summary(state),
                 on_chunk=lease.renew,
                 max_tokens=summary_room(state, config, kept),
                 index=index,
@@ -486,9 +511,8 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
                 config=config,
                 provider=provider,
             )
-        except LeaseLost:
-            log_event("summary_discarded", conversation_id=conversation.pk, reason="lease_lost")
-            return False
+        except LeaseLost as lost:
+            return keep_landed_summary(state, lost.outcome, through, anchor, index)
         except llm.ProviderError as exc:
             if exc.retryable:
                 raise  # off the chat path: the post-exchange task retries with backoff
@@ -498,23 +522,145 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
             record_failure(lease, state)
             return False
         stored = merge_metadata(
-            lease.holding(),
-            {
-                MetadataKeys.PENDING_SUMMARY: outcome.text,
-                MetadataKeys.PENDING_THROUGH_MESSAGE_ID: through,
-                MetadataKeys.PENDING_BASE_MESSAGE_ID: state.through_id,
-                MetadataKeys.PENDING_ANCHOR_MESSAGE_ID: anchor.pk if anchor else None,
-                MetadataKeys.PENDING_ARTIFACT_INDEX: index,
-                MetadataKeys.PENDING_USAGE: {
-                    "model": outcome.model,
-                    "input_tokens": outcome.input_tokens,
-                    "output_tokens": outcome.output_tokens,
-                    **outcome.usage_details(),
-                },
-            },
+            lease.holding(), _pending_values(outcome, state.through_id, through, anchor, index)
         )
     if stored:
         log_event("summary_prebuilt", conversation_id=conversation.pk, through=through)
+    return bool(stored)
+
+
+def _pending_values(
+    outcome: SummaryOutcome,
+    base: int | None,
+    through: int,
+    anchor: Message | int | None,
+    index: dict | None,
+) -> dict[str, Any]:
+    """The metadata of a pending summary of `base`..`through`."""
+    return {
+        MetadataKeys.PENDING_SUMMARY: outcome.text,
+        MetadataKeys.PENDING_THROUGH_MESSAGE_ID: through,
+        MetadataKeys.PENDING_BASE_MESSAGE_ID: base,
+        MetadataKeys.PENDING_ANCHOR_MESSAGE_ID: getattr(anchor, "pk", anchor),
+        MetadataKeys.PENDING_ARTIFACT_INDEX: index,
+        MetadataKeys.PENDING_USAGE: {
+            "model": outcome.model,
+            "input_tokens": outcome.input_tokens,
+            "output_tokens": outcome.output_tokens,
+            **outcome.usage_details(),
+        },
+    }
+
+
+def _model_summary(state: WindowState) -> str | None:
+    """The summary a new one is built on: the model's of the current split when it
+    is ready to replace the offline one there (`WindowMeta.offline_replacement`)."""
+    replacement = state.meta.offline_replacement
+    if replacement is not None and replacement.through_id == state.through_id:
+        return replacement.text
+    return state.summary
+
+
+def keep_landed_summary(
+    state: WindowState,
+    outcome: SummaryOutcome | None,
+    through: int,
+    anchor: Message | None,
+    index: dict | None,
+) -> bool:
+    """A holder whose lease was taken over while its summarizer call ran keeps
+    the summary that call returned as pending (built on `state`'s split), when
+    the split has not moved since, or when the taker shifted with the offline
+    summarizer from the same split: then the model's summary replaces the
+    offline one at the next prefix rewrite (`adopt_pending`); when it stops
+    short of the offline split, the worker extends it (`build_offline_replacement`).
+    Discarded otherwise (a model's summary holds the window). Written without
+    the lease, guarded by the split in the same UPDATE."""
+    conversation_id = state.conversation_id
+    base = state.through_id
+    split = (
+        Q(metadata__compaction_through_message_id=base)
+        if base is not None
+        else ~Q(metadata__has_key=MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID)
+    )
+    # An offline summary (the holder's own fallback) replaces nothing.
+    kept = (
+        outcome is not None
+        and not outcome.fallback
+        and merge_metadata(
+            Conversation.objects.filter(
+                split | Q(metadata__offline_shift__base=base), pk=conversation_id
+            ),
+            _pending_values(outcome, base, through, anchor, index),
+        )
+    )
+    if not kept:
+        log_event("summary_discarded", conversation_id=conversation_id, reason="lease_lost")
+        return False
+    log_event("summary_kept", conversation_id=conversation_id, reason="lease_lost", through=through)
+    ask_for_replacement(conversation_id)
+    return True
+
+
+def ask_for_replacement(conversation_id: int) -> None:
+    """Ask the worker for the model's summary of an offline split
+    (`build_offline_replacement`) when it has one to make: none is pending
+    yet, and no late holder's is still to land."""
+    meta = load_window(conversation_id).meta
+    offline = meta.offline_shift
+    if not offline or meta.offline_replacement is not None:
+        return
+    pending = meta.pending
+    started = pending is not None and pending.base_id == offline.get("base")
+    if started or not offline.get("awaits_holder"):
+        enqueue_on_commit(PREBUILD_TASK, conversation_id, unless_queued=True)
+
+
+def build_offline_replacement(state: WindowState, config: CompactionConfig) -> bool:
+    """The model's summary of the split the offline summarizer wrote
+    (OFFLINE_SHIFT), made off the chat path and kept as pending until the next
+    prefix rewrite adopts it: the late holder's landed summary extended with
+    the messages after it, else the summary the shift started from with the
+    messages it summarized. Waits for a late holder still summarizing."""
+    conversation_id = state.conversation_id
+    offline = state.meta.offline_shift
+    through, base = offline["through"], offline.get("base")
+    pending = state.meta.pending
+    if pending is not None and pending.base_id == base and (pending.through_id or 0) < through:
+        start, previous = pending.through_id, pending.text
+    elif offline.get("awaits_holder"):
+        return False  # the holder's summary, when it lands, is where this starts
+    else:
+        start, previous = base, offline.get("previous")
+    since = load_window(conversation_id, config, through_id=start or 0).rows
+    newly_old = [row for row in since if row.pk <= through and row.pk != state.meta.anchor_id]
+    if not newly_old:
+        return False
+    kept = [state.anchor, *state.rows] if state.anchor else state.rows
+    index = state.meta.artifact_index  # the offline split's: this summary is of the same split
+    provider = llm.get_provider()  # its SDK imported before the lease, not inside it
+    with summary_lease(state.conversation_id) as lease:
+        if lease is None:
+            return False
+        if load_window(state.conversation_id, config).meta.offline_shift != offline:
+            return False  # adopted, or the window shifted again meanwhile
+        try:
+            outcome = summarize_messages(
+                newly_old,
+                previous_summary=previous,
+                on_chunk=lease.renew,
+                max_tokens=summary_room(state, config, kept),
+                index=index,
+                config=config,
+                provider=provider,
+            )
+        except LeaseLost:
+            log_event("summary_discarded", conversation_id=conversation_id, reason="lease_lost")
+            return False
+        values = _pending_values(outcome, base, through, state.meta.anchor_id, index)
+        stored = merge_metadata(lease.holding(), values)
+    if stored:
+        log_event("summary_replacement_built", conversation_id=conversation_id, through=through)
     return bool(stored)
 
 
@@ -527,11 +673,15 @@ def adopt_pending_summary(conversation_id: int, config: CompactionConfig | None 
 
 def adopt_pending(state: WindowState, lease: Lease) -> bool:
     """Compare and swap: take the pre-built summary only if it was built on
-    the split that is still current and makes the context smaller."""
+    the split that is still current and makes the context smaller; or the
+    model's summary replacing an offline one (`WindowMeta.offline_replacement`),
+    of the same split or a later one, whatever its size."""
     metadata = state.metadata
     pending: str = metadata.get(MetadataKeys.PENDING_SUMMARY) or ""
     through = metadata.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
-    if not state.meta.has_pending_summary or through not in {row.pk for row in state.rows}:
+    replaces = state.meta.offline_replacement is not None
+    reachable = {row.pk for row in state.rows} | ({state.through_id} if replaces else set())
+    if not (state.meta.has_pending_summary or replaces) or through not in reachable:
         return False
     kept = [row for row in state.rows if row.pk > through]
     anchor_id = metadata.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
@@ -542,7 +692,7 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     pending = bounded_summary(pending, index, room, state.config)
     before = state.estimated_tokens()
     after = _context_after(state, pending, sent)
-    if after >= before:
+    if after >= before and not replaces:
         merge_metadata(lease.holding(), remove=PENDING_SUMMARY_KEYS)
         return False
     stored = _store_window(lease, pending, through, anchor, state, index)
@@ -561,6 +711,7 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
             details={
                 "through_message_id": through,
                 "prebuilt": True,
+                **({"replaces_offline": True} if replaces else {}),
                 **{k: v for k, v in usage.items() if k.startswith("summarizer_cache_")},
             },
         )
@@ -608,9 +759,11 @@ def _store_window(
     anchor: Message | None,
     state: WindowState,
     index: dict | None,
+    offline: dict | None = None,
 ) -> bool:
     """Store a new split, its summary and the artifact index it renders, while
-    the lease is still ours."""
+    the lease is still ours. `offline`: the OFFLINE_SHIFT marker of a summary
+    the offline summarizer wrote in a late or stalled holder's place."""
     values = {
         MetadataKeys.COMPACTION_SUMMARY: summary,
         MetadataKeys.ARTIFACT_INDEX: index,
@@ -618,6 +771,10 @@ def _store_window(
         MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: state.rows[-1].pk,
     }
     remove = [*PENDING_SUMMARY_KEYS, MetadataKeys.SUMMARY_FAILURE]
+    if offline is None:
+        remove.append(MetadataKeys.OFFLINE_SHIFT)
+    else:
+        values[MetadataKeys.OFFLINE_SHIFT] = offline
     if anchor is None:
         remove.append(MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID)
     else:
@@ -658,9 +815,9 @@ def _summarize_and_store(
                 config,
                 deadline.at,
             )
-    except LeaseLost:
+    except LeaseLost as lost:
         # Taken over: not a failure of the summarizer, so no backoff is booked.
-        log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")
+        keep_landed_summary(state, lost.outcome, through, anchor, index)
         return load_window(state.conversation_id, config).summary
     if outcome is None:
         record_failure(lease, state)
@@ -670,8 +827,9 @@ def _summarize_and_store(
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="not_smaller")
         record_failure(lease, state, through=through)
         return state.summary
-    if not _store_window(lease, outcome.text, through, anchor, state, index):
-        log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")
+    offline = _offline_shift(state, through, lease, late=late or outcome.fallback)
+    if not _store_window(lease, outcome.text, through, anchor, state, index, offline):
+        keep_landed_summary(state, outcome, through, anchor, index)
         return load_window(state.conversation_id, config).summary
     record_compaction(
         state.conversation_id,
@@ -692,6 +850,22 @@ def _summarize_and_store(
         },
     )
     return outcome.text
+
+
+def _offline_shift(state: WindowState, through: int, lease: Lease, *, late: bool) -> dict | None:
+    """The OFFLINE_SHIFT marker of a shift the offline summarizer makes on the chat
+    path (a late or stalled holder, the deadline, a failed summarizer; None: the
+    summarizer made it): the model's summary of the same split is made off the
+    chat path, from the late holder's when it lands (`awaits_holder`), else from
+    the summary the shift started from."""
+    if not (lease.took_over or late):
+        return None
+    return {
+        "base": state.through_id,
+        "through": through,
+        "previous": state.summary,
+        "awaits_holder": lease.took_over_from == "late",
+    }
 
 
 def _fallback_details(lease: Lease, outcome: SummaryOutcome, *, late: bool) -> dict:
