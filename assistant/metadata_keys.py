@@ -59,6 +59,10 @@ class MetadataKeys:
     # and the one a pre-built summary was rendered with.
     ARTIFACT_INDEX = "artifact_index"
     PENDING_ARTIFACT_INDEX = "pending_artifact_index"
+    # A shift the offline summarizer wrote because a holder was late or stalled
+    # ({"base", "through", "previous": the summary at base, "awaits_holder"}): the
+    # model's summary of the same split replaces it at the next prefix rewrite.
+    OFFLINE_SHIFT = "offline_shift"
 
 
 # The cached window summary: the keys stored together by a shift, and removed
@@ -180,6 +184,19 @@ class ConversationMetadata:
             usage=self.raw.get(MetadataKeys.PENDING_USAGE) or {},
             artifact_index=self.raw.get(MetadataKeys.PENDING_ARTIFACT_INDEX),
         )
+
+    @property
+    def offline_shift(self) -> dict[str, Any]:
+        return self.raw.get(MetadataKeys.OFFLINE_SHIFT) or {}
+
+    @property
+    def offline_replacement(self) -> PendingSummary | None:
+        """The model's summary built on the offline shift's base and covering at
+        least its split: it replaces the offline one (None: none yet)."""
+        offline, pending = self.offline_shift, self.pending
+        if not offline or pending is None or pending.base_id != offline.get("base"):
+            return None
+        return pending if (pending.through_id or 0) >= offline["through"] else None
 
     @property
     def has_pending_summary(self) -> bool:

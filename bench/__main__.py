@@ -11,7 +11,6 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 
@@ -57,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only the summaries-off-the-chat-path loops; prints their lines, writes nothing",
     )
     parser.add_argument(
+        "--offpath-run",
+        nargs=2,
+        metavar=("SECONDS", "JSON"),
+        help="one off-path run at this summarizer latency, written to JSON (bench's own use)",
+    )
+    parser.add_argument(
         "--sessions",
         nargs="*",
         metavar="NAME",
@@ -71,9 +76,15 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.offpath_only:
         return offpath_only()
+    if args.offpath_run:
+        from bench.offpath import write_run
+
+        write_run(float(args.offpath_run[0]), args.offpath_run[1])
+        return 0
 
     from bench import baselines, measures, real
     from bench.fake_summarizer import FakeSummarizer
+    from bench.offpath import finish_runs, start_runs
     from bench.report import (
         Line,
         line_rows,
@@ -109,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     sessions = [s for s in load_sessions() if not args.sessions or s.name in args.sessions]
     step(f"{len(sessions)} real agent sessions: the peers, in a second process meanwhile")
     beside = real.Beside(sessions)
+    offpath_started = None
+    if not args.skip_worker:
+        step("summaries off the chat path, one process per summarizer latency, meanwhile")
+        offpath_started = start_runs()
     w300, w60 = generate(300), generate(60)
 
     replays: dict[str, Any] = {}
@@ -145,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         worker = measures.throughput(generate(8, seed=3), tasks=16 if args.quick else 40)
 
     offpath: list[dict[str, Any]] | None = None
-    if not args.skip_worker:
-        offpath = offpath_runs(step)
+    if offpath_started is not None:
+        step("summaries off the chat path: waiting for their processes")
+        offpath = finish_runs(offpath_started)
 
     step(f"{len(sessions)} real agent sessions: ours through PostgreSQL")
     real_results = real.replay_all(sessions, beside, progress=step)
@@ -501,19 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def offpath_runs(step: Callable[[str], None]) -> list[dict[str, Any]]:
-    from bench.offpath import SUMMARIZER_LATENCIES, off_the_chat_path
-
-    runs = []
-    for seconds in SUMMARIZER_LATENCIES:
-        step(f"summaries off the chat path, {seconds:g} s summarizer: a worker process, inline")
-        runs.append(off_the_chat_path(seconds))
-    return runs
-
-
 def offpath_only() -> int:
     """`--offpath-only`: the off-path loops alone, their lines printed."""
     from bench import measures
+    from bench.offpath import finish_runs, start_runs
     from bench.report import table
     from bench.targets import offpath_lines
 
@@ -524,7 +531,8 @@ def offpath_only() -> int:
 
     step("preparing the benchmark database")
     measures.prepare_database()
-    print(table(offpath_lines(offpath_runs(step))))
+    step("summaries off the chat path, one process per summarizer latency")
+    print(table(offpath_lines(finish_runs(start_runs()))))
     return 0
 
 

@@ -18,6 +18,8 @@ import json
 import os
 import statistics
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -192,3 +194,37 @@ def off_the_chat_path(summarizer_seconds: float) -> dict[str, Any]:
         "worker": with_worker,
         "inline": inline,
     }
+
+
+def start_runs() -> list[tuple[float, subprocess.Popen, Path]]:
+    """One process per summarizer latency, started at once (`python -m bench
+    --offpath-run SECONDS`): the loops mostly wait on their model calls, so they run
+    beside the rest of the bench. Each on a Redis db of its own, so that its worker
+    takes no other loop's tasks; the database is shared (their conversations are
+    their own)."""
+    base, _, db = settings.REDIS_URL.rpartition("/")
+    runs = []
+    for i, seconds in enumerate(SUMMARIZER_LATENCIES):
+        out = Path(tempfile.mkdtemp(prefix="offpath-")) / "run.json"
+        env = {**os.environ, "BENCH_REDIS_URL": f"{base}/{(int(db) - 1 - i) % 16}"}
+        command = [sys.executable, "-m", "bench", "--offpath-run", str(seconds), str(out)]
+        log = open(out.with_suffix(".log"), "w")  # noqa: SIM115  (the child writes it)
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        runs.append((seconds, process, out))
+    return runs
+
+
+def finish_runs(runs: list[tuple[float, subprocess.Popen, Path]]) -> list[dict[str, Any]]:
+    """Each run's result, in the order of SUMMARIZER_LATENCIES, once its process ended."""
+    results = []
+    for seconds, process, out in runs:
+        if process.wait() != 0 or not out.exists():
+            log = out.with_suffix(".log").read_text()[-4000:]
+            raise RuntimeError(f"the off-path run at {seconds:g} s failed:\n{log}")
+        results.append(json.loads(out.read_text()))
+    return results
+
+
+def write_run(summarizer_seconds: float, out: str) -> None:
+    """`--offpath-run`: one latency's loops, their result written as JSON."""
+    Path(out).write_text(json.dumps(off_the_chat_path(summarizer_seconds)))

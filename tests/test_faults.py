@@ -1171,6 +1171,52 @@ def test_a_hanging_summarizer_holds_the_chat_only_until_its_deadline(fake_llm, s
 
 
 @pytest.mark.slow
+def test_past_the_deadline_the_worker_makes_the_models_summary_of_the_offline_split(
+    fake_llm, settings, celery_worker
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from assistant.flows.precall import ensure_context_summary
+    from assistant.llm.offline import OFFLINE_MODEL
+
+    # The chat path's call hangs past its deadline; the worker's answers at once.
+    conversation = over_the_trigger(
+        fake_llm,
+        settings,
+        "replaced by the worker",
+        slow(40),
+        ok(text="The model's summary."),
+        COMPACTION_TIMING="cache_aware",
+    )
+    add_message(conversation, "user", "one more question " + "q" * 400)
+    offline = ensure_context_summary(conversation)
+    conversation.refresh_from_db()
+    marker = conversation.metadata["offline_shift"]
+
+    def built() -> bool:
+        conversation.refresh_from_db()
+        return "pending_summary" in conversation.metadata
+
+    assert wait_until(built, timeout=30)
+    assert conversation.metadata["pending_summary"].startswith("The model's summary.")
+    assert conversation.metadata["pending_through_message_id"] == marker["through"]
+    assert ensure_context_summary(conversation) == offline  # nothing rewrites the prefix yet
+    hour_ago = timezone.now() - timedelta(hours=1)
+    conversation.messages.filter(role="assistant").update(created_at=hour_ago)
+
+    assert ensure_context_summary(conversation).startswith("The model's summary.")
+    assert fake_llm.count("anthropic.messages") == 2  # the chat path's try, the worker's
+    assert [
+        (model, d.get("replaces_offline", False)) for model, d in window_shifts(conversation)
+    ] == [
+        (OFFLINE_MODEL, False),
+        (settings.ANTHROPIC_SUMMARY_MODEL, True),
+    ]
+
+
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_holder_still_summarizing_past_the_chat_deadline_gives_way_to_an_offline_shift(
     fake_llm, settings
@@ -1194,8 +1240,64 @@ def test_a_holder_still_summarizing_past_the_chat_deadline_gives_way_to_an_offli
     print(f"late worker: the chat waited {waited:.3f} s, then shifted offline")
     assert 2.0 <= waited < 5.0  # the deadline, then the offline summarizer
     assert size <= bound
-    assert built == [False]  # its lease was taken over: its summary is not stored
+    assert built == [True]  # taken over, yet its summary is kept (as pending)
     assert_offline_takeover(conversation, "late")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_late_holders_summary_replaces_the_offline_one_at_the_next_prefix_rewrite(
+    fake_llm, settings
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from assistant.flows.precall import ensure_context_summary
+    from assistant.llm.offline import OFFLINE_MODEL
+
+    # Cache-aware timing: the worker's summary must wait for a rewrite of the prefix.
+    conversation = over_the_trigger(
+        fake_llm,
+        settings,
+        "late worker kept",
+        slow(6, ok(text="The worker's summary.")),
+        timeout=20,
+        SUMMARY_CHAT_DEADLINE_SECONDS=2,
+        COMPACTION_TIMING="cache_aware",
+    )
+    thread, built = worker_summarizing(conversation, fake_llm)
+    add_message(conversation, "user", "one more question " + "q" * 400)
+    offline = ensure_context_summary(conversation)  # past the deadline: an offline shift
+    thread.join(timeout=30)
+    conversation.refresh_from_db()
+    marker = conversation.metadata["offline_shift"]
+    pending = conversation.metadata["pending_summary"]
+
+    assert built == [True]
+    assert pending.startswith("The worker's summary.")
+    assert conversation.metadata["pending_base_message_id"] == marker["base"]
+    assert conversation.metadata["pending_through_message_id"] == marker["through"]
+    # A request that rewrites nothing keeps the cached prefix: the offline summary stays.
+    add_message(conversation, "assistant", "An answer.", input_tokens=6000)
+    add_message(conversation, "user", "And then?")
+    assert ensure_context_summary(conversation) == offline
+    # The provider's cache went cold: the prefix is rewritten anyway, with the model's summary.
+    hour_ago = timezone.now() - timedelta(hours=1)
+    conversation.messages.filter(role="assistant").update(created_at=hour_ago)
+    summary = ensure_context_summary(conversation)
+
+    assert summary.startswith("The worker's summary.")
+    assert fake_llm.count("anthropic.messages") == 1  # the holder's call, paid once and used
+    shifts = window_shifts(conversation)
+    assert [(model, d.get("replaces_offline", False)) for model, d in shifts] == [
+        (OFFLINE_MODEL, False),
+        (settings.ANTHROPIC_SUMMARY_MODEL, True),
+    ]
+    assert shifts[1][1]["through_message_id"] == marker["through"]
+    conversation.refresh_from_db()
+    assert "offline_shift" not in conversation.metadata
+    assert "pending_summary" not in conversation.metadata
 
 
 @pytest.mark.slow

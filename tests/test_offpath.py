@@ -18,6 +18,7 @@ from assistant.store.queue import PREBUILD_TASK
 from assistant.window import load_window
 from tests.builders import html
 from tests.conftest import hung_lease_holder, wait_until
+from tests.fake_llm import ok, slow
 
 
 def read_step(conversation: Conversation, turn: int, step: int) -> None:
@@ -57,11 +58,13 @@ def test_inside_a_turn_the_hook_adopts_the_summary_the_worker_built(
 
     shifts = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
     details = [event.details for event in shifts.order_by("id")]
-    assert len(details) == 3
+    # Two shifts: each adopted one compacts the results the chat read past its split.
+    assert len(details) == 2
     # Every shift adopted what the worker built: no summarizer call on the chat path,
-    assert [d.get("prebuilt") for d in details] == [True] * 3
-    # and each summary was made once.
+    assert [d.get("prebuilt") for d in details] == [True] * 2
+    # and each summary was made once; the third waits, pending, for the next shift.
     assert fake_llm.count("anthropic.messages") == 3
+    assert load_window(conversation.pk).meta.has_pending_summary
 
 
 def conversation_metadata(conversation: Conversation) -> dict:
@@ -160,3 +163,64 @@ def test_over_the_trigger_after_compaction_the_chat_still_shifts_itself(fake_llm
     assert "window_summary" in kinds
     assert fake_llm.count("anthropic.messages") == 1
     assert load_window(conversation.pk).context_tokens() < 12_000
+
+
+def verbatim_pages(conversation: Conversation) -> list[str]:
+    """The page reads the next request carries whole (not compacted, not summarized)."""
+    rows = load_window(conversation.pk).rows
+    return [row.tool_call_id for row in rows if row.role == "tool" and not row.compaction]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_prebuild_the_chat_moved_past_is_adopted_without_a_second_shift(fake_llm, settings):
+    """The worker builds the summary it was asked for while the chat reads two
+    more pages (its summarizer takes a second). The shift adopts it, and the results
+    a shift made now would have summarized are compacted in the same rewrite:
+    no second summarizer call, and only the newest page stays whole."""
+    import threading
+
+    from django.db import connections
+
+    from assistant.flows.prebuild import serve_prebuild_request
+
+    fake_llm.use_anthropic(settings)
+    fake_llm.script("anthropic.messages", slow(1, ok(text="The worker's summary.")))
+    # A shift keeps only the newest step verbatim; compaction keeps the newest three results.
+    settings.ASSISTANT_COMPACTION = {"PREBUILD_IN_TURN": True, "MAX_RECENT_TOKENS": 6000}
+    conversation = served_agent_turn(steps=0)
+    step = 0
+    while not request(conversation):  # the chat reads pages until the hook asks the worker
+        ensure_context_summary(conversation)
+        read_step(conversation, 0, step)
+        step += 1
+
+    def worker() -> None:
+        try:
+            serve_prebuild_request(conversation.pk)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert wait_until(lambda: fake_llm.count("anthropic.messages") == 1, timeout=30)
+    for _ in range(2):  # meanwhile the chat goes on
+        ensure_context_summary(conversation)
+        read_step(conversation, 0, step)
+        step += 1
+    thread.join(timeout=30)
+    shifts = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
+    while not shifts.exists():  # until the chat's own decision shifts
+        ensure_context_summary(conversation)
+        if shifts.exists():
+            break
+        read_step(conversation, 0, step)
+        step += 1
+
+    assert [event.details["prebuilt"] for event in shifts] == [True]
+    assert fake_llm.count("anthropic.messages") == 1
+    assert verbatim_pages(conversation) == [f"toolu_0_{step - 1}"]
+    assert (
+        Conversation.objects.get(pk=conversation.pk)
+        .metadata[MetadataKeys.COMPACTION_SUMMARY]
+        .startswith("The worker's summary.")
+    )

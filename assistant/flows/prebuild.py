@@ -49,7 +49,10 @@ def ask_worker_ahead(state: WindowState) -> bool:
     request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
     if request and request.get("base") == state.through_id:
         return not request.get("answered")
-    request = {"base": state.through_id, "at": time.time()}
+    # How long the worker took to answer the last request: the latency the next
+    # pre-build projects its split by (`worker_split`).
+    took = {"took": request["took"]} if request.get("took") else {}
+    request = {"base": state.through_id, "at": time.time(), **took}
     merge_metadata(
         Conversation.objects.filter(pk=state.conversation_id),
         {MetadataKeys.PREBUILD_REQUEST: request},
@@ -106,5 +109,11 @@ def serve_prebuild_request(conversation_id: int) -> bool:
         if request and current.get("base") == request.get("base"):
             merge_metadata(
                 Conversation.objects.filter(pk=conversation_id),
-                {MetadataKeys.PREBUILD_REQUEST: {**current, "answered": True}},
+                {
+                    MetadataKeys.PREBUILD_REQUEST: {
+                        **current,
+                        "answered": True,
+                        "took": round(time.time() - float(current.get("at", 0)), 3),
+                    }
+                },
             )

@@ -40,8 +40,10 @@ from assistant.window import (
     Plan,
     Results,
     WindowState,
+    consumed_tool_rows,
     decide,
     load_window,
+    plan_compaction,
     results_step,
     store_size,
     tail_tokens,
@@ -80,15 +82,20 @@ def _ensure_context_summary(
     plan = decide(state, config, now)
     # Below the trigger, no voluntary batch while the worker builds the shift that
     # would rewrite it.
+    batch = None
     if plan.results is not None and (
         plan.results.free or not (plan.worker_ahead and awaiting_worker(state))
     ):
-        state = compact_consumed_results(state, plan.results) or state
+        batch = compact_consumed_results(state, plan.results)
+        state = batch or state
     plan = decide(state, config, now, first=plan)
-    adopted = plan.adopt_pending and adopt_pending_summary(conversation.pk, config)
-    if adopted:
+    # A results batch rewrote the prefix from its first result on: the model's summary
+    # of an offline split replaces the offline one in the same rewrite.
+    replace = batch is not None and state.meta.offline_replacement is not None
+    if (plan.adopt_pending or replace) and adopt_pending_summary(conversation.pk, config):
+        split = state.through_id
         state = _compact_kept(state, _after_shift(state, cold=plan.cold), plan)
-        plan = decide(state, config, now, first=plan, adopted=True)
+        plan = decide(state, config, now, first=plan, adopted=state.through_id != split)
     shift = plan.shift
     if shift is not None and shift.kind == "forced":
         if not shift.needed and plan.worker_ahead and defer_to_worker(state, config):
@@ -120,8 +127,29 @@ def _compact_kept(before: WindowState, after: WindowState, plan: Plan) -> Window
     of breaking the freshly written prefix again a few calls later."""
     if after.through_id == before.through_id:
         return after
+    short = short_of_the_shift(before, after, plan)
+    if short is not None:
+        after = compact_consumed_results(after, short, rewritten=True) or after
     results = results_step(after, after.config, free=True, everything=plan.cold)
     return compact_consumed_results(after, results, rewritten=True) or after
+
+
+def short_of_the_shift(before: WindowState, after: WindowState, plan: Plan) -> Results | None:
+    """A pre-built summary adopted for the planned shift, built on a split the
+    chat has since moved past (the worker took a summarizer latency, the chat
+    went on): the consumed tool results between its split and the planned one
+    would have been summarized by the shift made now, so they are compacted
+    in the same rewrite (their originals stay, recalled by handle). None when
+    the shift reached the planned split."""
+    shift = plan.shift
+    if shift is None or shift.start is None or shift.start >= len(before.rows):
+        return None
+    first_kept = before.rows[shift.start].pk
+    rows = [row for row in consumed_tool_rows(after.rows) if row.pk < first_kept]
+    if not rows:
+        return None
+    compaction = plan_compaction(rows, after.config, keep_newest=0)
+    return Results(compaction, free=True, everything=True, pays=False)
 
 
 def remember_token_ratio(state: WindowState) -> None:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from assistant import llm
 from assistant.models import Conversation, Message, MetadataKeys
 from assistant.ops.logs import log_event
-from assistant.settings.conf import compaction_config
+from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.leases import Lease, summary_lease
 from assistant.store.metadata import merge_metadata
+from assistant.strategies.pending import keep_landed_summary, model_summary, pending_values
 from assistant.strategies.shift import failure_blocks, record_failure
 from assistant.strategies.summary import (
     LeaseLost,
@@ -43,6 +43,8 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
     decision says (`assistant.window.decision.worker_split`)."""
     config = compaction_config()
     state = load_window(conversation.pk, config)
+    if state.meta.offline_shift and state.meta.offline_replacement is None:
+        return build_offline_replacement(state, config)
     if state.meta.has_pending_summary:
         return False  # one is ready for the current split: building another wastes a call
     start = worker_split(state, config, requested=requested)
@@ -60,10 +62,13 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
             return False  # the window shifted meanwhile; the next exchange re-evaluates
         index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
         kept = [anchor, *state.rows[start:]] if anchor else state.rows[start:]
-        outcome = _summarize(state, lease, newly_old, kept, index, provider)
+        try:
+            outcome = _summarize(state, lease, newly_old, kept, index, provider)
+        except LeaseLost as lost:
+            return keep_landed_summary(state, lost.outcome, through, anchor, index)
         if outcome is None:
             return False
-        pending = _pending(outcome, state, through, anchor, index)
+        pending = pending_values(outcome, state.through_id, through, anchor, index)
         stored = merge_metadata(lease.holding(), pending)
     if stored:
         log_event("summary_prebuilt", conversation_id=conversation.pk, through=through)
@@ -78,13 +83,14 @@ def _summarize(
     index: dict,
     provider: llm.Provider,
 ) -> SummaryOutcome | None:
-    """The summary of `newly_old`, or None (the lease lost, or a provider
-    failure that retrying will not fix, recorded for the back-off)."""
+    """The summary of `newly_old`, or None (a provider failure that retrying
+    will not fix, recorded for the back-off); LeaseLost passes (the caller
+    keeps a landed summary)."""
     config = state.config
     try:
         return summarize_messages(
             newly_old,
-            previous_summary=state.summary,
+            previous_summary=model_summary(state),
             on_chunk=lease.renew,
             max_tokens=summary_room(state, config, kept),
             index=index,
@@ -92,9 +98,6 @@ def _summarize(
             config=config,
             provider=provider,
         )
-    except LeaseLost:
-        log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")
-        return None
     except llm.ProviderError as exc:
         if exc.retryable:
             raise  # off the chat path: the post-exchange task retries with backoff
@@ -105,24 +108,50 @@ def _summarize(
         return None
 
 
-def _pending(
-    outcome: SummaryOutcome,
-    state: WindowState,
-    through: int,
-    anchor: Message | None,
-    index: dict,
-) -> dict[str, Any]:
-    """The metadata of a pending summary: what adopting it needs."""
-    return {
-        MetadataKeys.PENDING_SUMMARY: outcome.text,
-        MetadataKeys.PENDING_THROUGH_MESSAGE_ID: through,
-        MetadataKeys.PENDING_BASE_MESSAGE_ID: state.through_id,
-        MetadataKeys.PENDING_ANCHOR_MESSAGE_ID: anchor.pk if anchor else None,
-        MetadataKeys.PENDING_ARTIFACT_INDEX: index,
-        MetadataKeys.PENDING_USAGE: {
-            "model": outcome.model,
-            "input_tokens": outcome.input_tokens,
-            "output_tokens": outcome.output_tokens,
-            **outcome.usage_details(),
-        },
-    }
+def build_offline_replacement(state: WindowState, config: CompactionConfig) -> bool:
+    """The model's summary of the split the offline summarizer wrote
+    (OFFLINE_SHIFT), made off the chat path and kept as pending until the next
+    prefix rewrite adopts it: the late holder's landed summary extended with
+    the messages after it, else the summary the shift started from with the
+    messages it summarized. Waits for a late holder still summarizing."""
+    conversation_id = state.conversation_id
+    offline = state.meta.offline_shift
+    through, base = offline["through"], offline.get("base")
+    pending = state.meta.pending
+    previous: str | None
+    if pending is not None and pending.base_id == base and (pending.through_id or 0) < through:
+        start, previous = pending.through_id, pending.text
+    elif offline.get("awaits_holder"):
+        return False  # the holder's summary, when it lands, is where this starts
+    else:
+        start, previous = base, offline.get("previous")
+    since = load_window(conversation_id, config, through_id=start or 0).rows
+    newly_old = [row for row in since if row.pk <= through and row.pk != state.meta.anchor_id]
+    if not newly_old:
+        return False
+    kept = [state.anchor, *state.rows] if state.anchor else state.rows
+    index = state.meta.artifact_index  # the offline split's: this summary is of the same split
+    provider = llm.get_provider()  # its SDK imported before the lease, not inside it
+    with summary_lease(state.conversation_id) as lease:
+        if lease is None:
+            return False
+        if load_window(state.conversation_id, config).meta.offline_shift != offline:
+            return False  # adopted, or the window shifted again meanwhile
+        try:
+            outcome = summarize_messages(
+                newly_old,
+                previous_summary=previous,
+                on_chunk=lease.renew,
+                max_tokens=summary_room(state, config, kept),
+                index=index,
+                config=config,
+                provider=provider,
+            )
+        except LeaseLost:
+            log_event("summary_discarded", conversation_id=conversation_id, reason="lease_lost")
+            return False
+        values = pending_values(outcome, base, through, state.meta.anchor_id, index)
+        stored = merge_metadata(lease.holding(), values)
+    if stored:
+        log_event("summary_replacement_built", conversation_id=conversation_id, through=through)
+    return bool(stored)

@@ -23,6 +23,7 @@ from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.events import record_compaction, stopwatch
 from assistant.store.leases import Lease, summary_lease, wait_for_release
 from assistant.store.metadata import merge_metadata, read_metadata
+from assistant.strategies.pending import ask_for_replacement, keep_landed_summary
 from assistant.strategies.summary import (
     LeaseLost,
     Suffix,
@@ -127,7 +128,7 @@ def shift_window(
                 log_event("summary_skipped", conversation_id=conversation_id, reason="lease_held")
                 return load_window(conversation_id).summary
             if lease is not None:
-                return _shift_holding(
+                summary = _shift_holding(
                     lease,
                     config,
                     shift,
@@ -136,6 +137,9 @@ def shift_window(
                     keep_last=keep_last,
                     newest_step_only=newest_step_only,
                 )
+        if lease is not None:
+            ask_for_replacement(conversation_id)  # the lease released: the worker may take it
+            return summary
         if attempt == 0:
             # Released, or given up on: the second claim takes over a holder whose
             # heartbeat stopped, or one still summarizing past the deadline.
@@ -174,11 +178,13 @@ def _shift_holding(
     else:
         if not shift.still_due(state, config):
             return state.summary  # another process shifted it meanwhile
+        base = state.through_id
         if adopt_pending(state, lease):
             state = load_window(lease.conversation_id, config)
-            # The adopted summary is this shift; a second one, made here on
-            # the chat path, only when the context is still over a trigger.
-            if not shift.due_after_adopting(state, config):
+            # The adopted summary is this shift (unless it replaced an offline one
+            # in place); a second one, made here on the chat path, only when the
+            # context is still over a trigger.
+            if state.through_id != base and not shift.due_after_adopting(state, config):
                 return state.summary
         start = shift.split_in(state, config)
     if start is None:
@@ -208,11 +214,17 @@ def adopt_pending_summary(conversation_id: int, config: CompactionConfig | None 
 
 def adopt_pending(state: WindowState, lease: Lease) -> bool:
     """Compare and swap: take the pre-built summary only if it was built on
-    the split that is still current and makes the context smaller."""
+    the split that is still current and makes the context smaller; or the
+    model's summary replacing an offline one (`ConversationMetadata.offline_replacement`),
+    of the same split or a later one, whatever its size."""
     metadata = state.metadata
     pending: str = metadata.get(MetadataKeys.PENDING_SUMMARY) or ""
     through = metadata.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
-    if not state.meta.has_pending_summary or through not in {row.pk for row in state.rows}:
+    replaces = state.meta.offline_replacement is not None
+    reachable = {row.pk for row in state.rows}
+    if replaces and state.through_id is not None:
+        reachable.add(state.through_id)  # the offline split, replaced in place
+    if not (state.meta.has_pending_summary or replaces) or through not in reachable:
         return False
     kept = [row for row in state.rows if row.pk > through]
     anchor_id = metadata.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
@@ -223,7 +235,7 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     pending = bounded_summary(pending, index, room, state.config)
     before = state.estimated_tokens()
     after = context_after(state, pending, sent)
-    if after >= before:
+    if after >= before and not replaces:
         merge_metadata(lease.holding(), remove=PENDING_SUMMARY_KEYS)
         return False
     stored = _store_window(lease, pending, through, anchor, state, index)
@@ -242,6 +254,7 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
             details={
                 "through_message_id": through,
                 "prebuilt": True,
+                **({"replaces_offline": True} if replaces else {}),
                 **{k: v for k, v in usage.items() if k.startswith("summarizer_cache_")},
             },
         )
@@ -289,9 +302,11 @@ def _store_window(
     anchor: Message | None,
     state: WindowState,
     index: dict | None,
+    offline: dict | None = None,
 ) -> bool:
     """Store a new split, its summary and the artifact index it renders, while
-    the lease is still ours."""
+    the lease is still ours. `offline`: the OFFLINE_SHIFT marker of a summary
+    the offline summarizer wrote in a late or stalled holder's place."""
     values = {
         MetadataKeys.COMPACTION_SUMMARY: summary,
         MetadataKeys.ARTIFACT_INDEX: index,
@@ -299,6 +314,10 @@ def _store_window(
         MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: state.rows[-1].pk,
     }
     remove = [*PENDING_SUMMARY_KEYS, MetadataKeys.SUMMARY_FAILURE]
+    if offline is None:
+        remove.append(MetadataKeys.OFFLINE_SHIFT)
+    else:
+        values[MetadataKeys.OFFLINE_SHIFT] = offline
     if anchor is None:
         remove.append(MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID)
     else:
@@ -339,9 +358,9 @@ def _summarize_and_store(
                 config,
                 deadline.at,
             )
-    except LeaseLost:
+    except LeaseLost as lost:
         # Taken over: not a failure of the summarizer, so no backoff is booked.
-        log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")
+        keep_landed_summary(state, lost.outcome, through, anchor, index)
         return load_window(state.conversation_id, config).summary
     if outcome is None:
         record_failure(lease, state)
@@ -351,8 +370,9 @@ def _summarize_and_store(
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="not_smaller")
         record_failure(lease, state, through=through)
         return state.summary
-    if not _store_window(lease, outcome.text, through, anchor, state, index):
-        log_event("summary_discarded", conversation_id=state.conversation_id, reason="lease_lost")
+    offline = _offline_shift(state, through, lease, late=late or outcome.fallback)
+    if not _store_window(lease, outcome.text, through, anchor, state, index, offline):
+        keep_landed_summary(state, outcome, through, anchor, index)
         return load_window(state.conversation_id, config).summary
     _record_shift(state, lease, outcome, before, after, len(newly_old), through, elapsed.ms, late)
     return outcome.text
@@ -389,6 +409,22 @@ def _record_shift(
             **_fallback_details(lease, outcome, late=late),
         },
     )
+
+
+def _offline_shift(state: WindowState, through: int, lease: Lease, *, late: bool) -> dict | None:
+    """The OFFLINE_SHIFT marker of a shift the offline summarizer makes on the chat
+    path (a late or stalled holder, the deadline, a failed summarizer; None: the
+    summarizer made it): the model's summary of the same split is made off the
+    chat path, from the late holder's when it lands (`awaits_holder`), else from
+    the summary the shift started from."""
+    if not (lease.took_over or late):
+        return None
+    return {
+        "base": state.through_id,
+        "through": through,
+        "previous": state.summary,
+        "awaits_holder": lease.took_over_from == "late",
+    }
 
 
 def _fallback_details(lease: Lease, outcome: SummaryOutcome, *, late: bool) -> dict:

@@ -151,16 +151,7 @@ def summarize_messages(
         previous_summary,
         min(config.CARRIED_FACTS_MAX_TOKENS, rest - used(index_text)),
     )
-    return SummaryOutcome(
-        with_index(text, index_text),
-        tally.model,
-        tally.tokens_in,
-        tally.tokens_out,
-        tally.fallback,
-        tally.calls,
-        tally.cache_read,
-        tally.cache_write,
-    )
+    return _made(tally, with_index(text, index_text))
 
 
 @dataclass
@@ -175,6 +166,25 @@ class _Tally:
     tokens_out: int = 0
     cache_read: int = 0
     cache_write: int = 0
+    lost: bool = False  # the lease, after the last call answered: the summary is still made
+
+
+def _made(tally: _Tally, text: str) -> SummaryOutcome:
+    """The summary made, or LeaseLost carrying it when the lease was lost after
+    the last summarizer call answered."""
+    outcome = SummaryOutcome(
+        text,
+        tally.model,
+        tally.tokens_in,
+        tally.tokens_out,
+        tally.fallback,
+        tally.calls,
+        tally.cache_read,
+        tally.cache_write,
+    )
+    if tally.lost:
+        raise LeaseLost(outcome)
+    return outcome
 
 
 def _summarize_cached(
@@ -183,7 +193,7 @@ def _summarize_cached(
     """One call with the conversation's own cached request."""
     _progress(on_chunk)
     result = llm.summarize_cached(request, provider=provider)
-    _progress(on_chunk)
+    lost = not _alive(on_chunk)
     usage = result.usage
     return _Tally(
         without_markers(summary_body(result.text)),
@@ -194,6 +204,7 @@ def _summarize_cached(
         usage.output_tokens,
         usage.cache_read_tokens,
         usage.cache_write_tokens,
+        lost,
     )
 
 
@@ -205,16 +216,19 @@ def _summarize_chunks(
     deadline: float | None,
 ) -> _Tally:
     """One call per chunk, each merging into the running summary; past the
-    `deadline` the offline summarizer answers (a fallback)."""
+    `deadline` the offline summarizer answers (a fallback). The lease lost
+    before the last call: LeaseLost; after it: `_Tally.lost`."""
     tally = _Tally(body)
-    for chunk in chunks:
+    for number, chunk in enumerate(chunks, 1):
         _progress(on_chunk)
         transcript = without_markers(render_transcript(chunk))
         late = deadline is not None and time.monotonic() >= deadline
         if late:
             chosen = {"provider": llm.OfflineProvider()}
         result = llm.summarize(transcript, previous_summary=tally.body, **chosen)
-        _progress(on_chunk)
+        tally.lost = not _alive(on_chunk)
+        if tally.lost and number < len(chunks):
+            raise LeaseLost()
         tally.body = without_markers(summary_body(result.text))
         tally.model, tally.fallback = result.model, tally.fallback or result.fallback or late
         tally.calls += 1
@@ -313,12 +327,22 @@ def summary_room(state: WindowState, config: CompactionConfig, kept: Sequence[Me
 
 class LeaseLost(RuntimeError):
     """The summary lease was taken over while this process summarized: its
-    result could not be stored, so the work stops."""
+    result cannot be stored as the window's, so the work stops. `outcome`: the
+    summary, when the last summarizer call had already answered (the holder
+    keeps it as pending: `keep_landed_summary`)."""
+
+    def __init__(self, outcome: SummaryOutcome | None = None) -> None:
+        super().__init__("the summary lease was lost while summarizing")
+        self.outcome = outcome
 
 
 def _progress(on_progress: Callable[[], object] | None) -> None:
-    if on_progress is not None and on_progress() is False:
-        raise LeaseLost("the summary lease was lost while summarizing")
+    if not _alive(on_progress):
+        raise LeaseLost()
+
+
+def _alive(on_progress: Callable[[], object] | None) -> bool:
+    return on_progress is None or on_progress() is not False
 
 
 def context_after(state: WindowState, summary: str, kept: Sequence[Message]) -> int:

@@ -142,7 +142,10 @@ def decide(
             )
     count = eager or cold
     at_trigger = tokens >= trigger and not eager and not adopted
-    adopt = cold and not adopted and state.meta.has_pending_summary
+    # A cold cache rewrites the prefix anyway: the worker's summary goes in, or
+    # the model's summary of an offline split in place of the offline one.
+    pending = state.meta.has_pending_summary or state.meta.offline_replacement is not None
+    adopt = cold and not adopted and pending
     if adopt:
         reasons.append(ADOPT_PENDING)
     worker_ahead = config.PREBUILD_IN_TURN and not eager and state.meta.worker_seen
@@ -258,7 +261,10 @@ def worker_split(state: WindowState, config: CompactionConfig, *, requested: boo
     """Where the summary the worker pre-builds now splits the window (None:
     no summary to build). Asked by the pre-call hook inside a turn
     (`requested`): the split it is heading for, early below the token
-    trigger, from what the window holds when the worker gets to it. After an
+    trigger, projected one worker latency ahead (the last request's
+    ask-to-answer time): it keeps verbatim what the shift would keep less
+    what the window gains until the summary is adopted, so the adopted shift
+    frees what a shift made then would. After an
     exchange: past SOFT_WATERMARK of a trigger, the split a shift at the
     trigger will take, projected (`anticipated_keep`); the count trigger
     counts only with eager timing, since with cache-aware timing it waits
@@ -266,7 +272,12 @@ def worker_split(state: WindowState, config: CompactionConfig, *, requested: boo
     would be paid for and thrown away."""
     if requested:
         early = state.context_tokens() < config.CONTEXT_TOKEN_THRESHOLD
-        return split_for(state, config, early=early)[1]
+        budget = verbatim_budget(state, config, early=early)
+        # Adopted one worker latency from now: what the window gains meanwhile
+        # stays verbatim beside what this split keeps, so it keeps that much less.
+        latency = float(state.meta.prebuild_request.get("took") or 0)
+        budget = max(budget - state.growth_within(latency), 0)
+        return choose_split(state.rows, config, budget=budget)
     eager = config.COMPACTION_TIMING == "eager"
     if not should_shift(state, config, share=config.SOFT_WATERMARK, count=eager):
         return None

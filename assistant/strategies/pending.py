@@ -1,0 +1,104 @@
+"""A summary kept as pending, for the next prefix rewrite to adopt: the
+metadata it is stored with, a late lease holder's landed summary kept
+instead of thrown away, and the worker asked for the model's summary of a
+split the offline summarizer wrote (docs/operations.rst, the faults)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Q
+
+from assistant.models import Conversation, Message, MetadataKeys
+from assistant.ops.logs import log_event
+from assistant.store.metadata import merge_metadata
+from assistant.store.queue import PREBUILD_TASK, enqueue_on_commit
+from assistant.strategies.summary import SummaryOutcome
+from assistant.window import WindowState, load_window
+
+
+def pending_values(
+    outcome: SummaryOutcome,
+    base: int | None,
+    through: int,
+    anchor: Message | int | None,
+    index: dict | None,
+) -> dict[str, Any]:
+    """The metadata of a pending summary of `base`..`through`."""
+    return {
+        MetadataKeys.PENDING_SUMMARY: outcome.text,
+        MetadataKeys.PENDING_THROUGH_MESSAGE_ID: through,
+        MetadataKeys.PENDING_BASE_MESSAGE_ID: base,
+        MetadataKeys.PENDING_ANCHOR_MESSAGE_ID: getattr(anchor, "pk", anchor),
+        MetadataKeys.PENDING_ARTIFACT_INDEX: index,
+        MetadataKeys.PENDING_USAGE: {
+            "model": outcome.model,
+            "input_tokens": outcome.input_tokens,
+            "output_tokens": outcome.output_tokens,
+            **outcome.usage_details(),
+        },
+    }
+
+
+def model_summary(state: WindowState) -> str | None:
+    """The summary a new one is built on: the model's of the current split when it
+    is ready to replace the offline one there (`ConversationMetadata.offline_replacement`)."""
+    replacement = state.meta.offline_replacement
+    if replacement is not None and replacement.through_id == state.through_id:
+        return replacement.text
+    return state.summary
+
+
+def keep_landed_summary(
+    state: WindowState,
+    outcome: SummaryOutcome | None,
+    through: int,
+    anchor: Message | None,
+    index: dict | None,
+) -> bool:
+    """A holder whose lease was taken over while its summarizer call ran keeps
+    the summary that call returned as pending (built on `state`'s split), when
+    the split has not moved since, or when the taker shifted with the offline
+    summarizer from the same split: then the model's summary replaces the
+    offline one at the next prefix rewrite (`adopt_pending`); when it stops
+    short of the offline split, the worker extends it (`build_offline_replacement`).
+    Discarded otherwise (a model's summary holds the window). Written without
+    the lease, guarded by the split in the same UPDATE."""
+    conversation_id = state.conversation_id
+    base = state.through_id
+    split = (
+        Q(metadata__compaction_through_message_id=base)
+        if base is not None
+        else ~Q(metadata__has_key=MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID)
+    )
+    # An offline summary (the holder's own fallback) replaces nothing.
+    kept = (
+        outcome is not None
+        and not outcome.fallback
+        and merge_metadata(
+            Conversation.objects.filter(
+                split | Q(metadata__offline_shift__base=base), pk=conversation_id
+            ),
+            pending_values(outcome, base, through, anchor, index),
+        )
+    )
+    if not kept:
+        log_event("summary_discarded", conversation_id=conversation_id, reason="lease_lost")
+        return False
+    log_event("summary_kept", conversation_id=conversation_id, reason="lease_lost", through=through)
+    ask_for_replacement(conversation_id)
+    return True
+
+
+def ask_for_replacement(conversation_id: int) -> None:
+    """Ask the worker for the model's summary of an offline split
+    (`build_offline_replacement`) when it has one to make: none is pending
+    yet, and no late holder's is still to land."""
+    meta = load_window(conversation_id).meta
+    offline = meta.offline_shift
+    if not offline or meta.offline_replacement is not None:
+        return
+    pending = meta.pending
+    started = pending is not None and pending.base_id == offline.get("base")
+    if started or not offline.get("awaits_holder"):
+        enqueue_on_commit(PREBUILD_TASK, conversation_id, unless_queued=True)
