@@ -53,7 +53,7 @@ def test_the_reference_replay_is_well_formed_in_a_known_number_of_queries():
 
     assert_well_formed_and_kept(REFERENCE, conversation, problems)
     assert len(REFERENCE.messages) == 358
-    assert len(queries) == 3_403
+    assert len(queries) == 3_415
 
 
 def assert_well_formed_and_kept(session, conversation, problems) -> None:
