@@ -10,7 +10,7 @@ from assistant.llm import convert
 from assistant.llm.anthropic import anthropic_result
 from assistant.llm.base import ChatResult, Provider, ProviderError, SummaryResult, Usage
 from assistant.llm.catalog import model_context_window
-from assistant.llm.http import retry_after_cap
+from assistant.llm.http import sdk_client
 from assistant.llm.overflow import OVERFLOW_STOP_REASON, context_overflow
 from assistant.llm.prompts import build_summary_prompt, validate_summary
 from assistant.llm.suffix import CachedRequest
@@ -38,18 +38,13 @@ class AnthropicProvider(Provider):
         self.chat_model = chat_model
         self.max_output_tokens = max_output_tokens
         self.max_input_tokens = model_context_window(model) - max_output_tokens
-        # The SDK retries 408/409/429/5xx/529 and connection errors itself, honouring
-        # retry-after(-ms), capped here at one timeout; the timeout bounds each attempt
-        # (the SDK's default is 600 s).
-        http_client = anthropic.DefaultHttpxClient(
-            event_hooks={"response": [retry_after_cap(timeout)]}
-        )
-        self._client = anthropic.Anthropic(
+        self._client = sdk_client(
+            anthropic.Anthropic,
+            anthropic.DefaultHttpxClient,
             api_key=api_key,
             base_url=base_url,
             timeout=timeout,
             max_retries=max_retries,
-            http_client=http_client,
         )
 
     def _error(self, error: Exception, model: str) -> ProviderError:

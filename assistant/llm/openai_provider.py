@@ -9,7 +9,7 @@ import openai
 
 from assistant.llm.base import ChatResult, Provider, ProviderError, SummaryResult
 from assistant.llm.catalog import model_context_window
-from assistant.llm.http import retry_after_cap
+from assistant.llm.http import sdk_client
 from assistant.llm.openai import OPENAI, chat_completion_result
 from assistant.llm.overflow import context_overflow
 from assistant.llm.prompts import build_summary_prompt, validate_summary
@@ -38,17 +38,13 @@ class OpenAIProvider(Provider):
         self.chat_model = chat_model
         self.max_output_tokens = max_output_tokens
         self.max_input_tokens = model_context_window(model) - max_output_tokens
-        # The SDK retries 408/409/429/5xx and connection errors itself, honouring
-        # retry-after(-ms), capped here at one timeout (its default is 600 s).
-        http_client = openai.DefaultHttpxClient(
-            event_hooks={"response": [retry_after_cap(timeout)]}
-        )
-        self._client = openai.OpenAI(
+        self._client = sdk_client(
+            openai.OpenAI,
+            openai.DefaultHttpxClient,
             api_key=api_key,
             base_url=base_url,
             timeout=timeout,
             max_retries=max_retries,
-            http_client=http_client,
         )
 
     def _create(self, model: str, max_tokens: int | None = None, **request: Any) -> Any:
