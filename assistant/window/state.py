@@ -38,6 +38,8 @@ from assistant.text.tokens import (
 from assistant.window.cost import chat_model
 from assistant.window.ledger import CachePrices, cache_prices
 
+# What labelling one pinned message in the pinned section adds ("[user m12, pinned]").
+PIN_FRAME_TOKENS = 8
 # The stored ratio is renewed only when the measured one moves by more than this share
 # of it (assistant.flows.precall): until then the provider may count up to this much more.
 TOKEN_RATIO_DRIFT = 0.1
@@ -65,6 +67,9 @@ class WindowState:
     system_rows: list[Message] = field(default_factory=list)
     # The user message of a turn the split falls inside, sent verbatim.
     anchor: Message | None = None
+    # Pinned messages at or before the split (not the anchor), oldest first: the
+    # pinned section of every request (assistant.window.context, docs/compaction.rst).
+    pinned_rows: list[Message] = field(default_factory=list)
     # Conversation.context_tokens (and its basis, `SizeBasis`) as loaded:
     # `store_size` writes only a change.
     stored_size: int | None = None
@@ -100,7 +105,12 @@ class WindowState:
     def fixed_tokens(self) -> int:
         """System part and summaries: the leading part of every request."""
         summaries = self.tokens(self.parent_summary) + self.tokens(self.summary)
-        return self.tokens(self.system) + summaries
+        return self.tokens(self.system) + summaries + self.pinned_tokens
+
+    @property
+    def pinned_tokens(self) -> int:
+        """The pinned section: each pinned message below the split and its label."""
+        return sum(row.token_estimate + PIN_FRAME_TOKENS for row in self.pinned_rows)
 
     @property
     def verbatim(self) -> list[Message]:
@@ -316,7 +326,7 @@ def _load(
     anchor_id = state.meta.anchor_id
     rows = Message.objects.filter(conversation_id=conversation_id)
     if cutoff is not None:
-        wanted = Q(id__gt=cutoff) | Q(role=Message.Role.SYSTEM)
+        wanted = Q(id__gt=cutoff) | Q(role=Message.Role.SYSTEM) | Q(pinned=True)
         if anchor_id is not None and through_id is None:
             wanted |= Q(id=anchor_id)
         rows = rows.filter(wanted)
@@ -324,7 +334,10 @@ def _load(
         if row.role == Message.Role.SYSTEM:
             state.system_rows.append(row)
         elif cutoff is not None and row.pk <= cutoff:
-            state.anchor = row
+            if row.pk == anchor_id and through_id is None:
+                state.anchor = row
+            else:
+                state.pinned_rows.append(row)
         else:
             state.rows.append(row)
     return state
