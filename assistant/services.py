@@ -222,6 +222,7 @@ __all__ = [
     "add_message",
     "answer_tool_calls",
     "build_context",
+    "call_instructions",
     "call_with_overflow_recovery",
     "chat_step",
     "compact_if_flagged",
