@@ -389,10 +389,12 @@ def test_staff_correct_a_summary_and_bring_the_earlier_version_back(live_server,
 
     page.goto(f"{live_server.url}/admin/assistant/conversation/{conversation.pk}/change/")
     assert page.locator("#window-summary").inner_text().strip() == model_text
-    page.click("#correct-summary")
+    with page.expect_navigation():
+        page.click("#correct-summary")
     corrected = model_text.replace("## Goal", "## Goal\n- Staff note: post 42 is the homepage.")
     page.fill("#id_text", corrected)
-    page.click("#save-correction")
+    with page.expect_navigation():
+        page.click("#save-correction")
 
     # The history list: the correction on top, with the acting user.
     page.wait_for_selector("#result_list")
@@ -414,18 +416,23 @@ def test_staff_correct_a_summary_and_bring_the_earlier_version_back(live_server,
     page.screenshot(path=str(DOCS_DIR / "summary_history.png"), full_page=True)
 
     # What the model's compaction dropped, as a diff of the request.
-    rows.nth(1).locator("a", has_text="text and diff").click()
+    with page.expect_navigation():
+        rows.nth(1).locator("a", has_text="text and diff").click()
+    page.wait_for_selector("#compaction-diff")
     assert page.locator("#compaction-diff .diff-del").count() > 0
     assert "Fix post 42" in page.locator("#compaction-diff").inner_text()
-    page.click("#back-to-history")
+    with page.expect_navigation():
+        page.click("#back-to-history")
 
     # Reviewed: who and when, in the list.
-    page.locator("#result_list tbody tr").nth(1).locator("button.summary-review").click()
+    with page.expect_navigation():
+        page.locator("#result_list tbody tr").nth(1).locator("button.summary-review").click()
     page.wait_for_selector("#result_list")
     assert "by summary-staff" in page.locator("#result_list tbody tr").nth(1).inner_text()
 
     # One click brings the model's version back, as a new version: nothing is lost.
-    page.locator("#result_list tbody tr").nth(1).locator("button.summary-revert").click()
+    with page.expect_navigation():
+        page.locator("#result_list tbody tr").nth(1).locator("button.summary-revert").click()
     page.wait_for_selector("#result_list")
     assert page.locator("#result_list tbody tr").count() == 3
     assert "Reverted" in page.locator("#result_list tbody tr").nth(0).inner_text()

@@ -89,7 +89,9 @@ def correct_summary(conversation: Conversation, text: Any) -> SummaryVersion:
             f"A summary is at most {MAX_SUMMARY_CHARS:,} characters, got {len(text):,}.",
             code="summary_too_long",
         )
-    return _store_current(conversation, text.strip(), kind=SummaryVersion.Kind.STAFF_EDIT)
+    # A browser's form sends CRLF line ends; the code that reads sections splits on LF.
+    normalized = text.replace("\r\n", "\n").replace("\r", "\n").strip()
+    return _store_current(conversation, normalized, kind=SummaryVersion.Kind.STAFF_EDIT)
 
 
 def _version(conversation: Conversation, version_id: Any) -> SummaryVersion:
