@@ -404,6 +404,8 @@ def test_staff_correct_a_summary_and_bring_the_earlier_version_back(live_server,
     assert "Corrected by staff" in rows.nth(0).inner_text()
     assert "summary-staff" in rows.nth(0).inner_text()
     assert "Written by the summarizer" in rows.nth(1).inner_text()
+    sent_now = [rows.nth(i).locator("td.field-current img").get_attribute("alt") for i in (0, 1)]
+    assert sent_now == ["True", "False"]
     assert "message " in rows.nth(1).locator("td.field-split").inner_text()
     assert build_context(conversation).window_summary == corrected
     request = json.loads(

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -39,6 +40,7 @@ class SummaryVersionAdmin(admin.ModelAdmin):
         "created",
         "conversation_link",
         "kind",
+        "current",
         "split",
         "model_and_tokens",
         "cost",
@@ -65,6 +67,17 @@ class SummaryVersionAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # nothing is lost: every version stays with its conversation
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[SummaryVersion]:
+        # Every summary write keeps a version: the newest of a conversation is the one sent.
+        newer = SummaryVersion.objects.filter(
+            conversation=OuterRef("conversation"), id__gt=OuterRef("id")
+        )
+        return super().get_queryset(request).annotate(_superseded=Exists(newer))
+
+    @admin.display(description="sent now", boolean=True)
+    def current(self, obj: SummaryVersion) -> bool:
+        return not getattr(obj, "_superseded", True)
 
     @admin.display(description="created", ordering="created_at")
     def created(self, obj: SummaryVersion) -> str:
