@@ -7,9 +7,11 @@ the testing kit's fake server, for every kind of summary: the window summary
 from __future__ import annotations
 
 import json
+from io import StringIO
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.core.management import call_command
 from django.test import override_settings
 
 from assistant.flows.staff import REGENERATE_SUMMARY
@@ -176,3 +178,25 @@ def test_the_language_is_that_of_the_users_messages_not_the_tools(conversation):
     assert Message.objects.filter(conversation=conversation, role="tool").count() == 4
     with override_settings(ASSISTANT_COMPACTION={}):
         assert guidance_for(conversation.pk).language == "French"
+
+
+def test_the_compact_conversation_command_takes_instructions(conversation, fake_llm, settings):
+    fake_llm.use_anthropic(settings)
+    settings.ASSISTANT_COMPACTION = {
+        **NO_FALLBACK_FOR_LOAD,
+        "TOOL_POLICIES": {"search": "summarize"},
+    }
+    french_conversation(conversation)
+    out = StringIO()
+    call_command(
+        "compact_conversation",
+        str(conversation.pk),
+        "--level",
+        "1",
+        "--instructions",
+        "Name the RSS feed's errors.",
+        stdout=out,
+    )
+    texts = summarizer_texts(fake_llm)
+    assert "shrank the context" in out.getvalue()
+    assert texts and all("Name the RSS feed's errors." in text for text in texts)
