@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.utils import timezone
@@ -439,3 +440,10 @@ def test_staff_correct_a_summary_and_bring_the_earlier_version_back(live_server,
     assert page.locator("#result_list tbody tr").count() == 3
     assert "Reverted" in page.locator("#result_list tbody tr").nth(0).inner_text()
     assert build_context(conversation).window_summary == model_text
+    # Each step is in the conversation's History, by whom.
+    entries = LogEntry.objects.filter(
+        object_id=str(conversation.pk), user__username="summary-staff"
+    )
+    said = " ".join(entries.values_list("change_message", flat=True))
+    assert "corrected summary is version" in said and "marked reviewed" in said
+    assert "is the current summary again" in said

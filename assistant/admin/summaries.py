@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
@@ -157,13 +158,18 @@ class SummaryVersionAdmin(admin.ModelAdmin):
         if not request.user.has_perm(COMPACT_PERMISSION):
             raise PermissionDenied
 
-    def _done(self, request: HttpRequest, conversation_id: int, run) -> HttpResponseRedirect:
+    def _done(self, request: HttpRequest, conversation: Conversation, run) -> HttpResponseRedirect:
+        """Run one service call, say what it did (or why not), and write it into the
+        conversation's History."""
         try:
             message = run()
             self.message_user(request, message, messages.SUCCESS)
+            user_id = request.user.pk
+            assert user_id is not None  # the admin serves signed-in staff only
+            LogEntry.objects.log_actions(user_id, [conversation], CHANGE, message)
         except ValidationError as error:
             self.message_user(request, " ".join(error.messages), messages.ERROR)
-        return HttpResponseRedirect(history_url(conversation_id))
+        return HttpResponseRedirect(history_url(conversation.pk))
 
     def revert_view(self, request: HttpRequest, version_id: int) -> HttpResponseRedirect:
         self._may_compact(request)
@@ -174,7 +180,7 @@ class SummaryVersionAdmin(admin.ModelAdmin):
             made = services.revert_summary(conversation, version.pk, acting_user=request.user)
             return f"Version {version.pk} is the current summary again (as version {made.pk})."
 
-        return self._done(request, conversation.pk, run)
+        return self._done(request, conversation, run)
 
     def review_view(self, request: HttpRequest, version_id: int) -> HttpResponseRedirect:
         self._may_compact(request)
@@ -184,7 +190,7 @@ class SummaryVersionAdmin(admin.ModelAdmin):
             services.review_summary(version.conversation, version.pk, acting_user=request.user)
             return f"Version {version.pk} marked reviewed."
 
-        return self._done(request, version.conversation_id, run)
+        return self._done(request, version.conversation, run)
 
     def correct_view(self, request: HttpRequest, conversation_id: int) -> Any:
         self._may_compact(request)
@@ -200,7 +206,7 @@ class SummaryVersionAdmin(admin.ModelAdmin):
                     "The earlier version is below, one click from coming back."
                 )
 
-            return self._done(request, conversation.pk, run)
+            return self._done(request, conversation, run)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
