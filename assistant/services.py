@@ -31,7 +31,7 @@ from assistant.flows.staff import Outcome, check_action, run_staff_action
 from assistant.llm.overflow import context_overflow
 from assistant.llm.prompts import call_instructions
 from assistant.llm.streaming import StreamInterrupted
-from assistant.models import Conversation, SummaryVersion
+from assistant.models import Conversation, Message, SummaryVersion
 from assistant.recall import run_tool_call, tool_definitions
 from assistant.store.deletion import mark_deleted, require_live, restore_deleted
 from assistant.store.events import acting_as
@@ -174,9 +174,9 @@ def queue_staff_action(
 @_live
 def pin_message(
     conversation: Conversation, message_id: Any, pinned: bool = True, *, acting_user: User = None
-) -> bool:
-    """Pin a message (or unpin it, `pinned=False`): docs/compaction.rst, "Pinned
-    messages". True when its flag changed; past PINNED_MAX_TOKENS a ValidationError."""
+) -> Message:
+    """Pin a message (or unpin it, `pinned=False`) and return it: docs/compaction.rst,
+    "Pinned messages". Past PINNED_MAX_TOKENS a ValidationError, nothing changed."""
     with acting_as(acting_user):
         return _pin(conversation, message_id, pinned)
 

@@ -64,7 +64,7 @@ def test_a_pinned_user_message_is_in_every_request_of_a_40_step_tool_loop(
             return client.messages.create(model="claude-sonnet-4-6", max_tokens=1024, **request)
 
         rule = add_message(conversation, "user", RULE)
-        assert pin_message(conversation, rule.pk) is True
+        assert pin_message(conversation, rule.pk).pinned
         chat.script_anthropic(ok("Understood."))
         chat_step(conversation, call_model, tools=TOOLS)
         add_message(conversation, "user", "Audit posts 1 to 40 and fix their titles.")
@@ -148,8 +148,7 @@ def test_pinning_a_compacted_message_brings_its_original_back(conversation):
     assert compact_tool_results(conversation) == 1
     assert Message.objects.get(pk=feed.pk).compacted_content is not None
     with override_settings(ASSISTANT_COMPACTION={"PINNED_MAX_TOKENS": 5_000}):
-        pin_message(conversation, feed.pk)
-    stored = Message.objects.get(pk=feed.pk)
+        stored = pin_message(conversation, feed.pk)
     assert stored.pinned and stored.compacted_content is None
     assert stored.token_estimate == stored.original_token_estimate
     sent = build_context(conversation).messages
@@ -170,8 +169,8 @@ def test_a_pin_past_the_budget_is_refused_and_nothing_is_dropped(conversation):
     ) == [first.pk]
     # Unpinning frees the room.
     with override_settings(ASSISTANT_COMPACTION={"PINNED_MAX_TOKENS": 500}):
-        assert pin_message(conversation, first.pk, pinned=False) is True
-        assert pin_message(conversation, second.pk) is True
+        assert not pin_message(conversation, first.pk, pinned=False).pinned
+        assert pin_message(conversation, second.pk).pinned
 
 
 @pytest.mark.parametrize(

@@ -41,9 +41,11 @@ def _pin(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet,
     changed = 0
     for message in queryset.select_related("conversation").order_by("id"):
         try:
-            changed += services.pin_message(
-                message.conversation, message.pk, pinned, acting_user=request.user
-            )
+            if message.pinned != pinned:
+                services.pin_message(
+                    message.conversation, message.pk, pinned, acting_user=request.user
+                )
+                changed += 1
         except ValidationError as error:
             modeladmin.message_user(
                 request, f"Message {message.pk}: {' '.join(error.messages)}", messages.ERROR

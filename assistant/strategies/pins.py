@@ -42,9 +42,9 @@ def _message(conversation: Conversation, message_id: Any) -> Message:
     return message
 
 
-def pin_message(conversation: Conversation, message_id: Any, pinned: bool = True) -> bool:
-    """Pin (or unpin) one message; True when its flag changed. A compacted message
-    is restored to its original first. Refused with a ValidationError: a message of
+def pin_message(conversation: Conversation, message_id: Any, pinned: bool = True) -> Message:
+    """Pin (or unpin) one message; returns it as stored. A compacted message is
+    restored to its original first. Refused with a ValidationError: a message of
     another conversation, a system message (always sent whole), a message whose
     original a retention policy dropped, and a pin past PINNED_MAX_TOKENS."""
     if not isinstance(pinned, bool):
@@ -53,14 +53,15 @@ def pin_message(conversation: Conversation, message_id: Any, pinned: bool = True
         # One pin at a time per conversation: the budget is checked against the others.
         Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
         message = _message(conversation, message_id)
-        if message.pinned == pinned:
-            return False
-        if pinned:
+        changed = message.pinned != pinned
+        if changed and pinned:
             _check_pinnable(conversation, message)
             restore_originals(conversation, [message.pk])
-        Message.objects.filter(pk=message.pk).update(pinned=pinned)
-    refresh_size(conversation.pk)
-    return True
+        if changed:
+            Message.objects.filter(pk=message.pk).update(pinned=pinned)
+    if changed:
+        refresh_size(conversation.pk)
+    return Message.objects.get(pk=message.pk)
 
 
 def _check_pinnable(conversation: Conversation, message: Message) -> None:
