@@ -25,20 +25,9 @@ from assistant.store.metadata import merge_metadata, read_metadata
 from assistant.store.queue import PREBUILD_TASK, enqueue_on_commit
 from assistant.strategies.prebuild import prebuild_window_summary
 from assistant.window import WindowState
+from assistant.window.decision import MoveWindow
 
 logger = logging.getLogger(__name__)
-
-
-def awaiting_worker(state: WindowState) -> bool:
-    """The worker was asked for the summary of the current split and has
-    not answered yet: a voluntary compaction now would be rewritten by the
-    shift that summary brings, so it waits too."""
-    request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
-    return (
-        state.meta.worker_seen
-        and request.get("base") == state.through_id
-        and not request.get("answered")
-    )
 
 
 def ask_worker_ahead(state: WindowState) -> bool:
@@ -79,6 +68,28 @@ def defer_to_worker(state: WindowState, config: CompactionConfig) -> bool:
     )
     state.metadata.pop(MetadataKeys.WORKER_SEEN_AT, None)
     return False
+
+
+def leave_to_worker(
+    state: WindowState, window: MoveWindow, *, changed: bool = False, adopted: bool = False
+) -> MoveWindow | None:
+    """The window step with a worker ahead (`MoveWindow.worker_ahead`): with no
+    shift due, ask it for the next summary (`MoveWindow.ask_worker`); a shift
+    the request does not need to fit (an early one, or one at the trigger once
+    compacting the consumed results got the request under it) waits for the
+    worker's summary (`defer_to_worker`). Returns the step to make here, checked
+    on `state` (`changed`: an earlier step changed the window; `adopted`: by
+    adopting the pre-built summary); None when the worker makes it."""
+    if changed:
+        window = window.on(state, state.config, adopted=adopted)
+    shift = window.shift
+    if shift is None:
+        if window.ask_worker:
+            ask_worker_ahead(state)
+        return None
+    if not shift.needed and defer_to_worker(state, state.config):
+        return None
+    return window
 
 
 def note_worker(conversation_id: int) -> None:
