@@ -22,6 +22,8 @@ two calls into one module: two steps owned by one module in a row).
 from __future__ import annotations
 
 import inspect
+import itertools
+import math
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,9 +33,9 @@ import pytest
 from django.test import override_settings
 
 from assistant.models import CompactionEvent
-from assistant.services import ensure_context_summary
+from assistant.services import add_message, ensure_context_summary
 from assistant.window import load_window
-from tests.builders import html, tool_turn
+from tests.builders import html
 
 pytestmark = pytest.mark.django_db
 
@@ -95,31 +97,50 @@ def walk(flow: str = FLOW) -> Iterator[Walk]:
         sys.setprofile(previous)
 
 
-def _past_the_trigger(conversation) -> None:
-    """Tool turns whose consumed results and plain turns take the context past
-    a 4,000-token trigger, the cache warm (the last answer just came)."""
-    for turn in range(5):
-        tool_turn(
-            conversation,
-            f"show post {turn}",
-            [("get_blog_post", {"id": turn}, html(3000, marker=f"Post {turn} "))],
-            answer=f"Post {turn} is about spring launches. " + "y" * 600,
-        )
+def _count(conversation) -> int:
+    """The provider's count of the request about to be sent: a tenth and a
+    half above our estimate, as dense text runs."""
+    return math.ceil(load_window(conversation.pk).estimated_tokens() * 1.15)
+
+
+def _chat_to_the_trigger(conversation, trigger: int) -> None:
+    """One conversation as the chat loop runs it, the hook before every model
+    call and every answer with the provider's count, up to the call that finds
+    the context past `trigger` (not made: the test makes it)."""
+    for turn in itertools.count():
+        add_message(conversation, "user", f"show post {turn}")
+        for answer in range(2):  # the call asking for the page, then the answer
+            if load_window(conversation.pk).context_tokens() >= trigger:
+                return
+            ensure_context_summary(conversation)
+            if answer == 0:
+                call = {"id": f"call_{turn}", "name": "get_blog_post", "arguments": {"id": turn}}
+                add_message(
+                    conversation,
+                    "assistant",
+                    "",
+                    tool_calls=[call],
+                    input_tokens=_count(conversation),
+                )
+                page = html(3000, marker=f"Post {turn} ")
+                add_message(conversation, "tool", page, tool_call_id=call["id"])
+            else:
+                text = f"Post {turn} is about spring launches. " + "y" * 600
+                add_message(conversation, "assistant", text, input_tokens=_count(conversation))
 
 
 @override_settings(
     ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 4000, "MAX_RECENT_TOKENS": 1200}
 )
 def test_past_the_trigger_the_flow_runs_its_plan_without_bouncing(conversation):
-    _past_the_trigger(conversation)
-    assert load_window(conversation.pk).context_tokens() >= 4000
+    _chat_to_the_trigger(conversation, 4000)
 
     with walk() as path:
         summary = ensure_context_summary(conversation)
 
     # The step was taken: the window shifted and its summary comes back.
     assert summary and summary == load_window(conversation.pk).summary
-    assert CompactionEvent.objects.filter(conversation=conversation, kind="window_summary").exists()
-    print(len(path.entries), path.entries, path.stretches(), path.reentered())
+    shifts = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
+    assert shifts.count() == 1
     assert len(path.entries) < 25, path.entries
     assert path.reentered() == [], path.stretches()

@@ -10,7 +10,8 @@ SOFT_WATERMARK, or when an early shift pays), and every shift the request
 does not need to fit waits for that summary instead of making the user wait
 on the summarizer: an early shift, and one at the trigger once compacting
 the consumed results got the request under it. Only a shift the request
-needs waits on the worker or summarizes on the chat path.
+needs waits on the worker or summarizes on the chat path. The pre-call flow
+runs this as its plan's window step (`leave_to_worker`) when a worker is ahead.
 """
 
 from __future__ import annotations
