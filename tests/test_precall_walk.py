@@ -30,11 +30,14 @@ from contextlib import contextmanager
 from types import FrameType
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
-from assistant.models import CompactionEvent
+from assistant.models import CompactionEvent, Conversation
 from assistant.services import add_message, ensure_context_summary
 from assistant.window import load_window
+from assistant.window.ledger import Ledger
 from tests.builders import html
 
 pytestmark = pytest.mark.django_db
@@ -144,3 +147,28 @@ def test_past_the_trigger_the_flow_runs_its_plan_without_bouncing(conversation):
     assert shifts.count() == 1
     assert len(path.entries) < 25, path.entries
     assert path.reentered() == [], path.stretches()
+
+
+@override_settings(
+    ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 4000, "MAX_RECENT_TOKENS": 1200}
+)
+def test_the_ledger_is_written_once_with_every_step_of_the_call_booked(conversation):
+    _chat_to_the_trigger(conversation, 4000)
+
+    events = CompactionEvent.objects.filter(conversation=conversation)
+    earlier = list(events.values_list("pk", flat=True))
+
+    with CaptureQueriesContext(connection) as queries:
+        ensure_context_summary(conversation)
+
+    # Two steps changed the window (a results batch, then the shift)...
+    kinds = events.exclude(pk__in=earlier).order_by("pk").values_list("kind", flat=True)
+    assert list(kinds) == ["tool_results", "window_summary"]
+    # ...and the ledger was written once, after both, with both booked.
+    writes = [
+        q["sql"] for q in queries if q["sql"].startswith("UPDATE") and "cache_ledger" in q["sql"]
+    ]
+    assert len(writes) == 1
+    ledger = Ledger.of(Conversation.objects.get(pk=conversation.pk).metadata)
+    freed = sum(event.tokens_before - event.tokens_after for event in events)  # every step so far
+    assert ledger.gap == freed
