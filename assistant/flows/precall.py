@@ -107,13 +107,14 @@ def _window_step(plan: Plan) -> MoveWindow:
     return next(step for step in plan.steps if isinstance(step, MoveWindow))
 
 
-def _move_window(run: _Run, window: MoveWindow | None) -> None:
+def _move_window(run: _Run, step: MoveWindow) -> None:
     """The window step: with a worker ahead, leave it a shift the request does
     not need (or ask it ahead); else, or when the worker cannot take it, shift
     here."""
+    window: MoveWindow | None = step
     changed = run.changed
-    if window is not None and window.worker_ahead:
-        window = leave_to_worker(run.state, window, changed=changed, adopted=run.adopted)
+    if step.worker_ahead:
+        window = leave_to_worker(run.state, step, changed=changed, adopted=run.adopted)
         changed = False  # checked on the window there
     if window is None:
         return
