@@ -204,12 +204,11 @@ def _cell(session: Session, name: str) -> str:
         text += f" (+{mine.recoverable} recoverable)"
     if mine.broken:
         text += f", {mine.broken} broken"
-    if name in PEERS and name != OURS and mine.clean and OURS in session.points:
-        if name in session.dominating(OURS):
-            text += " **dominates ours**"
-    elif name != OURS and session.dominating(name):
-        text += " (dominated)"
-    return text
+    if name == OURS:
+        return text
+    if name in PEERS:
+        return text + (" **dominates ours**" if name in session.dominating(OURS) else "")
+    return text + (" (dominated)" if session.dominating(name) else "")
 
 
 def _mark(verdict: bool | None) -> str:

@@ -8,8 +8,9 @@ token count of that request as the provider's `input_tokens`, then its tool
 results; after the last message of a user turn the exchange is stamped and
 the post-exchange pipeline (`process_exchange`) runs in-process.
 
-The peers run in memory (bench/baselines.py, bench/peers.py, and the two
-ported from their sources: bench/openhands.py, bench/server_compaction.py), in a
+The peers run in memory (bench/baselines.py, bench/peers.py, and those written
+from their sources: bench/openhands.py, bench/server_compaction.py,
+bench/complexity_trap.py), in a
 second process while ours replays (`Beside`), as is ours with cached-suffix
 summaries, and ours again with every answer recorded as an OpenAI model's, so
 that the decision judges its voluntary steps at OpenAI's cache prices (a cache
