@@ -20,6 +20,7 @@ providers without prompt caching.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TypeVar
 
 from django.utils import timezone
@@ -39,6 +40,7 @@ from assistant.window import (
     TOKEN_RATIO_DRIFT,
     Plan,
     Results,
+    Shift,
     WindowState,
     consumed_tool_rows,
     decide,
@@ -55,19 +57,25 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def ensure_context_summary(conversation: Conversation) -> str | None:
+def ensure_context_summary(
+    conversation: Conversation, *, on_demand: Callable[[WindowState, Shift], bool] | None = None
+) -> str | None:
     """The pre-call hook: bring the context within budget and return the
     window summary the next request carries. Three queries when nothing is due.
-    A deleted or purged conversation is refused first (`conversation_deleted`)."""
+    A deleted or purged conversation is refused first (`conversation_deleted`).
+    `on_demand` (chat_step under PROVIDER_COMPACTION "auto"): asked first to make a
+    window shift as the provider's compaction; ours makes it when it returns False."""
     require_live(conversation)
     with telemetry.pre_call_hook(conversation.pk):
-        summary, state = _ensure_context_summary(conversation, compaction_config())
+        summary, state = _ensure_context_summary(conversation, compaction_config(), on_demand)
         store_size(state)  # the admin list's figure: the size this call left
         return summary
 
 
 def _ensure_context_summary(
-    conversation: Conversation, config: CompactionConfig
+    conversation: Conversation,
+    config: CompactionConfig,
+    on_demand: Callable[[WindowState, Shift], bool] | None = None,
 ) -> tuple[str | None, WindowState]:
     """Load the window once, decide (assistant.window.decision), execute the plan:
     each step that changes the window is followed by a decision on the
@@ -102,6 +110,9 @@ def _ensure_context_summary(
             # Compaction got the request under the trigger: the shift the trigger
             # calls for need not hold the chat up; the worker makes it.
             return state.summary, state
+        if on_demand is not None and on_demand(state, shift):
+            state = load_window(conversation.pk, config)
+            return state.summary, state
         # Under the lease the shift goes on unless another caller got the context
         # below what this one saw. Only a shift the request needs waits on another
         # process's summary.
@@ -112,6 +123,9 @@ def _ensure_context_summary(
     # trigger, and the plan decided after it holds only an early one.
     if shift is not None:  # an early shift, which pays
         if plan.worker_ahead and defer_to_worker(state, config):
+            return state.summary, state
+        if on_demand is not None and on_demand(state, shift):
+            state = load_window(conversation.pk, config)
             return state.summary, state
         summary = shift_window(conversation.pk, config, shift)
         return summary, _compact_kept(state, _after_shift(state, cold=plan.cold), plan)
