@@ -99,9 +99,10 @@ def compact_on_demand(
     tools: list[dict[str, Any]] | None,
 ) -> bool:
     """Ask the provider to compact what the shift would summarize: everything before
-    the first user message the shift keeps, which then carries the block."""
+    the first message the shift keeps that is not a tool result (a result goes with
+    its call), which then carries the block."""
     kept = next(
-        (row for row in state.rows[shift.start or 0 :] if row.role == Message.Role.USER), None
+        (row for row in state.rows[shift.start or 0 :] if row.role != Message.Role.TOOL), None
     )
     if shift.start is None or kept is None or kept.pk == state.rows[0].pk:
         return False
