@@ -106,12 +106,14 @@ def _ensure_context_summary(
         plan = decide(state, config, now, first=plan, adopted=state.through_id != split)
     shift = plan.shift
     if shift is not None and shift.kind == "forced":
+        # At the trigger, the provider's on-demand compaction first (PROVIDER_COMPACTION
+        # "auto"); ours when it did not compact.
+        if on_demand is not None and on_demand(state, shift):
+            state = load_window(conversation.pk, config)
+            return state.summary, state
         if not shift.needed and plan.worker_ahead and defer_to_worker(state, config):
             # Compaction got the request under the trigger: the shift the trigger
             # calls for need not hold the chat up; the worker makes it.
-            return state.summary, state
-        if on_demand is not None and on_demand(state, shift):
-            state = load_window(conversation.pk, config)
             return state.summary, state
         # Under the lease the shift goes on unless another caller got the context
         # below what this one saw. Only a shift the request needs waits on another
