@@ -842,7 +842,7 @@ def test_the_readmes_loop_with_the_providers_own_compaction(
     with (host.project / PROJECT / "settings.py").open("a") as file:
         file.write(
             "\nimport os\n\nASSISTANT_COMPACTION = {**ASSISTANT_COMPACTION, "
-            '"PROVIDER_COMPACTION": os.environ["LOOP_PROVIDER_COMPACTION"]}\n'
+            '"PROVIDER_COMPACTION": os.environ.get("LOOP_PROVIDER_COMPACTION", "ours")}\n'
         )
     (host.project / "provider_loop.py").write_text(
         PROVIDER_LOOP.replace("TURNS", str(PROVIDER_TURNS))
