@@ -353,3 +353,26 @@ def test_usage_without_iterations_is_the_top_level_usage():
     )
     answer, compaction = anthropic_usage(usage)
     assert (answer.prompt_tokens, answer.output_tokens, compaction) == (100, 5, None)
+
+
+@override_settings(ASSISTANT_COMPACTION=PROVIDER)
+def test_the_admin_shows_where_the_provider_compacted_and_its_cost(
+    fake_llm, conversation, admin_client
+):
+    call_model = beta_call(claude(fake_llm))
+    script_logs(fake_llm, "anthropic.messages", [1, 2, 3, 4])
+    turn(conversation, call_model, "Check builds 1 to 4")
+    carrier = Message.objects.get(conversation=conversation, provider_compaction__isnull=False)
+
+    page = admin_client.get(f"/admin/assistant/conversation/{conversation.pk}/change/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert f'Compacted by the provider <span class="at-message">at #{carrier.pk}</span>' in html
+    # The inspector's first message is the carrier, its block shown with it.
+    assert html.index(carrier.provider_compaction["block"]["signature"]) > 0
+    cost, _ = conversation_cost(conversation)
+    assert cost.summarizer > 0
+    events = admin_client.get(
+        f"/admin/assistant/compactionevent/?conversation__exact={conversation.pk}"
+    )
+    assert "Compacted by the provider" in events.content.decode()

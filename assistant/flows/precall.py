@@ -108,9 +108,8 @@ def _ensure_context_summary(
     if shift is not None and shift.kind == "forced":
         # At the trigger, the provider's on-demand compaction first (PROVIDER_COMPACTION
         # "auto"); ours when it did not compact.
-        if on_demand is not None and on_demand(state, shift):
-            state = load_window(conversation.pk, config)
-            return state.summary, state
+        if (compacted := _provider_shift(on_demand, state, shift)) is not None:
+            return compacted.summary, compacted
         if not shift.needed and plan.worker_ahead and defer_to_worker(state, config):
             # Compaction got the request under the trigger: the shift the trigger
             # calls for need not hold the chat up; the worker makes it.
@@ -126,14 +125,23 @@ def _ensure_context_summary(
     if shift is not None:  # an early shift, which pays
         if plan.worker_ahead and defer_to_worker(state, config):
             return state.summary, state
-        if on_demand is not None and on_demand(state, shift):
-            state = load_window(conversation.pk, config)
-            return state.summary, state
+        if (compacted := _provider_shift(on_demand, state, shift)) is not None:
+            return compacted.summary, compacted
         summary = shift_window(conversation.pk, config, shift)
         return summary, _compact_kept(state, _after_shift(state, cold=plan.cold), plan)
     if plan.ask_worker:
         ask_worker_ahead(state)
     return state.summary, state
+
+
+def _provider_shift(
+    on_demand: Callable[[WindowState, Shift], bool] | None, state: WindowState, shift: Shift
+) -> WindowState | None:
+    """The window after the provider's on-demand compaction made `shift`; None when
+    there is no such compaction or it did not compact (ours makes the shift)."""
+    if on_demand is None or not on_demand(state, shift):
+        return None
+    return load_window(state.conversation_id, state.config)
 
 
 def _compact_kept(before: WindowState, after: WindowState, plan: Plan) -> WindowState:
