@@ -11,13 +11,15 @@ import json
 import anthropic
 import openai
 import pytest
+from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.db import connections
 from django.test import override_settings
 
 from assistant.llm.anthropic import ANTHROPIC, MIN_TRIGGER, anthropic_usage
-from assistant.models import CompactionEvent, Message
+from assistant.models import CompactionEvent, Conversation, Message
 from assistant.recall import run_tool_call
-from assistant.services import add_message, answer_tool_calls, chat_step
+from assistant.services import achat_step, add_message, answer_tool_calls, chat_step
 from assistant.settings.conf import compaction_config
 from assistant.store.provider_compaction import validated
 from assistant.testing.fake_compaction import ANTHROPIC_COMPACTION, SUMMARY_TOKENS, signature
@@ -376,3 +378,57 @@ def test_the_admin_shows_where_the_provider_compacted_and_its_cost(
         f"/admin/assistant/compactionevent/?conversation__exact={conversation.pk}"
     )
     assert "Compacted by the provider" in events.content.decode()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def async_turn_script(fake: FakeProvider, number: int) -> None:
+    fake.script(
+        "anthropic.messages",
+        ok(tool_calls=[{"name": "get_log", "arguments": {"id": number}}]),
+        ok(f"Build {number} is green."),
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True)
+@override_settings(
+    ASSISTANT_COMPACTION={
+        "PROVIDER_COMPACTION": "auto",
+        "CONTEXT_TOKEN_THRESHOLD": 20_000,
+        "MAX_RECENT_TOKENS": 8_000,
+    }
+)
+async def test_achat_step_makes_the_on_demand_compaction_with_the_async_client(
+    fake_llm, anyio_backend
+):
+    client = anthropic.AsyncAnthropic(api_key="test-key", base_url=fake_llm.url, max_retries=0)
+
+    def call_model(request):  # an awaitable, as achat_step's call_model returns
+        return client.beta.messages.create(model=MODEL, max_tokens=1024, **request)
+
+    conversation = await sync_to_async(Conversation.objects.create)(title="async")
+    try:
+        for number in range(1, 9):
+            async_turn_script(fake_llm, number)
+            await sync_to_async(add_message)(conversation, "user", f"Check build {number}")
+            while True:
+                step = await achat_step(conversation, call_model, tools=TOOLS)
+                if not step.tool_calls:
+                    break
+                await sync_to_async(answer_tool_calls)(conversation, step.tool_calls, run_log)
+    finally:
+        await client.close()
+
+    carriers = await sync_to_async(list)(
+        Message.objects.filter(conversation=conversation, provider_compaction__live=True)
+    )
+    assert carriers and fake_llm.count(ANTHROPIC_COMPACTION) == len(carriers)
+    last = sent(fake_llm)[-1]
+    assert canonical(last["messages"][0]["content"][0]) == canonical(
+        carriers[-1].provider_compaction["block"]
+    )
+    await sync_to_async(connections.close_all)()
