@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import connections
 from django.test import override_settings
 
+from assistant.flows.post_exchange import shift_ahead
 from assistant.llm.anthropic import ANTHROPIC, MIN_TRIGGER, anthropic_usage
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.recall import run_tool_call
@@ -432,3 +433,15 @@ async def test_achat_step_makes_the_on_demand_compaction_with_the_async_client(
         carriers[-1].provider_compaction["block"]
     )
     await sync_to_async(connections.close_all)()
+
+
+def test_the_worker_builds_no_summary_ahead_while_the_provider_compacts(fake_llm, conversation):
+    call_model = beta_call(claude(fake_llm))
+    keys = {"CONTEXT_TOKEN_THRESHOLD": 60_000}
+    with override_settings(ASSISTANT_COMPACTION={**keys, **PROVIDER}):
+        script_logs(fake_llm, "anthropic.messages", [1, 2, 3])
+        turn(conversation, call_model, "Check builds 1 to 3")
+        assert not Message.objects.filter(provider_compaction__isnull=False).exists()
+        assert shift_ahead(conversation.pk, compaction_config()) is False
+    with override_settings(ASSISTANT_COMPACTION=keys):
+        assert shift_ahead(conversation.pk, compaction_config()) is True

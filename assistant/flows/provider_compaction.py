@@ -18,7 +18,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from assistant.llm.catalog import read_response
+from assistant.llm.catalog import WIRES, read_response
 from assistant.llm.streaming import aread_answer, asynchronous, read_answer
 from assistant.llm.wire import Wire
 from assistant.models import Conversation, Message
@@ -57,7 +57,7 @@ def provider_step(
     mode = config.PROVIDER_COMPACTION
     if mode == "provider":
         extras = wire.threshold_compaction(config.CONTEXT_TOKEN_THRESHOLD)
-        if extras is None or ours_after_failure(conversation):
+        if extras is None or ours_after_failure(conversation.pk):
             return ProviderStep()
         return ProviderStep(run_hook=False, extras=extras)
     if mode == "auto" and wire.on_demand_compaction({}) is not None:
@@ -65,17 +65,27 @@ def provider_step(
     return ProviderStep()
 
 
-def ours_after_failure(conversation: Conversation) -> bool:
+def provider_compacts(state: WindowState, config: CompactionConfig) -> bool:
+    """Under "provider", whether the wire of the window's newest answer compacts on its
+    side (so no window summary of ours will be needed while it does)."""
+    name = state.answered_by[0]
+    if config.PROVIDER_COMPACTION != "provider" or name not in WIRES:
+        return False
+    extras = WIRES[name].threshold_compaction(config.CONTEXT_TOKEN_THRESHOLD)
+    return extras is not None and not ours_after_failure(state.conversation_id)
+
+
+def ours_after_failure(conversation_id: int) -> bool:
     """The provider's newest compaction failed and no window shift of ours came after it."""
     newest = (
-        Message.objects.filter(conversation_id=conversation.pk, provider_compaction__isnull=False)
+        Message.objects.filter(conversation_id=conversation_id, provider_compaction__isnull=False)
         .order_by("-id")
         .values_list("id", "provider_compaction__live")
         .first()
     )
     if newest is None or newest[1]:
         return False
-    through = Conversation.objects.get(pk=conversation.pk).compaction_through_message_id
+    through = Conversation.objects.get(pk=conversation_id).compaction_through_message_id
     return through is None or through < newest[0]
 
 
