@@ -11,7 +11,6 @@ shift to ours. What the provider returns is stored by assistant.store.provider_c
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +27,6 @@ from assistant.store import provider_compaction
 from assistant.window import WindowState
 from assistant.window.context import context_before
 from assistant.window.decision import Shift
-
-logger = logging.getLogger(__name__)
 
 # The host's call: request keyword arguments in, the SDK's answer (or stream) out.
 CallModel = Callable[[dict[str, Any]], Any]
@@ -54,13 +51,14 @@ def provider_step(
     call_model: CallModel,
     tools: list[dict[str, Any]] | None,
 ) -> ProviderStep:
+    """What chat_step does about compaction under PROVIDER_COMPACTION with `wire`."""
     mode = config.PROVIDER_COMPACTION
     if mode == "provider":
         extras = wire.threshold_compaction(config.CONTEXT_TOKEN_THRESHOLD)
         if extras is None or ours_after_failure(conversation.pk):
             return ProviderStep()
         return ProviderStep(run_hook=False, extras=extras)
-    if mode == "auto" and wire.on_demand_compaction({}) is not None:
+    if mode == "auto" and wire.on_demand_compaction({}) is not None:  # the wire has one
         return ProviderStep(on_demand=on_demand(conversation, wire, call_model, tools))
     return ProviderStep()
 
