@@ -41,7 +41,7 @@ from assistant.window.decision import Shift
 from bench.chat import finish_turn, store
 from bench.fake_summarizer import FakeSummarizer, count_tokens
 from bench.measures import price_recalls, use_fake
-from bench.payload import CACHE_READ, CostMeter, payload_tokens
+from bench.payload import CACHE_READ, CostMeter, neutral_tokens, payload_tokens
 from bench.server_compaction import DEFAULT_PROMPT
 from bench.sessions import OURS_AUTO, OURS_PROVIDER, SYSTEM_PROMPT, Session
 
@@ -110,7 +110,9 @@ def replay(session: Session, name: str, meter: CostMeter, server: EmulatedServer
         for index, message in enumerate(session.messages):
             fields: dict[str, Any] = {}
             if message["role"] == "assistant":
-                fields = _model_call(conversation, server, meter, session.probes.get(index))
+                newest = sum(neutral_tokens(m) for m in session.newest_step(index))
+                probes = session.probes.get(index)
+                fields = _model_call(conversation, server, meter, probes, newest)
             store(conversation, message, **fields)
             if index in ends:
                 finish_turn(conversation)
@@ -121,6 +123,7 @@ def _model_call(
     server: EmulatedServer,
     meter: CostMeter,
     probes: list[str] | None,
+    newest: int,
 ) -> dict[str, Any]:
     """What chat_step does before the call, the emulated call, and the fields the
     answer is stored with."""
@@ -144,7 +147,7 @@ def _model_call(
         summary = {"type": "text", "text": compaction["block"]["content"]}
         alone = [{"role": "user", "content": [summary]}]
         payload = {"system": payload["system"], "messages": alone}
-    figures = meter.record(payload, probes or [])
+    figures = meter.record(payload, probes or [], newest)
     price_recalls(meter, conversation.pk, payload)
     server.previous = figures.tokens
     fields["input_tokens"] = figures.tokens
