@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('assistant', '0012_context_size_basis'),
+        ('assistant', '0013_provider_compaction'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
