@@ -328,9 +328,7 @@ class Message(models.Model):
     token_estimate = models.PositiveIntegerField(default=0)
     original_token_estimate = models.PositiveIntegerField(default=0)
     metadata = models.JSONField(default=dict, blank=True, db_default={})
-    # Pinned (assistant.strategies.pins): never compacted, stubbed or summarized away;
-    # sent in place while verbatim, then in the pinned section (docs/compaction.rst).
-    pinned = models.BooleanField(default=False, db_default=False)
+    pinned = models.BooleanField(default=False, db_default=False)  # see strategies/pins.py
     # The provider's own compaction this message carries (docs/provider-compaction.rst):
     # {"wire", "block" (Anthropic's compaction block or OpenAI's compaction item, verbatim),
     # "live" (it holds a summary: the requests start at this message), "on_demand",
@@ -355,8 +353,7 @@ class Message(models.Model):
                 name="assistant_msg_system",
                 condition=models.Q(role="system"),
             ),
-            # The window query reads a conversation's pinned messages below its split.
-            models.Index(
+            models.Index(  # the window query's pinned messages below the split
                 fields=["conversation", "id"],
                 name="assistant_msg_pinned",
                 condition=models.Q(pinned=True),
@@ -471,36 +468,27 @@ class CompactionEvent(models.Model):
         return f"{self.get_kind_display()} on {self.conversation_id}"
 
 
+_USER = settings.AUTH_USER_MODEL
+
+
 class SummaryVersion(models.Model):
-    """One version of a conversation's window summary: every summary written
-    (by the model, the offline summarizer, a staff correction or a revert) is
-    kept; the newest is the one requests carry (assistant.store.summaries)."""
+    """A window summary as written (model, staff edit, revert): assistant.store.summaries."""
 
     class Kind(models.TextChoices):
         MODEL = "model", "Written by the summarizer"
         STAFF_EDIT = "staff_edit", "Corrected by staff"
         REVERT = "revert", "Reverted to an earlier version"
 
-    conversation = models.ForeignKey(
-        Conversation, on_delete=models.CASCADE, related_name="summary_versions"
-    )
-    # The split: the summary covers the messages up to this id.
+    conversation = models.ForeignKey(Conversation, models.CASCADE, related_name="summary_versions")
     through_message_id = models.BigIntegerField(null=True, blank=True)
     text = models.TextField()
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MODEL)
     model = models.CharField(max_length=128, blank=True, default="")
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
-    # A revert names the version whose text it brought back.
-    source = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    reviewed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    source = models.ForeignKey("self", models.SET_NULL, null=True, blank=True, related_name="+")
+    created_by = models.ForeignKey(_USER, models.SET_NULL, null=True, blank=True, related_name="+")
+    reviewed_by = models.ForeignKey(_USER, models.SET_NULL, null=True, blank=True, related_name="+")
     reviewed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
