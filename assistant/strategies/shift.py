@@ -23,7 +23,7 @@ from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.events import record_compaction, stopwatch
 from assistant.store.leases import Lease, summary_lease, wait_for_release
 from assistant.store.metadata import merge_metadata, read_metadata
-from assistant.strategies.pending import ask_for_replacement, keep_landed_summary
+from assistant.strategies.pending import ask_for_replacement, keep_landed_summary, landed_on
 from assistant.strategies.summary import (
     LeaseLost,
     Suffix,
@@ -322,7 +322,16 @@ def _store_window(
         remove.append(MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID)
     else:
         values[MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID] = anchor.pk
-    stored = bool(merge_metadata(lease.holding(), values, remove=remove))
+    holding = lease.holding()
+    if offline is None:
+        stored = bool(merge_metadata(holding, values, remove=remove))
+    else:
+        # A late holder's summary of this split that landed since the takeover stays
+        # pending: it replaces the offline one (`keep_landed_summary`).
+        landed = landed_on(state.through_id)
+        stored = bool(merge_metadata(holding.exclude(landed), values, remove=remove))
+        kept = [key for key in remove if key not in PENDING_SUMMARY_KEYS]
+        stored = stored or bool(merge_metadata(holding.filter(landed), values, remove=kept))
     if stored:
         refresh_size(state.conversation_id, state.config)
     return stored
