@@ -24,7 +24,7 @@ from assistant.settings.conf import CompactionConfig
 from assistant.store.metadata import merge_metadata, read_metadata
 from assistant.store.queue import PREBUILD_TASK, enqueue_on_commit
 from assistant.strategies.prebuild import prebuild_window_summary
-from assistant.window import WindowState
+from assistant.window import WindowState, shift_within_latency
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,14 @@ def ask_worker_ahead(state: WindowState) -> bool:
     # The queued marker keeps one such task waiting per conversation.
     enqueue_on_commit(PREBUILD_TASK, state.conversation_id, unless_queued=True)
     return True
+
+
+def ask_after_shift(state: WindowState, plan_ahead: bool) -> None:
+    """Right after a shift (`state`: the window it left): ask the worker for the
+    next summary at once when the next shift is due within one worker latency
+    (`shift_within_latency`), rather than at the next call, a call later."""
+    if plan_ahead and shift_within_latency(state, state.config):
+        ask_worker_ahead(state)
 
 
 def defer_to_worker(state: WindowState, config: CompactionConfig) -> bool:

@@ -24,7 +24,12 @@ from typing import TypeVar
 
 from django.utils import timezone
 
-from assistant.flows.prebuild import ask_worker_ahead, awaiting_worker, defer_to_worker
+from assistant.flows.prebuild import (
+    ask_after_shift,
+    ask_worker_ahead,
+    awaiting_worker,
+    defer_to_worker,
+)
 from assistant.models import Conversation, MetadataKeys
 from assistant.ops import telemetry
 from assistant.settings.conf import CompactionConfig, compaction_config
@@ -40,6 +45,7 @@ from assistant.window import (
     Plan,
     Results,
     WindowState,
+    adopted_split,
     consumed_tool_rows,
     decide,
     load_window,
@@ -106,7 +112,7 @@ def _ensure_context_summary(
         # below what this one saw. Only a shift the request needs waits on another
         # process's summary.
         summary = shift_window(conversation.pk, config, shift)
-        return summary, _compact_kept(state, _after_shift(state, cold=plan.cold), plan)
+        return summary, _after_the_shift(state, plan)
     # Past the trigger with a cached-suffix request, a pre-built summary was adopted
     # instead (its kept results compacted with it): it stood for the shift at the
     # trigger, and the plan decided after it holds only an early one.
@@ -114,10 +120,19 @@ def _ensure_context_summary(
         if plan.worker_ahead and defer_to_worker(state, config):
             return state.summary, state
         summary = shift_window(conversation.pk, config, shift)
-        return summary, _compact_kept(state, _after_shift(state, cold=plan.cold), plan)
+        return summary, _after_the_shift(state, plan)
     if plan.ask_worker:
         ask_worker_ahead(state)
     return state.summary, state
+
+
+def _after_the_shift(before: WindowState, plan: Plan) -> WindowState:
+    """Book the shift, compact what it kept, and ask the worker for the next
+    summary now if the next shift is due within its latency."""
+    after = _compact_kept(before, _after_shift(before, cold=plan.cold), plan)
+    if after.through_id != before.through_id:
+        ask_after_shift(after, plan.worker_ahead)
+    return after
 
 
 def _compact_kept(before: WindowState, after: WindowState, plan: Plan) -> WindowState:
@@ -140,14 +155,17 @@ def short_of_the_shift(before: WindowState, after: WindowState, plan: Plan) -> R
     went on): the consumed tool results between its split and the planned one
     would have been summarized by the shift made now, so they are compacted
     in the same rewrite (their originals stay, recalled by handle). None when
-    the shift reached the planned split."""
+    the shift reached the planned split. The planned split of an early shift
+    is the one planned when the summary was asked for (`adopted_split`)."""
     shift = plan.shift
     if shift is None or shift.start is None or shift.start >= len(before.rows):
         return None
     first_kept = before.rows[shift.start].pk
-    rows = [row for row in consumed_tool_rows(after.rows) if row.pk < first_kept]
-    if not rows:
+    if not any(row.pk < first_kept for row in consumed_tool_rows(after.rows)):
         return None
+    start = adopted_split(before, before.config, shift) or shift.start
+    first_kept = before.rows[min(start, len(before.rows) - 1)].pk
+    rows = [row for row in consumed_tool_rows(after.rows) if row.pk < first_kept]
     compaction = plan_compaction(rows, after.config, keep_newest=0)
     return Results(compaction, free=True, everything=True, pays=False)
 

@@ -15,6 +15,7 @@ decision taken in two looks.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -42,6 +43,8 @@ SUFFIX_FIRST = "cached_suffix_shift_first"  # the shift re-sends the cached requ
 ADOPT_PENDING = "adopt_prebuilt_on_cold_cache"
 EARLY_PAYS = "early_shift_pays"
 SOFT_WATERMARK = "past_soft_watermark"  # the worker is asked for the next summary
+# ... or a shift is due once the window grew by what it gains in one worker latency.
+SHIFT_WITHIN_LATENCY = "shift_within_worker_latency"
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,9 @@ def decide(
     ask = worker_ahead and state.context_tokens() >= config.SOFT_WATERMARK * trigger
     if ask:
         reasons.append(SOFT_WATERMARK)
+    elif worker_ahead and shift_within_latency(state, config):
+        ask = True
+        reasons.append(SHIFT_WITHIN_LATENCY)
     return Plan(
         tokens=tokens,
         eager=eager,
@@ -225,19 +231,21 @@ def tail_tokens(state: WindowState, plan: CompactionPlan) -> int:
     return sum(row.token_estimate for row in verbatim[first:])
 
 
-def early_shift(state: WindowState, config: CompactionConfig) -> Shift | None:
+def early_shift(state: WindowState, config: CompactionConfig, *, ahead: int = 0) -> Shift | None:
     """Past COMPACT_WATERMARK, shift the window before the trigger when it
     frees at least COMPACT_MIN_FREE_TOKENS and pays for itself (`step_pays`)
     at what it costs: rewriting the context (the new summary leads it) and
-    the summarizer reading what it summarizes. None when it does not pay."""
-    if state.context_tokens() < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
+    the summarizer reading what it summarizes. None when it does not pay.
+    `ahead`: judged on the window grown by that many tokens, all of them
+    summarized by the shift (a pre-build keeps the same verbatim budget)."""
+    if state.context_tokens() + ahead < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
         return None
     budget, start = split_for(state, config, early=True)
     if start is None:
         return None
     system = state.tokens(state.system)
-    before = state.estimated_tokens() - system
-    summarized = sum(row.token_estimate for row in state.rows[:start])
+    before = state.estimated_tokens() - system + ahead
+    summarized = sum(row.token_estimate for row in state.rows[:start]) + ahead
     old_summary = state.tokens(state.summary)
     after = before - summarized + (old_summary or config.SUMMARY_ESTIMATE_TOKENS)
     prices = state.cache_prices
@@ -246,6 +254,38 @@ def early_shift(state: WindowState, config: CompactionConfig) -> Shift | None:
         state, config, before - after, cost
     )
     return Shift("early", config.COMPACT_WATERMARK, False, budget, start) if pays else None
+
+
+def shift_within_latency(state: WindowState, config: CompactionConfig) -> bool:
+    """Whether a shift is due (at the trigger, or early because it pays) once
+    the window has grown by what it gains in one worker latency (the last
+    request's ask-to-answer time, `WindowState.growth_within`): asked for now,
+    the worker's summary is ready when the chat gets there, instead of one
+    latency later while the window goes on growing (docs/compaction.rst)."""
+    latency = float(state.meta.prebuild_request.get("took") or 0)
+    ahead = state.growth_within(latency)
+    if ahead <= 0:
+        return False
+    if state.context_tokens() + ahead >= config.CONTEXT_TOKEN_THRESHOLD:
+        return True
+    return early_shift(state, config, ahead=ahead) is not None
+
+
+def adopted_split(state: WindowState, config: CompactionConfig, shift: Shift) -> int | None:
+    """Where the shift a pre-built summary stands for falls on `state` (the
+    window before it is adopted): the planned split, or, for an early shift,
+    the one planned on the window as it was one worker latency ago, when the
+    summary was asked for (this window less what it gained since, of which
+    an early shift keeps RECENT_FRACTION verbatim, `verbatim_budget`). The
+    chat went on meanwhile; planned on the larger window, the shift would keep
+    verbatim what it grew by, and every call after it would read that."""
+    if shift.kind != "early" or shift.start is None:
+        return shift.start
+    latency = float(state.meta.prebuild_request.get("took") or 0)
+    then = max(state.estimated_tokens() - state.growth_within(latency), 0)
+    budget = min(shift.budget, math.ceil(config.RECENT_FRACTION * then))
+    start = choose_split(state.rows, config, budget=budget)
+    return shift.start if start is None else max(start, shift.start)
 
 
 def split_for(
