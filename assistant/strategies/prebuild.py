@@ -40,7 +40,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
     trigger will take, projected), or at the pre-call hook's request inside
     a turn (`requested`: the split the hook would take now, from what the
     window holds when the worker gets to it): where, and whether at all, the
-    decision says (`assistant.window.decision.worker_split`)."""
+    projection says (`assistant.window.projection.worker_split`)."""
     config = compaction_config()
     state = load_window(conversation.pk, config)
     if state.meta.offline_shift and state.meta.offline_replacement is None:
