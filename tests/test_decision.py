@@ -16,8 +16,12 @@ from assistant.window import (
     AT_TRIGGER,
     COLD_CACHE,
     COUNT_TRIGGER,
+    SHIFT_WITHIN_LATENCY,
+    Shift,
+    adopted_split,
     decide,
     load_window,
+    split_for,
     worker_split,
 )
 from assistant.window.ledger import Outlook
@@ -81,6 +85,63 @@ def test_the_worker_builds_below_the_soft_watermark_only_when_the_hook_asks(conv
     assert prebuild_window_summary(conversation, requested=True)
     metadata = load_window(conversation.pk).metadata
     assert metadata[MetadataKeys.PENDING_THROUGH_MESSAGE_ID] == rows[3].pk
+
+
+@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 1000, "MAX_RECENT_TOKENS": 400})
+def test_the_worker_is_asked_one_latency_before_the_shift_the_window_is_growing_into(
+    conversation,
+):
+    rows = chat_turns(conversation, 3, size=400)  # ~606 tokens: under 80% of the trigger
+    start = timezone.now() - timedelta(seconds=50)
+    for i, row in enumerate(rows):  # one message every 10 s: ~10 tokens a second
+        type(row).objects.filter(pk=row.pk).update(created_at=start + timedelta(seconds=10 * i))
+    config = compaction_config()
+
+    def plan_when_the_worker_took(seconds: float):
+        metadata = {MetadataKeys.WORKER_SEEN_AT: 1.0}
+        metadata[MetadataKeys.PREBUILD_REQUEST] = {"base": None, "answered": True, "took": seconds}
+        conversation.metadata = metadata
+        conversation.save(update_fields=["metadata"])
+        state = load_window(conversation.pk)
+        return state, decide(state, config, timezone.now())
+
+    state, quick = plan_when_the_worker_took(5)  # the window gains ~50 tokens meanwhile
+    assert state.growth_within(5) < 100
+    assert (quick.shift, quick.ask_worker) == (None, False)
+    state, slow_worker = plan_when_the_worker_took(40)  # ~400: past the trigger by then
+    assert state.context_tokens() + state.growth_within(40) >= 1000
+    assert (slow_worker.shift, slow_worker.ask_worker) == (None, True)
+    assert SHIFT_WITHIN_LATENCY in slow_worker.reasons
+
+
+@override_settings(
+    ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 5000, "MAX_RECENT_TOKENS": 2000}
+)
+def test_an_adopted_early_shift_keeps_what_it_would_have_kept_when_it_was_asked_for(
+    conversation,
+):
+    rows = chat_turns(conversation, 10, size=400)  # 20 messages of ~101 tokens
+    start = timezone.now() - timedelta(seconds=200)
+    for i, row in enumerate(rows):  # one message every 10 s: ~10 tokens a second
+        type(row).objects.filter(pk=row.pk).update(created_at=start + timedelta(seconds=10 * i))
+    config = compaction_config()
+
+    def adopted(took: float, kind: str = "early") -> tuple[int | None, int | None]:
+        request = {"base": None, "answered": True, "took": took}
+        conversation.metadata = {MetadataKeys.PREBUILD_REQUEST: request}
+        conversation.save(update_fields=["metadata"])
+        state = load_window(conversation.pk)
+        budget, split = split_for(state, config, early=kind == "early")
+        return split, adopted_split(state, config, Shift(kind, 0.3, False, budget, split))
+
+    planned, same = adopted(0)  # no latency: the shift planned now
+    assert planned is not None and same == planned
+    # Asked 100 s ago, when the window was ~1,000 tokens smaller: it keeps ~400, not ~800.
+    planned, then = adopted(100)
+    assert then is not None and then > planned
+    assert sum(row.token_estimate for row in rows[then:]) <= 0.4 * 1000 + 101
+    planned, forced = adopted(100, kind="forced")  # a shift at the trigger: as planned
+    assert forced == planned
 
 
 def test_what_a_step_is_expected_to_save_grows_with_how_long_the_conversation_has_run():

@@ -31,6 +31,7 @@ from django.utils import timezone
 from assistant import services
 from assistant.flows import cleanup
 from assistant.flows import precall as hooks
+from assistant.llm import get_provider
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import add_message, finish_exchange
 from config.celery import app as celery_app
@@ -923,6 +924,7 @@ def test_a_hung_lease_holder_costs_each_chat_call_under_two_seconds_and_no_overs
     chat_turns(conversation, 10, size=2000)  # 20 messages of about 500 tokens each: 10,020
     originals = snapshot(conversation)
     waits, sizes, bounds = [], [], []
+    get_provider()  # the SDK imported once per process, before the calls are timed
 
     with hung_lease_holder(conversation.pk) as held:
         for call in range(3):
@@ -1041,6 +1043,9 @@ def test_a_worker_frozen_in_its_summarizer_call_is_taken_over_within_two_seconds
     chat_turns(conversation, 10, size=2000)  # 10,020 tokens, over the 8,000 trigger
     originals = snapshot(conversation)
 
+    # This process's first summary imports the SDK (seconds on a loaded machine): done
+    # here, so the chat call measures the takeover (a web process pays it once).
+    get_provider()
     with worker_process("frozen", tmp_path, HUNG_TRIGGER, fake_llm.env()) as worker:
         finish_exchange(conversation)  # the worker pre-builds the next summary
         log = tmp_path / "worker-frozen.log"
@@ -1298,6 +1303,82 @@ def test_a_late_holders_summary_replaces_the_offline_one_at_the_next_prefix_rewr
     conversation.refresh_from_db()
     assert "offline_shift" not in conversation.metadata
     assert "pending_summary" not in conversation.metadata
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_late_holders_summary_landing_during_the_offline_write_is_kept(
+    fake_llm, settings, empty_queues, tmp_path, monkeypatch
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from assistant.flows.precall import ensure_context_summary
+    from assistant.llm.offline import OFFLINE_MODEL, OfflineProvider
+
+    # The worker's summarizer answers in 4 s, the chat's deadline is 1 s: the chat takes
+    # the live holder's lease over and shifts with the offline summarizer.
+    compaction = {**HUNG_TRIGGER, "SUMMARY_CHAT_DEADLINE_SECONDS": 1}
+    compaction["COMPACTION_TIMING"] = "cache_aware"
+    worker_reply = slow(4, ok(text="The worker's summary."))
+    conversation = over_the_trigger(
+        fake_llm, settings, "landed meanwhile", worker_reply, ok(text="Extended."), **compaction
+    )
+
+    def landed() -> bool:
+        conversation.refresh_from_db()
+        return "pending_summary" in conversation.metadata
+
+    # The holder's summary lands between the takeover and the offline write: the
+    # offline summarizer (the chat's, in this process) answers only once it has.
+    offline_summarize = OfflineProvider.summarize
+
+    def after_the_holder_landed(self, *args, **kwargs):
+        assert wait_until(landed, timeout=30)
+        return offline_summarize(self, *args, **kwargs)
+
+    monkeypatch.setattr(OfflineProvider, "summarize", after_the_holder_landed)
+    get_provider()  # the SDK imported now: the chat's deadline is not spent importing it
+    worker_env = {**fake_llm.env(), "TEST_LLM_TIMEOUT_SECONDS": "20"}
+    with worker_process("late", tmp_path, compaction, worker_env):
+        finish_exchange(conversation)  # the worker pre-builds the next summary
+        log = tmp_path / "worker-late.log"
+        assert wait_until(lambda: fake_llm.count("anthropic.messages") == 1, timeout=90), (
+            log.read_text()
+        )
+        add_message(conversation, "user", "one more question " + "q" * 400)
+        offline = ensure_context_summary(conversation)
+        conversation.refresh_from_db()
+        marker = conversation.metadata["offline_shift"]
+        assert_offline_takeover(conversation, "late")
+        # Kept, not removed by the offline write: built on the split the offline one replaced.
+        assert conversation.metadata["pending_summary"].startswith("The worker's summary.")
+        assert conversation.metadata["pending_base_message_id"] == marker["base"]
+
+        def replacement_ready() -> bool:
+            conversation.refresh_from_db()
+            through = conversation.metadata.get("pending_through_message_id") or 0
+            return through >= marker["through"]
+
+        # Short of the offline split, the worker extends it with the messages after it.
+        assert wait_until(replacement_ready, timeout=60), log.read_text()
+    add_message(conversation, "assistant", "An answer.", input_tokens=6000)
+    add_message(conversation, "user", "And then?")
+    assert ensure_context_summary(conversation) == offline  # nothing rewrites the prefix yet
+    hour_ago = timezone.now() - timedelta(hours=1)
+    conversation.messages.filter(role="assistant").update(created_at=hour_ago)
+    summary = ensure_context_summary(conversation)
+
+    worker_calls = fake_llm.requests_for("anthropic.messages")
+    assert 1 <= len(worker_calls) <= 2  # the holder's call, and the extension if it was short
+    if len(worker_calls) == 2:  # the extension starts from the holder's summary
+        assert "The worker's summary." in json.dumps(worker_calls[1].body)
+    assert summary.startswith(("The worker's summary.", "Extended."))
+    assert [(m, d.get("replaces_offline", False)) for m, d in window_shifts(conversation)] == [
+        (OFFLINE_MODEL, False),
+        (settings.ANTHROPIC_SUMMARY_MODEL, True),
+    ]
 
 
 @pytest.mark.slow

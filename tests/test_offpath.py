@@ -224,3 +224,36 @@ def test_a_prebuild_the_chat_moved_past_is_adopted_without_a_second_shift(fake_l
         .metadata[MetadataKeys.COMPACTION_SUMMARY]
         .startswith("The worker's summary.")
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_asked_before_the_split_can_move_the_worker_leaves_the_request_to_be_asked_again(
+    fake_llm, settings
+):
+    """Asked one latency ahead, the worker may find nothing older than the newest
+    step to summarize yet: it builds nothing, and the request is not marked
+    answered (that would leave the shift to the chat path), so the hook asks
+    again once the window grew; the worker's last latency is kept."""
+    from assistant.flows.prebuild import ask_worker_ahead, serve_prebuild_request
+
+    fake_llm.use_anthropic(settings)
+    settings.ASSISTANT_COMPACTION = {"PREBUILD_IN_TURN": True}
+    conversation = served_agent_turn(steps=1)  # one step: the split cannot move
+    previous = {"base": 0, "answered": True, "took": 3.0}
+    Conversation.objects.filter(pk=conversation.pk).update(
+        metadata={**conversation_metadata(conversation), MetadataKeys.PREBUILD_REQUEST: previous}
+    )
+    assert ask_worker_ahead(load_window(conversation.pk))  # asked for the split it is heading for
+
+    assert serve_prebuild_request(conversation.pk) is False
+    assert fake_llm.count("anthropic.messages") == 0
+    assert request(conversation) == {"took": 3.0}
+    state = load_window(conversation.pk)
+    assert ask_worker_ahead(state)  # asked again, with the latency it will project by
+    assert request(conversation)["base"] == state.through_id
+    assert request(conversation)["took"] == 3.0
+
+    read_step(conversation, 0, 1)  # a second step: the first can be summarized
+    assert serve_prebuild_request(conversation.pk) is True
+    assert request(conversation)["answered"] is True
+    assert load_window(conversation.pk).meta.has_pending_summary

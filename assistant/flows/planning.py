@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from assistant.models import Conversation, Message, MetadataKeys, ref
 from assistant.settings.conf import CompactionConfig, compaction_config
-from assistant.strategies.shift import failure_blocks
+from assistant.strategies.backoff import failure_blocks
 from assistant.strategies.tool_results import plan_tool_results
 from assistant.text.tokens import estimate_tokens
 from assistant.text.truncation import truncate_tool_result

@@ -25,7 +25,13 @@ from assistant.settings.conf import CompactionConfig
 from assistant.store.metadata import merge_metadata, read_metadata
 from assistant.store.queue import PREBUILD_TASK, enqueue_on_commit
 from assistant.strategies.prebuild import prebuild_window_summary
-from assistant.window import WindowState
+from assistant.window import (
+    WindowState,
+    load_window,
+    shift_within_latency,
+    split_parts,
+    worker_split,
+)
 from assistant.window.decision import MoveWindow
 
 logger = logging.getLogger(__name__)
@@ -37,7 +43,7 @@ def ask_worker_ahead(state: WindowState) -> bool:
     if state.meta.has_pending_summary or not state.meta.worker_seen:
         return False
     request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
-    if request and request.get("base") == state.through_id:
+    if "base" in request and request["base"] == state.through_id:
         return not request.get("answered")
     # How long the worker took to answer the last request: the latency the next
     # pre-build projects its split by (`worker_split`).
@@ -51,6 +57,15 @@ def ask_worker_ahead(state: WindowState) -> bool:
     # The queued marker keeps one such task waiting per conversation.
     enqueue_on_commit(PREBUILD_TASK, state.conversation_id, unless_queued=True)
     return True
+
+
+def ask_after_shift(before: WindowState, after: WindowState, worker_ahead: bool) -> None:
+    """Right after a shift (`before` -> `after`): ask the worker for the next
+    summary at once when the next shift is due within one worker latency
+    (`shift_within_latency`), rather than at the next call, a call later."""
+    moved = after.through_id != before.through_id
+    if moved and worker_ahead and shift_within_latency(after, after.config):
+        ask_worker_ahead(after)
 
 
 def defer_to_worker(state: WindowState, config: CompactionConfig) -> bool:
@@ -104,13 +119,18 @@ def note_worker(conversation_id: int) -> None:
 def serve_prebuild_request(conversation_id: int) -> bool:
     """The worker's side of `ask_worker_ahead`: build the summary of the
     split the hook is heading for, then mark the request answered (whatever
-    came of it, so the hook stops waiting). False when nothing was built."""
+    came of it, so the hook stops waiting), unless the split could not move
+    yet (asked a latency ahead, before the window grew): then the request is
+    dropped, its latency kept, and the hook asks again. False when nothing
+    was built."""
     conversation = Conversation.objects.filter(pk=conversation_id, deleted_at__isnull=True).first()
     if conversation is None:
         return False
     request = read_metadata(conversation_id).get(MetadataKeys.PREBUILD_REQUEST) or {}
+    built = False
     try:
-        return prebuild_window_summary(conversation, requested=True)
+        built = prebuild_window_summary(conversation, requested=True)
+        return built
     except ProviderError as exc:  # the hook summarizes itself; never retried from here
         logger.warning(
             "summary_failed conversation=%s error=%s", conversation_id, type(exc).__name__
@@ -119,13 +139,21 @@ def serve_prebuild_request(conversation_id: int) -> bool:
     finally:
         current = read_metadata(conversation_id).get(MetadataKeys.PREBUILD_REQUEST) or {}
         if request and current.get("base") == request.get("base"):
+            took = round(time.time() - float(current.get("at", 0)), 3)
+            answered = {**current, "answered": True, "took": took}
+            if not built and _nothing_to_split_yet(conversation_id):
+                answered = {"took": current["took"]} if current.get("took") else {}
             merge_metadata(
                 Conversation.objects.filter(pk=conversation_id),
-                {
-                    MetadataKeys.PREBUILD_REQUEST: {
-                        **current,
-                        "answered": True,
-                        "took": round(time.time() - float(current.get("at", 0)), 3),
-                    }
-                },
+                {MetadataKeys.PREBUILD_REQUEST: answered},
             )
+
+
+def _nothing_to_split_yet(conversation_id: int) -> bool:
+    """The split the hook asked for cannot move yet (the window holds no
+    older step to summarize), and no summary is pending for it."""
+    state = load_window(conversation_id)
+    if state.meta.has_pending_summary or state.meta.offline_shift:
+        return False
+    start = worker_split(state, state.config, requested=True)
+    return start is None or not split_parts(state, start)[0]

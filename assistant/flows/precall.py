@@ -31,7 +31,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from assistant.flows.prebuild import leave_to_worker
+from assistant.flows.prebuild import ask_after_shift, leave_to_worker
 from assistant.models import Conversation, MetadataKeys
 from assistant.ops import telemetry
 from assistant.settings.conf import CompactionConfig, compaction_config
@@ -134,6 +134,7 @@ def _move_window(run: _Run, step: MoveWindow) -> None:
         return
     shifted = shift_here(run.state, window, changed=changed, adopted=run.adopted)
     if shifted is not None:
+        ask_after_shift(run.state, shifted.state, step.worker_ahead)
         run.shifted, run.state = shifted, shifted.state
 
 

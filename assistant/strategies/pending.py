@@ -40,6 +40,14 @@ def pending_values(
     }
 
 
+def landed_on(base: int | None) -> Q:
+    """A summary is pending that was built on `base` (the split a shift starts
+    from): when that shift is written by the offline summarizer, it is a late
+    holder's, landed between the takeover and the offline write, and kept."""
+    on_base = {f"metadata__{MetadataKeys.PENDING_BASE_MESSAGE_ID}": base}  # None: JSON null
+    return Q(metadata__has_key=MetadataKeys.PENDING_SUMMARY, **on_base)
+
+
 def model_summary(state: WindowState) -> str | None:
     """The summary a new one is built on: the model's of the current split when it
     is ready to replace the offline one there (`ConversationMetadata.offline_replacement`)."""

@@ -13,8 +13,8 @@ from assistant.ops.logs import log_event
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.leases import Lease, summary_lease
 from assistant.store.metadata import merge_metadata
+from assistant.strategies.backoff import failure_blocks, record_failure
 from assistant.strategies.pending import keep_landed_summary, model_summary, pending_values
-from assistant.strategies.shift import failure_blocks, record_failure
 from assistant.strategies.summary import (
     LeaseLost,
     SummaryOutcome,
@@ -40,7 +40,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
     trigger will take, projected), or at the pre-call hook's request inside
     a turn (`requested`: the split the hook would take now, from what the
     window holds when the worker gets to it): where, and whether at all, the
-    decision says (`assistant.window.decision.worker_split`)."""
+    projection says (`assistant.window.projection.worker_split`)."""
     config = compaction_config()
     state = load_window(conversation.pk, config)
     if state.meta.offline_shift and state.meta.offline_replacement is None:

@@ -24,7 +24,8 @@ from assistant.store.events import record_compaction, stopwatch
 from assistant.store.leases import Lease, summary_lease, wait_for_release
 from assistant.store.metadata import merge_metadata, read_metadata
 from assistant.store.summaries import record_version
-from assistant.strategies.pending import ask_for_replacement, keep_landed_summary
+from assistant.strategies.backoff import failure_blocks, record_failure
+from assistant.strategies.pending import ask_for_replacement, keep_landed_summary, landed_on
 from assistant.strategies.summary import (
     LeaseLost,
     Suffix,
@@ -262,40 +263,6 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     return bool(stored)
 
 
-def failure_blocks(state: WindowState, over_trigger_split: int | None = None) -> bool:
-    """A summary failed lately from the current split: wait before the next
-    try. Only a split made because the context is over the trigger
-    (`over_trigger_split`, the last message it summarizes) goes on after a
-    summary of another split was refused as not smaller: the newest step
-    was too large to leave then, and a later split can summarize it."""
-    failure = state.metadata.get(MetadataKeys.SUMMARY_FAILURE) or {}
-    if failure.get("base") != state.through_id or time.time() >= failure.get("retry_at", 0):
-        return False
-    refused = failure.get("through")
-    return refused is None or over_trigger_split is None or refused == over_trigger_split
-
-
-def record_failure(lease: Lease, state: WindowState, *, through: int | None = None) -> None:
-    """Remember a failed summary from the current split, with a doubling
-    delay; `through`: the split whose summary was refused as not smaller
-    (None: the summarizer itself failed)."""
-    failure = state.metadata.get(MetadataKeys.SUMMARY_FAILURE) or {}
-    attempts = failure.get("attempts", 0) + 1 if failure.get("base") == state.through_id else 1
-    delay = state.config.SUMMARY_RETRY_SECONDS * 2 ** min(attempts - 1, 10)
-    merge_metadata(
-        lease.holding(),
-        {
-            MetadataKeys.SUMMARY_FAILURE: {
-                "base": state.through_id,
-                "through": through,
-                "attempts": attempts,
-                "retry_at": time.time() + delay,
-            }
-        },
-    )
-    log_event("summary_failure_recorded", conversation_id=state.conversation_id, attempts=attempts)
-
-
 def _store_window(
     lease: Lease,
     summary: str,
@@ -325,7 +292,16 @@ def _store_window(
         remove.append(MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID)
     else:
         values[MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID] = anchor.pk
-    stored = bool(merge_metadata(lease.holding(), values, remove=remove))
+    holding = lease.holding()
+    if offline is None:
+        stored = bool(merge_metadata(holding, values, remove=remove))
+    else:
+        # A late holder's summary of this split that landed since the takeover stays
+        # pending: it replaces the offline one (`keep_landed_summary`).
+        landed = landed_on(state.through_id)
+        stored = bool(merge_metadata(holding.exclude(landed), values, remove=remove))
+        kept = [key for key in remove if key not in PENDING_SUMMARY_KEYS]
+        stored = stored or bool(merge_metadata(holding.filter(landed), values, remove=kept))
     if stored:
         usage = usage or {}
         record_version(

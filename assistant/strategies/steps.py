@@ -28,6 +28,7 @@ from assistant.window import (
 )
 from assistant.window.decision import AdoptPending, MoveWindow
 from assistant.window.ledger import Ledger, step_cost
+from assistant.window.projection import adopted_split
 
 
 class Shifted(NamedTuple):
@@ -128,14 +129,17 @@ def short_of_the_shift(
     went on): the consumed tool results between its split and the planned one
     would have been summarized by the shift made now, so they are compacted
     in the same rewrite (their originals stay, recalled by handle). None when
-    the shift reached the planned split."""
+    the shift reached the planned split. The planned split of an early shift
+    is the one planned when the summary was asked for (`adopted_split`)."""
     shift = window.shift
     if shift is None or shift.start is None or shift.start >= len(before.rows):
         return None
     first_kept = before.rows[shift.start].pk
-    rows = [row for row in consumed_tool_rows(after.rows) if row.pk < first_kept]
-    if not rows:
+    if not any(row.pk < first_kept for row in consumed_tool_rows(after.rows)):
         return None
+    start = adopted_split(before, before.config, shift) or shift.start
+    first_kept = before.rows[min(start, len(before.rows) - 1)].pk
+    rows = [row for row in consumed_tool_rows(after.rows) if row.pk < first_kept]
     compaction = plan_compaction(rows, after.config, keep_newest=0)
     return Results(compaction, free=True, everything=True, pays=False)
 

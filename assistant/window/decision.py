@@ -27,7 +27,6 @@ from assistant.settings.conf import CompactionConfig
 from assistant.window.ledger import Ledger, Outlook, step_cost
 from assistant.window.results import CompactionPlan, consumed_tool_rows, plan_compaction
 from assistant.window.split import (
-    anticipated_keep,
     choose_split,
     should_shift,
     trigger_estimate,
@@ -45,6 +44,8 @@ SUFFIX_FIRST = "cached_suffix_shift_first"  # the shift re-sends the cached requ
 ADOPT_PENDING = "adopt_prebuilt_on_cold_cache"
 EARLY_PAYS = "early_shift_pays"
 SOFT_WATERMARK = "past_soft_watermark"  # the worker is asked for the next summary
+# ... or a shift is due once the window grew by what it gains in one worker latency.
+SHIFT_WITHIN_LATENCY = "shift_within_worker_latency"
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,10 @@ class MoveWindow:
             state, config, eager=self.eager, count=self.count, at_trigger=at_trigger, reasons=[]
         )
         trigger = config.CONTEXT_TOKEN_THRESHOLD
-        ask = self.worker_ahead and state.context_tokens() >= config.SOFT_WATERMARK * trigger
+        ask = self.worker_ahead and (
+            state.context_tokens() >= config.SOFT_WATERMARK * trigger
+            or shift_within_latency(state, config)
+        )
         return replace(self, shift=shift, ask_worker=ask)
 
 
@@ -235,6 +239,9 @@ def decide(
     ask = worker_ahead and tokens >= config.SOFT_WATERMARK * trigger
     if ask:
         reasons.append(SOFT_WATERMARK)
+    elif worker_ahead and shift_within_latency(state, config):
+        ask = True
+        reasons.append(SHIFT_WITHIN_LATENCY)
     window = MoveWindow(shift, ask, worker_ahead, eager, count, at_trigger, cold)
     return Plan(
         tokens=tokens,
@@ -305,7 +312,8 @@ def awaiting_worker(state: WindowState) -> bool:
     request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
     return (
         state.meta.worker_seen
-        and request.get("base") == state.through_id
+        and "base" in request  # a dropped request keeps only the worker's latency
+        and request["base"] == state.through_id
         and not request.get("answered")
     )
 
@@ -366,19 +374,21 @@ def tail_tokens(state: WindowState, plan: CompactionPlan) -> int:
     return sum(row.token_estimate for row in verbatim[first:])
 
 
-def early_shift(state: WindowState, config: CompactionConfig) -> Shift | None:
+def early_shift(state: WindowState, config: CompactionConfig, *, ahead: int = 0) -> Shift | None:
     """Past COMPACT_WATERMARK, shift the window before the trigger when it
     frees at least COMPACT_MIN_FREE_TOKENS and pays for itself (`step_pays`)
     at what it costs: rewriting the context (the new summary leads it) and
-    the summarizer reading what it summarizes. None when it does not pay."""
-    if state.context_tokens() < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
+    the summarizer reading what it summarizes. None when it does not pay.
+    `ahead`: judged on the window grown by that many tokens, all of them
+    summarized by the shift (a pre-build keeps the same verbatim budget)."""
+    if state.context_tokens() + ahead < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
         return None
     budget, start = split_for(state, config, early=True)
     if start is None:
         return None
     system = state.tokens(state.system)
-    before = state.estimated_tokens() - system
-    summarized = sum(row.token_estimate for row in state.rows[:start])
+    before = state.estimated_tokens() - system + ahead
+    summarized = sum(row.token_estimate for row in state.rows[:start]) + ahead
     old_summary = state.tokens(state.summary)
     after = before - summarized + (old_summary or config.SUMMARY_ESTIMATE_TOKENS)
     prices = state.cache_prices
@@ -389,6 +399,21 @@ def early_shift(state: WindowState, config: CompactionConfig) -> Shift | None:
     return Shift("early", config.COMPACT_WATERMARK, False, budget, start) if pays else None
 
 
+def shift_within_latency(state: WindowState, config: CompactionConfig) -> bool:
+    """Whether a shift is due (at the trigger, or early because it pays) once
+    the window has grown by what it gains in one worker latency (the last
+    request's ask-to-answer time, `WindowState.growth_within`): asked for now,
+    the worker's summary is ready when the chat gets there, instead of one
+    latency later while the window goes on growing (docs/compaction.rst)."""
+    latency = float(state.meta.prebuild_request.get("took") or 0)
+    ahead = state.growth_within(latency)
+    if ahead <= 0:
+        return False
+    if state.context_tokens() + ahead >= config.CONTEXT_TOKEN_THRESHOLD:
+        return True
+    return early_shift(state, config, ahead=ahead) is not None
+
+
 def split_for(
     state: WindowState, config: CompactionConfig, *, early: bool = False
 ) -> tuple[int, int | None]:
@@ -396,34 +421,6 @@ def split_for(
     at a trigger, or `early`, before it (`verbatim_budget`)."""
     budget = verbatim_budget(state, config, early=early)
     return budget, choose_split(state.rows, config, budget=budget)
-
-
-def worker_split(state: WindowState, config: CompactionConfig, *, requested: bool) -> int | None:
-    """Where the summary the worker pre-builds now splits the window (None:
-    no summary to build). Asked by the pre-call hook inside a turn
-    (`requested`): the split it is heading for, early below the token
-    trigger, projected one worker latency ahead (the last request's
-    ask-to-answer time): it keeps verbatim what the shift would keep less
-    what the window gains until the summary is adopted, so the adopted shift
-    frees what a shift made then would. After an
-    exchange: past SOFT_WATERMARK of a trigger, the split a shift at the
-    trigger will take, projected (`anticipated_keep`); the count trigger
-    counts only with eager timing, since with cache-aware timing it waits
-    for a cold cache, which may never come, and a summary built for it
-    would be paid for and thrown away."""
-    if requested:
-        early = state.context_tokens() < config.CONTEXT_TOKEN_THRESHOLD
-        budget = verbatim_budget(state, config, early=early)
-        # Adopted one worker latency from now: what the window gains meanwhile
-        # stays verbatim beside what this split keeps, so it keeps that much less.
-        latency = float(state.meta.prebuild_request.get("took") or 0)
-        budget = max(budget - state.growth_within(latency), 0)
-        return choose_split(state.rows, config, budget=budget)
-    eager = config.COMPACTION_TIMING == "eager"
-    if not should_shift(state, config, share=config.SOFT_WATERMARK, count=eager):
-        return None
-    keep = anticipated_keep(state, config)
-    return choose_split(state.rows, config, keep_last=keep, budget=verbatim_budget(state, config))
 
 
 def shift_in_sight(state: WindowState, config: CompactionConfig) -> bool:

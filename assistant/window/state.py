@@ -227,14 +227,15 @@ class WindowState:
         return None
 
     def growth_within(self, seconds: float) -> int:
-        """The tokens the window gains in `seconds`, at the rate it grew from its
-        first message to its newest (0: no such span)."""
+        """The tokens the window gains in `seconds`, at the rate messages arrived
+        from its first message to its newest, each at its size on arrival (its
+        original's, compacted since or not; 0: no such span)."""
         if seconds <= 0 or len(self.rows) < 2:
             return 0
         span = (self.rows[-1].created_at - self.rows[0].created_at).total_seconds()
         if span <= 0:
             return 0
-        grown = sum(row.token_estimate for row in self.rows[1:])
+        grown = sum(max(row.token_estimate, row.original_token_estimate) for row in self.rows[1:])
         return math.ceil(grown * seconds / span)
 
     def cache_is_cold(self, config: CompactionConfig | None = None, now=None) -> bool:
