@@ -21,8 +21,8 @@ import time
 from assistant.llm import ProviderError
 from assistant.models import Conversation, MetadataKeys
 from assistant.settings.conf import CompactionConfig
-from assistant.store.metadata import merge_metadata, read_metadata
 from assistant.store.queue import PREBUILD_TASK, enqueue_on_commit
+from assistant.store.state import fresh_state, remember, write_state
 from assistant.strategies.prebuild import prebuild_window_summary
 from assistant.window import WindowState
 
@@ -33,7 +33,7 @@ def awaiting_worker(state: WindowState) -> bool:
     """The worker was asked for the summary of the current split and has
     not answered yet: a voluntary compaction now would be rewritten by the
     shift that summary brings, so it waits too."""
-    request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
+    request = state.meta.prebuild_request
     return (
         state.meta.worker_seen
         and request.get("base") == state.through_id
@@ -46,18 +46,16 @@ def ask_worker_ahead(state: WindowState) -> bool:
     True when a request for the current split is outstanding."""
     if state.meta.has_pending_summary or not state.meta.worker_seen:
         return False
-    request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
+    request = state.meta.prebuild_request
     if request and request.get("base") == state.through_id:
         return not request.get("answered")
     # How long the worker took to answer the last request: the latency the next
     # pre-build projects its split by (`worker_split`).
     took = {"took": request["took"]} if request.get("took") else {}
     request = {"base": state.through_id, "at": time.time(), **took}
-    merge_metadata(
-        Conversation.objects.filter(pk=state.conversation_id),
-        {MetadataKeys.PREBUILD_REQUEST: request},
-    )
-    state.metadata[MetadataKeys.PREBUILD_REQUEST] = request
+    asked = {MetadataKeys.PREBUILD_REQUEST: request}
+    write_state(Conversation.objects.filter(pk=state.conversation_id), asked)
+    remember(state.columns, asked)
     # The queued marker keeps one such task waiting per conversation.
     enqueue_on_commit(PREBUILD_TASK, state.conversation_id, unless_queued=True)
     return True
@@ -70,20 +68,18 @@ def defer_to_worker(state: WindowState, config: CompactionConfig) -> bool:
     waited for, until one runs this conversation's work again."""
     if not ask_worker_ahead(state):
         return False
-    asked = float(state.metadata[MetadataKeys.PREBUILD_REQUEST].get("at", 0))
+    asked = float(state.meta.prebuild_request.get("at", 0))
     if time.time() - asked < config.SUMMARY_WAIT_SECONDS:
         return True
-    merge_metadata(
-        Conversation.objects.filter(pk=state.conversation_id),
-        remove=[MetadataKeys.WORKER_SEEN_AT],
-    )
-    state.metadata.pop(MetadataKeys.WORKER_SEEN_AT, None)
+    unseen = [MetadataKeys.WORKER_SEEN_AT]
+    write_state(Conversation.objects.filter(pk=state.conversation_id), clear=unseen)
+    remember(state.columns, clear=unseen)
     return False
 
 
 def note_worker(conversation_id: int) -> None:
     """Called by the Celery tasks: a worker serves this conversation."""
-    merge_metadata(
+    write_state(
         Conversation.objects.filter(pk=conversation_id),
         {MetadataKeys.WORKER_SEEN_AT: round(time.time(), 3)},
     )
@@ -96,7 +92,7 @@ def serve_prebuild_request(conversation_id: int) -> bool:
     conversation = Conversation.objects.filter(pk=conversation_id, deleted_at__isnull=True).first()
     if conversation is None:
         return False
-    request = read_metadata(conversation_id).get(MetadataKeys.PREBUILD_REQUEST) or {}
+    request = fresh_state(conversation_id).prebuild_request
     try:
         return prebuild_window_summary(conversation, requested=True)
     except ProviderError as exc:  # the hook summarizes itself; never retried from here
@@ -105,9 +101,9 @@ def serve_prebuild_request(conversation_id: int) -> bool:
         )
         return False
     finally:
-        current = read_metadata(conversation_id).get(MetadataKeys.PREBUILD_REQUEST) or {}
+        current = fresh_state(conversation_id).prebuild_request
         if request and current.get("base") == request.get("base"):
-            merge_metadata(
+            write_state(
                 Conversation.objects.filter(pk=conversation_id),
                 {
                     MetadataKeys.PREBUILD_REQUEST: {

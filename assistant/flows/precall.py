@@ -29,7 +29,7 @@ from assistant.models import Conversation, MetadataKeys
 from assistant.ops import telemetry
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.deletion import require_live
-from assistant.store.metadata import merge_metadata
+from assistant.store.state import write_state
 from assistant.strategies.emergency import (
     compact_if_flagged,
 )
@@ -160,14 +160,14 @@ def remember_token_ratio(state: WindowState) -> None:
     stored = state.meta.stored_token_ratio or 1.0
     if measured is None or abs(measured - stored) <= TOKEN_RATIO_DRIFT * stored:
         return
-    merge_metadata(
+    write_state(
         Conversation.objects.filter(pk=state.conversation_id),
         {MetadataKeys.TOKEN_RATIO: round(measured, 3)},
     )
 
 
 def warn_implausible_usage(state: WindowState) -> None:
-    """Log, once per conversation (a metadata flag, so across processes), a
+    """Log, once per conversation (a state flag, so across processes), a
     provider count that the window set aside as implausible: the host's
     usage wiring is wrong, and compaction goes on by our estimates. Ids and
     counts only."""
@@ -183,11 +183,11 @@ def warn_implausible_usage(state: WindowState) -> None:
         count,
         estimate,
     )
-    merge_metadata(
+    write_state(
         Conversation.objects.filter(pk=state.conversation_id),
         {MetadataKeys.IMPLAUSIBLE_USAGE_WARNED: True},
     )
-    state.metadata[MetadataKeys.IMPLAUSIBLE_USAGE_WARNED] = True
+    state.columns[MetadataKeys.IMPLAUSIBLE_USAGE_WARNED] = True
 
 
 def compact_consumed_results(
@@ -207,7 +207,7 @@ def compact_consumed_results(
     if not results.goes:
         return None
     tail = tail_tokens(state, results.plan)
-    ledger = Ledger.of(state.metadata)
+    ledger = Ledger.of(state.columns)
     if not apply_plan(conversation_id, results.plan, state.config):
         return None
     compact_old_blocks(conversation_id)
@@ -236,7 +236,7 @@ def _after_shift(before: WindowState, *, cold: bool) -> WindowState:
         summarizer_input=summarized + before.tokens(before.summary),
         prices=before.cache_prices,
     )
-    _write_ledger(after, before, Ledger.of(after.metadata), freed=old - new, cost=cost)
+    _write_ledger(after, before, Ledger.of(after.columns), freed=old - new, cost=cost)
     return after
 
 
@@ -249,7 +249,7 @@ def _write_ledger(
     value = ledger.after_step(
         before.rows, freed=freed, cost=cost, newest_id=newest, prices=before.cache_prices
     )
-    merge_metadata(
+    write_state(
         Conversation.objects.filter(pk=before.conversation_id), {MetadataKeys.CACHE_LEDGER: value}
     )
-    after.metadata[MetadataKeys.CACHE_LEDGER] = value
+    after.columns[MetadataKeys.CACHE_LEDGER] = value

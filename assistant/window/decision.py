@@ -308,7 +308,7 @@ def step_pays(state: WindowState, config: CompactionConfig, freed: int, cost: fl
     conversation costs more than sending everything, even one that ends
     right after the step."""
     prices = state.cache_prices
-    ledger = Ledger.of(state.metadata)
+    ledger = Ledger.of(state.columns)
     return ledger.affords(state.rows, cost, prices) and (
         outlook(state, config, ledger).saves(freed, prices) >= cost
     )

@@ -26,7 +26,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from assistant.metadata_keys import ConversationMetadata
+from assistant.metadata_keys import STATE_FIELDS, ConversationMetadata
 from assistant.models import Conversation, Message, MessageQuerySet
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.text.tokens import (
@@ -55,7 +55,8 @@ def require_saved(conversation: Conversation) -> None:
 class WindowState:
     conversation_id: int
     system_prompt: str
-    metadata: dict[str, Any]
+    # The conversation's state columns as loaded (assistant.metadata_keys).
+    columns: dict[str, Any]
     # The settings of the call that loaded it: every size below uses them.
     config: CompactionConfig
     # The messages after the cutoff, oldest first, as the model sees them
@@ -72,7 +73,7 @@ class WindowState:
 
     @property
     def meta(self) -> ConversationMetadata:
-        return ConversationMetadata(self.metadata)
+        return ConversationMetadata(self.columns)
 
     @property
     def summary(self) -> str | None:
@@ -244,7 +245,7 @@ def load_window(
     *,
     through_id: int | None = None,
 ) -> WindowState:
-    """Read the conversation's metadata and its window fresh from the
+    """Read the conversation's state and its window fresh from the
     database (never from a possibly stale in-memory object): two queries.
     `config`: the caller's settings (read here only when it has none)."""
     return _load(conversation_id, config, through_id, MessageQuerySet.model_view)
@@ -302,12 +303,12 @@ def _load(
     view: Callable[[MessageQuerySet], Iterable[Any]],  # Messages, or SizeRows
 ) -> WindowState:
     values = Conversation.objects.values(
-        "system_prompt", "metadata", "context_tokens", "context_estimate", "context_counted"
+        "system_prompt", "context_tokens", "context_estimate", "context_counted", *STATE_FIELDS
     ).get(pk=conversation_id)
     state = WindowState(
         conversation_id,
         values["system_prompt"],
-        values["metadata"] or {},
+        {name: values[name] for name in STATE_FIELDS},
         config or compaction_config(),
         stored_size=values["context_tokens"],
         stored_basis=(values["context_estimate"], values["context_counted"]),
