@@ -146,6 +146,12 @@ class StateOf(Mapping[str, Any]):
         return len(STATE_FIELDS)
 
 
+def held_state(row: object) -> dict[str, Any]:
+    """A conversation's state columns that hold something (the admin's and the
+    transcript export's view of it)."""
+    return {name: value for name, value in StateOf(row).items() if value != STATE_EMPTY[name]}
+
+
 def _id(value: Any) -> int | None:
     return int(value) if value is not None else None
 

@@ -79,7 +79,7 @@ def test_the_worker_builds_below_the_soft_watermark_only_when_the_hook_asks(conv
     assert not prebuild_window_summary(conversation)
     assert worker_split(state, config, requested=True) == 4  # an early shift's budget
     assert prebuild_window_summary(conversation, requested=True)
-    metadata = load_window(conversation.pk).metadata
+    metadata = load_window(conversation.pk).columns
     assert metadata[MetadataKeys.PENDING_THROUGH_MESSAGE_ID] == rows[3].pk
 
 

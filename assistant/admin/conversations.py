@@ -24,7 +24,7 @@ from assistant.admin.cost_chart import cost_money, cost_section
 from assistant.admin.filters import ContextFilter, DeletedFilter, ForkFilter, SummaryFilter
 from assistant.admin.inspector import WireJSONEncoder, context_inspector, request_body
 from assistant.admin.listing import FittingMedia, date_and_time, with_list_figures
-from assistant.metadata_keys import STATE_EMPTY, StateOf
+from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
 from assistant.store.deletion import purge_date
 from assistant.window.cost import Cost, conversation_costs, costs_since
@@ -261,8 +261,8 @@ class ConversationAdmin(admin.ModelAdmin):
     @admin.display(description="window state")
     def state_pretty(self, obj: Conversation) -> str:
         """The window's own state columns that hold something (assistant.metadata_keys)."""
-        state = {k: v for k, v in StateOf(obj).items() if v != STATE_EMPTY[k]}
-        return format_html("<pre>{}</pre>", json.dumps(state, indent=2, ensure_ascii=False))
+        state = json.dumps(held_state(obj), indent=2, ensure_ascii=False)
+        return format_html("<pre>{}</pre>", state)
 
     # --- change page ----------------------------------------------------------
 

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from assistant.management.commands._common import get_conversation
-from assistant.metadata_keys import STATE_EMPTY, StateOf
+from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
 
 _FIELDS = (
@@ -83,7 +83,7 @@ def export_transcript(conversation: Conversation, stream: IO[str], *, progress: 
                 "system_prompt": conversation.system_prompt,
                 "parent_conversation": conversation.parent_conversation_id,
                 "metadata": conversation.metadata,
-                "state": {k: v for k, v in StateOf(conversation).items() if v != STATE_EMPTY[k]},
+                "state": held_state(conversation),
                 "created_at": conversation.created_at,
                 "messages": total,
             }
