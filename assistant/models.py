@@ -196,7 +196,8 @@ class Conversation(models.Model):
         # A save may change what the size is made of (the system prompt): the
         # next stored message measures the window again.
         self.context_estimate = None
-        if kwargs.get("update_fields") is None and not self._state.adding:
+        updating = not (self._state.adding or kwargs.get("force_insert") or args)
+        if kwargs.get("update_fields") is None and updating:
             # The state columns are written by assistant.store.state alone: a
             # save of a copy loaded earlier must not put back what it held.
             kwargs["update_fields"] = _SAVED_FIELDS

@@ -37,12 +37,11 @@ def test_a_message_after_a_provider_count_adds_to_the_size_in_one_update(convers
     with CaptureQueriesContext(connection) as queries:
         message = add_message(conversation, "user", "And b.py?")
 
-    # The row's lock (SELECT ... FOR NO KEY UPDATE), then the one UPDATE that adds.
+    # The one UPDATE that adds, and takes the row's lock before the INSERT.
     assert [q["sql"].split()[0] for q in queries] == [
         "SAVEPOINT",
-        "INSERT",
-        "SELECT",
         "UPDATE",
+        "INSERT",
         "RELEASE",
     ]
     assert stored(conversation)[0] == before + message.token_estimate
@@ -57,13 +56,13 @@ def test_a_message_measures_the_window_when_the_stored_size_cannot_be_added_to(c
     with CaptureQueriesContext(connection) as queries:
         add_message(conversation, "user", "Hello?")
 
-    # The row's lock; the conditional UPDATE matches nothing; the conversation and the
-    # rows' sizes are read.
+    # The conditional UPDATE matches nothing; the row's lock (SELECT ... FOR NO KEY
+    # UPDATE) before the INSERT; the conversation and the rows' sizes are read.
     assert [q["sql"].split()[0] for q in queries] == [
         "SAVEPOINT",
-        "INSERT",
-        "SELECT",
         "UPDATE",
+        "SELECT",
+        "INSERT",
         "SELECT",
         "SELECT",
         "UPDATE",

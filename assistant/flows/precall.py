@@ -28,7 +28,7 @@ from assistant.flows.prebuild import ask_worker_ahead, awaiting_worker, defer_to
 from assistant.models import Conversation, MetadataKeys
 from assistant.ops import telemetry
 from assistant.settings.conf import CompactionConfig, compaction_config
-from assistant.store.deletion import require_live
+from assistant.store.deletion import deleted_error
 from assistant.store.state import write_state
 from assistant.strategies.emergency import (
     compact_if_flagged,
@@ -44,6 +44,7 @@ from assistant.window import (
     decide,
     load_window,
     plan_compaction,
+    require_saved,
     results_step,
     store_size,
     tail_tokens,
@@ -57,22 +58,27 @@ T = TypeVar("T")
 
 def ensure_context_summary(conversation: Conversation) -> str | None:
     """The pre-call hook: bring the context within budget and return the
-    window summary the next request carries. Three queries when nothing is due.
-    A deleted or purged conversation is refused first (`conversation_deleted`)."""
-    require_live(conversation)
+    window summary the next request carries. Two queries when nothing is due.
+    A deleted or purged conversation is refused first (`conversation_deleted`),
+    by the query that loads the window."""
+    require_saved(conversation)
+    config = compaction_config()
+    try:
+        state = load_window(conversation.pk, config, live=True)
+    except Conversation.DoesNotExist:
+        raise deleted_error(conversation.pk) from None
     with telemetry.pre_call_hook(conversation.pk):
-        summary, state = _ensure_context_summary(conversation, compaction_config())
+        summary, state = _ensure_context_summary(conversation, state, config)
         store_size(state)  # the admin list's figure: the size this call left
         return summary
 
 
 def _ensure_context_summary(
-    conversation: Conversation, config: CompactionConfig
+    conversation: Conversation, state: WindowState, config: CompactionConfig
 ) -> tuple[str | None, WindowState]:
-    """Load the window once, decide (assistant.window.decision), execute the plan:
-    each step that changes the window is followed by a decision on the
+    """Decide on the window loaded once (assistant.window.decision), execute the
+    plan: each step that changes the window is followed by a decision on the
     window it left. Returns the summary and the window as the call left it."""
-    state = load_window(conversation.pk, config)
     if state.meta.needs_emergency:
         compact_if_flagged(conversation)
         state = load_window(conversation.pk, config)

@@ -217,18 +217,16 @@ def _consumed_boundary(conversation_id: int, *, final_answers_only: bool) -> int
 
 def _with_older_duplicates(conversation_id: int, rows: list[Message]) -> list[Message]:
     """`rows` plus the earlier results of the same calls, which a new copy
-    turns into duplicates (jsonb equality ignores key order): one query per
-    distinct new call, never a scan of the whole history."""
-    seen = {row.pk for row in rows}
-    older: list[Message] = []
+    turns into duplicates (jsonb equality ignores key order): one query for
+    all the new calls, never a scan of the whole history."""
     calls = {(row.tool_name, canonical_arguments(row.tool_arguments)): row for row in rows}
+    if not calls:
+        return rows
+    same_calls = Q()
     for row in calls.values():
-        for match in _tool_rows(conversation_id).filter(
-            tool_name=row.tool_name, tool_arguments=row.tool_arguments, id__lt=row.pk
-        ):
-            if match.pk not in seen:
-                seen.add(match.pk)
-                older.append(match)
+        same_calls |= Q(tool_name=row.tool_name, tool_arguments=row.tool_arguments, id__lt=row.pk)
+    seen = {row.pk for row in rows}
+    older = [m for m in _tool_rows(conversation_id).filter(same_calls) if m.pk not in seen]
     return sorted([*older, *rows], key=lambda row: row.pk)
 
 

@@ -244,11 +244,13 @@ def load_window(
     config: CompactionConfig | None = None,
     *,
     through_id: int | None = None,
+    live: bool = False,
 ) -> WindowState:
     """Read the conversation's state and its window fresh from the
     database (never from a possibly stale in-memory object): two queries.
-    `config`: the caller's settings (read here only when it has none)."""
-    return _load(conversation_id, config, through_id, MessageQuerySet.model_view)
+    `config`: the caller's settings (read here only when it has none).
+    `live`: a deleted conversation is not found (Conversation.DoesNotExist)."""
+    return _load(conversation_id, config, through_id, MessageQuerySet.model_view, live)
 
 
 def context_size(conversation_id: int, config: CompactionConfig | None = None) -> int:
@@ -301,8 +303,10 @@ def _load(
     config: CompactionConfig | None,
     through_id: int | None,
     view: Callable[[MessageQuerySet], Iterable[Any]],  # Messages, or SizeRows
+    live: bool = False,
 ) -> WindowState:
-    values = Conversation.objects.values(
+    rows = Conversation.objects.filter(deleted_at__isnull=True) if live else Conversation.objects
+    values = rows.values(
         "system_prompt", "context_tokens", "context_estimate", "context_counted", *STATE_FIELDS
     ).get(pk=conversation_id)
     state = WindowState(
@@ -344,7 +348,7 @@ def store_size(state: WindowState) -> int:
 
 
 def add_to_size(live: QuerySet[Conversation], message: Message, **updates: Any) -> int:
-    """Add a message just stored to its conversation's stored size (`SizeBasis`)
+    """Add a message being stored to its conversation's stored size (`SizeBasis`)
     in one UPDATE of `live`, with `updates`, without measuring the window.
     0 when the basis does not allow it (unknown, not counted, a system message,
     an implausible count): the caller measures the window then."""
