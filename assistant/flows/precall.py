@@ -34,11 +34,11 @@ from assistant.flows.prebuild import leave_to_worker
 from assistant.models import Conversation, MetadataKeys
 from assistant.ops import telemetry
 from assistant.settings.conf import CompactionConfig, compaction_config
-from assistant.store.deletion import deleted_error
+from assistant.store.deletion import deleted_error, saved_id
 from assistant.store.state import remember, write_state
 from assistant.strategies.emergency import compact_if_flagged
 from assistant.strategies.steps import Shifted, adopt, compact_results, shift_here
-from assistant.window import WindowState, require_saved, store_size
+from assistant.window import WindowState, store_size
 from assistant.window.decision import (
     AdoptPending,
     ApplyEmergency,
@@ -58,7 +58,7 @@ def ensure_context_summary(conversation: Conversation) -> str | None:
     window summary the next request carries. Two queries when nothing is due.
     A deleted or purged conversation is refused first (`conversation_deleted`),
     by the query that loads the window."""
-    require_saved(conversation)
+    saved_id(conversation)
     with telemetry.pre_call_hook(conversation.pk):
         run = _run_plan(conversation, compaction_config())
         store_size(run.state)  # the admin list's figure: the size this call left
