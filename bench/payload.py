@@ -92,6 +92,8 @@ def unit_tokens(unit: Any) -> int:
             texts.append(_result_text(block.get("content")))
         elif kind == "tool_use":
             calls.append({"id": block["id"], "name": block["name"], "arguments": block["input"]})
+        elif kind == "compaction":  # a provider's summary (docs/provider-compaction.rst)
+            texts.append(block.get("content") or "")
     # As message_tokens counts a message: framing, its text (no token spans the line
     # break that would join the blocks), its calls as JSON.
     tokens = MESSAGE_OVERHEAD_TOKENS + sum(_text_tokens(t) for t in texts)
@@ -160,7 +162,16 @@ def anthropic_problems(payload: dict[str, Any]) -> tuple[int, bool]:
     for message in messages:
         state = _pair_step(state, message)
     broken = state[0] + len(state[1])  # the request ends with calls no result answers
-    return broken, not messages or messages[0]["role"] != "user"
+    return broken, bad_start(messages)
+
+
+def bad_start(messages: list[dict[str, Any]]) -> bool:
+    """Not a user message first, nor the provider's compaction block (either role)."""
+    if not messages:
+        return True
+    content = messages[0]["content"]
+    opens = isinstance(content, list) and content and content[0].get("type") == "compaction"
+    return messages[0]["role"] != "user" and not opens
 
 
 def gemini_problems(payload: dict[str, Any]) -> tuple[int, bool]:
@@ -284,10 +295,9 @@ class CostMeter:
             states.append(state)
         self._pair_states = states
         broken = state[0] + len(state[1])
-        bad_start = not messages or messages[0]["role"] != "user"
         self.broken_pairs += broken
         self.requests_with_broken_pair += bool(broken)
-        self.requests_with_bad_start += bad_start
+        self.requests_with_bad_start += bad_start(messages)
         if newest_step is not None:
             self.requests_over_bound += figures.tokens > self.trigger + newest_step
         self.missing = []

@@ -42,6 +42,7 @@ from assistant.text.artifacts import HEADING as INDEX_HEADING
 from assistant.window import decision
 from assistant.window.ledger import cache_prices
 from bench import peers as lib
+from bench import provider_replay
 from bench.baselines import Everything, Reference
 from bench.chat import finish_turn, store
 from bench.complexity_trap import Hybrid, ObservationMasking
@@ -50,6 +51,7 @@ from bench.measures import price_recalls, use_fake
 from bench.openhands import OpenHandsCondenser
 from bench.outcome import Outcome
 from bench.payload import CostMeter, Rates, neutral_tokens
+from bench.provider_replay import EmulatedServer
 from bench.server_compaction import ServerCompaction
 from bench.sessions import (
     COMPACT,
@@ -270,11 +272,40 @@ def replay_all(
         return {**results, **beside.outcomes()}
     results[OURS_SUFFIX] = replay_suffix_all(sessions)
     results[OURS_OPENAI] = replay_openai_all(sessions)
+    results.update(replay_provider_all(sessions))
     return {**results, **replay_peers(sessions)}
 
 
 def replay_suffix_all(sessions: list[Session]) -> list[Outcome]:
     return [replay_ours_suffix(session, FakeSummarizer()) for session in sessions]
+
+
+def replay_under_provider(session: Session, name: str) -> Outcome:
+    """Ours under PROVIDER_COMPACTION (bench/provider_replay.py): `name` is
+    OURS_PROVIDER or OURS_AUTO; the emulated compaction iterations are its summarizer
+    cost."""
+    outcome = Outcome(name, session.name, CostMeter())
+    server = EmulatedServer(FakeSummarizer())
+    started = time.perf_counter()
+    try:
+        provider_replay.replay(session, name, outcome.meter, server)
+    except Exception as exc:  # reported per conversation, the run goes on
+        outcome.error = _failed(exc)
+    outcome.summarizer = server.summarizer.totals()
+    # The compaction iterations as the server prices them, our own summaries at 1.0x.
+    ours = sum(v.get("input_tokens", 0) for k, v in outcome.summarizer.items() if k != "compaction")
+    outcome.summarizer_cost = server.cost + ours
+    outcome.counters = {"compactions": server.compactions}
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def replay_provider_all(sessions: list[Session]) -> dict[str, list[Outcome]]:
+    """Ours under "provider" and under "auto" on every session."""
+    return {
+        name: [replay_under_provider(session, name) for session in sessions]
+        for name in provider_replay.MODES
+    }
 
 
 class Beside:
@@ -292,18 +323,22 @@ class Beside:
         self.peers = self.pool.submit(replay_peers, sessions)
         self.suffix: Future[list[Outcome]] | None = None
         self.openai: Future[list[Outcome]] | None = None
+        self.provider: Future[dict[str, list[Outcome]]] | None = None
 
     def start_suffix(self) -> None:
         self.suffix = self.pool.submit(replay_suffix_all, self.sessions)
         self.openai = self.pool.submit(replay_openai_all, self.sessions)
+        self.provider = self.pool.submit(replay_provider_all, self.sessions)
 
     def outcomes(self) -> dict[str, list[Outcome]]:
         try:
             if self.suffix is None:
                 self.start_suffix()
+            assert self.suffix and self.openai and self.provider
             return {
                 OURS_SUFFIX: self.suffix.result(),
                 OURS_OPENAI: self.openai.result(),
+                **self.provider.result(),
                 **self.peers.result(),
             }
         finally:

@@ -11,6 +11,10 @@ from typing import Any
 OURS = "ours"
 OURS_SUFFIX = "ours (cached suffix)"
 OURS_OPENAI = "ours (OpenAI's cache prices)"
+# Our app under PROVIDER_COMPACTION (bench/provider_replay.py): Anthropic's compaction
+# emulated at the trigger, or on demand where ours would shift.
+OURS_PROVIDER = 'ours, PROVIDER_COMPACTION "provider"'
+OURS_AUTO = 'ours, PROVIDER_COMPACTION "auto"'
 EVERYTHING = "send everything"
 LANGCHAIN = "LangChain SummarizationMiddleware"
 LANGMEM = "langmem summarize_messages"

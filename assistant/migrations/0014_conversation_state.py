@@ -102,7 +102,7 @@ def columns_to_metadata(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("assistant", "0012_context_size_basis"),
+        ("assistant", "0013_provider_compaction"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
