@@ -3,7 +3,7 @@ columns stored and cleared together, and the typed reads over them
 (`Conversation.meta`, `WindowState.meta`). The state is written by
 assistant.store.state alone; `Conversation.metadata` is the host's.
 
-Until migration 0014 the state was kept as keys of `Conversation.metadata`;
+Until migration 0015 the state was kept as keys of `Conversation.metadata`;
 each column keeps the name its key had, so `MetadataKeys` still names them.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 class MetadataKeys:
     """The names of the state columns of `Conversation` (deprecated name: they
-    were keys of `Conversation.metadata` before migration 0014)."""
+    were keys of `Conversation.metadata` before migration 0015)."""
 
     COMPACTION_SUMMARY = "compaction_summary"
     COMPACTION_THROUGH_MESSAGE_ID = "compaction_through_message_id"

@@ -35,8 +35,8 @@ def test_migrate_measures_the_context_of_conversations_stored_before_the_size_co
     assert Conversation.objects.get(pk=new.pk).context_tokens == 0
 
 
-BEFORE_STATE = [("assistant", "0013_provider_compaction")]
-AFTER_STATE = [("assistant", "0014_conversation_state")]
+BEFORE_STATE = [("assistant", "0014_pins_and_summary_versions")]
+AFTER_STATE = [("assistant", "0015_conversation_state")]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -62,7 +62,7 @@ def test_migrate_moves_the_window_state_out_of_metadata_and_back():
     stored = conversations.create(title="0.3.0", metadata={**window, "host_key": {"kept": 1}})
     plain = conversations.create(title="host only", metadata={"host_key": 2})
 
-    call_command("migrate", "assistant", "0014", verbosity=0)
+    call_command("migrate", "assistant", "0015", verbosity=0)
 
     migrated = Conversation.objects.get(pk=stored.pk)
     assert migrated.metadata == {"host_key": {"kept": 1}}  # the host's keys, untouched

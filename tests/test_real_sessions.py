@@ -50,7 +50,9 @@ def test_the_reference_replay_is_well_formed_in_a_known_number_of_queries():
     # Per message: SAVEPOINT, UPDATE, INSERT, RELEASE; a tool result reads its
     # call; a model call runs the hook (the window, found live: 2) and
     # build_context (2); the post-exchange pipeline reads the duplicates of all
-    # new results at once; the hook writes the cost ledger once per call.
+    # new results at once; the hook writes the cost ledger once per call. Each
+    # of the five window summaries also reads the user's language (issue 40: the
+    # start of the newest user messages, one query) and keeps its version (one INSERT).
     with CaptureQueriesContext(connection) as queries:
         conversation, problems, _ = replay(REFERENCE.name, REFERENCE.messages)
 

@@ -22,7 +22,7 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from assistant.metadata_keys import PENDING_SUMMARY_KEYS, WINDOW_SUMMARY_KEYS
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, SummaryVersion
 from assistant.ops.logs import log_event
 from assistant.settings.cleanup import CleanupConfig, cleanup_config
 from assistant.store.queue import PARENT_SUMMARY_TASK, POST_EXCHANGE_TASK, enqueue_on_commit
@@ -124,6 +124,7 @@ def purge_deleted_conversations(
             # (forks outlive their parent: they carry its summary).
             messages, _ = Message.objects.filter(conversation_id__in=ids).delete()
             events, _ = CompactionEvent.objects.filter(conversation_id__in=ids).delete()
+            SummaryVersion.objects.filter(conversation_id__in=ids).delete()
             Conversation.objects.filter(pk__in=ids).delete()
     if ids:
         log_event(

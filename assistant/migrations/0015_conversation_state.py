@@ -102,7 +102,7 @@ def columns_to_metadata(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("assistant", "0013_provider_compaction"),
+        ("assistant", "0014_pins_and_summary_versions"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
