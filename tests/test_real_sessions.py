@@ -46,7 +46,7 @@ def test_the_reference_replay_is_well_formed_in_a_known_number_of_queries():
     # Each stored message adds to the conversation's stored size (no window
     # measured again), taking the row's lock with that one UPDATE before its
     # INSERT, and a tool result reads its call with its answer: 3,909 statements
-    # at first, 3,415 with issue 33b's reads, 2,685 now (7.5 per stored message).
+    # at first, 3,415 with issue 33b's reads, 2,695 now (7.5 per stored message).
     # Per message: SAVEPOINT, UPDATE, INSERT, RELEASE; a tool result reads its
     # call; a model call runs the hook (the window, found live: 2) and
     # build_context (2); the post-exchange pipeline reads the duplicates of all
@@ -58,7 +58,7 @@ def test_the_reference_replay_is_well_formed_in_a_known_number_of_queries():
 
     assert_well_formed_and_kept(REFERENCE, conversation, problems)
     assert len(REFERENCE.messages) == 358
-    assert len(queries) == 2_685
+    assert len(queries) == 2_695
 
 
 def assert_well_formed_and_kept(session, conversation, problems) -> None:
