@@ -37,7 +37,7 @@ from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
 from assistant.settings.conf import compaction_config
 from assistant.store.deletion import require_live
 from assistant.store.history import add_message
-from assistant.store.metadata import merge_metadata, read_metadata
+from assistant.store.state import fresh_state, write_state
 from assistant.window.context import Context
 
 #: The providers whose wire format ``chat_step`` speaks.
@@ -95,16 +95,9 @@ def remember_chat_tools(conversation: Conversation, tools: Sequence[dict[str, An
     specs = _tool_specs(tools)
     # As JSON text: jsonb would reorder the schemas' keys, and the bytes must match.
     stored = json.dumps(specs, ensure_ascii=False) if specs else None
-    if read_metadata(conversation.pk).get(MetadataKeys.CHAT_TOOLS) == stored:
+    if fresh_state(conversation.pk).chat_tools == stored:
         return
-    if stored:
-        merge_metadata(
-            Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CHAT_TOOLS: stored}
-        )
-    else:
-        merge_metadata(
-            Conversation.objects.filter(pk=conversation.pk), remove=[MetadataKeys.CHAT_TOOLS]
-        )
+    write_state(Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CHAT_TOOLS: stored})
 
 
 def _tool_specs(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:

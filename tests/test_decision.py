@@ -7,9 +7,10 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from assistant.models import CompactionEvent, MetadataKeys
+from assistant.models import CompactionEvent, Conversation, MetadataKeys
 from assistant.services import ensure_context_summary
 from assistant.settings.conf import compaction_config
+from assistant.store.state import write_state
 from assistant.strategies.prebuild import prebuild_window_summary
 from assistant.strategies.shift import shift_window
 from assistant.window import (
@@ -83,7 +84,7 @@ def test_the_worker_builds_below_the_soft_watermark_only_when_the_hook_asks(conv
     assert not prebuild_window_summary(conversation)
     assert worker_split(state, config, requested=True) == 4  # an early shift's budget
     assert prebuild_window_summary(conversation, requested=True)
-    metadata = load_window(conversation.pk).metadata
+    metadata = load_window(conversation.pk).columns
     assert metadata[MetadataKeys.PENDING_THROUGH_MESSAGE_ID] == rows[3].pk
 
 
@@ -98,10 +99,9 @@ def test_the_worker_is_asked_one_latency_before_the_shift_the_window_is_growing_
     config = compaction_config()
 
     def plan_when_the_worker_took(seconds: float):
-        metadata = {MetadataKeys.WORKER_SEEN_AT: 1.0}
-        metadata[MetadataKeys.PREBUILD_REQUEST] = {"base": None, "answered": True, "took": seconds}
-        conversation.metadata = metadata
-        conversation.save(update_fields=["metadata"])
+        request = {"base": None, "answered": True, "took": seconds}
+        values = {MetadataKeys.WORKER_SEEN_AT: 1.0, MetadataKeys.PREBUILD_REQUEST: request}
+        write_state(Conversation.objects.filter(pk=conversation.pk), values)
         state = load_window(conversation.pk)
         return state, decide(state, config, timezone.now())
 
@@ -128,8 +128,10 @@ def test_an_adopted_early_shift_keeps_what_it_would_have_kept_when_it_was_asked_
 
     def adopted(took: float, kind: str = "early") -> tuple[int | None, int | None]:
         request = {"base": None, "answered": True, "took": took}
-        conversation.metadata = {MetadataKeys.PREBUILD_REQUEST: request}
-        conversation.save(update_fields=["metadata"])
+        write_state(
+            Conversation.objects.filter(pk=conversation.pk),
+            {MetadataKeys.PREBUILD_REQUEST: request},
+        )
         state = load_window(conversation.pk)
         budget, split = split_for(state, config, early=kind == "early")
         return split, adopted_split(state, config, Shift(kind, 0.3, False, budget, split))

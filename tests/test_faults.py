@@ -32,6 +32,7 @@ from assistant import services
 from assistant.flows import cleanup
 from assistant.flows import precall as hooks
 from assistant.llm import get_provider
+from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import add_message, finish_exchange
 from config.celery import app as celery_app
@@ -466,7 +467,12 @@ def two_conversations(db) -> tuple[Conversation, Conversation]:
 
 def state(conversation: Conversation) -> tuple:
     conversation.refresh_from_db()
-    return (snapshot(conversation), conversation.metadata, conversation.last_exchange_at)
+    return (
+        snapshot(conversation),
+        conversation.metadata,
+        held_state(conversation),
+        conversation.last_exchange_at,
+    )
 
 
 @pytest.mark.parametrize(
@@ -801,7 +807,7 @@ ERROR_WORDS = ("overloaded", "Overloaded", "529", "503", "UNAVAILABLE", "timed o
 
 def stored_texts(conversation: Conversation) -> list[str]:
     conversation.refresh_from_db()
-    texts = [str(conversation.metadata)]
+    texts = [str(conversation.metadata), str(held_state(conversation))]
     texts += [m for m in conversation.messages.values_list("compacted_content", flat=True) if m]
     return texts
 
@@ -881,7 +887,7 @@ def test_without_fallback_a_failed_summary_stores_nothing_and_the_chat_goes_on(
     for turn in range(6):
         add_message(conversation, "user", f"question {turn}")
         add_message(conversation, "assistant", f"answer {turn}")
-    metadata_before = dict(Conversation.objects.get(pk=conversation.pk).metadata)
+    state_before = held_state(Conversation.objects.get(pk=conversation.pk))
 
     summary = ensure_context_summary(conversation)
 
@@ -890,8 +896,9 @@ def test_without_fallback_a_failed_summary_stores_nothing_and_the_chat_goes_on(
     assert fake_llm.count("anthropic.messages") == 1
     conversation.refresh_from_db()
     # No summary stored; only the failure is remembered, so the next try waits.
-    failure = conversation.metadata.pop("summary_failure")
-    assert conversation.metadata == metadata_before
+    stored = held_state(conversation)
+    failure = stored.pop("summary_failure")
+    assert stored == state_before
     assert failure["attempts"] == 1
     assert not CompactionEvent.objects.filter(conversation=conversation).exists()
     assert len(build_context(conversation).messages) == 12  # the chat goes on, uncompacted
@@ -986,7 +993,7 @@ def assert_offline_takeover(conversation: Conversation, holder: str) -> None:
         f"{holder}_holder",
     )
     conversation.refresh_from_db()
-    assert "summary_failure" not in conversation.metadata  # a takeover is not a failure
+    assert conversation.summary_failure is None  # a takeover is not a failure
 
 
 def over_the_trigger(
@@ -1143,7 +1150,7 @@ def test_two_callers_past_the_trigger_share_one_slow_summary(fake_llm, settings)
     assert returned["b"][1].startswith("One summary for both.")
     assert returned["b"][0] < 3 + 2  # the summary's time plus 2 s
     conversation.refresh_from_db()
-    assert "summary_failure" not in conversation.metadata
+    assert conversation.summary_failure is None
 
 
 @pytest.mark.slow
@@ -1198,15 +1205,15 @@ def test_past_the_deadline_the_worker_makes_the_models_summary_of_the_offline_sp
     add_message(conversation, "user", "one more question " + "q" * 400)
     offline = ensure_context_summary(conversation)
     conversation.refresh_from_db()
-    marker = conversation.metadata["offline_shift"]
+    marker = conversation.offline_shift
 
     def built() -> bool:
         conversation.refresh_from_db()
-        return "pending_summary" in conversation.metadata
+        return conversation.pending_summary is not None
 
     assert wait_until(built, timeout=30)
-    assert conversation.metadata["pending_summary"].startswith("The model's summary.")
-    assert conversation.metadata["pending_through_message_id"] == marker["through"]
+    assert conversation.pending_summary.startswith("The model's summary.")
+    assert conversation.pending_through_message_id == marker["through"]
     assert ensure_context_summary(conversation) == offline  # nothing rewrites the prefix yet
     hour_ago = timezone.now() - timedelta(hours=1)
     conversation.messages.filter(role="assistant").update(created_at=hour_ago)
@@ -1276,13 +1283,13 @@ def test_a_late_holders_summary_replaces_the_offline_one_at_the_next_prefix_rewr
     offline = ensure_context_summary(conversation)  # past the deadline: an offline shift
     thread.join(timeout=30)
     conversation.refresh_from_db()
-    marker = conversation.metadata["offline_shift"]
-    pending = conversation.metadata["pending_summary"]
+    marker = conversation.offline_shift
+    pending = conversation.pending_summary
 
     assert built == [True]
     assert pending.startswith("The worker's summary.")
-    assert conversation.metadata["pending_base_message_id"] == marker["base"]
-    assert conversation.metadata["pending_through_message_id"] == marker["through"]
+    assert conversation.pending_base_message_id == marker["base"]
+    assert conversation.pending_through_message_id == marker["through"]
     # A request that rewrites nothing keeps the cached prefix: the offline summary stays.
     add_message(conversation, "assistant", "An answer.", input_tokens=6000)
     add_message(conversation, "user", "And then?")
@@ -1301,8 +1308,8 @@ def test_a_late_holders_summary_replaces_the_offline_one_at_the_next_prefix_rewr
     ]
     assert shifts[1][1]["through_message_id"] == marker["through"]
     conversation.refresh_from_db()
-    assert "offline_shift" not in conversation.metadata
-    assert "pending_summary" not in conversation.metadata
+    assert conversation.offline_shift is None
+    assert conversation.pending_summary is None
 
 
 @pytest.mark.slow
@@ -1328,7 +1335,7 @@ def test_a_late_holders_summary_landing_during_the_offline_write_is_kept(
 
     def landed() -> bool:
         conversation.refresh_from_db()
-        return "pending_summary" in conversation.metadata
+        return conversation.pending_summary is not None
 
     # The holder's summary lands between the takeover and the offline write: the
     # offline summarizer (the chat's, in this process) answers only once it has.
@@ -1350,15 +1357,15 @@ def test_a_late_holders_summary_landing_during_the_offline_write_is_kept(
         add_message(conversation, "user", "one more question " + "q" * 400)
         offline = ensure_context_summary(conversation)
         conversation.refresh_from_db()
-        marker = conversation.metadata["offline_shift"]
+        marker = conversation.offline_shift
         assert_offline_takeover(conversation, "late")
         # Kept, not removed by the offline write: built on the split the offline one replaced.
-        assert conversation.metadata["pending_summary"].startswith("The worker's summary.")
-        assert conversation.metadata["pending_base_message_id"] == marker["base"]
+        assert conversation.pending_summary.startswith("The worker's summary.")
+        assert conversation.pending_base_message_id == marker["base"]
 
         def replacement_ready() -> bool:
             conversation.refresh_from_db()
-            through = conversation.metadata.get("pending_through_message_id") or 0
+            through = conversation.pending_through_message_id or 0
             return through >= marker["through"]
 
         # Short of the offline split, the worker extends it with the messages after it.

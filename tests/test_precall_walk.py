@@ -34,6 +34,7 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
+from assistant.metadata_keys import StateOf
 from assistant.models import CompactionEvent, Conversation
 from assistant.services import add_message, ensure_context_summary
 from assistant.window import load_window
@@ -169,6 +170,6 @@ def test_the_ledger_is_written_once_with_every_step_of_the_call_booked(conversat
         q["sql"] for q in queries if q["sql"].startswith("UPDATE") and "cache_ledger" in q["sql"]
     ]
     assert len(writes) == 1
-    ledger = Ledger.of(Conversation.objects.get(pk=conversation.pk).metadata)
+    ledger = Ledger.of(StateOf(Conversation.objects.get(pk=conversation.pk)))
     freed = sum(event.tokens_before - event.tokens_after for event in events)  # every step so far
     assert ledger.gap == freed

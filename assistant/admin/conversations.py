@@ -24,6 +24,7 @@ from assistant.admin.cost_chart import cost_money, cost_section
 from assistant.admin.filters import ContextFilter, DeletedFilter, ForkFilter, SummaryFilter
 from assistant.admin.inspector import WireJSONEncoder, context_inspector, request_body
 from assistant.admin.listing import FittingMedia, date_and_time, with_list_figures
+from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
 from assistant.store.deletion import purge_date
 from assistant.window.cost import Cost, conversation_costs, costs_since
@@ -73,6 +74,7 @@ class ConversationAdmin(admin.ModelAdmin):
     readonly_fields = (
         "deleted_at",
         "metadata_pretty",
+        "state_pretty",
         "created_at",
         "updated_at",
         "last_exchange_at",
@@ -255,6 +257,12 @@ class ConversationAdmin(admin.ModelAdmin):
     @admin.display(description="metadata")
     def metadata_pretty(self, obj: Conversation) -> str:
         return format_html("<pre>{}</pre>", json.dumps(obj.metadata, indent=2, ensure_ascii=False))
+
+    @admin.display(description="window state")
+    def state_pretty(self, obj: Conversation) -> str:
+        """The window's own state columns that hold something (assistant.metadata_keys)."""
+        state = json.dumps(held_state(obj), indent=2, ensure_ascii=False)
+        return format_html("<pre>{}</pre>", state)
 
     # --- change page ----------------------------------------------------------
 

@@ -22,8 +22,8 @@ import time
 from assistant.llm import ProviderError
 from assistant.models import Conversation, MetadataKeys
 from assistant.settings.conf import CompactionConfig
-from assistant.store.metadata import merge_metadata, read_metadata
 from assistant.store.queue import PREBUILD_TASK, enqueue_on_commit
+from assistant.store.state import fresh_state, remember, write_state
 from assistant.strategies.prebuild import prebuild_window_summary
 from assistant.window import (
     WindowState,
@@ -42,18 +42,16 @@ def ask_worker_ahead(state: WindowState) -> bool:
     True when a request for the current split is outstanding."""
     if state.meta.has_pending_summary or not state.meta.worker_seen:
         return False
-    request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
+    request = state.meta.prebuild_request or {}
     if "base" in request and request["base"] == state.through_id:
         return not request.get("answered")
     # How long the worker took to answer the last request: the latency the next
     # pre-build projects its split by (`worker_split`).
     took = {"took": request["took"]} if request.get("took") else {}
     request = {"base": state.through_id, "at": time.time(), **took}
-    merge_metadata(
-        Conversation.objects.filter(pk=state.conversation_id),
-        {MetadataKeys.PREBUILD_REQUEST: request},
-    )
-    state.metadata[MetadataKeys.PREBUILD_REQUEST] = request
+    asked = {MetadataKeys.PREBUILD_REQUEST: request}
+    write_state(Conversation.objects.filter(pk=state.conversation_id), asked)
+    remember(state.columns, asked)
     # The queued marker keeps one such task waiting per conversation.
     enqueue_on_commit(PREBUILD_TASK, state.conversation_id, unless_queued=True)
     return True
@@ -75,14 +73,12 @@ def defer_to_worker(state: WindowState, config: CompactionConfig) -> bool:
     waited for, until one runs this conversation's work again."""
     if not ask_worker_ahead(state):
         return False
-    asked = float(state.metadata[MetadataKeys.PREBUILD_REQUEST].get("at", 0))
+    asked = float(state.meta.prebuild_request.get("at", 0))
     if time.time() - asked < config.SUMMARY_WAIT_SECONDS:
         return True
-    merge_metadata(
-        Conversation.objects.filter(pk=state.conversation_id),
-        remove=[MetadataKeys.WORKER_SEEN_AT],
-    )
-    state.metadata.pop(MetadataKeys.WORKER_SEEN_AT, None)
+    unseen = [MetadataKeys.WORKER_SEEN_AT]
+    write_state(Conversation.objects.filter(pk=state.conversation_id), clear=unseen)
+    remember(state.columns, clear=unseen)
     return False
 
 
@@ -110,7 +106,7 @@ def leave_to_worker(
 
 def note_worker(conversation_id: int) -> None:
     """Called by the Celery tasks: a worker serves this conversation."""
-    merge_metadata(
+    write_state(
         Conversation.objects.filter(pk=conversation_id),
         {MetadataKeys.WORKER_SEEN_AT: round(time.time(), 3)},
     )
@@ -126,7 +122,7 @@ def serve_prebuild_request(conversation_id: int) -> bool:
     conversation = Conversation.objects.filter(pk=conversation_id, deleted_at__isnull=True).first()
     if conversation is None:
         return False
-    request = read_metadata(conversation_id).get(MetadataKeys.PREBUILD_REQUEST) or {}
+    request = fresh_state(conversation_id).prebuild_request
     built = False
     try:
         built = prebuild_window_summary(conversation, requested=True)
@@ -137,13 +133,13 @@ def serve_prebuild_request(conversation_id: int) -> bool:
         )
         return False
     finally:
-        current = read_metadata(conversation_id).get(MetadataKeys.PREBUILD_REQUEST) or {}
+        current = fresh_state(conversation_id).prebuild_request
         if request and current.get("base") == request.get("base"):
             took = round(time.time() - float(current.get("at", 0)), 3)
             answered = {**current, "answered": True, "took": took}
             if not built and _nothing_to_split_yet(conversation_id):
                 answered = {"took": current["took"]} if current.get("took") else {}
-            merge_metadata(
+            write_state(
                 Conversation.objects.filter(pk=conversation_id),
                 {MetadataKeys.PREBUILD_REQUEST: answered},
             )

@@ -35,8 +35,8 @@ from assistant.flows.prebuild import ask_after_shift, leave_to_worker
 from assistant.models import Conversation, MetadataKeys
 from assistant.ops import telemetry
 from assistant.settings.conf import CompactionConfig, compaction_config
-from assistant.store.deletion import require_live
-from assistant.store.metadata import merge_metadata
+from assistant.store.deletion import deleted_error, saved_id
+from assistant.store.state import remember, write_state
 from assistant.strategies.emergency import compact_if_flagged
 from assistant.strategies.steps import Shifted, adopt, compact_results, shift_here
 from assistant.window import Shift, WindowState, load_window, store_size
@@ -62,11 +62,12 @@ def ensure_context_summary(
     conversation: Conversation, *, on_demand: OnDemand | None = None
 ) -> str | None:
     """The pre-call hook: bring the context within budget and return the
-    window summary the next request carries. Three queries when nothing is due.
-    A deleted or purged conversation is refused first (`conversation_deleted`).
+    window summary the next request carries. Two queries when nothing is due.
+    A deleted or purged conversation is refused first (`conversation_deleted`),
+    by the query that loads the window.
     `on_demand` (chat_step under PROVIDER_COMPACTION "auto"): asked first to make a
     window shift as the provider's compaction; ours makes it when it returns False."""
-    require_live(conversation)
+    saved_id(conversation)
     with telemetry.pre_call_hook(conversation.pk):
         run = _run_plan(conversation, compaction_config(), on_demand)
         store_size(run.state)  # the admin list's figure: the size this call left
@@ -91,11 +92,14 @@ def _run_plan(
     conversation: Conversation, config: CompactionConfig, on_demand: OnDemand | None = None
 ) -> _Run:
     """Plan once on the window loaded once, then run the plan's steps in order."""
-    state, plan = plan_call(conversation.pk, config, timezone.now())
+    try:
+        state, plan = plan_call(conversation.pk, config, timezone.now(), live=True)
+    except Conversation.DoesNotExist:
+        raise deleted_error(conversation.pk) from None
     if plan.steps and isinstance(plan.steps[0], ApplyEmergency):
         compact_if_flagged(conversation)
         state, plan = plan_call(conversation.pk, config, timezone.now(), emergency_applied=True)
-    run = _Run(state, state.metadata.get(MetadataKeys.CACHE_LEDGER), on_demand=on_demand)
+    run = _Run(state, state.columns.get(MetadataKeys.CACHE_LEDGER), on_demand=on_demand)
     for step in plan.steps:
         match step:
             case NoteUsage():
@@ -154,7 +158,7 @@ def _provider_shift(run: _Run, step: MoveWindow) -> bool:
 
 def note_usage(state: WindowState, usage: NoteUsage) -> None:
     """Store the provider's count over our estimate (`NoteUsage.ratio`); or log,
-    once per conversation (a metadata flag, so across processes), a provider
+    once per conversation (a state flag, so across processes), a provider
     count that the window set aside as implausible: the host's usage wiring is
     wrong, and compaction goes on by our estimates. Ids and counts only."""
     values: dict[str, Any] = {}
@@ -171,17 +175,17 @@ def note_usage(state: WindowState, usage: NoteUsage) -> None:
             estimate,
         )
         values[MetadataKeys.IMPLAUSIBLE_USAGE_WARNED] = True
-    merge_metadata(Conversation.objects.filter(pk=state.conversation_id), values)
+    write_state(Conversation.objects.filter(pk=state.conversation_id), values)
     if usage.implausible is not None:
-        state.metadata[MetadataKeys.IMPLAUSIBLE_USAGE_WARNED] = True
+        remember(state.columns, {MetadataKeys.IMPLAUSIBLE_USAGE_WARNED: True})
 
 
 def _write_ledger(run: _Run) -> None:
     """Write the ledger as the steps booked it in the window they left: one
     write for the call, none when no step booked anything."""
-    value = run.state.metadata.get(MetadataKeys.CACHE_LEDGER)
+    value = run.state.columns.get(MetadataKeys.CACHE_LEDGER)
     if value != run.loaded_ledger:
-        merge_metadata(
+        write_state(
             Conversation.objects.filter(pk=run.state.conversation_id),
             {MetadataKeys.CACHE_LEDGER: value},
         )

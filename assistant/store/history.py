@@ -92,7 +92,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
             media_tokens = blocks_tokens(blocks, media_rates(llm.provider_name()))
             estimate = estimate_message_tokens(content, tool_calls) + media_tokens
             estimate += provider_compaction.block_tokens(compaction)
-            message = Message.objects.create(
+            message = Message(
                 conversation=conversation,
                 role=role,
                 content=content,
@@ -107,7 +107,10 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
                 **usage,
                 **answered_by,
             )
-            _store_size(conversation, message)
+            added = _add_to_size(conversation, message)
+            message.save(force_insert=True)
+            if not added:
+                _store_measured_size(conversation, live(conversation.pk))
     except IntegrityError as error:
         # Another writer stored this call's result between our check and our insert.
         if role == "tool" and _is_duplicate_result(error):
@@ -132,23 +135,22 @@ def _record_usage(message: Message, metadata: dict[str, Any]) -> None:
     )
 
 
-def _store_size(conversation: Conversation, message: Message) -> None:
-    """Store the admin list's figure, with the message just inserted, on a live
-    conversation; a soft-deleted (or purged) one matches nothing, and the insert
-    is rolled back. Written under the row's lock, taken after the insert so that
-    it is held briefly: concurrent writers take turns. The message is added to
-    the stored size only while it is the newest committed one; a writer whose
-    message an other's overtook measures the window instead, and sees every
-    message committed before it. FOR NO KEY UPDATE: the messages' foreign keys
-    hold KEY SHARE locks on the row, which a plain FOR UPDATE would wait on (and
-    deadlock)."""
+def _add_to_size(conversation: Conversation, message: Message) -> bool:
+    """Add the message about to be inserted to the admin list's figure on a live
+    conversation, taking the row's lock before the insert: concurrent writers
+    take turns, so each message gets its id under the lock and is the newest
+    when its estimate is added (one UPDATE). False when the stored size cannot
+    take it (`add_to_size`): the row is locked all the same, and the caller
+    measures the window after the insert. A soft-deleted (or purged)
+    conversation matches nothing: nothing is inserted. FOR NO KEY UPDATE (what
+    an UPDATE of other columns than the key takes): the messages' foreign keys
+    hold KEY SHARE locks on the row, which a plain FOR UPDATE would wait on."""
+    if add_to_size(live(conversation.pk), message, updated_at=timezone.now()):
+        return True
     locked = live(conversation.pk).select_for_update(no_key=True).values_list("pk", flat=True)
     if not locked:
         raise deleted_error(conversation.pk)
-    newer = Message.objects.filter(conversation_id=conversation.pk, pk__gt=message.pk)
-    newest = live(conversation.pk).filter(~Exists(newer))
-    if not add_to_size(newest, message, updated_at=timezone.now()):
-        _store_measured_size(conversation, live(conversation.pk))
+    return False
 
 
 def _store_measured_size(conversation: Conversation, live: QuerySet[Conversation]) -> None:

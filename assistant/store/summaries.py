@@ -19,7 +19,7 @@ from django.utils import timezone
 from assistant.metadata_keys import PENDING_SUMMARY_KEYS, MetadataKeys
 from assistant.models import Conversation, Message, SummaryVersion, handle
 from assistant.store.events import acting_user_id
-from assistant.store.metadata import merge_metadata
+from assistant.store.state import write_state
 from assistant.window import load_window, refresh_size
 
 # A correction is a summary: it must fit where the model's did.
@@ -62,13 +62,12 @@ def _store_current(
             f"Conversation {conversation.pk} has no window summary yet.", code="no_summary"
         )
     same_split = Conversation.objects.filter(
-        Q(**{f"metadata__{MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID}": through}),
-        pk=conversation.pk,
+        Q(**{MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: through}), pk=conversation.pk
     )
     with transaction.atomic():
         # A summary pre-built from the old text would undo the change at the next shift.
-        stored = merge_metadata(
-            same_split, {MetadataKeys.COMPACTION_SUMMARY: text}, remove=PENDING_SUMMARY_KEYS
+        stored = write_state(
+            same_split, {MetadataKeys.COMPACTION_SUMMARY: text}, clear=PENDING_SUMMARY_KEYS
         )
         if not stored:
             raise ValidationError(

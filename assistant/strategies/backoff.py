@@ -9,7 +9,7 @@ import time
 from assistant.models import MetadataKeys
 from assistant.ops.logs import log_event
 from assistant.store.leases import Lease
-from assistant.store.metadata import merge_metadata
+from assistant.store.state import write_state
 from assistant.window import WindowState
 
 
@@ -19,7 +19,7 @@ def failure_blocks(state: WindowState, over_trigger_split: int | None = None) ->
     (`over_trigger_split`, the last message it summarizes) goes on after a
     summary of another split was refused as not smaller: the newest step
     was too large to leave then, and a later split can summarize it."""
-    failure = state.metadata.get(MetadataKeys.SUMMARY_FAILURE) or {}
+    failure = state.columns.get(MetadataKeys.SUMMARY_FAILURE) or {}
     if failure.get("base") != state.through_id or time.time() >= failure.get("retry_at", 0):
         return False
     refused = failure.get("through")
@@ -30,10 +30,10 @@ def record_failure(lease: Lease, state: WindowState, *, through: int | None = No
     """Remember a failed summary from the current split, with a doubling
     delay; `through`: the split whose summary was refused as not smaller
     (None: the summarizer itself failed)."""
-    failure = state.metadata.get(MetadataKeys.SUMMARY_FAILURE) or {}
+    failure = state.columns.get(MetadataKeys.SUMMARY_FAILURE) or {}
     attempts = failure.get("attempts", 0) + 1 if failure.get("base") == state.through_id else 1
     delay = state.config.SUMMARY_RETRY_SECONDS * 2 ** min(attempts - 1, 10)
-    merge_metadata(
+    write_state(
         lease.holding(),
         {
             MetadataKeys.SUMMARY_FAILURE: {

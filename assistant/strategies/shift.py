@@ -22,7 +22,7 @@ from assistant.ops.logs import log_event
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.events import record_compaction, stopwatch
 from assistant.store.leases import Lease, summary_lease, wait_for_release
-from assistant.store.metadata import merge_metadata, read_metadata
+from assistant.store.state import fresh_state, write_state
 from assistant.store.summaries import record_version
 from assistant.strategies.backoff import failure_blocks, record_failure
 from assistant.strategies.pending import ask_for_replacement, keep_landed_summary, landed_on
@@ -52,8 +52,7 @@ logger = logging.getLogger(__name__)
 
 def compaction_cutoff_id(conversation: Conversation) -> int | None:
     """The id of the last summarized message, read from the database."""
-    value = read_metadata(conversation.pk).get(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID)
-    return int(value) if value is not None else None
+    return fresh_state(conversation.pk).through_id
 
 
 def regenerate_window_summary(
@@ -219,9 +218,9 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     the split that is still current and makes the context smaller; or the
     model's summary replacing an offline one (`ConversationMetadata.offline_replacement`),
     of the same split or a later one, whatever its size."""
-    metadata = state.metadata
-    pending: str = metadata.get(MetadataKeys.PENDING_SUMMARY) or ""
-    through = metadata.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
+    columns = state.columns
+    pending: str = columns.get(MetadataKeys.PENDING_SUMMARY) or ""
+    through = columns.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
     replaces = state.meta.offline_replacement is not None
     reachable = {row.pk for row in state.rows}
     if replaces and state.through_id is not None:
@@ -229,18 +228,18 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     if not (state.meta.has_pending_summary or replaces) or through not in reachable:
         return False
     kept = [row for row in state.rows if row.pk > through]
-    anchor_id = metadata.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
+    anchor_id = columns.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
     anchor = next((row for row in [*state.rows, state.anchor] if row and row.pk == anchor_id), None)
     sent = [anchor, *kept] if anchor else kept
-    index = metadata.get(MetadataKeys.PENDING_ARTIFACT_INDEX)
+    index = columns.get(MetadataKeys.PENDING_ARTIFACT_INDEX)
     room = summary_room(state, state.config, sent)
     pending = bounded_summary(pending, index, room, state.config)
     before = state.estimated_tokens()
     after = context_after(state, pending, sent)
     if after >= before and not replaces:
-        merge_metadata(lease.holding(), remove=PENDING_SUMMARY_KEYS)
+        write_state(lease.holding(), clear=PENDING_SUMMARY_KEYS)
         return False
-    usage = metadata.get(MetadataKeys.PENDING_USAGE) or {}
+    usage = columns.get(MetadataKeys.PENDING_USAGE) or {}
     stored = _store_window(lease, pending, through, anchor, state, index, usage=usage)
     if stored:
         record_compaction(
@@ -294,14 +293,14 @@ def _store_window(
         values[MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID] = anchor.pk
     holding = lease.holding()
     if offline is None:
-        stored = bool(merge_metadata(holding, values, remove=remove))
+        stored = bool(write_state(holding, values, clear=remove))
     else:
         # A late holder's summary of this split that landed since the takeover stays
         # pending: it replaces the offline one (`keep_landed_summary`).
         landed = landed_on(state.through_id)
-        stored = bool(merge_metadata(holding.exclude(landed), values, remove=remove))
+        stored = bool(write_state(holding.exclude(landed), values, clear=remove))
         kept = [key for key in remove if key not in PENDING_SUMMARY_KEYS]
-        stored = stored or bool(merge_metadata(holding.filter(landed), values, remove=kept))
+        stored = stored or bool(write_state(holding.filter(landed), values, clear=kept))
     if stored:
         usage = usage or {}
         record_version(
@@ -327,7 +326,7 @@ def _summarize_and_store(
     before = state.estimated_tokens()
     # The summary gives way to what stays verbatim: its room under the trigger.
     room = summary_room(state, config, kept)
-    index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
+    index = updated_index(state.meta.artifact_index, newly_old)
     # Taken over from a stalled or late holder, or freed by one only at the deadline: the
     # chat path does not wait on a provider again.
     late = not lease.took_over and deadline.passed()

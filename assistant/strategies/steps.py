@@ -171,14 +171,13 @@ def _reload(state: WindowState) -> WindowState:
     """The window as a step left it in the database, with the ledger as this
     call has booked it so far (the flow writes it once, at the end)."""
     after = load_window(state.conversation_id, state.config)
-    if MetadataKeys.CACHE_LEDGER in state.metadata:
-        after.metadata[MetadataKeys.CACHE_LEDGER] = state.metadata[MetadataKeys.CACHE_LEDGER]
+    after.columns[MetadataKeys.CACHE_LEDGER] = state.columns[MetadataKeys.CACHE_LEDGER]
     return after
 
 
 def _book(after: WindowState, before: WindowState, *, freed: int, cost: float) -> None:
     """Book a step (`before` -> `after`) in `after`'s ledger."""
     newest = before.rows[-1].pk if before.rows else 0
-    after.metadata[MetadataKeys.CACHE_LEDGER] = Ledger.of(before.metadata).after_step(
+    after.columns[MetadataKeys.CACHE_LEDGER] = Ledger.of(before.columns).after_step(
         before.rows, freed=freed, cost=cost, newest_id=newest, prices=before.cache_prices
     )

@@ -1,7 +1,7 @@
 """Strategy 2: the sliding window and its cached summary: generating it.
 
 The summary of everything up to a split point is cached in the
-conversation's metadata with the id of the last summarized message. It is
+conversation's state (assistant.store.state) with the id of the last summarized message. It is
 regenerated only when the split moves, and then incrementally: the
 summarizer reads the previous summary plus the newly old messages only.
 Fact statements of the summarized messages are carried forward
@@ -28,7 +28,6 @@ from assistant.llm.convert import InvalidRequest
 from assistant.llm.prompts import describe_message, render_transcript, suffix_instruction
 from assistant.models import (
     Message,
-    MetadataKeys,
 )
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.strategies.guidance import guided_by
@@ -101,7 +100,7 @@ def suffix_for(state: WindowState, newly_old: Sequence[Message]) -> Suffix | Non
         return None
     last = newly_old[-1].pk
     first_kept = next((row for row in state.rows if row.pk > last), None)
-    tools = state.metadata.get(MetadataKeys.CHAT_TOOLS)  # JSON text: see chat.remember_chat_tools
+    tools = state.meta.chat_tools  # JSON text: see chat.remember_chat_tools
     return Suffix(context, first_kept, json.loads(tools) if tools else None)
 
 

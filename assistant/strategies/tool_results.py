@@ -23,7 +23,8 @@ from assistant.models import CompactionEvent, Conversation, Message, MetadataKey
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.deletion import validated_ids
 from assistant.store.events import record_compaction, stopwatch
-from assistant.store.metadata import merge_metadata, read_metadata
+from assistant.store.metadata import merge_metadata
+from assistant.store.state import fresh_state, write_state
 from assistant.strategies.guidance import guided_by
 from assistant.text.blocks import blocks_tokens, compacted_blocks, has_media
 from assistant.text.tokens import estimate_tokens
@@ -113,8 +114,7 @@ def prepare_tool_results(conversation: Conversation) -> int:
     the compaction is applied at once. Only messages after the last run are
     read, so the cost does not grow with the history."""
     config = compaction_config()
-    metadata = read_metadata(conversation.pk)
-    done = int(metadata.get(MetadataKeys.TOOL_RESULTS_PROCESSED_THROUGH) or 0)
+    done = fresh_state(conversation.pk).tool_results_processed_through
     boundary = _consumed_boundary(conversation.pk, final_answers_only=False)
     rows = list(_tool_rows(conversation.pk).filter(id__gt=done, id__lt=boundary))
     if not rows:
@@ -125,7 +125,7 @@ def prepare_tool_results(conversation: Conversation) -> int:
         changed = apply_plan(conversation.pk, plan, config)
     else:
         changed = _store_prepared(plan, config)
-    merge_metadata(
+    write_state(
         Conversation.objects.filter(pk=conversation.pk),
         {MetadataKeys.TOOL_RESULTS_PROCESSED_THROUGH: max(row.pk for row in rows)},
     )
@@ -221,18 +221,16 @@ def _consumed_boundary(conversation_id: int, *, final_answers_only: bool) -> int
 
 def _with_older_duplicates(conversation_id: int, rows: list[Message]) -> list[Message]:
     """`rows` plus the earlier results of the same calls, which a new copy
-    turns into duplicates (jsonb equality ignores key order): one query per
-    distinct new call, never a scan of the whole history."""
-    seen = {row.pk for row in rows}
-    older: list[Message] = []
+    turns into duplicates (jsonb equality ignores key order): one query for
+    all the new calls, never a scan of the whole history."""
     calls = {(row.tool_name, canonical_arguments(row.tool_arguments)): row for row in rows}
+    if not calls:
+        return rows
+    same_calls = Q()
     for row in calls.values():
-        for match in _tool_rows(conversation_id).filter(
-            tool_name=row.tool_name, tool_arguments=row.tool_arguments, id__lt=row.pk
-        ):
-            if match.pk not in seen:
-                seen.add(match.pk)
-                older.append(match)
+        same_calls |= Q(tool_name=row.tool_name, tool_arguments=row.tool_arguments, id__lt=row.pk)
+    seen = {row.pk for row in rows}
+    older = [m for m in _tool_rows(conversation_id).filter(same_calls) if m.pk not in seen]
     return sorted([*older, *rows], key=lambda row: row.pk)
 
 
@@ -375,7 +373,7 @@ def _mark_context_changed(conversation_id: int) -> int:
     compaction; from the latest message on, estimates fill in until a new one.
     Returns the context's size now."""
     latest = Message.objects.filter(conversation_id=conversation_id).aggregate(last=Max("id"))
-    merge_metadata(
+    write_state(
         Conversation.objects.filter(pk=conversation_id),
         {MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: latest["last"] or 0},
     )

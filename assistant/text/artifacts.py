@@ -6,7 +6,7 @@ latest stored original, so whatever the summary left out stays one recall away.
 
 Built from the tool calls' arguments and the results' text, never from the summarizer's
 prose, so a summarizer that drops everything cannot drop these. Kept structured in the
-conversation's metadata (ARTIFACT_INDEX), updated with each newly summarized slice, and
+conversation's state (ARTIFACT_INDEX), updated with each newly summarized slice, and
 rendered into the summary deterministically within ARTIFACT_INDEX_MAX_TOKENS: the files
 read and modified first, within half of it, then the most recently used entries (used:
 found, or named again by the user or the model), each result's names in names_in's
@@ -53,7 +53,7 @@ SCANNED_CHARS = 4000
 MAX_PATH_CHARS = 300
 # A record id or key value longer than this is text, not an id.
 MAX_RECORD_CHARS = 80
-# Entries kept in metadata per category (the render keeps fewer, within its budget).
+# Entries kept in the stored index per category (the render keeps fewer, within its budget).
 MAX_ENTRIES = 400
 # Names taken from one result: a whole source file is not an index.
 MAX_NAMES_PER_RESULT = 24

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
-from assistant.models import Message, MetadataKeys
+from assistant.models import Message
 from assistant.settings.conf import CompactionConfig
 from assistant.window.ledger import Ledger, Outlook, step_cost
 from assistant.window.results import CompactionPlan, consumed_tool_rows, plan_compaction
@@ -197,9 +197,11 @@ def plan_call(
     now: datetime,
     *,
     emergency_applied: bool = False,
+    live: bool = False,
 ) -> tuple[WindowState, Plan]:
-    """The pre-call flow's one look: the window loaded once and its plan."""
-    state = load_window(conversation_id, config)
+    """The pre-call flow's one look: the window loaded once and its plan.
+    `live`: a deleted conversation is not found (Conversation.DoesNotExist)."""
+    state = load_window(conversation_id, config, live=live)
     return state, decide(state, config, now, emergency_applied=emergency_applied)
 
 
@@ -309,7 +311,7 @@ def awaiting_worker(state: WindowState) -> bool:
     """The worker was asked for the summary of the current split and has
     not answered yet: a voluntary compaction now would be rewritten by the
     shift that summary brings, so it waits too."""
-    request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
+    request = state.meta.prebuild_request
     return (
         state.meta.worker_seen
         and "base" in request  # a dropped request keeps only the worker's latency
@@ -446,7 +448,7 @@ def step_pays(state: WindowState, config: CompactionConfig, freed: int, cost: fl
     conversation costs more than sending everything, even one that ends
     right after the step."""
     prices = state.cache_prices
-    ledger = Ledger.of(state.metadata)
+    ledger = Ledger.of(state.columns)
     return ledger.affords(state.rows, cost, prices) and (
         outlook(state, config, ledger).saves(freed, prices) >= cost
     )

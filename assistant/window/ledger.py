@@ -26,6 +26,7 @@ have, even if it ends right after the step."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +64,8 @@ class Ledger:
     calls: int = 0  # the model calls the conversation had made by `since`
 
     @classmethod
-    def of(cls, metadata: dict[str, Any]) -> Ledger:
-        value = metadata.get(MetadataKeys.CACHE_LEDGER) or {}
+    def of(cls, columns: Mapping[str, Any]) -> Ledger:
+        value = columns.get(MetadataKeys.CACHE_LEDGER) or {}
         return cls(
             float(value.get("balance", 0.0)),
             int(value.get("gap", 0)),
@@ -97,7 +98,7 @@ class Ledger:
         newest_id: int,
         prices: CachePrices = ANTHROPIC,
     ) -> dict[str, Any]:
-        """The metadata value once a step freed `freed` tokens at `cost`."""
+        """The stored value once a step freed `freed` tokens at `cost`."""
         return {
             "balance": round(self.balance_now(rows, prices) - cost, 1),
             "gap": self.gap + max(freed, 0),

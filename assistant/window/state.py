@@ -26,7 +26,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from assistant.metadata_keys import ConversationMetadata
+from assistant.metadata_keys import STATE_FIELDS, ConversationMetadata
 from assistant.models import Conversation, Message, MessageQuerySet
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.text.tokens import (
@@ -57,7 +57,8 @@ def require_saved(conversation: Conversation) -> None:
 class WindowState:
     conversation_id: int
     system_prompt: str
-    metadata: dict[str, Any]
+    # The conversation's state columns as loaded (assistant.metadata_keys).
+    columns: dict[str, Any]
     # The settings of the call that loaded it: every size below uses them.
     config: CompactionConfig
     # The messages after the cutoff, oldest first, as the model sees them
@@ -77,7 +78,7 @@ class WindowState:
 
     @property
     def meta(self) -> ConversationMetadata:
-        return ConversationMetadata(self.metadata)
+        return ConversationMetadata(self.columns)
 
     @property
     def summary(self) -> str | None:
@@ -254,11 +255,13 @@ def load_window(
     config: CompactionConfig | None = None,
     *,
     through_id: int | None = None,
+    live: bool = False,
 ) -> WindowState:
-    """Read the conversation's metadata and its window fresh from the
+    """Read the conversation's state and its window fresh from the
     database (never from a possibly stale in-memory object): two queries.
-    `config`: the caller's settings (read here only when it has none)."""
-    return _load(conversation_id, config, through_id, MessageQuerySet.model_view)
+    `config`: the caller's settings (read here only when it has none).
+    `live`: a deleted conversation is not found (Conversation.DoesNotExist)."""
+    return _load(conversation_id, config, through_id, MessageQuerySet.model_view, live)
 
 
 def context_size(conversation_id: int, config: CompactionConfig | None = None) -> int:
@@ -313,14 +316,16 @@ def _load(
     config: CompactionConfig | None,
     through_id: int | None,
     view: Callable[[MessageQuerySet], Iterable[Any]],  # Messages, or SizeRows
+    live: bool = False,
 ) -> WindowState:
-    values = Conversation.objects.values(
-        "system_prompt", "metadata", "context_tokens", "context_estimate", "context_counted"
+    rows = Conversation.objects.filter(deleted_at__isnull=True) if live else Conversation.objects
+    values = rows.values(
+        "system_prompt", "context_tokens", "context_estimate", "context_counted", *STATE_FIELDS
     ).get(pk=conversation_id)
     state = WindowState(
         conversation_id,
         values["system_prompt"],
-        values["metadata"] or {},
+        {name: values[name] for name in STATE_FIELDS},
         config or compaction_config(),
         stored_size=values["context_tokens"],
         stored_basis=(values["context_estimate"], values["context_counted"]),
@@ -373,7 +378,7 @@ def store_size(state: WindowState) -> int:
 
 
 def add_to_size(live: QuerySet[Conversation], message: Message, **updates: Any) -> int:
-    """Add a message just stored to its conversation's stored size (`SizeBasis`)
+    """Add a message being stored to its conversation's stored size (`SizeBasis`)
     in one UPDATE of `live`, with `updates`, without measuring the window.
     0 when the basis does not allow it (unknown, not counted, a system message,
     an implausible count): the caller measures the window then."""
