@@ -96,6 +96,22 @@ def names_in(text: str, most: int) -> list[str]:
     return list(found)
 
 
+def names_within(text: str, max_chars: int, shown: str = "") -> list[str]:
+    """`names_in`'s names of `text` not already in `shown`, in its order, as many as
+    fit in `max_chars` joined by ", ": what a compacted result lists of its original
+    (assistant.text.truncation), and what the artifact index keeps of it once summarized."""
+    kept: list[str] = []
+    used = -2
+    for name in names_in(text, most=max_chars // 3 + 1):
+        if name in shown:
+            continue
+        used += len(name) + 2
+        if used > max_chars:
+            break
+        kept.append(name)
+    return kept
+
+
 def _code_lines(text: str) -> Iterator[str]:
     for raw in text.splitlines():
         line = _LINE_PREFIX.sub("", raw, count=1).lstrip("+- ") if raw else raw

@@ -228,8 +228,12 @@ def tail_tokens(state: WindowState, plan: CompactionPlan) -> int:
 def early_shift(state: WindowState, config: CompactionConfig) -> Shift | None:
     """Past COMPACT_WATERMARK, shift the window before the trigger when it
     frees at least COMPACT_MIN_FREE_TOKENS and pays for itself (`step_pays`)
-    at what it costs: rewriting the context (the new summary leads it) and
-    the summarizer reading what it summarizes. None when it does not pay."""
+    at its own cost: rewriting the context (the new summary leads it), the
+    summarizer reading the summary it updates, and reading what it summarizes
+    only as far as the conversation would not pay it anyway: every message is
+    summarized once, whenever the shift comes, so a conversation that reaches
+    the trigger (`Outlook.reached`) pays that input at the forced shift
+    (docs/decision.rst, "The break-even rule"). None when it does not pay."""
     if state.context_tokens() < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
         return None
     budget, start = split_for(state, config, early=True)
@@ -241,7 +245,9 @@ def early_shift(state: WindowState, config: CompactionConfig) -> Shift | None:
     old_summary = state.tokens(state.summary)
     after = before - summarized + (old_summary or config.SUMMARY_ESTIMATE_TOKENS)
     prices = state.cache_prices
-    cost = step_cost(before, after, summarizer_input=summarized + old_summary, prices=prices)
+    anyway = outlook(state, config, Ledger.of(state.metadata)).reached * summarized
+    own_input = old_summary + summarized - anyway
+    cost = step_cost(before, after, summarizer_input=round(own_input), prices=prices)
     pays = before - after >= config.COMPACT_MIN_FREE_TOKENS and step_pays(
         state, config, before - after, cost
     )
