@@ -56,6 +56,17 @@ def test_names_of_each_kind_are_found_in_any_language():
     assert names_in(code, 2) == ["pane_sessions", "Spotter.Services.ReviewTokenStore"]
 
 
+def test_destructured_names_module_calls_and_variables_are_names():
+    react = "    const [selectedFile, setSelectedFile] = useState<File | null>(null);"
+    python = "    asyncio.run(_run_pipeline(graph))\n    self.graph.invoke(state)"
+    shell = '"command": "${CLAUDE_PLUGIN_ROOT}/scripts/notify.sh $HOME"'
+
+    assert names_in(react, 10) == ["selectedFile", "setSelectedFile"]
+    # A module's function by its dotted name; never an object's own member chain.
+    assert names_in(python, 10) == ["_run_pipeline", "asyncio.run"]
+    assert "CLAUDE_PLUGIN_ROOT" in names_in(shell, 10)
+
+
 def test_prose_words_are_never_names():
     text = "Note: the class of service is economy.\nTotal: 3 items, in stock. Then call us."
 
