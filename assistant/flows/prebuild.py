@@ -10,7 +10,8 @@ SOFT_WATERMARK, or when an early shift pays), and every shift the request
 does not need to fit waits for that summary instead of making the user wait
 on the summarizer: an early shift, and one at the trigger once compacting
 the consumed results got the request under it. Only a shift the request
-needs waits on the worker or summarizes on the chat path.
+needs waits on the worker or summarizes on the chat path. The pre-call flow
+runs this as its plan's window step (`leave_to_worker`) when a worker is ahead.
 """
 
 from __future__ import annotations
@@ -25,20 +26,9 @@ from assistant.store.metadata import merge_metadata, read_metadata
 from assistant.store.queue import PREBUILD_TASK, enqueue_on_commit
 from assistant.strategies.prebuild import prebuild_window_summary
 from assistant.window import WindowState
+from assistant.window.decision import MoveWindow
 
 logger = logging.getLogger(__name__)
-
-
-def awaiting_worker(state: WindowState) -> bool:
-    """The worker was asked for the summary of the current split and has
-    not answered yet: a voluntary compaction now would be rewritten by the
-    shift that summary brings, so it waits too."""
-    request = state.metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
-    return (
-        state.meta.worker_seen
-        and request.get("base") == state.through_id
-        and not request.get("answered")
-    )
 
 
 def ask_worker_ahead(state: WindowState) -> bool:
@@ -79,6 +69,28 @@ def defer_to_worker(state: WindowState, config: CompactionConfig) -> bool:
     )
     state.metadata.pop(MetadataKeys.WORKER_SEEN_AT, None)
     return False
+
+
+def leave_to_worker(
+    state: WindowState, window: MoveWindow, *, changed: bool = False, adopted: bool = False
+) -> MoveWindow | None:
+    """The window step with a worker ahead (`MoveWindow.worker_ahead`): with no
+    shift due, ask it for the next summary (`MoveWindow.ask_worker`); a shift
+    the request does not need to fit (an early one, or one at the trigger once
+    compacting the consumed results got the request under it) waits for the
+    worker's summary (`defer_to_worker`). Returns the step to make here, checked
+    on `state` (`changed`: an earlier step changed the window; `adopted`: by
+    adopting the pre-built summary); None when the worker makes it."""
+    if changed:
+        window = window.on(state, state.config, adopted=adopted)
+    shift = window.shift
+    if shift is None:
+        if window.ask_worker:
+            ask_worker_ahead(state)
+        return None
+    if not shift.needed and defer_to_worker(state, state.config):
+        return None
+    return window
 
 
 def note_worker(conversation_id: int) -> None:

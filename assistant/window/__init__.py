@@ -6,9 +6,9 @@ done about it, decided in one place with no query of its own.
 - assistant.window.split: the triggers and where a split may fall;
 - assistant.window.results: which consumed tool results to compact or stub
   (`plan_compaction`), applied by assistant.strategies.tool_results;
-- assistant.window.decision: `decide(state, config, now) -> Plan`, which the
-  pre-call hook executes, the worker and the lease recheck ask, and the dry
-  run puts into words.
+- assistant.window.decision: `decide(state, config, now) -> Plan`, whose
+  ordered steps the pre-call flow runs, which the worker and the lease
+  recheck ask, and the dry run puts into words.
 
 Beside them: context (the request itself), ledger (what a step costs and
 saves under prompt caching), cost, limits and status. May import llm/,
