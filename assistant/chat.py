@@ -27,6 +27,7 @@ from django.core.exceptions import ValidationError
 
 from assistant.flows.overflow import acall_with_overflow_recovery, call_with_overflow_recovery
 from assistant.flows.precall import ensure_context_summary
+from assistant.flows.provider_compaction import ProviderStep, provider_step
 from assistant.flows.responses import record_response
 from assistant.llm.catalog import CHAT_PROVIDERS, DEFAULT_PROVIDER, wire
 from assistant.llm.streaming import OnText, aread_answer, read_answer
@@ -164,11 +165,11 @@ def chat_step(
     (stored as it came; requests leave it out). Bad arguments and a deleted
     conversation are refused before anything is written or any model called."""
     chosen, sent = _checked(provider, tools, recall)
-    _before_call(conversation, sent)
+    step = _before_call(conversation, sent, chosen, call_model)
     response = call_with_overflow_recovery(
         conversation,
         lambda context: read_answer(
-            chosen, call_model(model_request(context, provider, tools, recall=recall)), on_text
+            chosen, call_model(_request(context, provider, tools, recall, step)), on_text
         ),
         window_tokens=window_tokens,
     )
@@ -193,10 +194,10 @@ async def achat_step(
     The database work (the hook, the context, overflow recovery, the record) runs in
     a worker thread (`sync_to_async`), never on the event loop."""
     chosen, sent = _checked(provider, tools, recall)
-    await sync_to_async(_before_call)(conversation, sent)
+    step = await sync_to_async(_before_call)(conversation, sent, chosen, call_model)
 
     async def call(context: Context) -> Any:
-        request = model_request(context, provider, tools, recall=recall)
+        request = _request(context, provider, tools, recall, step)
         return await aread_answer(chosen, call_model(request), on_text)
 
     response = await acall_with_overflow_recovery(conversation, call, window_tokens=window_tokens)
@@ -216,10 +217,32 @@ def _checked(
     return chosen, _with_recall_tools(tools) if recall else tools
 
 
-def _before_call(conversation: Conversation, sent: Sequence[dict[str, Any]] | None) -> None:
+def _before_call(
+    conversation: Conversation,
+    sent: Sequence[dict[str, Any]] | None,
+    chosen: Wire,
+    call_model: Callable[[dict[str, Any]], Any],
+) -> ProviderStep:
+    """The checks, the tools remembered, and the pre-call hook, or the provider's
+    compaction in its place (PROVIDER_COMPACTION, docs/provider-compaction.rst)."""
     require_live(conversation)
     remember_chat_tools(conversation, sent)
-    ensure_context_summary(conversation)
+    neutral = list(sent) if sent else None
+    step = provider_step(conversation, chosen, compaction_config(), call_model, neutral)
+    if step.run_hook:
+        ensure_context_summary(conversation, on_demand=step.on_demand)
+    return step
+
+
+def _request(
+    context: Context,
+    provider: str,
+    tools: Sequence[dict[str, Any]] | None,
+    recall: bool,
+    step: ProviderStep,
+) -> dict[str, Any]:
+    """model_request, with what asks the provider for its own compaction."""
+    return {**model_request(context, provider, tools, recall=recall), **(step.extras or {})}
 
 
 def answer_tool_calls(

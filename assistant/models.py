@@ -232,7 +232,14 @@ class MessageQuerySet(models.QuerySet):
             default=models.Value(""),
             output_field=models.TextField(),
         )
-        return self.annotate(system_text=system_text).order_by("id").values_list(*SIZE_FIELDS)
+        provider_live = models.ExpressionWrapper(
+            models.Q(provider_compaction__live=True), output_field=models.BooleanField()
+        )
+        return (
+            self.annotate(system_text=system_text, provider_live=provider_live)
+            .order_by("id")
+            .values_list(*SIZE_FIELDS)
+        )
 
 
 # The message fields the context's size is computed from (`size_values`).
@@ -244,6 +251,7 @@ SIZE_FIELDS = (
     "cache_read_tokens",
     "cache_write_tokens",
     "system_text",
+    "provider_live",
 )
 
 
@@ -319,6 +327,11 @@ class Message(models.Model):
     token_estimate = models.PositiveIntegerField(default=0)
     original_token_estimate = models.PositiveIntegerField(default=0)
     metadata = models.JSONField(default=dict, blank=True, db_default={})
+    # The provider's own compaction this message carries (docs/provider-compaction.rst):
+    # {"wire", "block" (Anthropic's compaction block or OpenAI's compaction item, verbatim),
+    # "live" (it holds a summary: the requests start at this message), "on_demand",
+    # "usage" (the compaction's own tokens)}. NULL: none. The messages before it stay.
+    provider_compaction = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = MessageQuerySet.as_manager()
@@ -379,6 +392,11 @@ class Message(models.Model):
         return f"{self.role} #{self.pk}"
 
     @property
+    def provider_live(self) -> bool:
+        """It carries the provider's compaction with a summary: requests start here."""
+        return bool(self.provider_compaction and self.provider_compaction.get("live"))
+
+    @property
     def prompt_tokens(self) -> int | None:
         """The whole prompt the provider reported for the call that produced
         this message (uncached input plus cache reads and writes)."""
@@ -406,6 +424,8 @@ class CompactionEvent(models.Model):
         FORK_SUMMARY = "fork_summary", "Fork summary"
         RESTORE = "restore", "Originals restored"
         MEDIA = "media", "Old images, documents and thinking compacted"
+        PROVIDER = "provider", "Compacted by the provider"
+        PROVIDER_FAILED = "provider_failed", "The provider's compaction failed"
 
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="compaction_events"

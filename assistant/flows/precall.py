@@ -25,6 +25,7 @@ providers without prompt caching.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,7 @@ from assistant.store.deletion import require_live
 from assistant.store.metadata import merge_metadata
 from assistant.strategies.emergency import compact_if_flagged
 from assistant.strategies.steps import Shifted, adopt, compact_results, shift_here
-from assistant.window import WindowState, store_size
+from assistant.window import Shift, WindowState, load_window, store_size
 from assistant.window.decision import (
     AdoptPending,
     ApplyEmergency,
@@ -53,13 +54,21 @@ from assistant.window.decision import (
 logger = logging.getLogger(__name__)
 
 
-def ensure_context_summary(conversation: Conversation) -> str | None:
+# Given the window and the shift the hook would make: True when the provider made it.
+OnDemand = Callable[[WindowState, Shift], bool]
+
+
+def ensure_context_summary(
+    conversation: Conversation, *, on_demand: OnDemand | None = None
+) -> str | None:
     """The pre-call hook: bring the context within budget and return the
     window summary the next request carries. Three queries when nothing is due.
-    A deleted or purged conversation is refused first (`conversation_deleted`)."""
+    A deleted or purged conversation is refused first (`conversation_deleted`).
+    `on_demand` (chat_step under PROVIDER_COMPACTION "auto"): asked first to make a
+    window shift as the provider's compaction; ours makes it when it returns False."""
     require_live(conversation)
     with telemetry.pre_call_hook(conversation.pk):
-        run = _run_plan(conversation, compaction_config())
+        run = _run_plan(conversation, compaction_config(), on_demand)
         store_size(run.state)  # the admin list's figure: the size this call left
         return run.shifted.summary if run.shifted else run.state.summary
 
@@ -75,15 +84,18 @@ class _Run:
     changed: bool = False
     adopted: bool = False
     shifted: Shifted | None = None
+    on_demand: OnDemand | None = None  # the provider's compaction, for the window step
 
 
-def _run_plan(conversation: Conversation, config: CompactionConfig) -> _Run:
+def _run_plan(
+    conversation: Conversation, config: CompactionConfig, on_demand: OnDemand | None = None
+) -> _Run:
     """Plan once on the window loaded once, then run the plan's steps in order."""
     state, plan = plan_call(conversation.pk, config, timezone.now())
     if plan.steps and isinstance(plan.steps[0], ApplyEmergency):
         compact_if_flagged(conversation)
         state, plan = plan_call(conversation.pk, config, timezone.now(), emergency_applied=True)
-    run = _Run(state, state.metadata.get(MetadataKeys.CACHE_LEDGER))
+    run = _Run(state, state.metadata.get(MetadataKeys.CACHE_LEDGER), on_demand=on_demand)
     for step in plan.steps:
         match step:
             case NoteUsage():
@@ -113,6 +125,8 @@ def _move_window(run: _Run, step: MoveWindow) -> None:
     here."""
     window: MoveWindow | None = step
     changed = run.changed
+    if _provider_shift(run, step):
+        return
     if step.worker_ahead:
         window = leave_to_worker(run.state, step, changed=changed, adopted=run.adopted)
         changed = False  # checked on the window there
@@ -121,6 +135,20 @@ def _move_window(run: _Run, step: MoveWindow) -> None:
     shifted = shift_here(run.state, window, changed=changed, adopted=run.adopted)
     if shifted is not None:
         run.shifted, run.state = shifted, shifted.state
+
+
+def _provider_shift(run: _Run, step: MoveWindow) -> bool:
+    """The shift the window step would make, made as the provider's on-demand
+    compaction (PROVIDER_COMPACTION "auto"); False when there is none to make, or
+    the provider did not compact (ours makes it)."""
+    if run.on_demand is None:
+        return False
+    due = step.on(run.state, run.state.config, adopted=run.adopted) if run.changed else step
+    if due.shift is None or not run.on_demand(run.state, due.shift):
+        return False
+    state = load_window(run.state.conversation_id, run.state.config)
+    run.state, run.shifted = state, Shifted(state.summary, state)
+    return True
 
 
 def note_usage(state: WindowState, usage: NoteUsage) -> None:

@@ -156,6 +156,13 @@ class CompactionConfig:
     # chat model gets the conversation's own request, which its prompt cache holds, with
     # the summary instruction appended: input mostly at the cache-read price).
     SUMMARY_REQUEST: Literal["transcript", "cached_suffix"] = "transcript"
+    # Whose compaction keeps the context under the trigger (docs/provider-compaction.rst):
+    # "ours" (the window shift); "provider" (the provider's own server-side compaction
+    # at CONTEXT_TOKEN_THRESHOLD where chat_step's wire has one: Anthropic's
+    # compact_20260112, the Responses API's compaction; ours elsewhere, and after a
+    # compaction of theirs that failed); "auto" (ours, but each window shift it would
+    # make is the provider's on-demand compaction where the wire has one: Anthropic's).
+    PROVIDER_COMPACTION: Literal["ours", "provider", "auto"] = "ours"
     # A failed summary (or one that would not shrink the context) is retried
     # for the same split only after this delay, doubled at each failure.
     SUMMARY_RETRY_SECONDS: int = key(60, at_least=1)

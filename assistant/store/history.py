@@ -23,6 +23,7 @@ from assistant.llm.catalog import media_rates, telemetry_name
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
 from assistant.ops import telemetry
 from assistant.settings.conf import compaction_config
+from assistant.store import provider_compaction
 from assistant.store.deletion import deleted_error, live
 from assistant.store.queue import POST_EXCHANGE_TASK, enqueue_on_commit
 from assistant.text.blocks import blocks_tokens, has_media, validate_blocks
@@ -49,6 +50,7 @@ _FIELDS = {
     "blocks",
     "provider",
     "model",
+    "provider_compaction",
     *_USAGE_FIELDS,
 }
 _ANSWERED_BY = {"provider": 32, "model": 255}  # Message's columns and their lengths
@@ -81,6 +83,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
             code="empty_message",
         )
     usage = {name: _validated_count(name, fields.get(name)) for name in _USAGE_FIELDS}
+    compaction = provider_compaction.validated(fields.get("provider_compaction"))
     answered_by = {name: _validated_name(name, fields.get(name)) for name in _ANSWERED_BY}
 
     try:
@@ -88,6 +91,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
             tool_fields = _tool_result_fields(conversation, fields) if role == "tool" else {}
             media_tokens = blocks_tokens(blocks, media_rates(llm.provider_name()))
             estimate = estimate_message_tokens(content, tool_calls) + media_tokens
+            estimate += provider_compaction.block_tokens(compaction)
             message = Message.objects.create(
                 conversation=conversation,
                 role=role,
@@ -96,6 +100,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
                 blocks=blocks,
                 blocks_tokens=media_tokens,
                 metadata=metadata,
+                provider_compaction=compaction,
                 token_estimate=estimate,
                 original_token_estimate=estimate,
                 **tool_fields,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assistant.llm import catalog
+from assistant.llm.server_compaction import summary_text
 from assistant.llm.wire import Wire
 from assistant.models import Conversation, Message
 from assistant.text.tokens import estimate_tokens
@@ -39,7 +40,24 @@ def as_neutral(message: Message) -> dict:
     if message.role == Message.Role.TOOL:
         neutral["tool_call_id"] = message.tool_call_id
         neutral["tool_name"] = message.tool_name
+    if message.provider_live:
+        neutral["compaction"] = message.provider_compaction
     return neutral
+
+
+def with_provider_compaction(messages: list[dict[str, Any]], wire: Wire) -> list[dict[str, Any]]:
+    """The messages as `wire` takes the provider's compaction: only the first message
+    carries one (the window starts at it); a compaction another wire made goes as a
+    user message before it, its summary in words (docs/provider-compaction.rst)."""
+    kept = [
+        {k: v for k, v in m.items() if k != "compaction"} if i and "compaction" in m else m
+        for i, m in enumerate(messages)
+    ]
+    compaction = kept[0].get("compaction") if kept else None
+    if compaction is None or compaction["wire"] == wire.name:
+        return kept
+    first = {k: v for k, v in kept[0].items() if k != "compaction"}
+    return [{"role": "user", "content": summary_text(compaction)}, first, *kept[1:]]
 
 
 class IncompleteToolCall(Exception):
@@ -110,7 +128,8 @@ class Context:
         A context built with pending calls is for staff to look at, never to send: it
         is not checked."""
         check = not self.pending_calls
-        return wire.request(self.system, self.summaries, self.messages, tools, check=check)
+        messages = with_provider_compaction(self.messages, wire)
+        return wire.request(self.system, self.summaries, messages, tools, check=check)
 
     def to_anthropic(self) -> dict[str, Any]:
         """{"system": [text blocks], "messages": [...]}: Anthropic's shape."""
@@ -118,8 +137,9 @@ class Context:
 
     def to_gemini(self) -> dict[str, Any]:
         """{"system_instruction": str, "contents": [...]}: Gemini's shape."""
+        messages = with_provider_compaction(self.messages, catalog.GEMINI)
         return catalog.GEMINI.shape(
-            self.system, self.summaries, self.messages, check=not self.pending_calls
+            self.system, self.summaries, messages, check=not self.pending_calls
         )
 
 
@@ -134,7 +154,16 @@ def build_context(conversation: Conversation, *, allow_pending: bool = False) ->
 
 def context_from_state(state: WindowState, *, allow_pending: bool = False) -> Context:
     """build_context from a window state already loaded (e.g. under the summary lease)."""
-    chat_rows = _repaired(state)
+    return _context_of(state, _repaired(state), allow_pending)
+
+
+def context_before(state: WindowState, message_id: int) -> Context:
+    """The context of `state` without the message `message_id` and those after it: what
+    a compaction that keeps them summarizes."""
+    return _context_of(state, [row for row in _repaired(state) if row.pk < message_id], False)
+
+
+def _context_of(state: WindowState, chat_rows: list[Message], allow_pending: bool) -> Context:
     system = state.system
     messages = _with_missing_results([as_neutral(row) for row in chat_rows], allow_pending)
     tokens = TokenBreakdown(
@@ -170,6 +199,8 @@ def _repaired(state: WindowState) -> list[Message]:
     model sees a little twice and loses nothing); only when there is no
     earlier user message does it move forward past the replies."""
     rows = state.verbatim
+    if rows and rows[0].provider_live:
+        return rows  # the provider's compaction stands for everything before it
     while rows and (rows[0].role != Message.Role.USER or _orphaned_results(rows)):
         user_before = (
             Message.objects.filter(

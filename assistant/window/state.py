@@ -286,6 +286,7 @@ class SizeRow(NamedTuple):
     cache_read_tokens: int | None
     cache_write_tokens: int | None
     model_content: str  # a system message's text; "" for the others
+    provider_live: bool  # Message.provider_live
 
     # The same rule, on these fields (mypy takes only fields and defs in a NamedTuple).
     prompt_tokens = Message.prompt_tokens  # type: ignore[misc]
@@ -327,7 +328,17 @@ def _load(
             state.anchor = row
         else:
             state.rows.append(row)
+    _start_at_provider_compaction(state)
     return state
+
+
+def _start_at_provider_compaction(state: WindowState) -> None:
+    """The window starts at the newest message carrying the provider's compaction with a
+    summary (docs/provider-compaction.rst): it stands for everything before it."""
+    starts = [index for index, row in enumerate(state.rows) if row.provider_live]
+    if starts:
+        state.rows = state.rows[starts[-1] :]
+        state.anchor = None
 
 
 def store_size(state: WindowState) -> int:
