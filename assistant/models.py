@@ -252,6 +252,7 @@ SIZE_FIELDS = (
     "cache_write_tokens",
     "system_text",
     "provider_live",
+    "pinned",
 )
 
 
@@ -327,6 +328,7 @@ class Message(models.Model):
     token_estimate = models.PositiveIntegerField(default=0)
     original_token_estimate = models.PositiveIntegerField(default=0)
     metadata = models.JSONField(default=dict, blank=True, db_default={})
+    pinned = models.BooleanField(default=False, db_default=False)  # see strategies/pins.py
     # The provider's own compaction this message carries (docs/provider-compaction.rst):
     # {"wire", "block" (Anthropic's compaction block or OpenAI's compaction item, verbatim),
     # "live" (it holds a summary: the requests start at this message), "on_demand",
@@ -350,6 +352,11 @@ class Message(models.Model):
                 fields=["conversation", "id"],
                 name="assistant_msg_system",
                 condition=models.Q(role="system"),
+            ),
+            models.Index(  # the window query's pinned messages below the split
+                fields=["conversation", "id"],
+                name="assistant_msg_pinned",
+                condition=models.Q(pinned=True),
             ),
             # Dedup and per-tool lookups: tool results by conversation and tool.
             models.Index(
@@ -459,3 +466,35 @@ class CompactionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} on {self.conversation_id}"
+
+
+_USER = settings.AUTH_USER_MODEL
+
+
+class SummaryVersion(models.Model):
+    """A window summary as written (model, staff edit, revert): assistant.store.summaries."""
+
+    class Kind(models.TextChoices):
+        MODEL = "model", "Written by the summarizer"
+        STAFF_EDIT = "staff_edit", "Corrected by staff"
+        REVERT = "revert", "Reverted to an earlier version"
+
+    conversation = models.ForeignKey(Conversation, models.CASCADE, related_name="summary_versions")
+    through_message_id = models.BigIntegerField(null=True, blank=True)
+    text = models.TextField()
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MODEL)
+    model = models.CharField(max_length=128, blank=True, default="")
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    source = models.ForeignKey("self", models.SET_NULL, null=True, blank=True, related_name="+")
+    created_by = models.ForeignKey(_USER, models.SET_NULL, null=True, blank=True, related_name="+")
+    reviewed_by = models.ForeignKey(_USER, models.SET_NULL, null=True, blank=True, related_name="+")
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["conversation", "-id"], name="assistant_summary_conv")]
+
+    def __str__(self) -> str:
+        return f"Summary version {self.pk} of conversation {self.conversation_id}"

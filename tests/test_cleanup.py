@@ -14,10 +14,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from assistant.flows import cleanup
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, SummaryVersion
 from assistant.ops.logs import log_event
 from assistant.services import add_message
 from assistant.settings.cleanup import beat_schedule, cleanup_config, cleanup_settings
+from assistant.store.summaries import record_version
 from tests.conftest import wait_until
 
 NOW = timezone.now()
@@ -511,3 +512,19 @@ def test_log_event_refuses_content_fields_and_quotes_labels(caplog):
         caplog.records[-1].getMessage()
         == 'event=emergency_1 conversation_id=7 reason="prompt too long"'
     )
+
+
+@pytest.mark.django_db
+def test_the_purge_takes_a_conversations_summary_versions_along():
+    old = make_conversation("old with versions", deleted_at=NOW - 31 * DAY)
+    kept = make_conversation("kept with versions")
+    for conversation in (old, kept):
+        first = record_version(conversation.pk, "## Goal\n- a", 1)
+        record_version(
+            conversation.pk, "## Goal\n- a", 1, kind=SummaryVersion.Kind.REVERT, source=first
+        )
+
+    cleanup.purge_deleted_conversations(now=NOW)
+
+    assert set(SummaryVersion.objects.values_list("conversation_id", flat=True)) == {kept.pk}
+    assert SummaryVersion.objects.count() == 2

@@ -20,7 +20,7 @@ from assistant.flows.post_exchange import shift_ahead
 from assistant.llm.anthropic import ANTHROPIC, MIN_TRIGGER, anthropic_usage
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.recall import run_tool_call
-from assistant.services import achat_step, add_message, answer_tool_calls, chat_step
+from assistant.services import achat_step, add_message, answer_tool_calls, chat_step, pin_message
 from assistant.settings.conf import compaction_config
 from assistant.store.provider_compaction import validated
 from assistant.testing.fake_compaction import ANTHROPIC_COMPACTION, SUMMARY_TOKENS, signature
@@ -445,3 +445,24 @@ def test_the_worker_builds_no_summary_ahead_while_the_provider_compacts(fake_llm
         assert shift_ahead(conversation.pk, compaction_config()) is False
     with override_settings(ASSISTANT_COMPACTION=keys):
         assert shift_ahead(conversation.pk, compaction_config()) is True
+
+
+@override_settings(ASSISTANT_COMPACTION=PROVIDER)
+def test_a_pinned_message_outlives_the_providers_compaction(fake_llm, conversation):
+    """Issue 40 beside issue 41: the messages before the provider's compaction block
+    are no longer sent, but a pinned one among them rides in the pinned section."""
+    call_model = beta_call(claude(fake_llm))
+    rule = add_message(conversation, "user", "Never deploy on a Friday; sign-off code owl-5.")
+    add_message(conversation, "assistant", "Noted.")
+    pin_message(conversation, rule.pk)
+    script_logs(fake_llm, "anthropic.messages", [1, 2, 3, 4])
+    steps = turn(conversation, call_model, "Check builds 1 to 4")
+    fake_llm.script("anthropic.messages", ok("Build 4 wrote sha-0004."))
+    turn(conversation, call_model, "Which artifact did build 4 write?")
+
+    bodies = sent(fake_llm)
+    carrier = next(step for step in steps if step.response.content[0].type == "compaction")
+    later = bodies[steps.index(carrier) + 1 :]
+    assert later
+    assert all("owl-5" in json.dumps(body["system"]) for body in later)
+    assert all("owl-5" in json.dumps(body) for body in bodies)

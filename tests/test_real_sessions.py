@@ -49,15 +49,18 @@ def test_the_reference_replay_is_well_formed_in_a_known_number_of_queries():
     # SAVEPOINT, INSERT, UPDATE, RELEASE; a tool result reads its call; a model
     # call runs the hook (the live check, the window: 3) and build_context (2).
     # The hook writes the cost ledger once per call, however many steps it
-    # booked (3,415 when each step wrote it). Issue 39's rules change which steps the
-    # replay takes: 3,382 with the names listed under truncated results and kept by
-    # the artifact index, 3,379 with the early shift's own cost.
+    # booked (3,415 when each step wrote it). Each of the five window summaries
+    # also reads the user's language (issue 40: the start of the newest user
+    # messages, one query) and keeps its version (one INSERT).
+    # Issue 39's rules change which steps the replay takes (3,414 before them): 3,382
+    # with the names listed under truncated results and kept by the artifact index,
+    # 3,379 with the early shift's own cost; with issue 40's reads, six summaries here.
     with CaptureQueriesContext(connection) as queries:
         conversation, problems, _ = replay(REFERENCE.name, REFERENCE.messages)
 
     assert_well_formed_and_kept(REFERENCE, conversation, problems)
     assert len(REFERENCE.messages) == 358
-    assert len(queries) == 3_379
+    assert len(queries) == 3_391
 
 
 def assert_well_formed_and_kept(session, conversation, problems) -> None:

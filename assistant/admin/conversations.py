@@ -318,6 +318,7 @@ class ConversationAdmin(admin.ModelAdmin):
                 purge_date=purge_date(obj),
                 fork_origin=fork_origin(obj),
                 message_total=Message.objects.filter(conversation=obj).count(),
+                summary_versions=obj.summary_versions.count(),
                 action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
             )
         return super().change_view(request, object_id, form_url, extra_context)

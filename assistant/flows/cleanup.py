@@ -24,7 +24,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from assistant.metadata_keys import PENDING_SUMMARY_KEYS, WINDOW_SUMMARY_KEYS
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, SummaryVersion
 from assistant.ops.logs import log_event
 from assistant.settings.cleanup import CleanupConfig, cleanup_config
 from assistant.store.metadata import metadata_expression
@@ -126,6 +126,7 @@ def purge_deleted_conversations(
             # (forks outlive their parent: they carry its summary).
             messages, _ = Message.objects.filter(conversation_id__in=ids).delete()
             events, _ = CompactionEvent.objects.filter(conversation_id__in=ids).delete()
+            SummaryVersion.objects.filter(conversation_id__in=ids).delete()
             Conversation.objects.filter(pk__in=ids).delete()
     if ids:
         log_event(

@@ -23,6 +23,7 @@ from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.events import record_compaction, stopwatch
 from assistant.store.leases import Lease, summary_lease, wait_for_release
 from assistant.store.metadata import merge_metadata, read_metadata
+from assistant.store.summaries import record_version
 from assistant.strategies.pending import ask_for_replacement, keep_landed_summary
 from assistant.strategies.summary import (
     LeaseLost,
@@ -238,9 +239,9 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     if after >= before and not replaces:
         merge_metadata(lease.holding(), remove=PENDING_SUMMARY_KEYS)
         return False
-    stored = _store_window(lease, pending, through, anchor, state, index)
+    usage = metadata.get(MetadataKeys.PENDING_USAGE) or {}
+    stored = _store_window(lease, pending, through, anchor, state, index, usage=usage)
     if stored:
-        usage = metadata.get(MetadataKeys.PENDING_USAGE) or {}
         record_compaction(
             state.conversation_id,
             CompactionEvent.Kind.WINDOW_SUMMARY,
@@ -303,10 +304,12 @@ def _store_window(
     state: WindowState,
     index: dict | None,
     offline: dict | None = None,
+    usage: dict | None = None,
 ) -> bool:
     """Store a new split, its summary and the artifact index it renders, while
-    the lease is still ours. `offline`: the OFFLINE_SHIFT marker of a summary
-    the offline summarizer wrote in a late or stalled holder's place."""
+    the lease is still ours, and keep it as a version (its summarizer's `usage`:
+    model, input_tokens, output_tokens). `offline`: the OFFLINE_SHIFT marker of a
+    summary the offline summarizer wrote in a late or stalled holder's place."""
     values = {
         MetadataKeys.COMPACTION_SUMMARY: summary,
         MetadataKeys.ARTIFACT_INDEX: index,
@@ -324,6 +327,15 @@ def _store_window(
         values[MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID] = anchor.pk
     stored = bool(merge_metadata(lease.holding(), values, remove=remove))
     if stored:
+        usage = usage or {}
+        record_version(
+            state.conversation_id,
+            summary,
+            through,
+            model=usage.get("model", ""),
+            input_tokens=usage.get("input_tokens", 0),
+            output_tokens=usage.get("output_tokens", 0),
+        )
         refresh_size(state.conversation_id, state.config)
     return stored
 
@@ -371,7 +383,12 @@ def _summarize_and_store(
         record_failure(lease, state, through=through)
         return state.summary
     offline = _offline_shift(state, through, lease, late=late or outcome.fallback)
-    if not _store_window(lease, outcome.text, through, anchor, state, index, offline):
+    usage = {
+        "model": outcome.model,
+        "input_tokens": outcome.input_tokens,
+        "output_tokens": outcome.output_tokens,
+    }
+    if not _store_window(lease, outcome.text, through, anchor, state, index, offline, usage):
         keep_landed_summary(state, outcome, through, anchor, index)
         return load_window(state.conversation_id, config).summary
     _record_shift(state, lease, outcome, before, after, len(newly_old), through, elapsed.ms, late)

@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from assistant.models import (
     MetadataKeys,
 )
 from assistant.settings.conf import CompactionConfig, compaction_config
+from assistant.strategies.guidance import guided_by
 from assistant.text.artifacts import render, without_index
 from assistant.text.facts import (
     summary_body,
@@ -138,11 +140,13 @@ def summarize_messages(
     # merge them back into its text, and they are carried again only if it does not.
     body = previous_summary or None
     chunks = _chunks(messages, config, previous_summary, provider)
-    request = _cached_request(suffix, messages, chunks, body, provider)
-    if request is not None:
-        tally = _summarize_cached(request, provider, on_chunk)
-    else:
-        tally = _summarize_chunks(chunks, body, chosen, on_chunk, deadline)
+    # The conversation's language and instructions reach every prompt built inside.
+    with guided_by(messages[0].conversation_id, config) if messages else nullcontext():
+        request = _cached_request(suffix, messages, chunks, body, provider)
+        if request is not None:
+            tally = _summarize_cached(request, provider, on_chunk)
+        else:
+            tally = _summarize_chunks(chunks, body, chosen, on_chunk, deadline)
     index_tokens, rest = shares(tally.body or "", max_tokens, config)
     index_text = render(index, index_tokens)
     text = with_carried_facts(

@@ -1,6 +1,8 @@
 """What the model sees next, in a fixed, cache-friendly order: the system
-prompt, the parent summary (forks), the window summary, then the verbatim
-messages after the cutoff with their model-facing text.
+prompt, the parent summary (forks), the pinned messages the window has moved
+past (verbatim, oldest first: byte-stable until the next shift or pin), the
+window summary, then the verbatim messages after the cutoff with their
+model-facing text.
 
 The result is validated before it is returned: a provider rejects a history
 that starts with an assistant or tool message, a tool result without its
@@ -9,13 +11,15 @@ call, or a call without its result, so none of those is ever sent.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from assistant.llm import catalog
 from assistant.llm.server_compaction import summary_text
 from assistant.llm.wire import Wire
-from assistant.models import Conversation, Message
+from assistant.models import Conversation, Message, handle
 from assistant.text.tokens import estimate_tokens
 from assistant.window import WindowState, load_window, require_saved
 
@@ -99,6 +103,8 @@ class Context:
     window_summary: str | None
     cutoff_id: int | None
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # The pinned section (`pinned_section`), None without pinned messages past the split.
+    pinned: str | None = None
     message_ids: list[int] = field(default_factory=list)
     tokens: TokenBreakdown = field(default_factory=lambda: TokenBreakdown(0, 0, 0, 0))
     # Tool calls still waiting for their results (only with allow_pending=True).
@@ -111,6 +117,8 @@ class Context:
             labelled.append(
                 f"Summary of the conversation this one continues:\n{self.parent_summary}"
             )
+        if self.pinned:
+            labelled.append(f"{PINNED_LABEL}\n{self.pinned}")
         if self.window_summary:
             labelled.append(
                 f"Summary of the earlier part of this conversation:\n{self.window_summary}"
@@ -164,12 +172,15 @@ def context_before(state: WindowState, message_id: int) -> Context:
 
 
 def _context_of(state: WindowState, chat_rows: list[Message], allow_pending: bool) -> Context:
+    in_place = {row.pk for row in chat_rows}
+    pinned = [row for row in state.pinned_rows if row.pk not in in_place]
     system = state.system
     messages = _with_missing_results([as_neutral(row) for row in chat_rows], allow_pending)
     tokens = TokenBreakdown(
         system=estimate_tokens(system),
         summaries=estimate_tokens(state.parent_summary or "")
-        + estimate_tokens(state.summary or ""),
+        + estimate_tokens(state.summary or "")
+        + state.pinned_tokens,
         messages=sum(r.token_estimate for r in chat_rows if r.role != Message.Role.TOOL),
         tool_results=sum(r.token_estimate for r in chat_rows if r.role == Message.Role.TOOL),
     )
@@ -180,10 +191,34 @@ def _context_of(state: WindowState, chat_rows: list[Message], allow_pending: boo
         window_summary=state.summary,
         cutoff_id=state.through_id,
         messages=messages,
+        pinned=pinned_section(pinned),
         message_ids=[row.pk for row in chat_rows],
         tokens=tokens,
         pending_calls=_pending_calls(messages) if allow_pending else [],
     )
+
+
+PINNED_LABEL = "Pinned messages of this conversation (verbatim; they stay in force):"
+
+
+def pinned_section(rows: Sequence[Message]) -> str | None:
+    """The pinned messages the window moved past, verbatim, each labelled with its
+    role and handle; a tool result names the call it answers (the call stays valid
+    without a tool_use block of its own), an assistant message the calls it made."""
+    if not rows:
+        return None
+    parts = []
+    for row in rows:
+        neutral = as_neutral(row)
+        label = f"[{row.role} {handle(row.pk)}"
+        if row.role == Message.Role.TOOL:
+            arguments = json.dumps(row.tool_arguments or {}, ensure_ascii=False, sort_keys=True)
+            label += f", result of {row.tool_name or '?'}({arguments})"
+        for call in neutral.get("tool_calls") or ():
+            arguments = json.dumps(call.get("arguments") or {}, ensure_ascii=False, sort_keys=True)
+            label += f", calls {call.get('name', '?')}({arguments})"
+        parts.append(f"{label}]\n{neutral['content']}")
+    return "\n\n".join(parts)
 
 
 def context_tokens(conversation: Conversation) -> int:

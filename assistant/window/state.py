@@ -38,6 +38,8 @@ from assistant.text.tokens import (
 from assistant.window.cost import chat_model
 from assistant.window.ledger import CachePrices, cache_prices
 
+# What labelling one pinned message in the pinned section adds ("[user m12, pinned]").
+PIN_FRAME_TOKENS = 8
 # The stored ratio is renewed only when the measured one moves by more than this share
 # of it (assistant.flows.precall): until then the provider may count up to this much more.
 TOKEN_RATIO_DRIFT = 0.1
@@ -65,6 +67,9 @@ class WindowState:
     system_rows: list[Message] = field(default_factory=list)
     # The user message of a turn the split falls inside, sent verbatim.
     anchor: Message | None = None
+    # Pinned messages at or before the split (not the anchor), oldest first: the
+    # pinned section of every request (assistant.window.context, docs/compaction.rst).
+    pinned_rows: list[Message] = field(default_factory=list)
     # Conversation.context_tokens (and its basis, `SizeBasis`) as loaded:
     # `store_size` writes only a change.
     stored_size: int | None = None
@@ -100,7 +105,12 @@ class WindowState:
     def fixed_tokens(self) -> int:
         """System part and summaries: the leading part of every request."""
         summaries = self.tokens(self.parent_summary) + self.tokens(self.summary)
-        return self.tokens(self.system) + summaries
+        return self.tokens(self.system) + summaries + self.pinned_tokens
+
+    @property
+    def pinned_tokens(self) -> int:
+        """The pinned section: each pinned message below the split and its label."""
+        return sum(row.token_estimate + PIN_FRAME_TOKENS for row in self.pinned_rows)
 
     @property
     def verbatim(self) -> list[Message]:
@@ -287,6 +297,7 @@ class SizeRow(NamedTuple):
     cache_write_tokens: int | None
     model_content: str  # a system message's text; "" for the others
     provider_live: bool  # Message.provider_live
+    pinned: bool
 
     # The same rule, on these fields (mypy takes only fields and defs in a NamedTuple).
     prompt_tokens = Message.prompt_tokens  # type: ignore[misc]
@@ -317,7 +328,7 @@ def _load(
     anchor_id = state.meta.anchor_id
     rows = Message.objects.filter(conversation_id=conversation_id)
     if cutoff is not None:
-        wanted = Q(id__gt=cutoff) | Q(role=Message.Role.SYSTEM)
+        wanted = Q(id__gt=cutoff) | Q(role=Message.Role.SYSTEM) | Q(pinned=True)
         if anchor_id is not None and through_id is None:
             wanted |= Q(id=anchor_id)
         rows = rows.filter(wanted)
@@ -325,7 +336,10 @@ def _load(
         if row.role == Message.Role.SYSTEM:
             state.system_rows.append(row)
         elif cutoff is not None and row.pk <= cutoff:
-            state.anchor = row
+            if row.pk == anchor_id and through_id is None:
+                state.anchor = row
+            else:
+                state.pinned_rows.append(row)
         else:
             state.rows.append(row)
     _start_at_provider_compaction(state)
@@ -337,6 +351,10 @@ def _start_at_provider_compaction(state: WindowState) -> None:
     summary (docs/provider-compaction.rst): it stands for everything before it."""
     starts = [index for index, row in enumerate(state.rows) if row.provider_live]
     if starts:
+        # A pinned message is never compacted away: the pinned section carries it.
+        cut = [state.anchor, *state.rows[: starts[-1]]]
+        state.pinned_rows.extend(row for row in cut if row is not None and row.pinned)
+        state.pinned_rows.sort(key=lambda row: row.pk)
         state.rows = state.rows[starts[-1] :]
         state.anchor = None
 
