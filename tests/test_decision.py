@@ -160,3 +160,17 @@ def test_what_a_step_is_expected_to_save_grows_with_how_long_the_conversation_ha
     # shift (57,500) coming 10,000 of its 28,000 tokens of growth later.
     assert old.saves(10_000) > 0.9 * (0.1 * 10_000 * 30 + 57_500 * 10_000 / 28_000)
     assert young.saves(0) == old.saves(0) == 0
+
+
+def test_the_summarizer_input_a_long_conversation_pays_anyway_is_not_an_early_shifts_own():
+    # Every message is summarized once, whenever the shift comes: an early shift adds
+    # only what the conversation would not pay at the forced one, which it reaches
+    # (`reached`) the surer the longer it has run and the nearer the trigger is.
+    near = Outlook(
+        tokens=45_000, per_call=1_000, trigger=50_000, shift_cost=57_500, kept=22_000, calls=200
+    )
+    far_and_young = replace(near, tokens=10_000, calls=5)
+
+    assert near.reached > 0.97
+    assert far_and_young.reached < 0.001
+    assert replace(near, calls=0).reached == 0

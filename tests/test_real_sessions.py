@@ -46,13 +46,15 @@ def test_the_reference_replay_is_well_formed_in_a_known_number_of_queries():
     # Each stored message adds to the conversation's stored size (no window
     # measured again), taking the row's lock with that one UPDATE before its
     # INSERT, and a tool result reads its call with its answer: 3,909 statements
-    # at first, 3,415 with issue 33b's reads, 2,695 now (7.5 per stored message).
+    # at first, 3,415 with issue 33b's reads, 2,695 with typed state (7.5 per stored message).
     # Per message: SAVEPOINT, UPDATE, INSERT, RELEASE; a tool result reads its
     # call; a model call runs the hook (the window, found live: 2) and
     # build_context (2); the post-exchange pipeline reads the duplicates of all
     # new results at once; the hook writes the cost ledger once per call. Each
     # of the five window summaries also reads the user's language (issue 40: the
     # start of the newest user messages, one query) and keeps its version (one INSERT).
+    # Issue 39's rules change which steps the replay takes: the names listed under
+    # truncated results and kept by the artifact index, the early shift's own cost.
     with CaptureQueriesContext(connection) as queries:
         conversation, problems, _ = replay(REFERENCE.name, REFERENCE.messages)
 

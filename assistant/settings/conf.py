@@ -130,6 +130,9 @@ class CompactionConfig:
     CARRIED_FACTS_MAX_TOKENS: int = key(1500, at_least=0, at_most=10_000)
     # Key details listed under a truncated tool result, at most this many chars.
     TRUNCATION_DETAILS_MAX_CHARS: int = key(600, at_least=0)
+    # Names (definitions, paths, keys, code-shaped names) of a truncated tool result
+    # that its preview does not show, listed under it, at most this many chars.
+    TRUNCATION_NAMES_MAX_CHARS: int = key(1200, at_least=0)
     # Cap of the offline summarizer's output.
     OFFLINE_SUMMARY_MAX_CHARS: int = key(6000, at_least=100)
     # Emergency level 1 keeps this share of the usual recent window.

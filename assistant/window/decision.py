@@ -379,8 +379,12 @@ def tail_tokens(state: WindowState, plan: CompactionPlan) -> int:
 def early_shift(state: WindowState, config: CompactionConfig, *, ahead: int = 0) -> Shift | None:
     """Past COMPACT_WATERMARK, shift the window before the trigger when it
     frees at least COMPACT_MIN_FREE_TOKENS and pays for itself (`step_pays`)
-    at what it costs: rewriting the context (the new summary leads it) and
-    the summarizer reading what it summarizes. None when it does not pay.
+    at its own cost: rewriting the context (the new summary leads it), the
+    summarizer reading the summary it updates, and reading what it summarizes
+    only as far as the conversation would not pay it anyway: every message is
+    summarized once, whenever the shift comes, so a conversation that reaches
+    the trigger (`Outlook.reached`) pays that input at the forced shift
+    (docs/decision.rst, "The break-even rule"). None when it does not pay.
     `ahead`: judged on the window grown by that many tokens, all of them
     summarized by the shift (a pre-build keeps the same verbatim budget)."""
     if state.context_tokens() + ahead < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
@@ -394,7 +398,9 @@ def early_shift(state: WindowState, config: CompactionConfig, *, ahead: int = 0)
     old_summary = state.tokens(state.summary)
     after = before - summarized + (old_summary or config.SUMMARY_ESTIMATE_TOKENS)
     prices = state.cache_prices
-    cost = step_cost(before, after, summarizer_input=summarized + old_summary, prices=prices)
+    anyway = outlook(state, config, Ledger.of(state.columns)).reached * summarized
+    own_input = old_summary + summarized - anyway
+    cost = step_cost(before, after, summarizer_input=round(own_input), prices=prices)
     pays = before - after >= config.COMPACT_MIN_FREE_TOKENS and step_pays(
         state, config, before - after, cost
     )

@@ -139,6 +139,15 @@ class Outlook:
     kept: int
     calls: int
 
+    @property
+    def reached(self) -> float:
+        """The chance that the conversation reaches the trigger (0 with no call
+        made yet): its remaining calls memoryless with a mean of `calls`."""
+        if self.calls <= 0:
+            return 0.0
+        to_trigger = max(self.trigger - self.tokens, 0) / max(self.per_call, 1.0)
+        return math.exp(-to_trigger / self.calls)
+
     def saves(self, freed: int, prices: CachePrices = ANTHROPIC) -> float:
         """What freeing `freed` tokens now is expected to save: they are not
         read by the calls made before the trigger, and, if the conversation
@@ -146,8 +155,7 @@ class Outlook:
         tokens of growth later."""
         if self.calls <= 0:
             return 0.0
-        to_trigger = max(self.trigger - self.tokens, 0) / max(self.per_call, 1.0)
-        reached = math.exp(-to_trigger / self.calls)  # P(the conversation lasts that long)
+        reached = self.reached
         reads = prices.read * freed * self.calls * (1 - reached)  # E[min(calls left, to_trigger)]
         deferred = self.shift_cost * freed / max(self.trigger - self.kept, 1)
         return reads + reached * deferred
