@@ -27,6 +27,7 @@ from django.core.exceptions import ValidationError
 
 from assistant.flows.overflow import acall_with_overflow_recovery, call_with_overflow_recovery
 from assistant.flows.precall import ensure_context_summary
+from assistant.flows.provider_compaction import ProviderStep, provider_step
 from assistant.flows.responses import record_response
 from assistant.llm.catalog import CHAT_PROVIDERS, DEFAULT_PROVIDER, wire
 from assistant.llm.streaming import OnText, aread_answer, read_answer
@@ -36,7 +37,7 @@ from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
 from assistant.settings.conf import compaction_config
 from assistant.store.deletion import require_live
 from assistant.store.history import add_message
-from assistant.store.metadata import merge_metadata, read_metadata
+from assistant.store.state import fresh_state, write_state
 from assistant.window.context import Context
 
 #: The providers whose wire format ``chat_step`` speaks.
@@ -94,16 +95,9 @@ def remember_chat_tools(conversation: Conversation, tools: Sequence[dict[str, An
     specs = _tool_specs(tools)
     # As JSON text: jsonb would reorder the schemas' keys, and the bytes must match.
     stored = json.dumps(specs, ensure_ascii=False) if specs else None
-    if read_metadata(conversation.pk).get(MetadataKeys.CHAT_TOOLS) == stored:
+    if fresh_state(conversation.pk).chat_tools == stored:
         return
-    if stored:
-        merge_metadata(
-            Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CHAT_TOOLS: stored}
-        )
-    else:
-        merge_metadata(
-            Conversation.objects.filter(pk=conversation.pk), remove=[MetadataKeys.CHAT_TOOLS]
-        )
+    write_state(Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CHAT_TOOLS: stored})
 
 
 def _tool_specs(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -164,11 +158,11 @@ def chat_step(
     (stored as it came; requests leave it out). Bad arguments and a deleted
     conversation are refused before anything is written or any model called."""
     chosen, sent = _checked(provider, tools, recall)
-    _before_call(conversation, sent)
+    step = _before_call(conversation, sent, chosen, call_model)
     response = call_with_overflow_recovery(
         conversation,
         lambda context: read_answer(
-            chosen, call_model(model_request(context, provider, tools, recall=recall)), on_text
+            chosen, call_model(_request(context, provider, tools, recall, step)), on_text
         ),
         window_tokens=window_tokens,
     )
@@ -193,10 +187,10 @@ async def achat_step(
     The database work (the hook, the context, overflow recovery, the record) runs in
     a worker thread (`sync_to_async`), never on the event loop."""
     chosen, sent = _checked(provider, tools, recall)
-    await sync_to_async(_before_call)(conversation, sent)
+    step = await sync_to_async(_before_call)(conversation, sent, chosen, call_model)
 
     async def call(context: Context) -> Any:
-        request = model_request(context, provider, tools, recall=recall)
+        request = _request(context, provider, tools, recall, step)
         return await aread_answer(chosen, call_model(request), on_text)
 
     response = await acall_with_overflow_recovery(conversation, call, window_tokens=window_tokens)
@@ -216,10 +210,32 @@ def _checked(
     return chosen, _with_recall_tools(tools) if recall else tools
 
 
-def _before_call(conversation: Conversation, sent: Sequence[dict[str, Any]] | None) -> None:
+def _before_call(
+    conversation: Conversation,
+    sent: Sequence[dict[str, Any]] | None,
+    chosen: Wire,
+    call_model: Callable[[dict[str, Any]], Any],
+) -> ProviderStep:
+    """The checks, the tools remembered, and the pre-call hook, or the provider's
+    compaction in its place (PROVIDER_COMPACTION, docs/provider-compaction.rst)."""
     require_live(conversation)
     remember_chat_tools(conversation, sent)
-    ensure_context_summary(conversation)
+    neutral = list(sent) if sent else None
+    step = provider_step(conversation, chosen, compaction_config(), call_model, neutral)
+    if step.run_hook:
+        ensure_context_summary(conversation, on_demand=step.on_demand)
+    return step
+
+
+def _request(
+    context: Context,
+    provider: str,
+    tools: Sequence[dict[str, Any]] | None,
+    recall: bool,
+    step: ProviderStep,
+) -> dict[str, Any]:
+    """model_request, with what asks the provider for its own compaction."""
+    return {**model_request(context, provider, tools, recall=recall), **(step.extras or {})}
 
 
 def answer_tool_calls(

@@ -1,20 +1,29 @@
-"""The keys of `Conversation.metadata` the app relies on, the keys stored and
-removed together, and the typed reads over them (`Conversation.meta`). The
-models import them; so does every module that reads or writes a key."""
+"""The window's own state: the names of its columns on `Conversation`, the
+columns stored and cleared together, and the typed reads over them
+(`Conversation.meta`, `WindowState.meta`). The state is written by
+assistant.store.state alone; `Conversation.metadata` is the host's.
+
+Until migration 0015 the state was kept as keys of `Conversation.metadata`;
+each column keeps the name its key had, so `MetadataKeys` still names them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 
 class MetadataKeys:
-    """Keys of `Conversation.metadata` that other code relies on."""
+    """The names of the state columns of `Conversation` (deprecated name: they
+    were keys of `Conversation.metadata` before migration 0015)."""
 
     COMPACTION_SUMMARY = "compaction_summary"
     COMPACTION_THROUGH_MESSAGE_ID = "compaction_through_message_id"
     PARENT_CONVERSATION_SUMMARY = "parent_conversation_summary"
     FORK_MESSAGE_ID = "fork_message_id"
+    # A continuation's last message of its parent (fork_continuation).
+    FORK_THROUGH_MESSAGE_ID = "fork_through_message_id"
     TOOL_SERVICES = "tool_services"
     # A summary pre-built by the post-exchange task, keyed by the split it covers.
     PENDING_SUMMARY = "pending_summary"
@@ -65,7 +74,7 @@ class MetadataKeys:
     OFFLINE_SHIFT = "offline_shift"
 
 
-# The cached window summary: the keys stored together by a shift, and removed
+# The cached window summary: the columns stored together by a shift, and cleared
 # together when its split message no longer exists (assistant.flows.cleanup).
 WINDOW_SUMMARY_KEYS = (
     MetadataKeys.COMPACTION_SUMMARY,
@@ -75,7 +84,7 @@ WINDOW_SUMMARY_KEYS = (
 )
 
 
-# A pre-built summary: removed together when it is adopted, refused or stale.
+# A pre-built summary: cleared together when it is adopted, refused or stale.
 PENDING_SUMMARY_KEYS = (
     MetadataKeys.PENDING_SUMMARY,
     MetadataKeys.PENDING_THROUGH_MESSAGE_ID,
@@ -84,6 +93,63 @@ PENDING_SUMMARY_KEYS = (
     MetadataKeys.PENDING_ANCHOR_MESSAGE_ID,
     MetadataKeys.PENDING_ARTIFACT_INDEX,
 )
+
+
+_FLAGS = {
+    MetadataKeys.NEEDS_EMERGENCY_COMPACTION,
+    MetadataKeys.SUMMARY_DEFERRED,
+    MetadataKeys.IMPLAUSIBLE_USAGE_WARNED,
+}
+_COUNTERS = {MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID, MetadataKeys.TOOL_RESULTS_PROCESSED_THROUGH}
+
+# Every state column, and its value when nothing is stored (what clearing it writes).
+STATE_FIELDS: tuple[str, ...] = tuple(
+    value for name, value in vars(MetadataKeys).items() if name.isupper()
+)
+STATE_EMPTY: dict[str, Any] = {
+    name: False if name in _FLAGS else 0 if name in _COUNTERS else None for name in STATE_FIELDS
+}
+STATE_EMPTY[MetadataKeys.TOOL_SERVICES] = []
+
+# The state the context's size is made of (assistant.window.state): a write
+# of one of these makes the next stored message measure the window again.
+SIZE_STATE = frozenset(
+    {
+        MetadataKeys.COMPACTION_SUMMARY,
+        MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID,
+        MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID,
+        MetadataKeys.PARENT_CONVERSATION_SUMMARY,
+        MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID,
+        MetadataKeys.TOKEN_RATIO,
+    }
+)
+
+
+class StateOf(Mapping[str, Any]):
+    """A conversation's state columns read as a mapping of their names (the
+    model instance's attributes, live: an assignment shows at once)."""
+
+    __slots__ = ("row",)
+
+    def __init__(self, row: object) -> None:
+        self.row = row
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in STATE_EMPTY:
+            raise KeyError(name)
+        return getattr(self.row, name)
+
+    def __iter__(self):
+        return iter(STATE_FIELDS)
+
+    def __len__(self) -> int:
+        return len(STATE_FIELDS)
+
+
+def held_state(row: object) -> dict[str, Any]:
+    """A conversation's state columns that hold something (the admin's and the
+    transcript export's view of it)."""
+    return {name: value for name, value in StateOf(row).items() if value != STATE_EMPTY[name]}
 
 
 def _id(value: Any) -> int | None:
@@ -103,14 +169,14 @@ class PendingSummary:
 
 
 class ConversationMetadata:
-    """Typed reads of `Conversation.metadata` (the keys are MetadataKeys). A
-    view over the dict, not a copy: a write to the dict (a caller recording
-    what it just stored) shows at once."""
+    """Typed reads of a conversation's state columns, by their names (a model
+    instance's `StateOf`, or the values the window loaded). A view, not a copy:
+    a caller recording what it just stored shows at once."""
 
     __slots__ = ("raw",)
 
-    def __init__(self, raw: dict[str, Any] | None) -> None:
-        self.raw = raw if raw is not None else {}
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self.raw = raw
 
     @property
     def summary(self) -> str | None:
@@ -161,6 +227,23 @@ class ConversationMetadata:
     @property
     def summary_failure(self) -> dict[str, Any]:
         return self.raw.get(MetadataKeys.SUMMARY_FAILURE) or {}
+
+    @property
+    def summary_deferred(self) -> bool:
+        return bool(self.raw.get(MetadataKeys.SUMMARY_DEFERRED))
+
+    @property
+    def tool_results_processed_through(self) -> int:
+        return int(self.raw.get(MetadataKeys.TOOL_RESULTS_PROCESSED_THROUGH) or 0)
+
+    @property
+    def cache_ledger(self) -> dict[str, Any]:
+        return self.raw.get(MetadataKeys.CACHE_LEDGER) or {}
+
+    @property
+    def chat_tools(self) -> str | None:
+        """The tool specs the last chat_step sent, as JSON text (None: none)."""
+        return self.raw.get(MetadataKeys.CHAT_TOOLS)
 
     @property
     def prebuild_request(self) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models.functions import Coalesce
 
-from assistant.metadata_keys import ConversationMetadata, MetadataKeys
+from assistant.metadata_keys import STATE_FIELDS, ConversationMetadata, StateOf
+from assistant.metadata_keys import MetadataKeys as MetadataKeys  # the state fields' names
 
 
 def handle(message_id: int) -> str:
@@ -75,11 +76,60 @@ class Conversation(models.Model):
     # again (assistant.store.history): our estimate of the context when it was
     # stored (WindowState.estimated_tokens), and whether it was the provider's
     # count plus estimates. NULL: unknown; the next message measures the
-    # window. Every metadata write (merge_metadata) and every save resets it.
+    # window. A write of the state the size is made of (assistant.store.state)
+    # and every save reset it.
     context_estimate = models.PositiveBigIntegerField(null=True, default=None)
     context_counted = models.BooleanField(default=False, db_default=False)
-    # Written with every metadata write: what the size is made of may have changed.
-    METADATA_RESETS = {"context_estimate": None}
+
+    # The window's own state (docs/architecture.rst, "Conversation state"):
+    # written only through assistant.store.state; `metadata` is the host's.
+    # The cached window summary, the id of the last message it covers (the
+    # split), the turn's user message sent verbatim when the split falls
+    # inside a turn (the anchor), and the artifact index of what it covers.
+    compaction_summary = models.TextField(null=True, blank=True)  # noqa: DJ001 (NULL = none)
+    compaction_through_message_id = models.BigIntegerField(null=True, blank=True)
+    compaction_anchor_message_id = models.BigIntegerField(null=True, blank=True)
+    artifact_index = models.JSONField(null=True, blank=True)
+    # A fork's summary of its parent, the parent's message it branched at (a
+    # continuation: the parent's last message it continues), the tool services
+    # it was given, and whether its summary is still to be made.
+    parent_conversation_summary = models.TextField(null=True, blank=True)  # noqa: DJ001
+    fork_message_id = models.BigIntegerField(null=True, blank=True)
+    fork_through_message_id = models.BigIntegerField(null=True, blank=True)
+    tool_services = models.JSONField(default=list, blank=True, db_default=[])
+    summary_deferred = models.BooleanField(default=False, db_default=False)
+    # A summary pre-built by the worker: its text, the split it covers, the split
+    # it was built on (base), its anchor, its artifact index and what it cost.
+    pending_summary = models.TextField(null=True, blank=True)  # noqa: DJ001 (NULL = none)
+    pending_through_message_id = models.BigIntegerField(null=True, blank=True)
+    pending_base_message_id = models.BigIntegerField(null=True, blank=True)
+    pending_anchor_message_id = models.BigIntegerField(null=True, blank=True)
+    pending_artifact_index = models.JSONField(null=True, blank=True)
+    pending_usage = models.JSONField(null=True, blank=True)
+    # A shift the offline summarizer wrote for a late or stalled holder
+    # ({"base", "through", "previous", "awaits_holder"}).
+    offline_shift = models.JSONField(null=True, blank=True)
+    # A summary attempt that failed: {"through", "attempts", "retry_at"}.
+    summary_failure = models.JSONField(null=True, blank=True)
+    # A provider reported more input tokens than the model's window.
+    needs_emergency_compaction = models.BooleanField(default=False, db_default=False)
+    # Provider counts reported at or before this message id predate the last
+    # compaction of the context (0: none).
+    context_epoch_message_id = models.BigIntegerField(default=0, db_default=0)
+    # The provider's count of a request over our estimate of it (NULL: never measured).
+    token_ratio = models.FloatField(null=True, blank=True)
+    # A provider count far below our estimate was logged: warned once.
+    implausible_usage_warned = models.BooleanField(default=False, db_default=False)
+    # Tool results up to this id have been looked at by the post-exchange worker.
+    tool_results_processed_through = models.BigIntegerField(default=0, db_default=0)
+    # What compaction has saved under prompt caching (assistant.window.ledger).
+    cache_ledger = models.JSONField(null=True, blank=True)
+    # The tool specs the last chat_step sent, as JSON text (assistant.chat).
+    chat_tools = models.TextField(null=True, blank=True)  # noqa: DJ001 (NULL = none)
+    # The pre-call hook's request for the next summary ({"base", "at", ...}), and
+    # when a Celery worker last ran this conversation's work (epoch seconds).
+    prebuild_request = models.JSONField(null=True, blank=True)
+    worker_seen_at = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["-updated_at"]
@@ -107,7 +157,7 @@ class Conversation(models.Model):
                     | models.Q(post_exchange_done_at__lt=models.F("last_exchange_at"))
                 ),
             ),
-            # The other scheduled cleanup queries and the admin's metadata
+            # The other scheduled cleanup queries and the admin's state
             # filters: partial indexes holding only the rows each one looks
             # at (a query whose WHERE repeats the condition can use them).
             models.Index(
@@ -118,24 +168,24 @@ class Conversation(models.Model):
             models.Index(
                 fields=["id"],
                 name="assistant_conv_through",
-                condition=models.Q(metadata__has_key=MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID),
+                condition=models.Q(compaction_through_message_id__isnull=False),
             ),
             models.Index(
                 fields=["id"],
                 name="assistant_conv_pending",
-                condition=models.Q(metadata__has_key=MetadataKeys.PENDING_THROUGH_MESSAGE_ID),
+                condition=models.Q(pending_through_message_id__isnull=False),
             ),
             models.Index(
                 fields=["id"],
                 name="assistant_conv_fork_deferred",
-                condition=models.Q(**{f"metadata__{MetadataKeys.SUMMARY_DEFERRED}": True}),
+                condition=models.Q(summary_deferred=True),
             ),
             # The admin list sorted by context size, and its "context" filter.
             models.Index(fields=["context_tokens"], name="assistant_conv_context"),
             models.Index(
                 fields=["-updated_at"],
                 name="assistant_conv_summarized",
-                condition=models.Q(metadata__has_key=MetadataKeys.COMPACTION_SUMMARY),
+                condition=models.Q(compaction_summary__isnull=False),
             ),
         ]
 
@@ -146,6 +196,11 @@ class Conversation(models.Model):
         # A save may change what the size is made of (the system prompt): the
         # next stored message measures the window again.
         self.context_estimate = None
+        updating = not (self._state.adding or kwargs.get("force_insert") or args)
+        if kwargs.get("update_fields") is None and updating:
+            # The state columns are written by assistant.store.state alone: a
+            # save of a copy loaded earlier must not put back what it held.
+            kwargs["update_fields"] = _SAVED_FIELDS
         if kwargs.get("update_fields") is not None:
             kwargs["update_fields"] = {*kwargs["update_fields"], "context_estimate"}
         super().save(*args, **kwargs)
@@ -176,31 +231,19 @@ class Conversation(models.Model):
                 .first()
             )
 
-    # Typed accessors over metadata (docs/compaction.rst).
+    # The typed reads over the state columns (assistant.metadata_keys).
 
     @property
     def meta(self) -> ConversationMetadata:
-        return ConversationMetadata(self.metadata)
+        return ConversationMetadata(StateOf(self))
 
-    @property
-    def compaction_summary(self) -> str | None:
-        return self.meta.summary
 
-    @property
-    def compaction_through_message_id(self) -> int | None:
-        return self.meta.through_id
-
-    @property
-    def parent_conversation_summary(self) -> str | None:
-        return self.meta.parent_summary
-
-    @property
-    def fork_message_id(self) -> int | None:
-        return self.meta.fork_message_id
-
-    @property
-    def tool_services(self) -> list[str]:
-        return self.meta.tool_services
+# What Conversation.save writes on an existing row: every column but the state.
+_SAVED_FIELDS = {
+    field.name
+    for field in Conversation._meta.concrete_fields
+    if not field.primary_key and field.name not in STATE_FIELDS
+}
 
 
 ONE_RESULT_PER_CALL = "assistant_msg_one_result_per_call"
@@ -232,7 +275,14 @@ class MessageQuerySet(models.QuerySet):
             default=models.Value(""),
             output_field=models.TextField(),
         )
-        return self.annotate(system_text=system_text).order_by("id").values_list(*SIZE_FIELDS)
+        provider_live = models.ExpressionWrapper(
+            models.Q(provider_compaction__live=True), output_field=models.BooleanField()
+        )
+        return (
+            self.annotate(system_text=system_text, provider_live=provider_live)
+            .order_by("id")
+            .values_list(*SIZE_FIELDS)
+        )
 
 
 # The message fields the context's size is computed from (`size_values`).
@@ -244,6 +294,8 @@ SIZE_FIELDS = (
     "cache_read_tokens",
     "cache_write_tokens",
     "system_text",
+    "provider_live",
+    "pinned",
 )
 
 
@@ -319,6 +371,12 @@ class Message(models.Model):
     token_estimate = models.PositiveIntegerField(default=0)
     original_token_estimate = models.PositiveIntegerField(default=0)
     metadata = models.JSONField(default=dict, blank=True, db_default={})
+    pinned = models.BooleanField(default=False, db_default=False)  # see strategies/pins.py
+    # The provider's own compaction this message carries (docs/provider-compaction.rst):
+    # {"wire", "block" (Anthropic's compaction block or OpenAI's compaction item, verbatim),
+    # "live" (it holds a summary: the requests start at this message), "on_demand",
+    # "usage" (the compaction's own tokens)}. NULL: none. The messages before it stay.
+    provider_compaction = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = MessageQuerySet.as_manager()
@@ -337,6 +395,11 @@ class Message(models.Model):
                 fields=["conversation", "id"],
                 name="assistant_msg_system",
                 condition=models.Q(role="system"),
+            ),
+            models.Index(  # the window query's pinned messages below the split
+                fields=["conversation", "id"],
+                name="assistant_msg_pinned",
+                condition=models.Q(pinned=True),
             ),
             # Dedup and per-tool lookups: tool results by conversation and tool.
             models.Index(
@@ -379,6 +442,11 @@ class Message(models.Model):
         return f"{self.role} #{self.pk}"
 
     @property
+    def provider_live(self) -> bool:
+        """It carries the provider's compaction with a summary: requests start here."""
+        return bool(self.provider_compaction and self.provider_compaction.get("live"))
+
+    @property
     def prompt_tokens(self) -> int | None:
         """The whole prompt the provider reported for the call that produced
         this message (uncached input plus cache reads and writes)."""
@@ -406,6 +474,8 @@ class CompactionEvent(models.Model):
         FORK_SUMMARY = "fork_summary", "Fork summary"
         RESTORE = "restore", "Originals restored"
         MEDIA = "media", "Old images, documents and thinking compacted"
+        PROVIDER = "provider", "Compacted by the provider"
+        PROVIDER_FAILED = "provider_failed", "The provider's compaction failed"
 
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="compaction_events"
@@ -439,3 +509,35 @@ class CompactionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} on {self.conversation_id}"
+
+
+_USER = settings.AUTH_USER_MODEL
+
+
+class SummaryVersion(models.Model):
+    """A window summary as written (model, staff edit, revert): assistant.store.summaries."""
+
+    class Kind(models.TextChoices):
+        MODEL = "model", "Written by the summarizer"
+        STAFF_EDIT = "staff_edit", "Corrected by staff"
+        REVERT = "revert", "Reverted to an earlier version"
+
+    conversation = models.ForeignKey(Conversation, models.CASCADE, related_name="summary_versions")
+    through_message_id = models.BigIntegerField(null=True, blank=True)
+    text = models.TextField()
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MODEL)
+    model = models.CharField(max_length=128, blank=True, default="")
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    source = models.ForeignKey("self", models.SET_NULL, null=True, blank=True, related_name="+")
+    created_by = models.ForeignKey(_USER, models.SET_NULL, null=True, blank=True, related_name="+")
+    reviewed_by = models.ForeignKey(_USER, models.SET_NULL, null=True, blank=True, related_name="+")
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["conversation", "-id"], name="assistant_summary_conv")]
+
+    def __str__(self) -> str:
+        return f"Summary version {self.pk} of conversation {self.conversation_id}"

@@ -215,27 +215,20 @@ def visible_messages(conversation_id: int) -> Q:
     ancestor's up to the fork point (included)."""
     scope = Q(conversation_id=conversation_id)
     seen = {conversation_id}
-    row = Conversation.objects.filter(pk=conversation_id).values(
-        "metadata", "parent_conversation_id"
-    )
-    current = row.first()
+    bounds = ("parent_conversation_id", MetadataKeys.FORK_MESSAGE_ID, FORK_THROUGH_MESSAGE_ID)
+    current = Conversation.objects.filter(pk=conversation_id).values(*bounds).first()
     for _ in range(compaction_config().MAX_FORK_DEPTH + 1):
         parent = current["parent_conversation_id"] if current is not None else None
         if current is None or not parent or parent in seen:
             break
-        metadata = current["metadata"] or {}
-        bound = metadata.get(MetadataKeys.FORK_MESSAGE_ID)
+        bound = current[MetadataKeys.FORK_MESSAGE_ID]
         if bound is None:
-            bound = metadata.get(FORK_THROUGH_MESSAGE_ID)
+            bound = current[FORK_THROUGH_MESSAGE_ID]
         if bound is None:
             break
         scope |= Q(conversation_id=parent, id__lte=int(bound))
         seen.add(parent)
-        current = (
-            Conversation.objects.filter(pk=parent)
-            .values("metadata", "parent_conversation_id")
-            .first()
-        )
+        current = Conversation.objects.filter(pk=parent).values(*bounds).first()
     return scope
 
 

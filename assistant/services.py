@@ -29,18 +29,23 @@ from assistant.flows.precall import ensure_context_summary
 from assistant.flows.responses import record_response
 from assistant.flows.staff import Outcome, check_action, run_staff_action
 from assistant.llm.overflow import context_overflow
+from assistant.llm.prompts import call_instructions
 from assistant.llm.streaming import StreamInterrupted
-from assistant.models import Conversation
+from assistant.models import Conversation, Message, SummaryVersion
 from assistant.recall import run_tool_call, tool_definitions
 from assistant.store.deletion import mark_deleted, require_live, restore_deleted
 from assistant.store.events import acting_as
 from assistant.store.history import add_message, finish_exchange
 from assistant.store.queue import enqueue_on_commit
+from assistant.store.summaries import correct_summary as _correct
+from assistant.store.summaries import revert_summary as _revert
+from assistant.store.summaries import review_summary as _review
 from assistant.strategies import emergency, shift
 from assistant.strategies import fork as forking
 from assistant.strategies import tool_results as compaction
 from assistant.strategies.emergency import ContextTooLarge, compact_if_flagged
 from assistant.strategies.fork import generate_parent_summary
+from assistant.strategies.pins import pin_message as _pin
 from assistant.strategies.prebuild import prebuild_window_summary
 from assistant.strategies.previews import (
     Preview,
@@ -77,8 +82,10 @@ def compact_tool_results(
     include_current_turn: bool = False,
     min_chars: int | None = None,
     acting_user: User = None,
+    instructions: str | None = None,
 ) -> int:
-    with acting_as(acting_user):
+    """`instructions`: added to the prompt of every tool result summarized here."""
+    with acting_as(acting_user), call_instructions(instructions):
         return compaction.compact_tool_results(
             conversation, include_current_turn=include_current_turn, min_chars=min_chars
         )
@@ -97,9 +104,13 @@ def restore_originals(
 
 @_live
 def emergency_compact(
-    conversation: Conversation, level: int = 1, *, acting_user: User = None
+    conversation: Conversation,
+    level: int = 1,
+    *,
+    acting_user: User = None,
+    instructions: str | None = None,
 ) -> bool:
-    with acting_as(acting_user):
+    with acting_as(acting_user), call_instructions(instructions):
         return emergency.emergency_compact(conversation, level=level)
 
 
@@ -111,8 +122,11 @@ def regenerate_window_summary(
     keep_last: int | None = None,
     newest_step_only: bool = False,
     acting_user: User = None,
+    instructions: str | None = None,
 ) -> bool:
-    with acting_as(acting_user):
+    """`instructions`: this summary's focus (Claude Code's `/compact focus`), added to
+    the prompt after SUMMARY_INSTRUCTIONS."""
+    with acting_as(acting_user), call_instructions(instructions):
         return shift.regenerate_window_summary(
             conversation,
             recent_fraction=recent_fraction,
@@ -147,11 +161,50 @@ def fork_from_message(
         return forking.fork_from_message(conversation, message_id, summarize=summarize)
 
 
-def queue_staff_action(action: str, conversation_id: int, *, acting_user: User = None) -> None:
-    """Run a staff action on the worker once the current transaction commits."""
-    check_action(action, conversation_id)
+def queue_staff_action(
+    action: str, conversation_id: int, *, acting_user: User = None, instructions: str = ""
+) -> None:
+    """Run a staff action on the worker once the current transaction commits
+    (`instructions`: for the summaries it makes)."""
+    check_action(action, conversation_id, instructions)
     user_id = getattr(acting_user, "pk", acting_user)
-    enqueue_on_commit(staff_action_task, action, conversation_id, user_id)
+    enqueue_on_commit(staff_action_task, action, conversation_id, user_id, instructions)
+
+
+@_live
+def pin_message(
+    conversation: Conversation, message_id: Any, pinned: bool = True, *, acting_user: User = None
+) -> Message:
+    """Pin a message (or unpin it, `pinned=False`) and return it: docs/compaction.rst,
+    "Pinned messages". Past PINNED_MAX_TOKENS a ValidationError, nothing changed."""
+    with acting_as(acting_user):
+        return _pin(conversation, message_id, pinned)
+
+
+@_live
+def correct_summary(
+    conversation: Conversation, text: str, *, acting_user: User = None
+) -> SummaryVersion:
+    """Make staff's `text` the window summary the next request carries (a new version)."""
+    with acting_as(acting_user):
+        return _correct(conversation, text)
+
+
+@_live
+def revert_summary(
+    conversation: Conversation, version_id: int, *, acting_user: User = None
+) -> SummaryVersion:
+    """Make an earlier version of the current split's summary current again."""
+    with acting_as(acting_user):
+        return _revert(conversation, version_id)
+
+
+def review_summary(
+    conversation: Conversation, version_id: int, *, acting_user: User = None
+) -> SummaryVersion:
+    """Mark a summary version reviewed by `acting_user` (it gates nothing)."""
+    with acting_as(acting_user):
+        return _review(conversation, version_id)
 
 
 __all__ = [
@@ -169,6 +222,7 @@ __all__ = [
     "add_message",
     "answer_tool_calls",
     "build_context",
+    "call_instructions",
     "call_with_overflow_recovery",
     "chat_step",
     "compact_if_flagged",
@@ -177,6 +231,7 @@ __all__ = [
     "context_overflow",
     "context_status",
     "context_tokens",
+    "correct_summary",
     "emergency_compact",
     "emergency_preview",
     "ensure_context_summary",
@@ -186,6 +241,7 @@ __all__ = [
     "generate_parent_summary",
     "mark_deleted",
     "model_request",
+    "pin_message",
     "plan_run",
     "prebuild_window_summary",
     "process_exchange",
@@ -197,6 +253,8 @@ __all__ = [
     "restore_deleted",
     "restore_originals",
     "restore_preview",
+    "revert_summary",
+    "review_summary",
     "run_staff_action",
     "run_tool_call",
     "summarize_messages",

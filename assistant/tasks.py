@@ -122,10 +122,12 @@ def generate_parent_summary_task(self, conversation_id: int) -> None:
 
 
 @shared_task(**_DB_RETRY)
-def staff_action_task(action: str, conversation_id: int, user_id: int | None) -> None:
+def staff_action_task(
+    action: str, conversation_id: int, user_id: int | None, instructions: str = ""
+) -> None:
     """An admin action run on the worker (a model call, or many rows); its
     result goes to the conversation's admin history."""
-    staff_actions.run_staff_action(action, conversation_id, user_id)
+    staff_actions.run_staff_action(action, conversation_id, user_id, instructions)
 
 
 # --- Scheduled cleanup (beat; see assistant/settings/cleanup.py) -----------------

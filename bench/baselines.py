@@ -231,9 +231,12 @@ def reference_ensure_summary(conversation_id: int, summarizer: FakeSummarizer) -
     if conversation.compaction_through_message_id == through:
         return conversation.compaction_summary
     summary, _, _ = summarizer.summarize_text(_render(history[:wanted]), kind="window")
-    conversation.metadata[MetadataKeys.COMPACTION_SUMMARY] = summary
-    conversation.metadata[MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID] = through
-    conversation.save(update_fields=["metadata"])
+    conversation.compaction_summary = summary
+    conversation.compaction_through_message_id = through
+    # The reference's save of the loaded row, the summary and its split alone.
+    conversation.save(
+        update_fields=[MetadataKeys.COMPACTION_SUMMARY, MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID]
+    )
     return summary
 
 

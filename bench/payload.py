@@ -16,7 +16,7 @@ model's discount, no write premium).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -92,6 +92,8 @@ def unit_tokens(unit: Any) -> int:
             texts.append(_result_text(block.get("content")))
         elif kind == "tool_use":
             calls.append({"id": block["id"], "name": block["name"], "arguments": block["input"]})
+        elif kind == "compaction":  # a provider's summary (docs/provider-compaction.rst)
+            texts.append(block.get("content") or "")
     # As message_tokens counts a message: framing, its text (no token spans the line
     # break that would join the blocks), its calls as JSON.
     tokens = MESSAGE_OVERHEAD_TOKENS + sum(_text_tokens(t) for t in texts)
@@ -128,6 +130,17 @@ def strings_in(value: Any) -> Iterator[str]:
             yield from strings_in(item)
 
 
+def index_texts(texts: Iterable[str], heading: str) -> Iterator[str]:
+    """The artifact index in each of `texts` that holds one: from `heading` to the next
+    blank line or the end (the index is rendered without blank lines)."""
+    if not heading:
+        return
+    for text in texts:
+        at = text.find(heading)
+        if at >= 0:
+            yield text[at:].split("\n\n", 1)[0]
+
+
 def _pair_step(state: tuple[int, frozenset], message: dict[str, Any]) -> tuple[int, frozenset]:
     """(broken so far, tool_use ids awaiting results) after one Anthropic message."""
     broken, pending = state
@@ -149,7 +162,16 @@ def anthropic_problems(payload: dict[str, Any]) -> tuple[int, bool]:
     for message in messages:
         state = _pair_step(state, message)
     broken = state[0] + len(state[1])  # the request ends with calls no result answers
-    return broken, not messages or messages[0]["role"] != "user"
+    return broken, bad_start(messages)
+
+
+def bad_start(messages: list[dict[str, Any]]) -> bool:
+    """Not a user message first, nor the provider's compaction block (either role)."""
+    if not messages:
+        return True
+    content = messages[0]["content"]
+    opens = isinstance(content, list) and content and content[0].get("type") == "compaction"
+    return messages[0]["role"] != "user" and not opens
 
 
 def gemini_problems(payload: dict[str, Any]) -> tuple[int, bool]:
@@ -214,12 +236,18 @@ class CostMeter:
     well-formedness, retention probes."""
 
     trigger: int = 50_000
+    # Opens the artifact index in a request (ours: assistant.text.artifacts.HEADING), whose
+    # text runs to the next blank line: the present probes it holds are counted.
+    index_heading: str = ""
     requests: list[RequestFigures] = field(default_factory=list)
     broken_pairs: int = 0
     requests_with_broken_pair: int = 0
     requests_with_bad_start: int = 0
     probes: int = 0
     probes_kept: int = 0
+    probes_in_index: int = 0  # of the probes kept, those the artifact index holds
+    # Requests larger than the trigger plus the newest step (`record`'s newest_step).
+    requests_over_bound: int = 0
     # Probes not in the request that the model could recall (bench.measures.price_recalls),
     # each priced as one more request: the context re-read, the recalled text written.
     probes_recoverable: int = 0
@@ -232,7 +260,12 @@ class CostMeter:
     _previous_messages: list[Any] = field(default_factory=list, repr=False)
     _pair_states: list[tuple[int, frozenset]] = field(default_factory=list, repr=False)
 
-    def record(self, payload: dict[str, Any], probes: list[str] = ()) -> RequestFigures:
+    def record(
+        self, payload: dict[str, Any], probes: Sequence[str] = (), newest_step: int | None = None
+    ) -> RequestFigures:
+        """One request, in order; `probes`: the identifiers it should hold; `newest_step`:
+        the tokens of what came last (`Session.newest_step`), which the request may add to
+        the trigger."""
         system = [("system", _plain(block)) for block in payload.get("system") or []]
         messages = payload.get("messages") or []
         # A message that is the very object of the previous request's same
@@ -262,15 +295,19 @@ class CostMeter:
             states.append(state)
         self._pair_states = states
         broken = state[0] + len(state[1])
-        bad_start = not messages or messages[0]["role"] != "user"
         self.broken_pairs += broken
         self.requests_with_broken_pair += bool(broken)
-        self.requests_with_bad_start += bad_start
+        self.requests_with_bad_start += bad_start(messages)
+        if newest_step is not None:
+            self.requests_over_bound += figures.tokens > self.trigger + newest_step
         self.missing = []
         if probes:
-            text = "\x00".join(strings_in(payload))
+            texts = list(strings_in(payload))
+            text = "\x00".join(texts)
+            in_index = "\x00".join(index_texts(texts, self.index_heading))
             self.probes += len(probes)
             self.probes_kept += sum(probe in text for probe in probes)
+            self.probes_in_index += sum(probe in in_index for probe in probes if in_index)
             self.missing = [probe for probe in probes if probe not in text]
         return figures
 
@@ -340,6 +377,8 @@ class CostMeter:
             "requests_with_bad_start": self.requests_with_bad_start,
             "probes": self.probes,
             "probes_kept": self.probes_kept,
+            "probes_in_index": self.probes_in_index,
+            "requests_over_bound": self.requests_over_bound,
             "probes_recoverable": self.probes_recoverable,
             "recall_cost": round(self.recall_cost, 1),
         }

@@ -8,8 +8,9 @@ token count of that request as the provider's `input_tokens`, then its tool
 results; after the last message of a user turn the exchange is stamped and
 the post-exchange pipeline (`process_exchange`) runs in-process.
 
-The peers run in memory (bench/baselines.py, bench/peers.py, and the two
-ported from their sources: bench/openhands.py, bench/server_compaction.py), in a
+The peers run in memory (bench/baselines.py, bench/peers.py, and those written
+from their sources: bench/openhands.py, bench/server_compaction.py,
+bench/complexity_trap.py), in a
 second process while ours replays (`Beside`), as is ours with cached-suffix
 summaries, and ours again with every answer recorded as an OpenAI model's, so
 that the decision judges its voluntary steps at OpenAI's cache prices (a cache
@@ -36,19 +37,27 @@ from django.test import override_settings
 
 from assistant import services
 from assistant.models import Conversation
+from assistant.settings.conf import compaction_config
+from assistant.text.artifacts import HEADING as INDEX_HEADING
 from assistant.window import decision
 from assistant.window.ledger import cache_prices
 from bench import peers as lib
+from bench import provider_replay
 from bench.baselines import Everything, Reference
 from bench.chat import finish_turn, store
+from bench.complexity_trap import Hybrid, ObservationMasking
 from bench.fake_summarizer import SUFFIX, FakeSummarizer
 from bench.measures import price_recalls, use_fake
 from bench.openhands import OpenHandsCondenser
-from bench.payload import CostMeter, Rates
+from bench.outcome import Outcome
+from bench.payload import CostMeter, Rates, neutral_tokens
+from bench.provider_replay import EmulatedServer
 from bench.server_compaction import ServerCompaction
 from bench.sessions import (
     COMPACT,
     EVERYTHING,
+    HYBRID,
+    MASKING,
     OPENHANDS,
     OURS,
     OURS_OPENAI,
@@ -59,52 +68,10 @@ from bench.sessions import (
 from bench.strategies import PayloadBuilder, Strategy
 
 
-@dataclass
-class Outcome:
-    """One strategy on one conversation."""
-
-    strategy: str
-    conversation: str
-    meter: CostMeter
-    summarizer: dict[str, dict[str, int]] = field(default_factory=dict)
-    error: str | None = None
-    seconds: float = 0.0
-    summarizer_cost: float | None = None  # priced by the strategy (compaction iterations)
-    counters: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def summarizer_input(self) -> int:
-        return sum(v.get("input_tokens", 0) for v in self.summarizer.values())
-
-    @property
-    def summarizer_output(self) -> int:
-        return sum(v.get("output_tokens", 0) for v in self.summarizer.values())
-
-    @property
-    def cost(self) -> float:
-        """Chat requests under caching plus summarizer input at 1.0x, or as
-        the strategy prices it (Anthropic's compaction iterations read the cache)."""
-        return self.cost_under(None)
-
-    def cost_under(self, rates: Rates | None) -> float:
-        """`cost` with the chat requests at other cache prices (None: Anthropic's)."""
-        summarizer = self.summarizer_input if self.summarizer_cost is None else self.summarizer_cost
-        chat = self.meter.cost if rates is None else self.meter.cost_under(rates)
-        return chat + summarizer
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "strategy": self.strategy,
-            "conversation": self.conversation,
-            **self.meter.as_dict(),
-            "summarizer_input": self.summarizer_input,
-            "summarizer_output": self.summarizer_output,
-            "summarizer_cost": self.summarizer_cost,
-            "cost_with_summarizer": round(self.cost, 1),
-            "counters": self.counters,
-            "error": self.error,
-            "seconds": round(self.seconds, 2),
-        }
+def newest(session: Session, index: int) -> int:
+    """The tokens of the newest step before model call `index` (`Session.newest_step`),
+    which a request may add to the trigger."""
+    return sum(neutral_tokens(m) for m in session.newest_step(index))
 
 
 def _failed(exc: BaseException) -> str:
@@ -121,7 +88,9 @@ def replay_in_memory(session: Session, strategy: Strategy, summarizer: FakeSumma
         for index, message in enumerate(session.messages):
             if message["role"] == "assistant":
                 request = strategy.request(session.messages[:index])
-                outcome.meter.record(builder.build(request), session.probes.get(index, []))
+                outcome.meter.record(
+                    builder.build(request), session.probes.get(index, []), newest(session, index)
+                )
             if index in ends:
                 strategy.end_turn(session.messages[: index + 1])
     except Exception as exc:  # reported per conversation, the run goes on
@@ -201,7 +170,8 @@ def replay_ours(
     summarizer input at 1.0x. Each answer is recorded as `model`'s (else the configured
     chat model's): the decision judges its steps at that model's cache prices. The
     voluntary steps it took and declined are counted."""
-    outcome = Outcome(name, session.name, CostMeter())
+    trigger = compaction_config().CONTEXT_TOKEN_THRESHOLD
+    outcome = Outcome(name, session.name, CostMeter(trigger, index_heading=INDEX_HEADING))
     started = time.perf_counter()
     ends = session.turn_ends()
     suffix_cost = 0.0
@@ -229,7 +199,9 @@ def replay_ours(
                     price_suffix_requests()
                     context = services.build_context(conversation)
                     payload = context.to_anthropic()
-                    figures = outcome.meter.record(payload, session.probes.get(index, []))
+                    figures = outcome.meter.record(
+                        payload, session.probes.get(index, []), newest(session, index)
+                    )
                     price_recalls(outcome.meter, conversation.pk, payload)
                     fields["input_tokens"] = figures.tokens
                 store(conversation, message, **fields)
@@ -276,6 +248,8 @@ def peers() -> dict[str, Callable[[FakeSummarizer], Strategy]]:
         OPENHANDS: lambda s: OpenHandsCondenser(SYSTEM_PROMPT, s),
         COMPACT.format(trigger="150,000"): lambda s: ServerCompaction(SYSTEM_PROMPT, s, 150_000),
         COMPACT.format(trigger="50,000"): lambda s: ServerCompaction(SYSTEM_PROMPT, s, 50_000),
+        MASKING: lambda s: ObservationMasking(SYSTEM_PROMPT),
+        HYBRID: lambda s: Hybrid(SYSTEM_PROMPT, s),
     }
 
 
@@ -298,11 +272,40 @@ def replay_all(
         return {**results, **beside.outcomes()}
     results[OURS_SUFFIX] = replay_suffix_all(sessions)
     results[OURS_OPENAI] = replay_openai_all(sessions)
+    results.update(replay_provider_all(sessions))
     return {**results, **replay_peers(sessions)}
 
 
 def replay_suffix_all(sessions: list[Session]) -> list[Outcome]:
     return [replay_ours_suffix(session, FakeSummarizer()) for session in sessions]
+
+
+def replay_under_provider(session: Session, name: str) -> Outcome:
+    """Ours under PROVIDER_COMPACTION (bench/provider_replay.py): `name` is
+    OURS_PROVIDER or OURS_AUTO; the emulated compaction iterations are its summarizer
+    cost."""
+    outcome = Outcome(name, session.name, CostMeter())
+    server = EmulatedServer(FakeSummarizer())
+    started = time.perf_counter()
+    try:
+        provider_replay.replay(session, name, outcome.meter, server)
+    except Exception as exc:  # reported per conversation, the run goes on
+        outcome.error = _failed(exc)
+    outcome.summarizer = server.summarizer.totals()
+    # The compaction iterations as the server prices them, our own summaries at 1.0x.
+    ours = sum(v.get("input_tokens", 0) for k, v in outcome.summarizer.items() if k != "compaction")
+    outcome.summarizer_cost = server.cost + ours
+    outcome.counters = {"compactions": server.compactions}
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def replay_provider_all(sessions: list[Session]) -> dict[str, list[Outcome]]:
+    """Ours under "provider" and under "auto" on every session."""
+    return {
+        name: [replay_under_provider(session, name) for session in sessions]
+        for name in provider_replay.MODES
+    }
 
 
 class Beside:
@@ -320,18 +323,22 @@ class Beside:
         self.peers = self.pool.submit(replay_peers, sessions)
         self.suffix: Future[list[Outcome]] | None = None
         self.openai: Future[list[Outcome]] | None = None
+        self.provider: Future[dict[str, list[Outcome]]] | None = None
 
     def start_suffix(self) -> None:
         self.suffix = self.pool.submit(replay_suffix_all, self.sessions)
         self.openai = self.pool.submit(replay_openai_all, self.sessions)
+        self.provider = self.pool.submit(replay_provider_all, self.sessions)
 
     def outcomes(self) -> dict[str, list[Outcome]]:
         try:
             if self.suffix is None:
                 self.start_suffix()
+            assert self.suffix and self.openai and self.provider
             return {
                 OURS_SUFFIX: self.suffix.result(),
                 OURS_OPENAI: self.openai.result(),
+                **self.provider.result(),
                 **self.peers.result(),
             }
         finally:

@@ -11,6 +11,10 @@ from typing import Any
 OURS = "ours"
 OURS_SUFFIX = "ours (cached suffix)"
 OURS_OPENAI = "ours (OpenAI's cache prices)"
+# Our app under PROVIDER_COMPACTION (bench/provider_replay.py): Anthropic's compaction
+# emulated at the trigger, or on demand where ours would shift.
+OURS_PROVIDER = 'ours, PROVIDER_COMPACTION "provider"'
+OURS_AUTO = 'ours, PROVIDER_COMPACTION "auto"'
 EVERYTHING = "send everything"
 LANGCHAIN = "LangChain SummarizationMiddleware"
 LANGMEM = "langmem summarize_messages"
@@ -18,13 +22,18 @@ CLEAR_LIBRARY = "clear_tool_uses (Anthropic)"
 CLEAR_DOCS = "clear_tool_uses (from the docs)"
 OPENHANDS = "OpenHands LLMSummarizingCondenser"
 COMPACT = "compact_20260112 at {trigger}"
-# The peers of the per-session targets (docs/benchmarks.rst) (the docs form of clear_tool_uses
-# is a check on the library form, not a peer of its own).
+MASKING = "Complexity Trap observation masking"
+HYBRID = "Complexity Trap hybrid"
+# The peers of the frontier targets (docs/benchmarks.rst) (the docs form of clear_tool_uses
+# is a check on the library form, not a peer of its own): on each long session, ours and
+# every other strategy are judged against those of them that break no tool pair there.
 PEERS = (
     LANGCHAIN,
     LANGMEM,
     CLEAR_LIBRARY,
     OPENHANDS,
+    MASKING,
+    HYBRID,
     COMPACT.format(trigger="150,000"),
     COMPACT.format(trigger="50,000"),
 )
@@ -51,6 +60,15 @@ class Session:
     @property
     def probe_count(self) -> int:
         return sum(len(p) for p in self.probes.values())
+
+    def newest_step(self, index: int) -> list[dict[str, Any]]:
+        """What came last before the model call that produces message `index`: the newest
+        assistant message and everything after it (its results, a user message), or the
+        messages so far when there is none."""
+        start = next(
+            (i for i in range(index - 1, -1, -1) if self.messages[i]["role"] == "assistant"), 0
+        )
+        return self.messages[start:index]
 
     def turn_ends(self) -> set[int]:
         """Indices of the last message of each user turn."""

@@ -45,6 +45,7 @@ def tool_heavy_conversation(title: str = "Blog admin session", user: User | None
 def staff_user(username: str = "staff", *, fork: bool = True, compact: bool = True) -> User:
     user = User.objects.create_user(username, password="pw-for-tests", is_staff=True)
     codenames = ["view_conversation", "change_conversation", "view_message"]
+    codenames += ["view_summaryversion"]
     codenames += ["fork_conversation"] if fork else []
     codenames += ["compact_conversation"] if compact else []
     user.user_permissions.set(

@@ -18,6 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import (
     add_message,
@@ -26,6 +27,7 @@ from assistant.services import (
     run_staff_action,
 )
 from assistant.store.events import acting_as, acting_user_id
+from assistant.store.state import write_state
 from assistant.text.tokens import estimate_tokens
 from tests.builders import html, tool_turn
 from tests.conftest import wait_until
@@ -148,8 +150,9 @@ def test_the_context_column_is_coloured_past_the_watermark_and_the_trigger(staff
 def test_the_context_filter_uses_the_figures_not_a_flag(staff_client, settings):
     settings.ASSISTANT_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 2000, "MAX_RECENT_TOKENS": 1000}
     quiet, _ = tool_heavy_conversation(title="quiet")
-    Conversation.objects.filter(pk=quiet.pk).update(
-        metadata={MetadataKeys.NEEDS_EMERGENCY_COMPACTION: True}  # a stale flag: ignored
+    write_state(
+        Conversation.objects.filter(pk=quiet.pk),
+        {MetadataKeys.NEEDS_EMERGENCY_COMPACTION: True},  # a stale flag: ignored
     )
     overflowed = Conversation.objects.create(title="overflowed")
     add_message(overflowed, "user", "Summarize the logs.")
@@ -274,7 +277,7 @@ def test_every_action_refuses_a_deleted_conversation(staff_client, action, setti
     conversation, rows = tool_heavy_conversation(title="Gone")
     Conversation.objects.filter(pk=conversation.pk).update(deleted_at=timezone.now())
     before = list(Message.objects.order_by("id").values())
-    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+    metadata = held_state(Conversation.objects.get(pk=conversation.pk))
 
     response = run_action(staff_client, action, conversation, post="yes", message_id=rows[14].pk)
 
@@ -284,7 +287,7 @@ def test_every_action_refuses_a_deleted_conversation(staff_client, action, setti
         "(“Restore deleted conversations”)."
     ]
     assert Conversation.objects.count() == 1
-    assert Conversation.objects.get(pk=conversation.pk).metadata == metadata
+    assert held_state(Conversation.objects.get(pk=conversation.pk)) == metadata
     assert list(Message.objects.order_by("id").values()) == before
     assert not CompactionEvent.objects.exists()
 
@@ -505,7 +508,7 @@ def test_restore_originals_asks_then_restores_and_names_the_next_request(staff_c
 
 def test_continue_in_a_new_conversation(staff_client, staff):
     parent, _ = tool_heavy_conversation(title="Blog admin session")
-    Conversation.objects.filter(pk=parent.pk).update(metadata={"tool_services": ["blog"]})
+    write_state(Conversation.objects.filter(pk=parent.pk), {"tool_services": ["blog"]})
 
     response = run_action(staff_client, "continue_in_new_conversation", parent)
 
@@ -1009,7 +1012,7 @@ def test_the_request_body_download_carries_images_and_documents_as_base64(staff_
 @pytest.mark.parametrize("selected", ["abc", "1.5", ""])
 def test_an_action_on_a_selection_that_is_not_ids_changes_nothing(staff_client, selected):
     conversation, _ = tool_heavy_conversation()
-    before = list(Conversation.objects.values_list("pk", "deleted_at", "metadata"))
+    before = [(c.pk, c.deleted_at, held_state(c)) for c in Conversation.objects.all()]
 
     response = staff_client.post(
         CHANGELIST, {"action": "delete_selected", ACTION_CHECKBOX_NAME: [selected], "post": "yes"}
@@ -1020,7 +1023,7 @@ def test_an_action_on_a_selection_that_is_not_ids_changes_nothing(staff_client, 
         "Items must be selected by their ids in order to perform actions on them. "
         "No items have been changed."
     ]
-    assert list(Conversation.objects.values_list("pk", "deleted_at", "metadata")) == before
+    assert [(c.pk, c.deleted_at, held_state(c)) for c in Conversation.objects.all()] == before
     assert history(conversation) == []
 
 

@@ -9,6 +9,7 @@ figures (page bytes, pixel heights) are printed for the record.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -21,12 +22,18 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from assistant.models import Conversation
-from assistant.services import add_message, compact_tool_results, regenerate_window_summary
+from assistant.services import (
+    add_message,
+    build_context,
+    compact_tool_results,
+    regenerate_window_summary,
+)
 from tests.builders import html, tool_turn
 from tests.scenarios import staff_user, tool_heavy_conversation
 
@@ -362,3 +369,81 @@ def test_every_list_and_page_fits_its_box_and_identical_conversations_read_alike
         for row in rows
     ]
     assert cells[0] == cells[1] == ["4", "$0.0123 ·\n0%"]
+
+
+def test_staff_correct_a_summary_and_bring_the_earlier_version_back(live_server, browser, settings):
+    """The admin walk of issue 40: staff read the summary, correct it (the next
+    request carries the correction, their name on the version), see the history
+    with split, model and cost, open what the compaction dropped, mark a version
+    reviewed, and bring the earlier version back with one click."""
+    settings.ASSISTANT_COMPACTION = {
+        "MIN_RECENT_MESSAGES": 2,
+        "CONTEXT_TOKEN_THRESHOLD": 1000,
+        "MAX_RECENT_TOKENS": 500,
+    }
+    staff_user("summary-staff")
+    conversation, _ = tool_heavy_conversation(title="Summary review session")
+    assert regenerate_window_summary(conversation)
+    model_text = build_context(conversation).window_summary
+    page = browser
+    log_in(page, live_server.url, "summary-staff")
+
+    page.goto(f"{live_server.url}/admin/assistant/conversation/{conversation.pk}/change/")
+    assert page.locator("#window-summary").inner_text().strip() == model_text
+    with page.expect_navigation():
+        page.click("#correct-summary")
+    corrected = model_text.replace("## Goal", "## Goal\n- Staff note: post 42 is the homepage.")
+    page.fill("#id_text", corrected)
+    with page.expect_navigation():
+        page.click("#save-correction")
+
+    # The history list: the correction on top, with the acting user.
+    page.wait_for_selector("#result_list")
+    assert "one click from coming back" in page.locator("ul.messagelist").inner_text()
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 2
+    assert "Corrected by staff" in rows.nth(0).inner_text()
+    assert "summary-staff" in rows.nth(0).inner_text()
+    assert "Written by the summarizer" in rows.nth(1).inner_text()
+    sent_now = [rows.nth(i).locator("td.field-current img").get_attribute("alt") for i in (0, 1)]
+    assert sent_now == ["True", "False"]
+    assert "message " in rows.nth(1).locator("td.field-split").inner_text()
+    assert build_context(conversation).window_summary == corrected
+    request = json.loads(
+        page.goto(f"{live_server.url}/admin/assistant/conversation/{conversation.pk}/request.json")
+        .body()
+        .decode()
+    )
+    assert "Staff note: post 42 is the homepage." in json.dumps(request["system"])
+    page.go_back()
+    page.screenshot(path=str(DOCS_DIR / "summary_history.png"), full_page=True)
+
+    # What the model's compaction dropped, as a diff of the request.
+    with page.expect_navigation():
+        rows.nth(1).locator("a", has_text="text and diff").click()
+    page.wait_for_selector("#compaction-diff")
+    assert page.locator("#compaction-diff .diff-del").count() > 0
+    assert "Fix post 42" in page.locator("#compaction-diff").inner_text()
+    with page.expect_navigation():
+        page.click("#back-to-history")
+
+    # Reviewed: who and when, in the list.
+    with page.expect_navigation():
+        page.locator("#result_list tbody tr").nth(1).locator("button.summary-review").click()
+    page.wait_for_selector("#result_list")
+    assert "by summary-staff" in page.locator("#result_list tbody tr").nth(1).inner_text()
+
+    # One click brings the model's version back, as a new version: nothing is lost.
+    with page.expect_navigation():
+        page.locator("#result_list tbody tr").nth(1).locator("button.summary-revert").click()
+    page.wait_for_selector("#result_list")
+    assert page.locator("#result_list tbody tr").count() == 3
+    assert "Reverted" in page.locator("#result_list tbody tr").nth(0).inner_text()
+    assert build_context(conversation).window_summary == model_text
+    # Each step is in the conversation's History, by whom.
+    entries = LogEntry.objects.filter(
+        object_id=str(conversation.pk), user__username="summary-staff"
+    )
+    said = " ".join(entries.values_list("change_message", flat=True))
+    assert "corrected summary is version" in said and "marked reviewed" in said
+    assert "is the current summary again" in said

@@ -20,6 +20,7 @@ from assistant.services import (
     regenerate_window_summary,
     restore_originals,
 )
+from assistant.store.state import write_state
 from assistant.window import load_window, refresh_size
 from tests.scenarios import staff_user, tool_heavy_conversation
 from tests.test_cost import priced_conversation, two_turns
@@ -54,14 +55,15 @@ def split_inside_a_turn() -> Conversation:
         input_tokens=1300,
     )
     add_message(conversation, "tool", "def b(): pass\n" * 40, tool_call_id="c2")
-    Conversation.objects.filter(pk=conversation.pk).update(
-        metadata={
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk),
+        {
             MetadataKeys.COMPACTION_SUMMARY: "## Goal\n- read the modules\n" * 12,
             MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: first.pk + 1,
             MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID: anchor.pk,
             MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: last.pk,
             MetadataKeys.TOKEN_RATIO: 1.37,
-        }
+        },
     )
     refresh_size(conversation.pk)  # as the shift that stores such a split does
     conversation.refresh_from_db()

@@ -14,9 +14,11 @@ from django.utils import timezone
 
 from assistant.flows.post_exchange import process_exchange
 from assistant.llm import convert
+from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import add_message, build_context, ensure_context_summary
 from assistant.store.leases import SummaryInTransaction, claim, summary_lease
+from assistant.store.state import write_state
 from bench.payload import CostMeter
 from tests.builders import chat_turns, html
 
@@ -265,12 +267,12 @@ def test_at_the_trigger_the_worker_prebuilds_the_summary_the_hook_then_adopts(co
     # adopts it instead of waiting on the summarizer.
     exchange_of_four_reads(conversation, 52_000)
 
-    pending = conversation.metadata.get(MetadataKeys.PENDING_SUMMARY)
+    pending = conversation.pending_summary
     assert pending
     add_message(conversation, "user", "Which helper is it?")
     assert ensure_context_summary(conversation) == pending
     conversation.refresh_from_db()
-    assert MetadataKeys.PENDING_SUMMARY not in conversation.metadata
+    assert conversation.pending_summary is None
 
 
 def test_below_the_trigger_a_conversation_that_saved_nothing_pays_for_no_summary(conversation):
@@ -296,7 +298,7 @@ def test_the_worker_builds_no_summary_that_compacting_results_makes_needless(con
     # reads the pre-call hook compacts first: no shift is in sight.
     exchange_of_four_reads(conversation, 45_000)
 
-    assert MetadataKeys.PENDING_SUMMARY not in conversation.metadata
+    assert conversation.pending_summary is None
     # What it did prepare: the reads' compactions, for the hook to apply.
     prepared = Message.objects.filter(conversation=conversation, prepared_content__isnull=False)
     assert prepared.count() == 4
@@ -488,7 +490,7 @@ def test_the_turns_user_message_is_summarized_once_the_split_leaves_its_turn(
 
 
 def conversation_anchor(conversation: Conversation) -> int | None:
-    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+    metadata = held_state(Conversation.objects.get(pk=conversation.pk))
     return metadata.get("compaction_anchor_message_id")
 
 
@@ -519,8 +521,8 @@ def test_a_voluntary_batch_is_priced_at_the_chat_models_cache_prices(
     six_reads_answered_by(conversation, model)
     newest = conversation.messages.last().pk
     ledger = {"balance": 15_500.0, "gap": 0, "since": newest}
-    Conversation.objects.filter(pk=conversation.pk).update(
-        metadata={MetadataKeys.CACHE_LEDGER: ledger}
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CACHE_LEDGER: ledger}
     )
 
     ensure_context_summary(conversation)
@@ -542,8 +544,8 @@ def chapters_then_two_reads(conversation: Conversation, *, balance: float, calls
     add_message(conversation, "assistant", "Both configs agree.")
     newest = conversation.messages.last().pk
     ledger = {"balance": balance, "gap": 0, "since": newest, "calls": calls}
-    Conversation.objects.filter(pk=conversation.pk).update(
-        metadata={MetadataKeys.CACHE_LEDGER: ledger}
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CACHE_LEDGER: ledger}
     )
 
 

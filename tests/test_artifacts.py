@@ -56,6 +56,17 @@ def test_names_of_each_kind_are_found_in_any_language():
     assert names_in(code, 2) == ["pane_sessions", "Spotter.Services.ReviewTokenStore"]
 
 
+def test_destructured_names_module_calls_and_variables_are_names():
+    react = "    const [selectedFile, setSelectedFile] = useState<File | null>(null);"
+    python = "    asyncio.run(_run_pipeline(graph))\n    self.graph.invoke(state)"
+    shell = '"command": "${CLAUDE_PLUGIN_ROOT}/scripts/notify.sh $HOME"'
+
+    assert names_in(react, 10) == ["selectedFile", "setSelectedFile"]
+    # A module's function by its dotted name; never an object's own member chain.
+    assert names_in(python, 10) == ["_run_pipeline", "asyncio.run"]
+    assert "CLAUDE_PLUGIN_ROOT" in names_in(shell, 10)
+
+
 def test_prose_words_are_never_names():
     text = "Note: the class of service is economy.\nTotal: 3 items, in stock. Then call us."
 
@@ -258,3 +269,21 @@ def test_every_name_of_a_result_is_shown_while_the_budget_has_room(fake_llm, set
     index = index_of(conversation)
     assert estimate_tokens(index) < 1000  # far within the budget: nothing to leave out
     assert all(f"load_part_{n}" in index for n in range(10))
+
+
+def test_a_summarized_result_keeps_in_the_index_the_names_its_truncated_form_listed(
+    fake_llm, settings, db
+):
+    settings.ASSISTANT_COMPACTION = {**WINDOW, "TRUNCATION_NAMES_MAX_CHARS": 1200}
+    fake_llm.use_anthropic(settings)
+    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
+    source = "".join(f"def load_part_{n}():\n    pass\n" for n in range(50))
+    tool_turn(conversation, "Read it", [("Bash", {"command": "cat parts"}, source)])
+    for number in range(3):
+        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
+    ensure_context_summary(conversation)
+
+    # Fifty definitions, about 700 characters of names: all within the budget, where a
+    # fixed two dozen per result would have left most of them out.
+    index = index_of(conversation)
+    assert all(f"load_part_{n}" in index for n in range(50))

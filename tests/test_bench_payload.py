@@ -3,13 +3,10 @@ payload, the provider-shape checks, and the incremental payload builder."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from assistant.llm.convert import to_anthropic, to_gemini
 from bench.payload import CostMeter, _units, anthropic_problems, gemini_problems, unit_tokens
-from bench.sessions import EVERYTHING, LANGCHAIN, LANGMEM, OPENHANDS, OURS
 from bench.strategies import PayloadBuilder, Request
-from bench.targets import verdicts, written_once
+from bench.targets import written_once
 
 USER = {"role": "user", "content": "List the files in the repository root."}
 CALL = {
@@ -124,29 +121,3 @@ def test_the_cost_floor_is_what_sending_everything_pays_to_write_each_message_on
     written = sum(r.tokens - r.cached_tokens for r in meter.requests)
 
     assert round(written_once(meter.tokens, meter.cost), 6) == round(1.25 * written, 6)
-
-
-def outcome(cost: float, probes: int, broken: int = 0) -> SimpleNamespace:
-    meter = SimpleNamespace(probes_kept=probes, requests_with_broken_pair=broken, largest=90_000)
-    return SimpleNamespace(conversation="s", cost=cost, error=None, meter=meter)
-
-
-def test_a_session_verdict_names_the_clean_peers_that_meet_both_targets_themselves():
-    # LangChain is the cheapest and keeps the most probes of the clean peers; langmem
-    # is cheaper still but breaks a tool pair; OpenHands keeps as many but costs more.
-    results = {
-        EVERYTHING: [outcome(100.0, 9)],
-        OURS: [outcome(45.0, 7)],
-        LANGCHAIN: [outcome(40.0, 8)],
-        LANGMEM: [outcome(30.0, 9, broken=2)],
-        OPENHANDS: [outcome(50.0, 8)],
-    }
-
-    (verdict,) = verdicts(results)
-
-    assert (verdict.cheapest, verdict.best_probes) == (LANGCHAIN, 8)
-    assert (verdict.cost_ok, verdict.probes_ok) == (False, False)
-    assert verdict.both == [LANGCHAIN]
-
-    results[OPENHANDS] = [outcome(50.0, 9)]  # now the best on probes, not on cost
-    assert verdicts(results)[0].both == []

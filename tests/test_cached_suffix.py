@@ -19,7 +19,7 @@ from google.genai import types
 from assistant.llm.prompts import describe_message, suffix_instruction
 from assistant.models import CompactionEvent, Message, MetadataKeys
 from assistant.services import add_message, chat_step, remember_chat_tools
-from assistant.store.metadata import read_metadata
+from assistant.store.state import read_state
 from assistant.testing.fake_provider import DEFAULT_SUMMARY, FakeProvider, ok
 from assistant.window.context import as_neutral
 from assistant.window.cost import conversation_costs
@@ -160,7 +160,7 @@ def test_a_shift_sends_the_cached_chat_request_with_the_instruction_appended(
         # The next chat request carries the stored summary.
         stored = requests[index + 1].body["system"][-1]["text"]
         assert stored.startswith(LABEL + DEFAULT_SUMMARY)
-    assert read_metadata(conversation.pk)[MetadataKeys.COMPACTION_SUMMARY] == (
+    assert read_state(conversation.pk)[MetadataKeys.COMPACTION_SUMMARY] == (
         requests[-1].body["system"][-1]["text"].removeprefix(LABEL)
     )
 
@@ -223,7 +223,7 @@ def test_the_chat_tools_are_kept_as_sent_and_bad_ones_refused(conversation):
     tools = copy.deepcopy(TOOLS)
     tools[0]["parameters"] = {"type": "object", "required": ["id"], "properties": {}}
     remember_chat_tools(conversation, tools)
-    stored = read_metadata(conversation.pk)[MetadataKeys.CHAT_TOOLS]
+    stored = read_state(conversation.pk)[MetadataKeys.CHAT_TOOLS]
     # JSON text, keys in the host's order (jsonb would sort them).
     assert stored == (
         '[{"name": "get_blog_post", "description": "A post by id, as HTML.", '
@@ -233,12 +233,12 @@ def test_the_chat_tools_are_kept_as_sent_and_bad_ones_refused(conversation):
         remember_chat_tools(conversation, [{"description": "no name"}])
     assert refused.value.code == "invalid_tools"
     remember_chat_tools(conversation, None)
-    assert MetadataKeys.CHAT_TOOLS not in read_metadata(conversation.pk)
+    assert read_state(conversation.pk)[MetadataKeys.CHAT_TOOLS] is None
 
 
 def test_in_transcript_mode_no_tools_are_stored(conversation):
     remember_chat_tools(conversation, TOOLS)
-    assert MetadataKeys.CHAT_TOOLS not in read_metadata(conversation.pk)
+    assert read_state(conversation.pk)[MetadataKeys.CHAT_TOOLS] is None
 
 
 @override_settings(

@@ -14,10 +14,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from assistant.flows import cleanup
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.metadata_keys import held_state
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, SummaryVersion
 from assistant.ops.logs import log_event
 from assistant.services import add_message
 from assistant.settings.cleanup import beat_schedule, cleanup_config, cleanup_settings
+from assistant.store.state import write_state
+from assistant.store.summaries import record_version
 from tests.conftest import wait_until
 
 NOW = timezone.now()
@@ -118,17 +121,18 @@ def test_a_parent_is_kept_while_a_fork_still_lacks_its_deferred_summary():
     parent = make_conversation("parent", deleted_at=NOW - 31 * DAY)
     waiting = make_conversation(
         "fork made with summarize=False", parent_conversation=parent,
-        metadata={MetadataKeys.SUMMARY_DEFERRED: True},
+        summary_deferred=True,
     )  # fmt: skip
 
     kept = cleanup.purge_deleted_conversations(now=NOW)
     counted = cleanup.pending_counts(now=NOW)["purge_deleted"]
     # The summary arrives (generate_parent_summary clears the flag): now it may go.
-    Conversation.objects.filter(pk=waiting.pk).update(
-        metadata={
+    write_state(
+        Conversation.objects.filter(pk=waiting.pk),
+        {
             MetadataKeys.SUMMARY_DEFERRED: False,
             MetadataKeys.PARENT_CONVERSATION_SUMMARY: "Goal: ...",
-        }
+        },
     )
     purged = cleanup.purge_deleted_conversations(now=NOW)
 
@@ -287,9 +291,10 @@ def test_it_enqueues_deferred_fork_summaries_that_never_arrived(
     done = make_conversation("done", parent_conversation=parent)
     young = make_conversation("young", parent_conversation=parent)
     deferred = {MetadataKeys.SUMMARY_DEFERRED: True}
-    Conversation.objects.filter(pk__in=[missing.pk, young.pk]).update(metadata=deferred)
-    Conversation.objects.filter(pk=done.pk).update(
-        metadata={**deferred, MetadataKeys.PARENT_CONVERSATION_SUMMARY: "Goal: ..."}
+    write_state(Conversation.objects.filter(pk__in=[missing.pk, young.pk]), deferred)
+    write_state(
+        Conversation.objects.filter(pk=done.pk),
+        {**deferred, MetadataKeys.PARENT_CONVERSATION_SUMMARY: "Goal: ..."},
     )
     Conversation.objects.exclude(pk=young.pk).update(created_at=NOW - DAY)
     Conversation.objects.filter(pk=young.pk).update(created_at=NOW)
@@ -326,27 +331,28 @@ def test_it_releases_expired_leases_only():
 
 
 @pytest.mark.django_db
-def test_it_clears_cached_summaries_whose_split_message_is_gone_and_keeps_other_keys():
+def test_it_clears_cached_summaries_whose_split_message_is_gone_and_keeps_other_state():
     other = make_conversation("other")
     foreign_id = other.messages.order_by("id").first().pk
     stale = make_conversation("stale")
     valid = make_conversation("valid")
     valid_id = valid.messages.order_by("id").last().pk
-    Conversation.objects.filter(pk=stale.pk).update(
-        metadata={
+    write_state(
+        Conversation.objects.filter(pk=stale.pk),
+        {
             MetadataKeys.COMPACTION_SUMMARY: "old summary",
             MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: foreign_id,
             MetadataKeys.PENDING_SUMMARY: "pending",
             MetadataKeys.PENDING_THROUGH_MESSAGE_ID: 10**12,
             MetadataKeys.PENDING_BASE_MESSAGE_ID: foreign_id,
             MetadataKeys.TOOL_SERVICES: ["blog"],
-        }
+        },
     )
-    valid_metadata = {
+    valid_state = {
         MetadataKeys.COMPACTION_SUMMARY: "current summary",
         MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: valid_id,
     }
-    Conversation.objects.filter(pk=valid.pk).update(metadata=valid_metadata)
+    write_state(Conversation.objects.filter(pk=valid.pk), valid_state)
 
     result = cleanup.clear_stale_summaries()
     again = cleanup.clear_stale_summaries()
@@ -355,8 +361,8 @@ def test_it_clears_cached_summaries_whose_split_message_is_gone_and_keeps_other_
     assert again.count == 0
     stale.refresh_from_db()
     valid.refresh_from_db()
-    assert stale.metadata == {MetadataKeys.TOOL_SERVICES: ["blog"]}
-    assert valid.metadata == valid_metadata
+    assert held_state(stale) == {MetadataKeys.TOOL_SERVICES: ["blog"]}
+    assert held_state(valid) == valid_state
 
 
 # --- tasks re-enqueue themselves ----------------------------------------------------
@@ -511,3 +517,19 @@ def test_log_event_refuses_content_fields_and_quotes_labels(caplog):
         caplog.records[-1].getMessage()
         == 'event=emergency_1 conversation_id=7 reason="prompt too long"'
     )
+
+
+@pytest.mark.django_db
+def test_the_purge_takes_a_conversations_summary_versions_along():
+    old = make_conversation("old with versions", deleted_at=NOW - 31 * DAY)
+    kept = make_conversation("kept with versions")
+    for conversation in (old, kept):
+        first = record_version(conversation.pk, "## Goal\n- a", 1)
+        record_version(
+            conversation.pk, "## Goal\n- a", 1, kind=SummaryVersion.Kind.REVERT, source=first
+        )
+
+    cleanup.purge_deleted_conversations(now=NOW)
+
+    assert set(SummaryVersion.objects.values_list("conversation_id", flat=True)) == {kept.pk}
+    assert SummaryVersion.objects.count() == 2

@@ -250,3 +250,31 @@ def test_the_worker_reads_only_results_it_has_not_looked_at(conversation):
     texts = [q["sql"] for q in queries.captured_queries if '"content"' in q["sql"]]
     assert len(texts) == 1
     assert not any("LENGTH(" in q["sql"].upper() for q in queries.captured_queries)
+
+
+def test_truncation_lists_the_names_the_preview_does_not_show(conversation):
+    source = "".join(f"def handler_number_{n}(request):\n    return None\n" for n in range(60))
+    result = tool_turn(conversation, "a", [("read_file", {"path": "app/views.py"}, source)])[2]
+
+    with override_settings(ASSISTANT_COMPACTION={"TRUNCATION_NAMES_MAX_CHARS": 400}):
+        compact_tool_results(conversation)
+
+    compacted = Message.objects.get(pk=result.pk).compacted_content
+    preview, names = compacted.split("\n[Names further in the original: ", 1)
+    listed = names.removesuffix("]").split(", ")
+    # The names past the head, in the original's order, none the preview already shows,
+    # as many as the budget holds.
+    assert listed[0] == next(f"handler_number_{n}" for n in range(60) if f"_{n}(" not in preview)
+    assert all(name not in preview for name in listed)
+    assert 400 - len(", handler_number_59") < len(", ".join(listed)) <= 400
+    assert "handler_number_59" not in compacted  # beyond the budget: one recall away
+
+
+def test_no_names_are_listed_with_a_zero_budget(conversation):
+    source = "".join(f"def handler_number_{n}(request):\n    return None\n" for n in range(60))
+    result = tool_turn(conversation, "a", [("read_file", {"path": "app/views.py"}, source)])[2]
+
+    with override_settings(ASSISTANT_COMPACTION={"TRUNCATION_NAMES_MAX_CHARS": 0}):
+        compact_tool_results(conversation)
+
+    assert "[Names further" not in Message.objects.get(pk=result.pk).compacted_content

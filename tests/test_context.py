@@ -6,7 +6,7 @@ from django.test.utils import CaptureQueriesContext
 
 from assistant.models import Conversation, Message
 from assistant.services import add_message, build_context
-from assistant.store.metadata import merge_metadata
+from assistant.store.state import write_state
 from assistant.window.context import MISSING_RESULT, IncompleteToolCall
 from tests.builders import chat_turns, tool_turn
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 
 def set_summary(conversation, summary, through_id, **extra):
-    merge_metadata(
+    write_state(
         Conversation.objects.filter(pk=conversation.pk),
         {"compaction_summary": summary, "compaction_through_message_id": through_id, **extra},
     )

@@ -7,17 +7,22 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from assistant.models import CompactionEvent, MetadataKeys
+from assistant.models import CompactionEvent, Conversation, MetadataKeys
 from assistant.services import ensure_context_summary
 from assistant.settings.conf import compaction_config
+from assistant.store.state import write_state
 from assistant.strategies.prebuild import prebuild_window_summary
 from assistant.strategies.shift import shift_window
 from assistant.window import (
     AT_TRIGGER,
     COLD_CACHE,
     COUNT_TRIGGER,
+    SHIFT_WITHIN_LATENCY,
+    Shift,
+    adopted_split,
     decide,
     load_window,
+    split_for,
     worker_split,
 )
 from assistant.window.ledger import Outlook
@@ -79,8 +84,66 @@ def test_the_worker_builds_below_the_soft_watermark_only_when_the_hook_asks(conv
     assert not prebuild_window_summary(conversation)
     assert worker_split(state, config, requested=True) == 4  # an early shift's budget
     assert prebuild_window_summary(conversation, requested=True)
-    metadata = load_window(conversation.pk).metadata
+    metadata = load_window(conversation.pk).columns
     assert metadata[MetadataKeys.PENDING_THROUGH_MESSAGE_ID] == rows[3].pk
+
+
+@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 1000, "MAX_RECENT_TOKENS": 400})
+def test_the_worker_is_asked_one_latency_before_the_shift_the_window_is_growing_into(
+    conversation,
+):
+    rows = chat_turns(conversation, 3, size=400)  # ~606 tokens: under 80% of the trigger
+    start = timezone.now() - timedelta(seconds=50)
+    for i, row in enumerate(rows):  # one message every 10 s: ~10 tokens a second
+        type(row).objects.filter(pk=row.pk).update(created_at=start + timedelta(seconds=10 * i))
+    config = compaction_config()
+
+    def plan_when_the_worker_took(seconds: float):
+        request = {"base": None, "answered": True, "took": seconds}
+        values = {MetadataKeys.WORKER_SEEN_AT: 1.0, MetadataKeys.PREBUILD_REQUEST: request}
+        write_state(Conversation.objects.filter(pk=conversation.pk), values)
+        state = load_window(conversation.pk)
+        return state, decide(state, config, timezone.now())
+
+    state, quick = plan_when_the_worker_took(5)  # the window gains ~50 tokens meanwhile
+    assert state.growth_within(5) < 100
+    assert (quick.shift, quick.ask_worker) == (None, False)
+    state, slow_worker = plan_when_the_worker_took(40)  # ~400: past the trigger by then
+    assert state.context_tokens() + state.growth_within(40) >= 1000
+    assert (slow_worker.shift, slow_worker.ask_worker) == (None, True)
+    assert SHIFT_WITHIN_LATENCY in slow_worker.reasons
+
+
+@override_settings(
+    ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 5000, "MAX_RECENT_TOKENS": 2000}
+)
+def test_an_adopted_early_shift_keeps_what_it_would_have_kept_when_it_was_asked_for(
+    conversation,
+):
+    rows = chat_turns(conversation, 10, size=400)  # 20 messages of ~101 tokens
+    start = timezone.now() - timedelta(seconds=200)
+    for i, row in enumerate(rows):  # one message every 10 s: ~10 tokens a second
+        type(row).objects.filter(pk=row.pk).update(created_at=start + timedelta(seconds=10 * i))
+    config = compaction_config()
+
+    def adopted(took: float, kind: str = "early") -> tuple[int | None, int | None]:
+        request = {"base": None, "answered": True, "took": took}
+        write_state(
+            Conversation.objects.filter(pk=conversation.pk),
+            {MetadataKeys.PREBUILD_REQUEST: request},
+        )
+        state = load_window(conversation.pk)
+        budget, split = split_for(state, config, early=kind == "early")
+        return split, adopted_split(state, config, Shift(kind, 0.3, False, budget, split))
+
+    planned, same = adopted(0)  # no latency: the shift planned now
+    assert planned is not None and same == planned
+    # Asked 100 s ago, when the window was ~1,000 tokens smaller: it keeps ~400, not ~800.
+    planned, then = adopted(100)
+    assert then is not None and then > planned
+    assert sum(row.token_estimate for row in rows[then:]) <= 0.4 * 1000 + 101
+    planned, forced = adopted(100, kind="forced")  # a shift at the trigger: as planned
+    assert forced == planned
 
 
 def test_what_a_step_is_expected_to_save_grows_with_how_long_the_conversation_has_run():
@@ -97,3 +160,17 @@ def test_what_a_step_is_expected_to_save_grows_with_how_long_the_conversation_ha
     # shift (57,500) coming 10,000 of its 28,000 tokens of growth later.
     assert old.saves(10_000) > 0.9 * (0.1 * 10_000 * 30 + 57_500 * 10_000 / 28_000)
     assert young.saves(0) == old.saves(0) == 0
+
+
+def test_the_summarizer_input_a_long_conversation_pays_anyway_is_not_an_early_shifts_own():
+    # Every message is summarized once, whenever the shift comes: an early shift adds
+    # only what the conversation would not pay at the forced one, which it reaches
+    # (`reached`) the surer the longer it has run and the nearer the trigger is.
+    near = Outlook(
+        tokens=45_000, per_call=1_000, trigger=50_000, shift_cost=57_500, kept=22_000, calls=200
+    )
+    far_and_young = replace(near, tokens=10_000, calls=5)
+
+    assert near.reached > 0.97
+    assert far_and_young.reached < 0.001
+    assert replace(near, calls=0).reached == 0

@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 
 from assistant.flows import overflow
 from assistant.llm.overflow import overflow_token_counts
+from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import emergency_compact
 from assistant.strategies import emergency
@@ -127,7 +128,7 @@ def test_every_original_can_be_restored_after_both_levels():
 def test_a_failure_returns_false_and_loses_nothing(monkeypatch):
     conversation, _rows = tool_heavy_conversation()
     before = originals(conversation)
-    metadata_before = Conversation.objects.get(pk=conversation.pk).metadata
+    metadata_before = held_state(Conversation.objects.get(pk=conversation.pk))
 
     def broken(*args, **kwargs):
         raise RuntimeError("summarizer exploded")
@@ -136,7 +137,7 @@ def test_a_failure_returns_false_and_loses_nothing(monkeypatch):
 
     assert emergency_compact(conversation, level=2) is False
     assert originals(conversation) == before
-    assert Conversation.objects.get(pk=conversation.pk).metadata == metadata_before
+    assert held_state(Conversation.objects.get(pk=conversation.pk)) == metadata_before
     assert not CompactionEvent.objects.filter(kind__startswith="emergency").exists()
 
 
@@ -158,12 +159,12 @@ def test_a_response_over_the_window_marks_the_conversation_and_the_next_hook_com
         stop_reason = "end_turn"
 
     assert emergency.note_response(conversation, Response(), window_tokens=200_000) is True
-    stored = Conversation.objects.get(pk=conversation.pk).metadata
+    stored = held_state(Conversation.objects.get(pk=conversation.pk))
     assert stored[MetadataKeys.NEEDS_EMERGENCY_COMPACTION] is True
 
     assert emergency.compact_if_flagged(conversation) is True
 
-    stored = Conversation.objects.get(pk=conversation.pk).metadata
+    stored = held_state(Conversation.objects.get(pk=conversation.pk))
     assert MetadataKeys.NEEDS_EMERGENCY_COMPACTION not in stored
     assert CompactionEvent.objects.filter(kind=CompactionEvent.Kind.EMERGENCY_1).count() == 1
     assert emergency.compact_if_flagged(conversation) is False
@@ -181,7 +182,7 @@ def test_a_response_within_the_window_marks_nothing():
 
     assert emergency.note_response(conversation, Response(), window_tokens=200_000) is False
     assert MetadataKeys.NEEDS_EMERGENCY_COMPACTION not in (
-        Conversation.objects.get(pk=conversation.pk).metadata
+        held_state(Conversation.objects.get(pk=conversation.pk))
     )
 
 
@@ -228,12 +229,12 @@ def test_shrank_compares_estimates_never_a_provider_count_with_estimates():
 
 def test_a_level_never_stores_a_summary_that_makes_the_context_larger():
     conversation, _ = tool_heavy_conversation()
-    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+    metadata = held_state(Conversation.objects.get(pk=conversation.pk))
 
     # Tiny messages: any summary of them is longer than they are.
     Message.objects.filter(conversation=conversation).update(token_estimate=1)
     emergency_compact(conversation, level=2)
 
-    stored = Conversation.objects.get(pk=conversation.pk).metadata
+    stored = held_state(Conversation.objects.get(pk=conversation.pk))
     assert "compaction_summary" not in stored
     assert {k: v for k, v in stored.items() if k != "summary_failure"} == metadata

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from assistant.models import Conversation
 from assistant.services import add_message, ensure_context_summary, finish_exchange
+from assistant.store.state import write_state
 from tests.conftest import use_broker, wait_until
 
 
@@ -140,7 +141,7 @@ def test_the_worker_retries_an_overloaded_summarizer_later(celery_worker, fake_l
 
     assert wait_until(processed)
     assert fake_llm.count("anthropic.messages") == 4
-    assert conversation.metadata["pending_summary"].startswith(summary)
+    assert conversation.pending_summary.startswith(summary)
 
 
 @pytest.mark.django_db
@@ -218,8 +219,9 @@ def test_in_turn_summary_deliveries_are_capped_per_request(settings, redis_clien
     def ask() -> str:
         # Stamped as the hook stamps it: the suite's Redis db outlives its database.
         request = {"base": None, "at": time.time()}
-        Conversation.objects.filter(pk=conversation.pk).update(
-            metadata={MetadataKeys.PREBUILD_REQUEST: request}
+        write_state(
+            Conversation.objects.filter(pk=conversation.pk),
+            {MetadataKeys.PREBUILD_REQUEST: request},
         )
         return work_key(PREBUILD_TASK, conversation.pk)
 

@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 import assistant.strategies.fork
+from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import (
     add_message,
@@ -17,6 +18,7 @@ from assistant.services import (
     fork_from_message,
     generate_parent_summary,
 )
+from assistant.store.state import write_state
 from assistant.strategies import fork as forking
 from tests.conftest import wait_until
 from tests.scenarios import tool_heavy_conversation
@@ -70,13 +72,13 @@ def test_fork_continuation_carries_owner_title_summary_tools_and_first_message(
 
 def test_forks_do_not_copy_or_change_the_parent(summarizer_spy):
     parent, rows = tool_heavy_conversation()
-    metadata_before = dict(Conversation.objects.get(pk=parent.pk).metadata)
+    before = Conversation.objects.get(pk=parent.pk)
 
     fork_continuation(parent, pending_user_message="next")
     fork_from_message(parent, rows[4].pk)
 
     parent.refresh_from_db()
-    assert parent.metadata == metadata_before
+    assert (parent.metadata, held_state(parent)) == (before.metadata, held_state(before))
     assert list(parent.messages.values_list("id", flat=True)) == [m.pk for m in rows]
     assert Message.objects.count() == 21  # the parent's 20 and the one pending message
 
@@ -85,11 +87,12 @@ def test_the_continuation_summary_reads_only_the_messages_after_the_parents_cuto
     summarizer_spy,
 ):
     parent, rows = tool_heavy_conversation()
-    Conversation.objects.filter(pk=parent.pk).update(
-        metadata={
+    write_state(
+        Conversation.objects.filter(pk=parent.pk),
+        {
             MetadataKeys.COMPACTION_SUMMARY: "## Goal\n- fix post 42",
             MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: rows[13].pk,
-        }
+        },
     )
 
     fork = fork_continuation(parent)
@@ -147,11 +150,12 @@ def test_fork_from_message_branches_before_the_chosen_user_message(summarizer_sp
 
 def test_branching_before_the_cutoff_does_not_use_the_window_summary(summarizer_spy):
     parent, rows = tool_heavy_conversation()
-    Conversation.objects.filter(pk=parent.pk).update(
-        metadata={
+    write_state(
+        Conversation.objects.filter(pk=parent.pk),
+        {
             MetadataKeys.COMPACTION_SUMMARY: "Covers messages up to the 14th.",
             MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: rows[13].pk,
-        }
+        },
     )
 
     fork_from_message(parent, rows[4].pk)
@@ -217,14 +221,14 @@ def test_a_deferred_branch_summary_covers_what_came_before_the_message(
         fork, _ = fork_from_message(parent, rows[14].pk, summarize=False)
     assert len(callbacks) == 1  # the task, published on commit
     assert summarizer_spy == []
-    assert fork.metadata[MetadataKeys.SUMMARY_DEFERRED] is True
+    assert fork.summary_deferred is True
 
     summary = generate_parent_summary(fork)
 
     fork.refresh_from_db()
     assert summarizer_spy == [{"ids": [m.pk for m in rows[:14]], "previous_summary": None}]
     assert fork.parent_conversation_summary == summary
-    assert fork.metadata[MetadataKeys.SUMMARY_DEFERRED] is False
+    assert fork.summary_deferred is False
     assert fork.fork_message_id == rows[14].pk
     event = CompactionEvent.objects.get(conversation=fork)
     assert (event.kind, event.messages_affected, event.details) == (
@@ -255,7 +259,7 @@ def test_a_real_worker_writes_the_deferred_summary(celery_worker):
         return fork.parent_conversation_summary is not None
 
     assert wait_until(summarized)
-    assert fork.metadata[MetadataKeys.SUMMARY_DEFERRED] is False
+    assert fork.summary_deferred is False
     assert (
         CompactionEvent.objects.filter(
             conversation=fork, kind=CompactionEvent.Kind.FORK_SUMMARY
@@ -266,9 +270,9 @@ def test_a_real_worker_writes_the_deferred_summary(celery_worker):
 
 @pytest.mark.django_db(transaction=True)
 def test_generate_parent_summary_racing_a_metadata_update_keeps_both(monkeypatch):
-    """While the summarizer runs, another process writes its own metadata key
-    (a read-modify-save of the whole column). The summary is merged in the
-    database, so both survive."""
+    """While the summarizer runs, the host writes its own metadata key (a
+    read-modify-save of the whole row). The summary is written to its column
+    alone, and a save leaves the state columns alone, so both survive."""
     parent, _ = tool_heavy_conversation()
     fork = fork_continuation(parent, pending_user_message="next", summarize=False)
     real = assistant.strategies.fork.summarize_messages
@@ -277,7 +281,7 @@ def test_generate_parent_summary_racing_a_metadata_update_keeps_both(monkeypatch
         try:
             other = Conversation.objects.get(pk=fork.pk)  # its own connection
             other.metadata["pinned"] = True
-            other.save(update_fields=["metadata"])
+            other.save()  # the whole row, as loaded before the summary was written
         finally:
             connection.close()
 
@@ -293,9 +297,9 @@ def test_generate_parent_summary_racing_a_metadata_update_keeps_both(monkeypatch
 
     summary = generate_parent_summary(fork)
 
-    stored = Conversation.objects.get(pk=fork.pk).metadata
-    assert stored["pinned"] is True
-    assert stored[MetadataKeys.PARENT_CONVERSATION_SUMMARY] == summary
+    stored = Conversation.objects.get(pk=fork.pk)
+    assert stored.metadata == {"pinned": True}
+    assert stored.parent_conversation_summary == summary
     assert summary
 
 

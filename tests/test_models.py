@@ -6,6 +6,7 @@ from django.test.utils import CaptureQueriesContext
 
 from assistant.models import Conversation, Message
 from assistant.services import add_message
+from assistant.store.state import write_state
 
 
 def make_conversation(turns: int) -> Conversation:
@@ -51,21 +52,31 @@ def test_the_model_view_never_selects_the_original_of_a_compacted_message():
 
 
 @pytest.mark.django_db
-def test_metadata_accessors_are_typed():
-    conversation = Conversation.objects.create(
-        metadata={
+def test_the_state_accessors_are_typed_and_a_save_keeps_the_stored_state():
+    conversation = Conversation.objects.create(metadata={"host": "theirs"})
+    stale = Conversation.objects.get(pk=conversation.pk)
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk),
+        {
             "compaction_summary": "## Goal\nx",
-            "compaction_through_message_id": "41",
+            "compaction_through_message_id": 41,
             "fork_message_id": 7,
             "tool_services": ["blog", "sql"],
-        }
+        },
     )
+    # The host saves a copy it loaded before: the state written meanwhile stays.
+    stale.title = "renamed"
+    stale.save()
+    conversation.refresh_from_db()
 
     assert conversation.compaction_summary == "## Goal\nx"
     assert conversation.compaction_through_message_id == 41
     assert conversation.fork_message_id == 7
     assert conversation.tool_services == ["blog", "sql"]
     assert conversation.parent_conversation_summary is None
+    assert (conversation.title, conversation.metadata) == ("renamed", {"host": "theirs"})
+    with pytest.raises(KeyError):
+        write_state(Conversation.objects.filter(pk=conversation.pk), {"host": "x"})
 
 
 @pytest.mark.django_db

@@ -11,10 +11,12 @@ import pytest
 from django.test import override_settings
 
 from assistant.flows.prebuild import defer_to_worker
+from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, MetadataKeys
 from assistant.services import add_message, ensure_context_summary, finish_exchange
 from assistant.settings.conf import compaction_config
 from assistant.store.queue import PREBUILD_TASK
+from assistant.store.state import write_state
 from assistant.window import load_window
 from tests.builders import html
 from tests.conftest import hung_lease_holder, wait_until
@@ -31,7 +33,7 @@ def read_step(conversation: Conversation, turn: int, step: int) -> None:
 
 
 def request(conversation: Conversation) -> dict:
-    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+    metadata = held_state(Conversation.objects.get(pk=conversation.pk))
     return metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}
 
 
@@ -44,7 +46,7 @@ def test_inside_a_turn_the_hook_adopts_the_summary_the_worker_built(
     add_message(conversation, "user", "Hello.")
     add_message(conversation, "assistant", "Hello, what shall I audit?")
     finish_exchange(conversation)  # the worker runs the post-exchange task: it serves this one
-    assert wait_until(lambda: conversation_metadata(conversation).get(MetadataKeys.WORKER_SEEN_AT))
+    assert wait_until(lambda: conversation_state(conversation).get(MetadataKeys.WORKER_SEEN_AT))
 
     add_message(conversation, "user", "Audit every page of the blog.")
     for step in range(24):
@@ -67,8 +69,8 @@ def test_inside_a_turn_the_hook_adopts_the_summary_the_worker_built(
     assert load_window(conversation.pk).meta.has_pending_summary
 
 
-def conversation_metadata(conversation: Conversation) -> dict:
-    return Conversation.objects.get(pk=conversation.pk).metadata
+def conversation_state(conversation: Conversation) -> dict:
+    return held_state(Conversation.objects.get(pk=conversation.pk))
 
 
 @override_settings(ASSISTANT_COMPACTION={"SUMMARY_WAIT_SECONDS": 0.5, "PREBUILD_IN_TURN": True})
@@ -81,7 +83,7 @@ def test_a_shift_waits_for_a_worker_that_does_not_answer_at_most_summary_wait_se
         add_message(conversation, "user", "Audit the blog.")
         read_step(conversation, 0, 0)
     merge = {MetadataKeys.WORKER_SEEN_AT: time.time()}
-    Conversation.objects.filter(pk=served.pk).update(metadata=merge)
+    write_state(Conversation.objects.filter(pk=served.pk), merge)
     config = compaction_config()
 
     # No worker has ever run this conversation's work: nothing to wait for.
@@ -98,7 +100,7 @@ def test_a_shift_waits_for_a_worker_that_does_not_answer_at_most_summary_wait_se
     time.sleep(0.6)
     assert defer_to_worker(load_window(served.pk), config) is False
     # And it is not waited for again until a worker runs this conversation's work.
-    assert MetadataKeys.WORKER_SEEN_AT not in conversation_metadata(served)
+    assert MetadataKeys.WORKER_SEEN_AT not in conversation_state(served)
     assert defer_to_worker(load_window(served.pk), config) is False
     assert redis_client.llen("compaction") == 1
 
@@ -110,8 +112,8 @@ def served_agent_turn(steps: int) -> Conversation:
     add_message(conversation, "user", "Audit every page of the blog.")
     for step in range(steps):
         read_step(conversation, 0, step)
-    Conversation.objects.filter(pk=conversation.pk).update(
-        metadata={MetadataKeys.WORKER_SEEN_AT: time.time()}
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.WORKER_SEEN_AT: time.time()}
     )
     return conversation
 
@@ -219,8 +221,39 @@ def test_a_prebuild_the_chat_moved_past_is_adopted_without_a_second_shift(fake_l
     assert [event.details["prebuilt"] for event in shifts] == [True]
     assert fake_llm.count("anthropic.messages") == 1
     assert verbatim_pages(conversation) == [f"toolu_0_{step - 1}"]
-    assert (
-        Conversation.objects.get(pk=conversation.pk)
-        .metadata[MetadataKeys.COMPACTION_SUMMARY]
-        .startswith("The worker's summary.")
+    assert Conversation.objects.get(pk=conversation.pk).compaction_summary.startswith(
+        "The worker's summary."
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_asked_before_the_split_can_move_the_worker_leaves_the_request_to_be_asked_again(
+    fake_llm, settings
+):
+    """Asked one latency ahead, the worker may find nothing older than the newest
+    step to summarize yet: it builds nothing, and the request is not marked
+    answered (that would leave the shift to the chat path), so the hook asks
+    again once the window grew; the worker's last latency is kept."""
+    from assistant.flows.prebuild import ask_worker_ahead, serve_prebuild_request
+
+    fake_llm.use_anthropic(settings)
+    settings.ASSISTANT_COMPACTION = {"PREBUILD_IN_TURN": True}
+    conversation = served_agent_turn(steps=1)  # one step: the split cannot move
+    previous = {"base": 0, "answered": True, "took": 3.0}
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.PREBUILD_REQUEST: previous}
+    )
+    assert ask_worker_ahead(load_window(conversation.pk))  # asked for the split it is heading for
+
+    assert serve_prebuild_request(conversation.pk) is False
+    assert fake_llm.count("anthropic.messages") == 0
+    assert request(conversation) == {"took": 3.0}
+    state = load_window(conversation.pk)
+    assert ask_worker_ahead(state)  # asked again, with the latency it will project by
+    assert request(conversation)["base"] == state.through_id
+    assert request(conversation)["took"] == 3.0
+
+    read_step(conversation, 0, 1)  # a second step: the first can be summarized
+    assert serve_prebuild_request(conversation.pk) is True
+    assert request(conversation)["answered"] is True
+    assert load_window(conversation.pk).meta.has_pending_summary

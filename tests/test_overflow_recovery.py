@@ -9,6 +9,7 @@ import pytest
 from assistant.flows.overflow import call_with_overflow_recovery
 from assistant.llm import get_provider
 from assistant.llm.base import ProviderError
+from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import add_message
 from assistant.strategies.emergency import ContextTooLarge
@@ -182,7 +183,7 @@ def test_a_non_overflow_error_passes_through_untouched(chat, settings):
     settings.LLM_MAX_RETRIES = 0
     conversation, _ = tool_heavy_conversation()
     before = originals(conversation)
-    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+    metadata = held_state(Conversation.objects.get(pk=conversation.pk))
     if chat.provider == "anthropic":
         other = raw(
             400,
@@ -217,7 +218,7 @@ def test_a_non_overflow_error_passes_through_untouched(chat, settings):
     assert not CompactionEvent.objects.filter(conversation=conversation).exists()
     assert Message.objects.filter(conversation=conversation).exclude(compaction="").count() == 0
     assert originals(conversation) == before
-    assert Conversation.objects.get(pk=conversation.pk).metadata == metadata
+    assert held_state(Conversation.objects.get(pk=conversation.pk)) == metadata
 
 
 def test_a_success_over_the_window_marks_the_conversation(chat):
@@ -231,6 +232,6 @@ def test_a_success_over_the_window_marks_the_conversation(chat):
 
     call_with_overflow_recovery(conversation, chat)
 
-    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+    metadata = held_state(Conversation.objects.get(pk=conversation.pk))
     assert metadata[MetadataKeys.NEEDS_EMERGENCY_COMPACTION] is True
     assert emergency_kinds(conversation) == []

@@ -758,3 +758,151 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
         usage["cache_creation_input_tokens"],
         usage["output_tokens"],
     ]
+
+
+# --- the README's loop with the providers' own compaction (issue 41) -----------------
+
+PROVIDER_TURNS = 12
+# What each run of the loop sets PROVIDER_COMPACTION to, and how it calls the model.
+PROVIDER_LOOPS = {
+    "threshold": ("provider", "anthropic"),
+    "on_demand": ("auto", "anthropic"),
+    "responses": ("provider", "openai_responses"),
+}
+
+PROVIDER_LOOP = '''
+"""Run by tests/test_packaging.py inside the host project: the README's loop, with
+PROVIDER_COMPACTION from the environment (the project's settings read it)."""
+import json
+import os
+import sys
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+django.setup()
+
+from assistant.models import CompactionEvent, Conversation, Message
+from assistant.window.cost import conversation_cost
+from mysite.chat import answer, call_claude_compacting, gpt
+
+
+def call_gpt_responses(request):  # the Responses API, as the README names it
+    return gpt().responses.create(model="gpt-5", **request)
+
+
+loop, provider = sys.argv[1], sys.argv[2]
+call_model = call_gpt_responses if provider == "openai_responses" else call_claude_compacting
+conversation = Conversation.objects.create(title=loop, system_prompt="You run a blog.")
+for turn in range(TURNS):
+    last_answer = answer(
+        conversation, f"Fix the typo in post {100 + turn}", call_model=call_model,
+        provider=provider,
+    )
+carriers = Message.objects.filter(conversation=conversation, provider_compaction__isnull=False)
+tools = Message.objects.filter(conversation=conversation, role="tool").order_by("id")
+cost, _ = conversation_cost(conversation)
+print(json.dumps({
+    "last_answer": last_answer,
+    "compactions": [
+        [m.pk, m.role, m.provider_compaction] for m in carriers.order_by("id")
+    ],
+    "events": list(CompactionEvent.objects.filter(conversation=conversation).order_by(
+        "id").values_list("kind", "summarizer_input_tokens", "summarizer_output_tokens")),
+    "originals_kept": [m.tool_name == "get_blog_post" and m.content.startswith(
+        f'<article id="post-{100 + i}">') for i, m in enumerate(tools)],
+    "summarizer_cost": cost.summarizer,
+    "last_message_id": Message.objects.filter(conversation=conversation).latest("id").pk,
+}))
+'''
+
+
+def provider_script() -> list[dict[str, object]]:
+    def turn(post: int) -> list[dict[str, object]]:
+        call = {"name": "get_blog_post", "arguments": {"id": post}}
+        return [{"tool_calls": [call]}, {"text": f"Fixed the typo in post {post}."}]
+
+    replies = [reply for post in range(100, 100 + PROVIDER_TURNS) for reply in turn(post)]
+    return [
+        {"provider": "anthropic", "replies": replies + replies},  # threshold, then on-demand
+        {"provider": "openai_responses", "replies": replies},
+    ]
+
+
+def first_input(body: dict[str, object]) -> object:
+    """What a request sends first: Anthropic's first block, the Responses API's first item."""
+    if "messages" in body:
+        return body["messages"][0]["content"][0]
+    return body["input"][0]
+
+
+def test_the_readmes_loop_with_the_providers_own_compaction(
+    wheel: Path, tmp_path: Path, host_database: dict[str, str]
+) -> None:
+    host = host_project(wheel, tmp_path, host_database, LOOP_COMPACTION)
+    with (host.project / PROJECT / "settings.py").open("a") as file:
+        file.write(
+            "\nimport os\n\nASSISTANT_COMPACTION = {**ASSISTANT_COMPACTION, "
+            '"PROVIDER_COMPACTION": os.environ.get("LOOP_PROVIDER_COMPACTION", "ours")}\n'
+        )
+    (host.project / "provider_loop.py").write_text(
+        PROVIDER_LOOP.replace("TURNS", str(PROVIDER_TURNS))
+    )
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(provider_script()))
+    results, requests = {}, {}
+    with fake_provider(host.python, tmp_path, host.env, script) as url:
+        env = {
+            **host.env,
+            "ANTHROPIC_API_KEY": "test-key-anthropic",
+            "ANTHROPIC_BASE_URL": url,
+            "OPENAI_API_KEY": "test-key-openai",
+            "OPENAI_BASE_URL": f"{url}/v1",
+            "LOOP_PROVIDER_COMPACTION": "ours",
+        }
+        log = tmp_path / "worker.log"
+        with migrated_with_a_worker(host, log):
+            for loop, (mode, provider) in PROVIDER_LOOPS.items():
+                seen = len(received(url))
+                output = run(
+                    [str(host.python), "provider_loop.py", loop, provider],
+                    cwd=host.project,
+                    env={**env, "LOOP_PROVIDER_COMPACTION": mode},
+                )
+                results[loop] = last_json_line(output)
+                requests[loop] = received(url)[seen:]
+    for loop, result in results.items():
+        kinds = Counter(r["kind"] for r in requests[loop])
+        print(f"{loop}: {kinds}, events {[e[0] for e in result['events']]}")
+        assert result["last_answer"] == f"Fixed the typo in post {100 + PROVIDER_TURNS - 1}."
+        # The originals stay: every tool result, verbatim.
+        assert result["originals_kept"] == [True] * PROVIDER_TURNS
+        live = [c for c in result["compactions"] if c[2]["live"]]
+        assert live, f"{loop}: the provider never compacted"
+        # Each block or item went back byte for byte, first, in the requests after it
+        # (one the loop's last answer carried has no request after it).
+        bodies = [r["body"] for r in requests[loop] if r["kind"] != "anthropic.compaction"]
+        resent = [c for c in live if c[0] != result["last_message_id"]]
+        assert resent, f"{loop}: no compaction before the last answer"
+        for _, _, stored in resent:
+            sent = [b for b in bodies if first_input(b) == stored["block"]]
+            assert sent, f"{loop}: {stored['block']} was never sent back"
+        if resent[-1] is live[-1]:
+            assert first_input(bodies[-1]) == live[-1][2]["block"]
+        # Its own tokens were recorded and priced (Anthropic's usage.iterations).
+        provider_events = [e for e in result["events"] if e[0] == "provider"]
+        assert len(provider_events) == len(live)
+        if provider == "anthropic":
+            assert all(inp > 0 and out > 0 for _, inp, out in provider_events)
+            assert result["summarizer_cost"] > 0
+    # Under "provider" ours never ran; under "auto" the worker may still pre-build a shift.
+    assert "window_summary" not in [e[0] for e in results["threshold"]["events"]]
+    threshold = results["threshold"]["compactions"]
+    assert {c[1] for c in threshold} == {"assistant"}
+    assert all(not c[2]["on_demand"] for c in threshold)
+    on_demand = results["on_demand"]["compactions"]
+    assert on_demand and all(c[2]["on_demand"] for c in on_demand)
+    assert Counter(r["kind"] for r in requests["on_demand"])["anthropic.compaction"] == len(
+        on_demand
+    )
+    assert {c[2]["wire"] for c in results["responses"]["compactions"]} == {"openai_responses"}

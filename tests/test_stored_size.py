@@ -8,7 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from assistant.models import Conversation, MetadataKeys
 from assistant.services import add_message
-from assistant.store.metadata import merge_metadata
+from assistant.store.state import write_state
 from assistant.window import load_window, measure_size
 from assistant.window.state import MIN_JUDGED_ESTIMATE
 
@@ -37,12 +37,11 @@ def test_a_message_after_a_provider_count_adds_to_the_size_in_one_update(convers
     with CaptureQueriesContext(connection) as queries:
         message = add_message(conversation, "user", "And b.py?")
 
-    # The row's lock (SELECT ... FOR NO KEY UPDATE), then the one UPDATE that adds.
+    # The one UPDATE that adds, and takes the row's lock before the INSERT.
     assert [q["sql"].split()[0] for q in queries] == [
         "SAVEPOINT",
-        "INSERT",
-        "SELECT",
         "UPDATE",
+        "INSERT",
         "RELEASE",
     ]
     assert stored(conversation)[0] == before + message.token_estimate
@@ -57,13 +56,13 @@ def test_a_message_measures_the_window_when_the_stored_size_cannot_be_added_to(c
     with CaptureQueriesContext(connection) as queries:
         add_message(conversation, "user", "Hello?")
 
-    # The row's lock; the conditional UPDATE matches nothing; the conversation and the
-    # rows' sizes are read.
+    # The conditional UPDATE matches nothing; the row's lock (SELECT ... FOR NO KEY
+    # UPDATE) before the INSERT; the conversation and the rows' sizes are read.
     assert [q["sql"].split()[0] for q in queries] == [
         "SAVEPOINT",
-        "INSERT",
-        "SELECT",
         "UPDATE",
+        "SELECT",
+        "INSERT",
         "SELECT",
         "SELECT",
         "UPDATE",
@@ -92,7 +91,7 @@ def test_the_stored_size_equals_a_recount_after_every_kind_of_message(conversati
         lambda: add_message(conversation, "user", "Thanks"),
         lambda: add_message(conversation, "system", "The user is an admin."),
         lambda: add_message(conversation, "assistant", "You are welcome."),  # no usage
-        lambda: merge_metadata(  # a compaction makes every count so far stale
+        lambda: write_state(  # a compaction makes every count so far stale
             Conversation.objects.filter(pk=conversation.pk),
             {MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: conversation.messages.latest("id").pk},
         ),
@@ -103,7 +102,7 @@ def test_the_stored_size_equals_a_recount_after_every_kind_of_message(conversati
     counted = []
     for step in steps:
         step()
-        if stored(conversation)[1] is not None:  # merge_metadata leaves it unknown
+        if stored(conversation)[1] is not None:  # write_state leaves it unknown
             assert_recounted(conversation)
         counted.append(stored(conversation)[2])
 
@@ -117,7 +116,7 @@ def test_the_stored_size_equals_a_recount_after_every_kind_of_message(conversati
         True,
         True,
         True,
-        True,  # unknown basis after the metadata write (context_estimate NULL)
+        True,  # unknown basis after the epoch's write (context_estimate NULL)
         False,
         True,
         True,

@@ -11,6 +11,7 @@ import pytest
 from django.db import connection, connections
 from django.test import override_settings
 
+from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import (
     build_context,
@@ -21,6 +22,7 @@ from assistant.services import (
     regenerate_window_summary,
     restore_originals,
 )
+from assistant.store.state import write_state
 from assistant.text.artifacts import without_index
 from assistant.text.facts import CARRIED_HEADING, carried_facts
 from tests.builders import chat_turns, tool_turn
@@ -173,14 +175,14 @@ def test_a_failing_summarizer_leaves_everything_as_it_was(anthropic, long_conver
     anthropic.script_anthropic(ok(summary_text("first")))
     first = ensure_context_summary(long_conversation)
     chat_turns(long_conversation, 3)
-    metadata = Conversation.objects.get(pk=long_conversation.pk).metadata
+    metadata = held_state(Conversation.objects.get(pk=long_conversation.pk))
     messages = list(long_conversation.messages.values())
     anthropic.script_anthropic(overloaded(), overloaded(), overloaded())
 
     summary = ensure_context_summary(long_conversation)
 
     assert summary == first
-    stored = Conversation.objects.get(pk=long_conversation.pk).metadata
+    stored = held_state(Conversation.objects.get(pk=long_conversation.pk))
     failure = stored.pop("summary_failure")
     assert stored == metadata
     assert (failure["base"], failure["attempts"]) == (metadata["compaction_through_message_id"], 1)
@@ -203,7 +205,7 @@ def test_a_rejected_summary_is_never_stored(anthropic, long_conversation, settin
 
     assert ensure_context_summary(long_conversation) is None
 
-    metadata = Conversation.objects.get(pk=long_conversation.pk).metadata
+    metadata = held_state(Conversation.objects.get(pk=long_conversation.pk))
     assert list(metadata) == ["summary_failure"]
     # Not called again on every request for the same split (issue 11, item 4).
     assert ensure_context_summary(long_conversation) is None
@@ -219,7 +221,7 @@ def test_the_worker_prebuilds_and_the_hook_adopts_without_waiting(anthropic, db)
 
     process_exchange(conversation.pk)
 
-    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+    metadata = held_state(Conversation.objects.get(pk=conversation.pk))
     assert metadata["pending_summary"].startswith(summary_text("prebuilt"))
     assert "compaction_summary" not in metadata
     assert summarizer_calls(anthropic) == 1
@@ -229,7 +231,7 @@ def test_the_worker_prebuilds_and_the_hook_adopts_without_waiting(anthropic, db)
 
     assert summary.startswith(summary_text("prebuilt"))
     assert summarizer_calls(anthropic) == 1  # adopted, not regenerated
-    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+    metadata = held_state(Conversation.objects.get(pk=conversation.pk))
     assert "pending_summary" not in metadata
     # Built at 8 of 10 messages for the shift the trigger would make: keep 4 of
     # the 10 then, so 2 now; the split lands after message 5.
@@ -247,9 +249,7 @@ def test_a_prebuilt_summary_is_ignored_once_the_split_has_moved(anthropic, db):
     anthropic.script_anthropic(ok(summary_text("prebuilt")), ok(summary_text("direct")))
     process_exchange(conversation.pk)
     # Meanwhile another path moved the split (base no longer matches).
-    from assistant.store.metadata import merge_metadata
-
-    merge_metadata(
+    write_state(
         Conversation.objects.filter(pk=conversation.pk),
         {"compaction_summary": "## Goal\n- other", "compaction_through_message_id": 0},
     )
@@ -348,7 +348,7 @@ def test_the_summarizer_reads_a_result_as_the_context_will_carry_it(anthropic, d
     assert "Line 17 of the access log" in prompt and "TKN-7F3A9B" in prompt
     assert "Line 300 of the access log" not in prompt
     assert len(prompt) < len(log) / 10
-    summary = Conversation.objects.get(pk=conversation.pk).metadata["compaction_summary"]
+    summary = held_state(Conversation.objects.get(pk=conversation.pk))["compaction_summary"]
     assert "The deploy token for staging is TKN-7F3A9B." in carried_facts(summary)
     assert Message.objects.get(pk=result.pk).content == log
 

@@ -11,6 +11,7 @@ import pytest
 from django.test import override_settings
 
 from assistant.admin.listing import with_list_figures
+from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import add_message, build_context, ensure_context_summary
 from assistant.window import load_window
@@ -120,7 +121,7 @@ def test_usage_input_tokens_alone_under_caching_still_compacts_at_the_trigger(
     assert len(warnings) == 1
     assert f"conversation={conversation.pk} prompt_tokens=" in warnings[0].getMessage()
     assert "post 0" not in warnings[0].getMessage()
-    metadata = Conversation.objects.get(pk=conversation.pk).metadata
+    metadata = held_state(Conversation.objects.get(pk=conversation.pk))
     assert metadata[MetadataKeys.IMPLAUSIBLE_USAGE_WARNED] is True
     # The implausible counts never became the conversation's token ratio.
     assert MetadataKeys.TOKEN_RATIO not in metadata

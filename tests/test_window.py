@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from assistant.models import Conversation, Message
 from assistant.services import add_message, ensure_context_summary
 from assistant.settings.conf import compaction_config
+from assistant.store.state import write_state
 from assistant.window import choose_split, load_window, should_shift
 from tests.builders import chat_turns, html, tool_turn
 
@@ -177,11 +178,10 @@ def test_the_window_query_reads_the_window_not_every_message_of_a_long_conversat
         for i in range(5_000)
     )
     newest = list(conversation.messages.order_by("-id").values_list("id", flat=True)[:100])
-    conversation.metadata = {
-        "compaction_summary": "Goal: ...",
-        "compaction_through_message_id": newest[-1],
-    }
-    conversation.save()
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk),
+        {"compaction_summary": "Goal: ...", "compaction_through_message_id": newest[-1]},
+    )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE assistant_message")
     with CaptureQueriesContext(connection) as queries:

@@ -9,5 +9,6 @@ a user lacks, and posting one anyway is refused with 403.
 
 from assistant.admin.conversations import ConversationAdmin
 from assistant.admin.readonly import CompactionEventAdmin, MessageAdmin
+from assistant.admin.summaries import SummaryVersionAdmin
 
-__all__ = ["CompactionEventAdmin", "ConversationAdmin", "MessageAdmin"]
+__all__ = ["CompactionEventAdmin", "ConversationAdmin", "MessageAdmin", "SummaryVersionAdmin"]

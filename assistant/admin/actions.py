@@ -71,6 +71,7 @@ def _confirmation(
     intro: str,
     rows: list[dict[str, Any]],
     on_worker: bool,
+    takes_instructions: bool = False,
 ) -> TemplateResponse:
     """The confirmation page. Only the rows with something to do are
     submitted; when none has, there is nothing to confirm and no button."""
@@ -82,6 +83,7 @@ def _confirmation(
         "actionable": [row for row in rows if not row.get("preview") or row["preview"].changes],
         "action": action,
         "on_worker": on_worker,
+        "takes_instructions": takes_instructions,
         "opts": modeladmin.model._meta,
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         "media": modeladmin.media,
@@ -90,11 +92,18 @@ def _confirmation(
     return TemplateResponse(request, "admin/assistant/conversation/confirm_action.html", context)
 
 
+# The actions that may write summaries: their confirmation takes instructions for them.
+TAKES_INSTRUCTIONS = frozenset({*CALLS_THE_MODEL, COMPACT_TOOL_RESULTS})
+
+
 def _run(modeladmin, request: HttpRequest, action: str, conversations: list[Conversation]) -> None:
     """Inline for a few conversations when no model is called, else on the worker."""
+    instructions = request.POST.get("instructions", "") if action in TAKES_INSTRUCTIONS else ""
     if action in CALLS_THE_MODEL or len(conversations) > INLINE_LIMIT:
         for conversation in conversations:
-            services.queue_staff_action(action, conversation.pk, acting_user=request.user)
+            services.queue_staff_action(
+                action, conversation.pk, acting_user=request.user, instructions=instructions
+            )
         modeladmin.message_user(
             request,
             f"{LABELS[action]}: queued on the worker for {describe(conversations)}. "
@@ -103,7 +112,7 @@ def _run(modeladmin, request: HttpRequest, action: str, conversations: list[Conv
         )
         return
     for conversation in conversations:
-        outcome = services.run_staff_action(action, conversation.pk, request.user.pk)
+        outcome = services.run_staff_action(action, conversation.pk, request.user.pk, instructions)
         modeladmin.message_user(
             request,
             f"{LABELS[action]} on “{conversation}” (#{conversation.pk}): {outcome.message}.",
@@ -132,6 +141,7 @@ def _confirmed_run(
         intro=intro,
         rows=_preview_rows(conversations, preview),
         on_worker=action in CALLS_THE_MODEL or len(conversations) > INLINE_LIMIT,
+        takes_instructions=action in TAKES_INSTRUCTIONS,
     )
 
 

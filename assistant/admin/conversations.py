@@ -24,6 +24,7 @@ from assistant.admin.cost_chart import cost_money, cost_section
 from assistant.admin.filters import ContextFilter, DeletedFilter, ForkFilter, SummaryFilter
 from assistant.admin.inspector import WireJSONEncoder, context_inspector, request_body
 from assistant.admin.listing import FittingMedia, date_and_time, with_list_figures
+from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
 from assistant.store.deletion import purge_date
 from assistant.window.cost import Cost, conversation_costs, costs_since
@@ -73,6 +74,7 @@ class ConversationAdmin(admin.ModelAdmin):
     readonly_fields = (
         "deleted_at",
         "metadata_pretty",
+        "state_pretty",
         "created_at",
         "updated_at",
         "last_exchange_at",
@@ -256,6 +258,12 @@ class ConversationAdmin(admin.ModelAdmin):
     def metadata_pretty(self, obj: Conversation) -> str:
         return format_html("<pre>{}</pre>", json.dumps(obj.metadata, indent=2, ensure_ascii=False))
 
+    @admin.display(description="window state")
+    def state_pretty(self, obj: Conversation) -> str:
+        """The window's own state columns that hold something (assistant.metadata_keys)."""
+        state = json.dumps(held_state(obj), indent=2, ensure_ascii=False)
+        return format_html("<pre>{}</pre>", state)
+
     # --- change page ----------------------------------------------------------
 
     def get_urls(self):
@@ -318,6 +326,7 @@ class ConversationAdmin(admin.ModelAdmin):
                 purge_date=purge_date(obj),
                 fork_origin=fork_origin(obj),
                 message_total=Message.objects.filter(conversation=obj).count(),
+                summary_versions=obj.summary_versions.count(),
                 action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
             )
         return super().change_view(request, object_id, form_url, extra_context)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.db.models import Q
 
-from assistant.models import MetadataKeys, OfflineFallback
+from assistant.models import OfflineFallback
 from assistant.window.limits import current_limits
 
 
@@ -71,9 +71,7 @@ class SummaryFilter(admin.SimpleListFilter):
         return [("yes", "Has a window summary"), ("no", "No window summary")]
 
     def queryset(self, request, queryset):
-        has_summary = Q(metadata__has_key=MetadataKeys.COMPACTION_SUMMARY) & ~Q(
-            **{f"metadata__{MetadataKeys.COMPACTION_SUMMARY}": None}
-        )
+        has_summary = Q(compaction_summary__isnull=False)
         if self.value() == "yes":
             return queryset.filter(has_summary)
         if self.value() == "no":

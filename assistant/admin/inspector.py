@@ -71,6 +71,7 @@ def context_inspector(conversation: Conversation) -> dict[str, Any]:
         "system": _cut(context.system)[0],
         "parent_summary": context.parent_summary,
         "window_summary": context.window_summary,
+        "pinned": context.pinned,
         "cutoff_id": context.cutoff_id,
         "messages": rows,
         "messages_in_context": len(context.messages),

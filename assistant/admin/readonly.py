@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from assistant import services
 from assistant.admin.filters import OfflineFallbackFilter
 from assistant.admin.listing import FittingMedia, date_and_time
 from assistant.models import CompactionEvent, Message, OfflineFallback
@@ -33,6 +36,34 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+def _pin(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet, pinned: bool):
+    """Pin or unpin each selected message through the service; each refusal is said."""
+    changed = 0
+    for message in queryset.select_related("conversation").order_by("id"):
+        try:
+            if message.pinned != pinned:
+                services.pin_message(
+                    message.conversation, message.pk, pinned, acting_user=request.user
+                )
+                changed += 1
+        except ValidationError as error:
+            modeladmin.message_user(
+                request, f"Message {message.pk}: {' '.join(error.messages)}", messages.ERROR
+            )
+    verb = "pinned" if pinned else "unpinned"
+    modeladmin.message_user(request, f"{changed} message(s) {verb}.", messages.INFO)
+
+
+@admin.action(permissions=["compact"], description="Pin: always send verbatim")
+def pin_messages(modeladmin, request, queryset):
+    _pin(modeladmin, request, queryset, True)
+
+
+@admin.action(permissions=["compact"], description="Unpin")
+def unpin_messages(modeladmin, request, queryset):
+    _pin(modeladmin, request, queryset, False)
+
+
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
     list_display = (
@@ -41,10 +72,16 @@ class MessageAdmin(ReadOnlyAdmin):
         "role",
         "tool_name",
         "compaction",
+        "pinned",
         "tokens",
         "created",
     )
-    list_filter = ("role", "compaction")
+    list_filter = ("role", "compaction", "pinned")
+    actions = (pin_messages, unpin_messages)
+
+    def has_compact_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("assistant.compact_conversation")
+
     search_fields = ("=conversation__id", "tool_name", "tool_call_id")
     list_select_related = ("conversation",)
     raw_id_fields = ("conversation",)

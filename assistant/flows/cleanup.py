@@ -18,23 +18,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import BigIntegerField, Exists, F, OuterRef, Q, QuerySet
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from assistant.metadata_keys import PENDING_SUMMARY_KEYS, WINDOW_SUMMARY_KEYS
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, SummaryVersion
 from assistant.ops.logs import log_event
 from assistant.settings.cleanup import CleanupConfig, cleanup_config
-from assistant.store.metadata import metadata_expression
 from assistant.store.queue import PARENT_SUMMARY_TASK, POST_EXCHANGE_TASK, enqueue_on_commit
+from assistant.store.state import write_state
 from assistant.window import refresh_size
 
 logger = logging.getLogger(__name__)
 
-# Cached summaries: the key holding the id of the last message each covers,
-# and the keys removed together when that message no longer exists.
+# Cached summaries: the column holding the id of the last message each covers,
+# and the columns cleared together when that message no longer exists.
 _CACHED_SUMMARY_KEYS = (
     (MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID, WINDOW_SUMMARY_KEYS),
     (MetadataKeys.PENDING_THROUGH_MESSAGE_ID, PENDING_SUMMARY_KEYS),
@@ -94,7 +92,7 @@ def forks_awaiting_summary() -> QuerySet[Conversation]:
     """Forks made with summarize=False whose parent summary is not written
     yet: their parent must outlive them until it is, or the fork would lose
     its inherited context for good. Uses assistant_conv_fork_deferred."""
-    return Conversation.objects.filter(**{f"metadata__{MetadataKeys.SUMMARY_DEFERRED}": True})
+    return Conversation.objects.filter(summary_deferred=True)
 
 
 def purge_deleted_conversations(
@@ -126,6 +124,7 @@ def purge_deleted_conversations(
             # (forks outlive their parent: they carry its summary).
             messages, _ = Message.objects.filter(conversation_id__in=ids).delete()
             events, _ = CompactionEvent.objects.filter(conversation_id__in=ids).delete()
+            SummaryVersion.objects.filter(conversation_id__in=ids).delete()
             Conversation.objects.filter(pk__in=ids).delete()
     if ids:
         log_event(
@@ -249,11 +248,11 @@ def forks_missing_summary(
 ) -> QuerySet[Conversation]:
     now, config = _now(now), _config(config)
     cutoff = now - timedelta(seconds=config.FORK_SUMMARY_GRACE_SECONDS)
-    summary = MetadataKeys.PARENT_CONVERSATION_SUMMARY
-    return (
-        forks_awaiting_summary()
-        .filter(deleted_at__isnull=True, parent_conversation__isnull=False, created_at__lte=cutoff)
-        .exclude(metadata__has_key=summary)
+    return forks_awaiting_summary().filter(
+        deleted_at__isnull=True,
+        parent_conversation__isnull=False,
+        created_at__lte=cutoff,
+        parent_conversation_summary__isnull=True,
     )
 
 
@@ -304,22 +303,17 @@ def release_expired_leases(
 def stale_cached_summaries(through_key: str) -> QuerySet[Conversation]:
     """Conversations whose cached summary's through-message is not (any
     more) a message of the conversation."""
-    through = Cast(KeyTextTransform(through_key, "metadata"), BigIntegerField())
     exists = Exists(
-        Message.objects.filter(conversation_id=OuterRef("pk"), id=OuterRef("_through_id"))
+        Message.objects.filter(conversation_id=OuterRef("pk"), id=OuterRef(through_key))
     )
-    return (
-        Conversation.objects.filter(metadata__has_key=through_key)
-        .annotate(_through_id=through)
-        .filter(~Q(exists))
-    )
+    return Conversation.objects.filter(**{f"{through_key}__isnull": False}).filter(~Q(exists))
 
 
 def clear_stale_summaries(*, config: CleanupConfig | None = None) -> CleanupResult:
     """Remove cached window summaries (and pre-built pending ones) whose
     split message no longer exists in the conversation, in one UPDATE per
-    batch that removes just those keys in SQL (`metadata - 'key'`), so a
-    concurrent write of another key is kept."""
+    batch that clears just those columns, so a concurrent write of other
+    state is kept."""
     config = _config(config)
     batch = config.BATCH_SIZE
     total, remains = 0, False
@@ -329,11 +323,7 @@ def clear_stale_summaries(*, config: CleanupConfig | None = None) -> CleanupResu
         )
         if not ids:
             continue
-        count = (
-            stale_cached_summaries(through_key)
-            .filter(pk__in=ids)
-            .update(metadata=metadata_expression(remove=list(keys)))
-        )
+        count = write_state(stale_cached_summaries(through_key).filter(pk__in=ids), clear=keys)
         if through_key == MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID:
             for pk in ids:  # the summary left the context: the list's figure follows
                 refresh_size(pk)
@@ -342,7 +332,7 @@ def clear_stale_summaries(*, config: CleanupConfig | None = None) -> CleanupResu
             conversations=count,
             first_id=ids[0],
             last_id=ids[-1],
-            metadata_key=through_key,
+            column=through_key,
         )
         total += count
         remains = remains or len(ids) == batch

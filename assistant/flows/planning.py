@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from assistant.models import Conversation, Message, MetadataKeys, ref
 from assistant.settings.conf import CompactionConfig, compaction_config
-from assistant.strategies.shift import failure_blocks
+from assistant.strategies.backoff import failure_blocks
 from assistant.strategies.tool_results import plan_tool_results
 from assistant.text.tokens import estimate_tokens
 from assistant.text.truncation import truncate_tool_result
@@ -60,7 +60,7 @@ def plan_run(conversation: Conversation, level: int = 0) -> RunPlan:
         )
         return _plan(level, tokens, tools, config, f"{what}, if that makes the context smaller")
     tools = plan_tool_results(conversation)
-    if state.metadata.get(MetadataKeys.NEEDS_EMERGENCY_COMPACTION):
+    if state.columns.get(MetadataKeys.NEEDS_EMERGENCY_COMPACTION):
         return _plan(level, tokens, tools, config, "emergency level 1 first (flagged)")
     projected = _apply_in_memory(state, tools, config)
     window = _window_decision(state, decide(state, config, timezone.now()))
@@ -133,5 +133,5 @@ def _apply_in_memory(
             row.token_estimate = estimates[row.pk]
     if state.rows:
         epoch = {MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: state.rows[-1].pk}
-        state.metadata = {**state.metadata, **epoch}
+        state.columns = {**state.columns, **epoch}
     return None if unknown else state.context_tokens()

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from django.utils import timezone
 
+from assistant.flows.provider_compaction import provider_compacts
 from assistant.models import Conversation
 from assistant.ops.logs import log_event
 from assistant.settings.conf import CompactionConfig, compaction_config
@@ -56,7 +57,12 @@ def process_exchange(conversation_id: int) -> bool:
 
 def shift_ahead(conversation_id: int, config: CompactionConfig) -> bool:
     """Whether a window shift is in sight (`Plan.shift_in_sight`), so a
-    summary the worker builds now will be used."""
+    summary the worker builds now will be used: never while the provider
+    compacts in ours' place (PROVIDER_COMPACTION "provider")."""
+    if config.PROVIDER_COMPACTION == "provider":
+        state = load_window(conversation_id, config)
+        if provider_compacts(state, config):
+            return False
     if config.COMPACTION_TIMING == "eager":
         return True
     state = load_window(conversation_id, config)

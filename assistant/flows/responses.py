@@ -14,7 +14,9 @@ from django.core.exceptions import ValidationError
 
 from assistant.llm.catalog import CHAT_PROVIDERS, read_response
 from assistant.models import Conversation, Message
+from assistant.store import provider_compaction
 from assistant.store.history import add_message
+from assistant.window import refresh_size
 
 
 def record_response(
@@ -27,10 +29,12 @@ def record_response(
     `Message` (direct, Bedrock or Vertex, or a stream's final message), google-genai's
     `GenerateContentResponse`, the openai SDK's `ChatCompletion` (also from any
     OpenAI-compatible server) or Responses API `Response`, or the app's own
-    `ChatResult`. `provider` names the provider called (chat_step passes its own)
-    where the response cannot say. `fields` go to `add_message` as they are (e.g.
-    metadata) and win over what the response says. Anything else raises
-    ValidationError (code "unknown_response") and stores nothing."""
+    `ChatResult`. The provider's own compaction in it (Anthropic's compaction block,
+    the Responses API's compaction item) is stored verbatim with the message, with its
+    event and price (docs/provider-compaction.rst). `provider` names the provider
+    called (chat_step passes its own) where the response cannot say. `fields` go to
+    `add_message` as they are (e.g. metadata) and win over what the response says.
+    Anything else raises ValidationError (code "unknown_response") and stores nothing."""
     result = read_response(response)
     if result is None:
         raise ValidationError(
@@ -47,6 +51,14 @@ def record_response(
         "cache_write_tokens": result.usage.cache_write_tokens,
         "provider": provider or result.provider,
         "model": result.model,
+        "provider_compaction": result.compaction,
     }
     recorded.update(fields)
-    return add_message(conversation, Message.Role.ASSISTANT, result.text, **recorded)
+    before = conversation.context_tokens or 0
+    message = add_message(conversation, Message.Role.ASSISTANT, result.text, **recorded)
+    if message.provider_compaction:
+        provider_compaction.record_event(
+            message, message.provider_compaction, model=result.model, before=before
+        )
+        refresh_size(conversation.pk)
+    return message

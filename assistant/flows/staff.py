@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import ValidationError
 
+from assistant.llm.prompts import call_instructions
 from assistant.models import Conversation
 from assistant.ops import telemetry
 from assistant.store.events import acting_as, one_event
@@ -50,8 +51,17 @@ class Outcome:
     message: str
 
 
-def check_action(action: str, conversation_id: int) -> None:
+# The longest instructions one staff action takes for its summaries.
+MAX_INSTRUCTIONS_CHARS = 4000
+
+
+def check_action(action: str, conversation_id: int, instructions: str = "") -> None:
     """A known action on a conversation id, else ValidationError (before anything runs)."""
+    if not isinstance(instructions, str) or len(instructions) > MAX_INSTRUCTIONS_CHARS:
+        raise ValidationError(
+            f"instructions must be a text of at most {MAX_INSTRUCTIONS_CHARS} characters.",
+            code="invalid_instructions",
+        )
     if action not in ACTIONS:
         raise ValidationError(
             f"Unknown staff action {action!r}; expected one of {', '.join(ACTIONS)}.",
@@ -64,9 +74,12 @@ def check_action(action: str, conversation_id: int) -> None:
         )
 
 
-def run_staff_action(action: str, conversation_id: int, user_id: int | None) -> Outcome:
-    """Run one staff action on one conversation for `user_id` and record it."""
-    check_action(action, conversation_id)
+def run_staff_action(
+    action: str, conversation_id: int, user_id: int | None, instructions: str = ""
+) -> Outcome:
+    """Run one staff action on one conversation for `user_id` and record it;
+    `instructions` go into the prompt of every summary it makes."""
+    check_action(action, conversation_id, instructions)
     conversation = Conversation.objects.filter(pk=conversation_id).first()
     if conversation is None:
         return Outcome(conversation_id, False, f"conversation {conversation_id} no longer exists")
@@ -77,13 +90,15 @@ def run_staff_action(action: str, conversation_id: int, user_id: int | None) -> 
     else:
         with (
             acting_as(user_id),
+            call_instructions(instructions),
             telemetry.staff_action(action, conversation_id),
             one_event(conversation_id, lambda: _tokens(conversation)),
         ):
             outcome = _RUNNERS[action](conversation)
     if user_id is not None:
+        focus = f' (instructions: "{instructions.strip()}")' if instructions.strip() else ""
         LogEntry.objects.log_actions(
-            user_id, [conversation], CHANGE, f"{LABELS[action]}: {outcome.message}."
+            user_id, [conversation], CHANGE, f"{LABELS[action]}{focus}: {outcome.message}."
         )
     return outcome
 

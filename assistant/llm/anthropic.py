@@ -11,6 +11,7 @@ from typing import Any
 
 from assistant.llm import convert
 from assistant.llm.base import ChatResult, Usage
+from assistant.llm.server_compaction import Record
 from assistant.llm.wire import ModelInfo, StreamReader, Wire, loaded_sdk, normalized_model
 from assistant.text.blocks import MediaRates
 
@@ -65,13 +66,63 @@ def is_anthropic_message(response: Any) -> bool:
     )
 
 
+# Server-side compaction (docs/provider-compaction.rst): the threshold edit under its
+# beta, and the on-demand request under its own; the API refuses a lower trigger.
+THRESHOLD_BETA = "compact-2026-01-12"
+ON_DEMAND_BETA = "compact-2026-09-04"
+MIN_TRIGGER = 50_000
+
+
+def _verbatim(block: Any) -> dict[str, Any]:
+    """A response block as the API sent it (fields it left out stay out)."""
+    to_dict = getattr(block, "to_dict", None)
+    return to_dict(mode="json") if to_dict else dict(block)
+
+
+def anthropic_usage(usage: Any) -> tuple[Usage, Usage | None]:
+    """The answer's usage and the compaction's. With `usage.iterations` the prompt is
+    the last `message` iteration's (the context the answer was written from), and the
+    `compaction` iterations, outside the top-level usage, are summed apart."""
+    iterations = getattr(usage, "iterations", None) or []
+    top = Usage.from_anthropic(usage)
+    messages = [i for i in iterations if getattr(i, "type", None) == "message"]
+    compactions = [Usage.from_anthropic(i) for i in iterations if i.type == "compaction"]
+    if messages:
+        last = Usage.from_anthropic(messages[-1])
+        top = dataclasses.replace(last, output_tokens=top.output_tokens)
+    if not compactions:
+        return top, None
+    return top, Usage(
+        input_tokens=sum(c.input_tokens for c in compactions),
+        output_tokens=sum(c.output_tokens for c in compactions),
+        cache_read_tokens=sum(c.cache_read_tokens for c in compactions),
+        cache_write_tokens=sum(c.cache_write_tokens for c in compactions),
+    )
+
+
+def anthropic_compaction(response: Any, usage: Usage | None) -> dict[str, Any] | None:
+    """The answer's compaction block as stored (the newest, should there be two)."""
+    blocks = [b for b in response.content or [] if b.type == "compaction"]
+    if not blocks:
+        return None
+    block = blocks[-1]
+    on_demand = getattr(response, "stop_reason", None) == "compaction"
+    live = isinstance(block.content, str) and bool(block.content)
+    return Record(ANTHROPIC.name, _verbatim(block), live, on_demand, usage).stored()
+
+
 def anthropic_result(response: Any, model: str = "") -> ChatResult:
     """Text (its text blocks joined), tool_use blocks as {id, name, arguments}, thinking
-    and redacted_thinking blocks verbatim, and the usage with its cache fields."""
+    and redacted_thinking blocks verbatim, the usage with its cache fields, and a
+    compaction block verbatim with its own usage."""
     content = response.content or []
+    usage, compaction_usage = anthropic_usage(response.usage)
+    if compaction_usage is None and getattr(response, "stop_reason", None) == "compaction":
+        compaction_usage = usage  # an on-demand answer is the compaction alone
     return ChatResult(
         text="".join(b.text for b in content if b.type == "text"),
-        usage=Usage.from_anthropic(response.usage),
+        usage=usage,
+        compaction=anthropic_compaction(response, compaction_usage),
         model=getattr(response, "model", None) or model,
         stop_reason=getattr(response, "stop_reason", None),
         tool_calls=[
@@ -94,6 +145,11 @@ _STREAMS = (
     "AsyncMessageStreamManager",
     "MessageStream",
     "AsyncMessageStream",
+    # `client.beta.messages.stream(...)`: the provider's compaction (compaction_delta).
+    "BetaMessageStreamManager",
+    "BetaAsyncMessageStreamManager",
+    "BetaMessageStream",
+    "BetaAsyncMessageStream",
 )
 
 
@@ -146,6 +202,19 @@ class AnthropicWire(Wire):
 
     def tool_definitions(self, tools):
         return convert.anthropic_tools(tools)
+
+    def threshold_compaction(self, trigger: int) -> dict[str, Any]:
+        """`beta.messages.create`'s compact_20260112 edit at `trigger` input tokens."""
+        edit = {
+            "type": "compact_20260112",
+            "trigger": {"type": "input_tokens", "value": max(trigger, MIN_TRIGGER)},
+        }
+        return {"betas": [THRESHOLD_BETA], "context_management": {"edits": [edit]}}
+
+    def on_demand_compaction(self, request: dict[str, Any]) -> dict[str, Any]:
+        """`request` as a compaction request: the answer is the compaction block alone."""
+        asked = {k: v for k, v in request.items() if k not in ("betas", "context_management")}
+        return {**asked, "betas": [ON_DEMAND_BETA], "compaction": {"type": "summarize"}}
 
     def recognizes(self, response: Any) -> bool:
         return is_anthropic_message(response)

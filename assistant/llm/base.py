@@ -75,6 +75,9 @@ class ChatResult:
     # (add_message(..., blocks=result.blocks)) so the turn can send them back.
     blocks: list[dict[str, Any]] = field(default_factory=list)
     provider: str = ""  # the wire that answered (assistant.llm.catalog), "" when unknown
+    # The provider's own compaction in this answer, as Message.provider_compaction stores
+    # it (assistant.llm.server_compaction); None without one.
+    compaction: dict[str, Any] | None = None
 
 
 class ProviderError(Exception):

@@ -28,6 +28,7 @@ from assistant.text.blocks import THINKING_TYPES, current_turn_start
 
 EPHEMERAL = {"type": "ephemeral"}
 REASONING = "reasoning"  # the Responses API's reasoning items, sent to it alone
+COMPACTION = "compaction"  # a provider's compaction block or item (assistant.llm.server_compaction)
 MAX_CACHE_BREAKPOINTS = 4
 
 _ANTHROPIC_ID_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
@@ -105,6 +106,9 @@ def _anthropic_blocks(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]
         return "user", [block]
     # Thinking opens the assistant turn; images and documents go before the user's text.
     blocks = extra + text
+    if message.get("compaction"):
+        # The provider's compaction block, verbatim, first in the conversation.
+        blocks = [dict(message["compaction"]["block"]), *blocks]
     if role == "assistant":
         for call in message.get("tool_calls") or []:
             blocks.append(
@@ -155,7 +159,7 @@ def to_anthropic(
             converted.append({"role": role, "content": blocks})
     if check:  # off only for staff looking at an unfinished turn
         check_anthropic_messages(converted)
-    if converted:
+    if converted and converted[-1]["content"][-1]["type"] != COMPACTION:
         converted[-1]["content"][-1]["cache_control"] = EPHEMERAL
     return {"system": system_blocks, "messages": converted}
 
@@ -258,7 +262,9 @@ def check_anthropic_messages(messages: list[dict[str, Any]]) -> None:
     def pairs(blocks: list[dict[str, Any]], kind: str, key: str) -> list[str]:
         return [b[key] for b in blocks if b["type"] == kind]
 
-    _check_turns([m["role"] for m in messages], "user")
+    # A conversation the provider compacted starts with its block, in either role.
+    opens = messages and messages[0]["content"] and messages[0]["content"][0]["type"] == COMPACTION
+    _check_turns([m["role"] for m in messages], messages[0]["role"] if opens else "user")
     calls: list[str] = []
     seen: set[str] = set()
     for index, message in enumerate(messages):

@@ -17,6 +17,7 @@ from assistant.llm.openai import (
     sdk_stream,
     usage_from_openai,
 )
+from assistant.llm.server_compaction import Record
 from assistant.llm.wire import StreamReader, loaded_sdk
 from assistant.text.blocks import MEDIA_TYPES, describe
 
@@ -58,6 +59,9 @@ def input_items(messages: list[dict[str, Any]], *, check: bool = True) -> list[d
     for message in convert.with_unique_call_ids(messages):
         role, content = message["role"], message.get("content") or ""
         blocks = message.get("blocks")
+        if message.get("compaction"):
+            # The compaction item, as received, first in `input`.
+            items.append(dict(message["compaction"]["block"]))
         if role == "tool":
             names = [f"[{describe(b)}]" for b in blocks or [] if b["type"] in MEDIA_TYPES]
             items.append(
@@ -125,6 +129,7 @@ def responses_result(response: Any) -> ChatResult:
     text: list[str] = []
     calls: list[dict[str, Any]] = []
     blocks: list[dict[str, Any]] = []
+    compaction = None
     for item in response.output or []:
         kind = getattr(item, "type", None)
         if kind == "message":
@@ -143,6 +148,9 @@ def responses_result(response: Any) -> ChatResult:
             )
         elif kind == REASONING:
             blocks.append({"type": REASONING, "item": _dump(item)})
+        elif kind == convert.COMPACTION:
+            live = bool(getattr(item, "encrypted_content", None))
+            compaction = Record(OPENAI_RESPONSES.name, _dump(item), live).stored()
     incomplete = getattr(response, "incomplete_details", None)
     return ChatResult(
         text="".join(text),
@@ -152,6 +160,7 @@ def responses_result(response: Any) -> ChatResult:
         tool_calls=calls,
         blocks=blocks,
         provider=OPENAI_RESPONSES.name,
+        compaction=compaction,
     )
 
 
@@ -206,6 +215,10 @@ class OpenAIResponsesWire(OpenAIWire):
 
     def tool_definitions(self, tools):
         return [{"type": "function", **function_spec(t), "strict": False} for t in tools or []]
+
+    def threshold_compaction(self, trigger: int) -> dict[str, Any]:
+        """`responses.create`'s server-side compaction at `trigger` input tokens."""
+        return {"context_management": [{"type": "compaction", "compact_threshold": trigger}]}
 
     def recognizes(self, response: Any) -> bool:
         return is_response(response)

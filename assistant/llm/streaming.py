@@ -63,7 +63,8 @@ class _Reading:
         return answer
 
 
-def _asynchronous(returned: Any) -> bool:
+def asynchronous(returned: Any) -> bool:
+    """An awaitable or an async stream (achat_step's call_model returns one)."""
     return inspect.isawaitable(returned) or any(
         hasattr(returned, name) for name in ("__aiter__", "__aenter__")
     )
@@ -77,7 +78,7 @@ def _whole_text(returned: Any) -> str:
 def read_answer(chosen: Wire, returned: Any, on_text: OnText | None = None) -> Any:
     """What `call_model` returned, read: a stream to its end (each delta to `on_text`),
     returning its final answer; a response as it is (its text to `on_text`)."""
-    if _asynchronous(returned):
+    if asynchronous(returned):
         if inspect.iscoroutine(returned):
             returned.close()
         raise ValidationError(
@@ -122,7 +123,7 @@ async def aread_answer(chosen: Wire, returned: Any, on_text: OnText | None = Non
     if reader is None:
         await _hand_on(on_text, _whole_text(returned))
         return returned
-    if not _asynchronous(returned):
+    if not asynchronous(returned):
         raise ValidationError(
             "call_model returned a synchronous stream: achat_step takes the SDK's async "
             "client (AsyncAnthropic, AsyncOpenAI, genai.Client().aio).",

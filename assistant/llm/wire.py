@@ -122,6 +122,16 @@ class Wire(abc.ABC):
     def result(self, response: Any) -> ChatResult:
         """The SDK's answer read into a ChatResult (usage normalized, model as reported)."""
 
+    def threshold_compaction(self, trigger: int) -> dict[str, Any] | None:
+        """The keyword arguments that turn on the provider's own compaction at `trigger`
+        prompt tokens (docs/provider-compaction.rst); None: it has none."""
+        return None
+
+    def on_demand_compaction(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """`request` as the provider's on-demand compaction request, made through the
+        host's call_model; None: it has none that call_model can make."""
+        return None
+
     def stream_reader(self, returned: Any) -> StreamReader | None:
         """A reader of `returned` when it is this SDK's stream; None when it is not."""
         return None

@@ -130,6 +130,9 @@ class CompactionConfig:
     CARRIED_FACTS_MAX_TOKENS: int = key(1500, at_least=0, at_most=10_000)
     # Key details listed under a truncated tool result, at most this many chars.
     TRUNCATION_DETAILS_MAX_CHARS: int = key(600, at_least=0)
+    # Names (definitions, paths, keys, code-shaped names) of a truncated tool result
+    # that its preview does not show, listed under it, at most this many chars.
+    TRUNCATION_NAMES_MAX_CHARS: int = key(1200, at_least=0)
     # Cap of the offline summarizer's output.
     OFFLINE_SUMMARY_MAX_CHARS: int = key(6000, at_least=100)
     # Emergency level 1 keeps this share of the usual recent window.
@@ -153,6 +156,13 @@ class CompactionConfig:
     # chat model gets the conversation's own request, which its prompt cache holds, with
     # the summary instruction appended: input mostly at the cache-read price).
     SUMMARY_REQUEST: Literal["transcript", "cached_suffix"] = "transcript"
+    # Whose compaction keeps the context under the trigger (docs/provider-compaction.rst):
+    # "ours" (the window shift); "provider" (the provider's own server-side compaction
+    # at CONTEXT_TOKEN_THRESHOLD where chat_step's wire has one: Anthropic's
+    # compact_20260112, the Responses API's compaction; ours elsewhere, and after a
+    # compaction of theirs that failed); "auto" (ours, but each window shift it would
+    # make is the provider's on-demand compaction where the wire has one: Anthropic's).
+    PROVIDER_COMPACTION: Literal["ours", "provider", "auto"] = "ours"
     # A failed summary (or one that would not shrink the context) is retried
     # for the same split only after this delay, doubled at each failure.
     SUMMARY_RETRY_SECONDS: int = key(60, at_least=1)
@@ -166,6 +176,15 @@ class CompactionConfig:
     # and the most matches search_history lists.
     RECALL_MAX_CHARS: int = key(8000, at_least=1000, at_most=200_000)
     SEARCH_MAX_RESULTS: int = key(8, at_least=1, at_most=50)
+    # Pinned messages (docs/compaction.rst, "Pinned messages"): what they may take in
+    # all, in tokens. Below the trigger minus MAX_RECENT_TOKENS; unless written it
+    # follows that room (4,000 of the defaults' 30,000).
+    PINNED_MAX_TOKENS: int = key(4000, at_least=0)
+    # The language summaries are written in: "auto" (that of the conversation's user
+    # messages, assistant.text.language) or a language's name ("French").
+    SUMMARY_LANGUAGE: str = "auto"
+    # The deployment's own instructions, added to every summarizer prompt.
+    SUMMARY_INSTRUCTIONS: str = ""
 
     def policy_for(self, tool_name: str | None) -> ToolPolicy:
         return self.TOOL_POLICIES.get(tool_name or "", self.DEFAULT_TOOL_POLICY)
@@ -200,6 +219,10 @@ _BELOW = (
 )
 
 
+# The longest SUMMARY_INSTRUCTIONS or SUMMARY_LANGUAGE: it goes into every summarizer call.
+MAX_TEXT_SETTING = 4000
+
+
 def _typed(name: str, declared: Any, value: Any) -> Any:
     label = f"ASSISTANT_COMPACTION[{name!r}]"
     if get_origin(declared) is Literal and value not in get_args(declared):
@@ -211,6 +234,12 @@ def _typed(name: str, declared: Any, value: Any) -> Any:
     if declared in ("bool", bool):
         if not isinstance(value, bool):
             raise ImproperlyConfigured(f"{label} must be true or false, got {value!r}")
+        return value
+    if declared in ("str", str):
+        if not isinstance(value, str) or len(value) > MAX_TEXT_SETTING:
+            raise ImproperlyConfigured(
+                f"{label} must be a string of at most {MAX_TEXT_SETTING} characters, got {value!r}"
+            )
         return value
     if declared in ("float", float):
         if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
@@ -263,7 +292,26 @@ def validated_config(overrides: dict[str, Any]) -> CompactionConfig:
                 f"ASSISTANT_COMPACTION[{smaller!r}] ({values[smaller]}) must be below "
                 f"{larger!r} ({getattr(config, larger)}{written}): {why}"
             )
-    return replace(config, **derived)
+    return _with_pin_room(replace(config, **derived), values, known)
+
+
+def _with_pin_room(
+    config: CompactionConfig, values: dict[str, Any], known: dict[str, Any]
+) -> CompactionConfig:
+    """PINNED_MAX_TOKENS below the room the trigger leaves beside the verbatim window
+    (CONTEXT_TOKEN_THRESHOLD - MAX_RECENT_TOKENS); unless written, it follows that room."""
+    room = config.CONTEXT_TOKEN_THRESHOLD - config.MAX_RECENT_TOKENS
+    if "PINNED_MAX_TOKENS" not in values:
+        default_room = known["CONTEXT_TOKEN_THRESHOLD"].default - known["MAX_RECENT_TOKENS"].default
+        pinned = known["PINNED_MAX_TOKENS"].default
+        return replace(config, PINNED_MAX_TOKENS=min(pinned, room * pinned // default_room))
+    if room <= config.PINNED_MAX_TOKENS:
+        raise ImproperlyConfigured(
+            f"ASSISTANT_COMPACTION['PINNED_MAX_TOKENS'] ({config.PINNED_MAX_TOKENS}) must be "
+            f"below CONTEXT_TOKEN_THRESHOLD - MAX_RECENT_TOKENS ({room}): the pinned messages "
+            "and the verbatim window would fill the trigger, so every request would shift"
+        )
+    return config
 
 
 def _following(smaller: str, larger: str, value: int, known: dict[str, Any]) -> int:

@@ -39,6 +39,13 @@ def live(conversation_id: int) -> QuerySet[Conversation]:
     return Conversation.objects.filter(pk=conversation_id, deleted_at__isnull=True)
 
 
+def saved_id(conversation: Conversation) -> int:
+    """The id of a saved Conversation (`require_saved`), without a query: the
+    caller finds it live with the query it makes anyway."""
+    require_saved(conversation)
+    return conversation.pk
+
+
 def require_live(conversation: Conversation) -> None:
     """The guard every entry point that changes a conversation passes: only saved
     conversations that are not deleted (or purged), by one query on the database's

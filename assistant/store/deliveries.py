@@ -37,8 +37,8 @@ def work_key(task_name: str, conversation_id: int) -> str:
         stamp = rows.values_list("last_exchange_at", flat=True).first()
         key += f":{stamp.timestamp() if stamp else 0}"
     elif task_name == PREBUILD_TASK:
-        metadata = rows.values_list("metadata", flat=True).first() or {}
-        key += f":{(metadata.get(MetadataKeys.PREBUILD_REQUEST) or {}).get('at', 0)}"
+        request = rows.values_list(MetadataKeys.PREBUILD_REQUEST, flat=True).first() or {}
+        key += f":{request.get('at', 0)}"
     return key
 
 

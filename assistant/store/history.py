@@ -23,6 +23,7 @@ from assistant.llm.catalog import media_rates, telemetry_name
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
 from assistant.ops import telemetry
 from assistant.settings.conf import compaction_config
+from assistant.store import provider_compaction
 from assistant.store.deletion import deleted_error, live
 from assistant.store.queue import POST_EXCHANGE_TASK, enqueue_on_commit
 from assistant.text.blocks import blocks_tokens, has_media, validate_blocks
@@ -49,6 +50,7 @@ _FIELDS = {
     "blocks",
     "provider",
     "model",
+    "provider_compaction",
     *_USAGE_FIELDS,
 }
 _ANSWERED_BY = {"provider": 32, "model": 255}  # Message's columns and their lengths
@@ -81,6 +83,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
             code="empty_message",
         )
     usage = {name: _validated_count(name, fields.get(name)) for name in _USAGE_FIELDS}
+    compaction = provider_compaction.validated(fields.get("provider_compaction"))
     answered_by = {name: _validated_name(name, fields.get(name)) for name in _ANSWERED_BY}
 
     try:
@@ -88,7 +91,8 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
             tool_fields = _tool_result_fields(conversation, fields) if role == "tool" else {}
             media_tokens = blocks_tokens(blocks, media_rates(llm.provider_name()))
             estimate = estimate_message_tokens(content, tool_calls) + media_tokens
-            message = Message.objects.create(
+            estimate += provider_compaction.block_tokens(compaction)
+            message = Message(
                 conversation=conversation,
                 role=role,
                 content=content,
@@ -96,13 +100,17 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
                 blocks=blocks,
                 blocks_tokens=media_tokens,
                 metadata=metadata,
+                provider_compaction=compaction,
                 token_estimate=estimate,
                 original_token_estimate=estimate,
                 **tool_fields,
                 **usage,
                 **answered_by,
             )
-            _store_size(conversation, message)
+            added = _add_to_size(conversation, message)
+            message.save(force_insert=True)
+            if not added:
+                _store_measured_size(conversation, live(conversation.pk))
     except IntegrityError as error:
         # Another writer stored this call's result between our check and our insert.
         if role == "tool" and _is_duplicate_result(error):
@@ -127,23 +135,22 @@ def _record_usage(message: Message, metadata: dict[str, Any]) -> None:
     )
 
 
-def _store_size(conversation: Conversation, message: Message) -> None:
-    """Store the admin list's figure, with the message just inserted, on a live
-    conversation; a soft-deleted (or purged) one matches nothing, and the insert
-    is rolled back. Written under the row's lock, taken after the insert so that
-    it is held briefly: concurrent writers take turns. The message is added to
-    the stored size only while it is the newest committed one; a writer whose
-    message an other's overtook measures the window instead, and sees every
-    message committed before it. FOR NO KEY UPDATE: the messages' foreign keys
-    hold KEY SHARE locks on the row, which a plain FOR UPDATE would wait on (and
-    deadlock)."""
+def _add_to_size(conversation: Conversation, message: Message) -> bool:
+    """Add the message about to be inserted to the admin list's figure on a live
+    conversation, taking the row's lock before the insert: concurrent writers
+    take turns, so each message gets its id under the lock and is the newest
+    when its estimate is added (one UPDATE). False when the stored size cannot
+    take it (`add_to_size`): the row is locked all the same, and the caller
+    measures the window after the insert. A soft-deleted (or purged)
+    conversation matches nothing: nothing is inserted. FOR NO KEY UPDATE (what
+    an UPDATE of other columns than the key takes): the messages' foreign keys
+    hold KEY SHARE locks on the row, which a plain FOR UPDATE would wait on."""
+    if add_to_size(live(conversation.pk), message, updated_at=timezone.now()):
+        return True
     locked = live(conversation.pk).select_for_update(no_key=True).values_list("pk", flat=True)
     if not locked:
         raise deleted_error(conversation.pk)
-    newer = Message.objects.filter(conversation_id=conversation.pk, pk__gt=message.pk)
-    newest = live(conversation.pk).filter(~Exists(newer))
-    if not add_to_size(newest, message, updated_at=timezone.now()):
-        _store_measured_size(conversation, live(conversation.pk))
+    return False
 
 
 def _store_measured_size(conversation: Conversation, live: QuerySet[Conversation]) -> None:

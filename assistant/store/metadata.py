@@ -1,4 +1,6 @@
-"""Atomic writes to JSON metadata.
+"""Atomic writes to a JSON `metadata` column: a message's (the restore marks
+one KEEP_VERBATIM there). A conversation's own state is in columns
+(assistant.store.state); its `metadata` is the host's.
 
 Read-modify-save of a JSON column loses a concurrent write of another key;
 these helpers merge and remove keys in one UPDATE, in the database.
@@ -12,8 +14,6 @@ from typing import Any
 from django.db import connections
 from django.db.models import F, Func, JSONField, QuerySet, Value
 from django.db.models.expressions import Combinable
-
-from assistant.models import Conversation
 
 
 class _JsonbMerge(Func):
@@ -78,15 +78,4 @@ def merge_metadata(
     vendor = connections[queryset.db].vendor
     if vendor not in ("postgresql", "sqlite"):
         raise NotImplementedError(f"merge_metadata does not support {vendor}")
-    # A model may name columns that depend on its metadata (Conversation.METADATA_RESETS).
-    resets = getattr(queryset.model, "METADATA_RESETS", {})
-    return queryset.update(
-        metadata=metadata_expression(set_values, remove), **{**resets, **other_updates}
-    )
-
-
-def read_metadata(conversation_id: int) -> dict[str, Any]:
-    """A conversation's metadata, fresh from the database ({} for a missing
-    row): never trust an in-memory copy another process may have outdated."""
-    found = Conversation.objects.filter(pk=conversation_id).values_list("metadata", flat=True)
-    return dict(found.first() or {})
+    return queryset.update(metadata=metadata_expression(set_values, remove), **other_updates)

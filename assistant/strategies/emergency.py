@@ -3,7 +3,7 @@ shrink a context the provider refused, and how an overflow is recognised in
 a response. `assistant.flows.overflow.call_with_overflow_recovery` applies them level
 by level and retries. Nothing is ever destroyed: both levels are views over
 the append-only history (compacted text beside the original, a window
-summary in metadata) and can be undone with `restore_originals`.
+summary in the conversation's state) and can be undone with `restore_originals`.
 
 - Level 1: every consumed tool result is compacted whatever its size (only
   where its compacted form is shorter), the current turn's too, and the
@@ -31,7 +31,7 @@ from assistant.llm.overflow import OVERFLOW_STOP_REASON
 from assistant.models import CompactionEvent, Conversation, MetadataKeys
 from assistant.settings.conf import compaction_config
 from assistant.store.events import record_compaction
-from assistant.store.metadata import merge_metadata, read_metadata
+from assistant.store.state import refresh_state, remember, write_state
 from assistant.strategies.shift import regenerate_window_summary
 from assistant.strategies.tool_results import compact_tool_results
 from assistant.window import load_window
@@ -102,7 +102,7 @@ def apply_emergency_level(conversation: Conversation, level: int) -> EmergencyOu
     except Exception:
         logger.exception("emergency_failed conversation=%s level=%s", conversation.pk, level)
         return EmergencyOutcome(level, before, before, failed=True)
-    conversation.metadata = read_metadata(conversation.pk)
+    refresh_state(conversation)
     outcome = EmergencyOutcome(level, before, after, compacted, regenerated)
     if outcome.shrank:
         record_compaction(
@@ -169,12 +169,10 @@ def note_response(
 def mark_needs_emergency_compaction(
     conversation: Conversation, *, reported_tokens: int | None = None
 ) -> None:
-    """Set metadata["needs_emergency_compaction"], merged in the database."""
-    merge_metadata(
-        Conversation.objects.filter(pk=conversation.pk),
-        {MetadataKeys.NEEDS_EMERGENCY_COMPACTION: True},
-    )
-    conversation.metadata = {**conversation.metadata, MetadataKeys.NEEDS_EMERGENCY_COMPACTION: True}
+    """Set the conversation's `needs_emergency_compaction` flag."""
+    flag = {MetadataKeys.NEEDS_EMERGENCY_COMPACTION: True}
+    write_state(Conversation.objects.filter(pk=conversation.pk), flag)
+    remember(conversation, flag)
     logger.warning(
         "context_over_window conversation=%s reported_tokens=%s", conversation.pk, reported_tokens
     )
@@ -184,11 +182,9 @@ def compact_if_flagged(conversation: Conversation) -> bool:
     """For the pre-exchange hook: when the conversation is marked, clear the
     mark (one caller wins) and apply emergency level 1. Returns whether the
     context shrank; False when it was not marked."""
-    flagged = Conversation.objects.filter(
-        pk=conversation.pk, **{f"metadata__{MetadataKeys.NEEDS_EMERGENCY_COMPACTION}": True}
-    )
-    cleared = merge_metadata(flagged, remove=[MetadataKeys.NEEDS_EMERGENCY_COMPACTION]) == 1
-    if not cleared:
+    flagged = Conversation.objects.filter(pk=conversation.pk, needs_emergency_compaction=True)
+    flag = [MetadataKeys.NEEDS_EMERGENCY_COMPACTION]
+    if write_state(flagged, clear=flag) != 1:
         return False
-    conversation.metadata.pop(MetadataKeys.NEEDS_EMERGENCY_COMPACTION, None)
+    remember(conversation, clear=flag)
     return emergency_compact(conversation, level=1)

@@ -1,7 +1,7 @@
 """Fork and branch (the fourth strategy of docs/compaction.rst).
 
 A fork is a new conversation that carries a summary of its parent in
-`metadata["parent_conversation_summary"]`; it never copies the parent's
+`Conversation.parent_conversation_summary`; it never copies the parent's
 messages and never changes the parent.
 
 - `fork_continuation`: "continue with context" when a conversation has grown
@@ -13,7 +13,7 @@ messages and never changes the parent.
 The summary is built from the parent's cached window summary plus only the
 messages after its cutoff (the summarizer reads the new slice, not the whole
 history). With `summarize=False` the fork is created at once and a Celery task
-writes the summary later, merging it into metadata in the database.
+writes the summary later, into its column alone (assistant.store.state).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from assistant.models import CompactionEvent, Conversation, Message, MetadataKey
 from assistant.settings.conf import compaction_config
 from assistant.store.events import record_compaction
 from assistant.store.history import add_message
-from assistant.store.metadata import merge_metadata, read_metadata
 from assistant.store.queue import PARENT_SUMMARY_TASK, enqueue_on_commit
+from assistant.store.state import new_conversation, read_state, remember, write_state
 from assistant.strategies.summary import summarize_messages
 from assistant.window import refresh_size
 
@@ -44,7 +44,7 @@ CONTINUATION_SUFFIX = " (cont.)"
 FORK_SUFFIX = " (fork)"
 # The last parent message a deferred continuation summary covers: messages the
 # parent gains after the fork was made are not the fork's context.
-FORK_THROUGH_MESSAGE_ID = "fork_through_message_id"
+FORK_THROUGH_MESSAGE_ID = MetadataKeys.FORK_THROUGH_MESSAGE_ID
 _TITLE_MAX = Conversation._meta.get_field("title").max_length or 255
 
 
@@ -107,13 +107,13 @@ def fork_continuation(
         return None
     through_id = _last_message_id(conversation)
     title = f"{conversation.title[:TITLE_PREFIX_CHARS]}{CONTINUATION_SUFFIX}"
-    metadata: dict[str, Any] = {MetadataKeys.TOOL_SERVICES: services}
+    state: dict[str, Any] = {MetadataKeys.TOOL_SERVICES: services}
     if through_id is not None:
-        metadata[FORK_THROUGH_MESSAGE_ID] = through_id
+        state[FORK_THROUGH_MESSAGE_ID] = through_id
     return _create_fork(
         conversation,
         title=title,
-        metadata=metadata,
+        state=state,
         end_before=through_id + 1 if through_id is not None else None,
         first_message=pending_user_message,
         summarize=summarize,
@@ -148,7 +148,7 @@ def fork_from_message(
     fork = _create_fork(
         conversation,
         title=f"{conversation.title[:suffix_room]}{FORK_SUFFIX}",
-        metadata={
+        state={
             MetadataKeys.FORK_MESSAGE_ID: message.pk,
             MetadataKeys.TOOL_SERVICES: conversation.tool_services,
         },
@@ -163,10 +163,10 @@ def generate_parent_summary(conversation: Conversation) -> str | None:
     """Write the deferred parent summary of a fork made with summarize=False.
     A no-op returning the stored summary when one exists; None for a
     conversation without a parent (or whose parent is gone). The summary is
-    merged into metadata in the database, so a concurrent write of another key
+    written to its column in the database, so a concurrent write of other state
     is kept, and a second run does not overwrite the first."""
-    metadata = read_metadata(conversation.pk)
-    existing = metadata.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY)
+    columns = read_state(conversation.pk)
+    existing = columns.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY)
     if existing:
         return existing
     parent = (
@@ -177,10 +177,10 @@ def generate_parent_summary(conversation: Conversation) -> str | None:
     if parent is None:
         logger.info("parent_summary_skipped conversation=%s reason=no_parent", conversation.pk)
         return None
-    if metadata.get(MetadataKeys.FORK_MESSAGE_ID) is not None:
-        end_before: int | None = int(metadata[MetadataKeys.FORK_MESSAGE_ID])
-    elif metadata.get(FORK_THROUGH_MESSAGE_ID) is not None:
-        end_before = int(metadata[FORK_THROUGH_MESSAGE_ID]) + 1
+    if columns.get(MetadataKeys.FORK_MESSAGE_ID) is not None:
+        end_before: int | None = int(columns[MetadataKeys.FORK_MESSAGE_ID])
+    elif columns.get(FORK_THROUGH_MESSAGE_ID) is not None:
+        end_before = int(columns[FORK_THROUGH_MESSAGE_ID]) + 1
     else:
         end_before = None
     summary = summarize_parent(parent, end_before=end_before)
@@ -189,16 +189,16 @@ def generate_parent_summary(conversation: Conversation) -> str | None:
         values[MetadataKeys.PARENT_CONVERSATION_SUMMARY] = summary.text
     with transaction.atomic():
         # First writer wins: a second run (a redelivered task) changes nothing.
-        unsummarized = Conversation.objects.filter(pk=conversation.pk).exclude(
-            metadata__has_key=MetadataKeys.PARENT_CONVERSATION_SUMMARY
+        unsummarized = Conversation.objects.filter(
+            pk=conversation.pk, parent_conversation_summary__isnull=True
         )
-        stored = merge_metadata(unsummarized, values) == 1
+        stored = write_state(unsummarized, values) == 1
         if stored and summary.called_summarizer:
             _record_event(conversation.pk, parent, summary, deferred=True)
     if not stored:  # another run wrote it first: theirs stands
-        return read_metadata(conversation.pk).get(MetadataKeys.PARENT_CONVERSATION_SUMMARY)
+        return read_state(conversation.pk).get(MetadataKeys.PARENT_CONVERSATION_SUMMARY)
     refresh_size(conversation.pk)
-    conversation.metadata = {**conversation.metadata, **values}
+    remember(conversation, values)
     return summary.text
 
 
@@ -207,12 +207,12 @@ def summarize_parent(parent: Conversation, *, end_before: int | None = None) -> 
     window summary (when its cutoff lies before `end_before`), updated with a
     summary of only the messages after that cutoff and before `end_before`.
     No database writes. Raises what the summarizer raises."""
-    metadata = read_metadata(parent.pk)
+    stored = read_state(parent.pk)
     previous: list[str] = []
-    if metadata.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY):
-        previous.append(metadata[MetadataKeys.PARENT_CONVERSATION_SUMMARY])
-    window = metadata.get(MetadataKeys.COMPACTION_SUMMARY)
-    cutoff = metadata.get(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID)
+    if stored.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY):
+        previous.append(stored[MetadataKeys.PARENT_CONVERSATION_SUMMARY])
+    window = stored.get(MetadataKeys.COMPACTION_SUMMARY)
+    cutoff = stored.get(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID)
     messages = Message.objects.filter(conversation_id=parent.pk)
     if window and cutoff is not None and (end_before is None or int(cutoff) < end_before):
         previous.append(window)
@@ -242,7 +242,7 @@ def _create_fork(
     parent: Conversation,
     *,
     title: str,
-    metadata: dict[str, Any],
+    state: dict[str, Any],
     end_before: int | None,
     first_message: str | None,
     summarize: bool,
@@ -256,17 +256,17 @@ def _create_fork(
             logger.exception("fork_summary_failed parent=%s; deferring it to a task", parent.pk)
     if summary is not None:
         if summary.text:
-            metadata[MetadataKeys.PARENT_CONVERSATION_SUMMARY] = summary.text
+            state[MetadataKeys.PARENT_CONVERSATION_SUMMARY] = summary.text
     else:
-        metadata[MetadataKeys.SUMMARY_DEFERRED] = True
+        state[MetadataKeys.SUMMARY_DEFERRED] = True
 
     with transaction.atomic():
-        fork = Conversation.objects.create(
+        fork = new_conversation(
+            state,
             user_id=parent.user_id,
             title=title,
             parent_conversation=parent,
             system_prompt=parent.system_prompt,
-            metadata=metadata,
         )
         if first_message:
             add_message(fork, Message.Role.USER, first_message)

@@ -1,5 +1,5 @@
 """A summary kept as pending, for the next prefix rewrite to adopt: the
-metadata it is stored with, a late lease holder's landed summary kept
+state columns it is stored in, a late lease holder's landed summary kept
 instead of thrown away, and the worker asked for the model's summary of a
 split the offline summarizer wrote (docs/operations.rst, the faults)."""
 
@@ -11,10 +11,10 @@ from django.db.models import Q
 
 from assistant.models import Conversation, Message, MetadataKeys
 from assistant.ops.logs import log_event
-from assistant.store.metadata import merge_metadata
 from assistant.store.queue import PREBUILD_TASK, enqueue_on_commit
+from assistant.store.state import fresh_state, write_state
 from assistant.strategies.summary import SummaryOutcome
-from assistant.window import WindowState, load_window
+from assistant.window import WindowState
 
 
 def pending_values(
@@ -24,7 +24,7 @@ def pending_values(
     anchor: Message | int | None,
     index: dict | None,
 ) -> dict[str, Any]:
-    """The metadata of a pending summary of `base`..`through`."""
+    """The state columns of a pending summary of `base`..`through`."""
     return {
         MetadataKeys.PENDING_SUMMARY: outcome.text,
         MetadataKeys.PENDING_THROUGH_MESSAGE_ID: through,
@@ -38,6 +38,13 @@ def pending_values(
             **outcome.usage_details(),
         },
     }
+
+
+def landed_on(base: int | None) -> Q:
+    """A summary is pending that was built on `base` (the split a shift starts
+    from): when that shift is written by the offline summarizer, it is a late
+    holder's, landed between the takeover and the offline write, and kept."""
+    return Q(pending_summary__isnull=False, pending_base_message_id=base)
 
 
 def model_summary(state: WindowState) -> str | None:
@@ -66,19 +73,13 @@ def keep_landed_summary(
     the lease, guarded by the split in the same UPDATE."""
     conversation_id = state.conversation_id
     base = state.through_id
-    split = (
-        Q(metadata__compaction_through_message_id=base)
-        if base is not None
-        else ~Q(metadata__has_key=MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID)
-    )
+    split = Q(compaction_through_message_id=base)  # IS NULL for no split
     # An offline summary (the holder's own fallback) replaces nothing.
     kept = (
         outcome is not None
         and not outcome.fallback
-        and merge_metadata(
-            Conversation.objects.filter(
-                split | Q(metadata__offline_shift__base=base), pk=conversation_id
-            ),
+        and write_state(
+            Conversation.objects.filter(split | Q(offline_shift__base=base), pk=conversation_id),
             pending_values(outcome, base, through, anchor, index),
         )
     )
@@ -94,7 +95,7 @@ def ask_for_replacement(conversation_id: int) -> None:
     """Ask the worker for the model's summary of an offline split
     (`build_offline_replacement`) when it has one to make: none is pending
     yet, and no late holder's is still to land."""
-    meta = load_window(conversation_id).meta
+    meta = fresh_state(conversation_id)
     offline = meta.offline_shift
     if not offline or meta.offline_replacement is not None:
         return

@@ -8,13 +8,13 @@ import logging
 from collections.abc import Sequence
 
 from assistant import llm
-from assistant.models import Conversation, Message, MetadataKeys
+from assistant.models import Conversation, Message
 from assistant.ops.logs import log_event
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.leases import Lease, summary_lease
-from assistant.store.metadata import merge_metadata
+from assistant.store.state import fresh_state, write_state
+from assistant.strategies.backoff import failure_blocks, record_failure
 from assistant.strategies.pending import keep_landed_summary, model_summary, pending_values
-from assistant.strategies.shift import failure_blocks, record_failure
 from assistant.strategies.summary import (
     LeaseLost,
     SummaryOutcome,
@@ -40,7 +40,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
     trigger will take, projected), or at the pre-call hook's request inside
     a turn (`requested`: the split the hook would take now, from what the
     window holds when the worker gets to it): where, and whether at all, the
-    decision says (`assistant.window.decision.worker_split`)."""
+    projection says (`assistant.window.projection.worker_split`)."""
     config = compaction_config()
     state = load_window(conversation.pk, config)
     if state.meta.offline_shift and state.meta.offline_replacement is None:
@@ -58,9 +58,9 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
     with summary_lease(conversation.pk) as lease:
         if lease is None:
             return False  # someone is summarizing this conversation right now
-        if load_window(conversation.pk, config).through_id != state.through_id:
+        if fresh_state(conversation.pk).through_id != state.through_id:
             return False  # the window shifted meanwhile; the next exchange re-evaluates
-        index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
+        index = updated_index(state.meta.artifact_index, newly_old)
         kept = [anchor, *state.rows[start:]] if anchor else state.rows[start:]
         try:
             outcome = _summarize(state, lease, newly_old, kept, index, provider)
@@ -69,7 +69,7 @@ def prebuild_window_summary(conversation: Conversation, *, requested: bool = Fal
         if outcome is None:
             return False
         pending = pending_values(outcome, state.through_id, through, anchor, index)
-        stored = merge_metadata(lease.holding(), pending)
+        stored = write_state(lease.holding(), pending)
     if stored:
         log_event("summary_prebuilt", conversation_id=conversation.pk, through=through)
     return bool(stored)
@@ -135,7 +135,7 @@ def build_offline_replacement(state: WindowState, config: CompactionConfig) -> b
     with summary_lease(state.conversation_id) as lease:
         if lease is None:
             return False
-        if load_window(state.conversation_id, config).meta.offline_shift != offline:
+        if fresh_state(state.conversation_id).offline_shift != offline:
             return False  # adopted, or the window shifted again meanwhile
         try:
             outcome = summarize_messages(
@@ -151,7 +151,7 @@ def build_offline_replacement(state: WindowState, config: CompactionConfig) -> b
             log_event("summary_discarded", conversation_id=conversation_id, reason="lease_lost")
             return False
         values = pending_values(outcome, base, through, state.meta.anchor_id, index)
-        stored = merge_metadata(lease.holding(), values)
+        stored = write_state(lease.holding(), values)
     if stored:
         log_event("summary_replacement_built", conversation_id=conversation_id, through=through)
     return bool(stored)

@@ -22,8 +22,10 @@ from assistant.ops.logs import log_event
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.events import record_compaction, stopwatch
 from assistant.store.leases import Lease, summary_lease, wait_for_release
-from assistant.store.metadata import merge_metadata, read_metadata
-from assistant.strategies.pending import ask_for_replacement, keep_landed_summary
+from assistant.store.state import fresh_state, write_state
+from assistant.store.summaries import record_version
+from assistant.strategies.backoff import failure_blocks, record_failure
+from assistant.strategies.pending import ask_for_replacement, keep_landed_summary, landed_on
 from assistant.strategies.summary import (
     LeaseLost,
     Suffix,
@@ -50,8 +52,7 @@ logger = logging.getLogger(__name__)
 
 def compaction_cutoff_id(conversation: Conversation) -> int | None:
     """The id of the last summarized message, read from the database."""
-    value = read_metadata(conversation.pk).get(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID)
-    return int(value) if value is not None else None
+    return fresh_state(conversation.pk).through_id
 
 
 def regenerate_window_summary(
@@ -217,9 +218,9 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     the split that is still current and makes the context smaller; or the
     model's summary replacing an offline one (`ConversationMetadata.offline_replacement`),
     of the same split or a later one, whatever its size."""
-    metadata = state.metadata
-    pending: str = metadata.get(MetadataKeys.PENDING_SUMMARY) or ""
-    through = metadata.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
+    columns = state.columns
+    pending: str = columns.get(MetadataKeys.PENDING_SUMMARY) or ""
+    through = columns.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
     replaces = state.meta.offline_replacement is not None
     reachable = {row.pk for row in state.rows}
     if replaces and state.through_id is not None:
@@ -227,20 +228,20 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     if not (state.meta.has_pending_summary or replaces) or through not in reachable:
         return False
     kept = [row for row in state.rows if row.pk > through]
-    anchor_id = metadata.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
+    anchor_id = columns.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
     anchor = next((row for row in [*state.rows, state.anchor] if row and row.pk == anchor_id), None)
     sent = [anchor, *kept] if anchor else kept
-    index = metadata.get(MetadataKeys.PENDING_ARTIFACT_INDEX)
+    index = columns.get(MetadataKeys.PENDING_ARTIFACT_INDEX)
     room = summary_room(state, state.config, sent)
     pending = bounded_summary(pending, index, room, state.config)
     before = state.estimated_tokens()
     after = context_after(state, pending, sent)
     if after >= before and not replaces:
-        merge_metadata(lease.holding(), remove=PENDING_SUMMARY_KEYS)
+        write_state(lease.holding(), clear=PENDING_SUMMARY_KEYS)
         return False
-    stored = _store_window(lease, pending, through, anchor, state, index)
+    usage = columns.get(MetadataKeys.PENDING_USAGE) or {}
+    stored = _store_window(lease, pending, through, anchor, state, index, usage=usage)
     if stored:
-        usage = metadata.get(MetadataKeys.PENDING_USAGE) or {}
         record_compaction(
             state.conversation_id,
             CompactionEvent.Kind.WINDOW_SUMMARY,
@@ -261,40 +262,6 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     return bool(stored)
 
 
-def failure_blocks(state: WindowState, over_trigger_split: int | None = None) -> bool:
-    """A summary failed lately from the current split: wait before the next
-    try. Only a split made because the context is over the trigger
-    (`over_trigger_split`, the last message it summarizes) goes on after a
-    summary of another split was refused as not smaller: the newest step
-    was too large to leave then, and a later split can summarize it."""
-    failure = state.metadata.get(MetadataKeys.SUMMARY_FAILURE) or {}
-    if failure.get("base") != state.through_id or time.time() >= failure.get("retry_at", 0):
-        return False
-    refused = failure.get("through")
-    return refused is None or over_trigger_split is None or refused == over_trigger_split
-
-
-def record_failure(lease: Lease, state: WindowState, *, through: int | None = None) -> None:
-    """Remember a failed summary from the current split, with a doubling
-    delay; `through`: the split whose summary was refused as not smaller
-    (None: the summarizer itself failed)."""
-    failure = state.metadata.get(MetadataKeys.SUMMARY_FAILURE) or {}
-    attempts = failure.get("attempts", 0) + 1 if failure.get("base") == state.through_id else 1
-    delay = state.config.SUMMARY_RETRY_SECONDS * 2 ** min(attempts - 1, 10)
-    merge_metadata(
-        lease.holding(),
-        {
-            MetadataKeys.SUMMARY_FAILURE: {
-                "base": state.through_id,
-                "through": through,
-                "attempts": attempts,
-                "retry_at": time.time() + delay,
-            }
-        },
-    )
-    log_event("summary_failure_recorded", conversation_id=state.conversation_id, attempts=attempts)
-
-
 def _store_window(
     lease: Lease,
     summary: str,
@@ -303,10 +270,12 @@ def _store_window(
     state: WindowState,
     index: dict | None,
     offline: dict | None = None,
+    usage: dict | None = None,
 ) -> bool:
     """Store a new split, its summary and the artifact index it renders, while
-    the lease is still ours. `offline`: the OFFLINE_SHIFT marker of a summary
-    the offline summarizer wrote in a late or stalled holder's place."""
+    the lease is still ours, and keep it as a version (its summarizer's `usage`:
+    model, input_tokens, output_tokens). `offline`: the OFFLINE_SHIFT marker of a
+    summary the offline summarizer wrote in a late or stalled holder's place."""
     values = {
         MetadataKeys.COMPACTION_SUMMARY: summary,
         MetadataKeys.ARTIFACT_INDEX: index,
@@ -322,8 +291,26 @@ def _store_window(
         remove.append(MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID)
     else:
         values[MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID] = anchor.pk
-    stored = bool(merge_metadata(lease.holding(), values, remove=remove))
+    holding = lease.holding()
+    if offline is None:
+        stored = bool(write_state(holding, values, clear=remove))
+    else:
+        # A late holder's summary of this split that landed since the takeover stays
+        # pending: it replaces the offline one (`keep_landed_summary`).
+        landed = landed_on(state.through_id)
+        stored = bool(write_state(holding.exclude(landed), values, clear=remove))
+        kept = [key for key in remove if key not in PENDING_SUMMARY_KEYS]
+        stored = stored or bool(write_state(holding.filter(landed), values, clear=kept))
     if stored:
+        usage = usage or {}
+        record_version(
+            state.conversation_id,
+            summary,
+            through,
+            model=usage.get("model", ""),
+            input_tokens=usage.get("input_tokens", 0),
+            output_tokens=usage.get("output_tokens", 0),
+        )
         refresh_size(state.conversation_id, state.config)
     return stored
 
@@ -339,7 +326,7 @@ def _summarize_and_store(
     before = state.estimated_tokens()
     # The summary gives way to what stays verbatim: its room under the trigger.
     room = summary_room(state, config, kept)
-    index = updated_index(state.metadata.get(MetadataKeys.ARTIFACT_INDEX), newly_old)
+    index = updated_index(state.meta.artifact_index, newly_old)
     # Taken over from a stalled or late holder, or freed by one only at the deadline: the
     # chat path does not wait on a provider again.
     late = not lease.took_over and deadline.passed()
@@ -371,7 +358,12 @@ def _summarize_and_store(
         record_failure(lease, state, through=through)
         return state.summary
     offline = _offline_shift(state, through, lease, late=late or outcome.fallback)
-    if not _store_window(lease, outcome.text, through, anchor, state, index, offline):
+    usage = {
+        "model": outcome.model,
+        "input_tokens": outcome.input_tokens,
+        "output_tokens": outcome.output_tokens,
+    }
+    if not _store_window(lease, outcome.text, through, anchor, state, index, offline, usage):
         keep_landed_summary(state, outcome, through, anchor, index)
         return load_window(state.conversation_id, config).summary
     _record_shift(state, lease, outcome, before, after, len(newly_old), through, elapsed.ms, late)

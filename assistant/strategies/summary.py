@@ -1,7 +1,7 @@
 """Strategy 2: the sliding window and its cached summary: generating it.
 
 The summary of everything up to a split point is cached in the
-conversation's metadata with the id of the last summarized message. It is
+conversation's state (assistant.store.state) with the id of the last summarized message. It is
 regenerated only when the split moves, and then incrementally: the
 summarizer reads the previous summary plus the newly old messages only.
 Fact statements of the summarized messages are carried forward
@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,9 +28,9 @@ from assistant.llm.convert import InvalidRequest
 from assistant.llm.prompts import describe_message, render_transcript, suffix_instruction
 from assistant.models import (
     Message,
-    MetadataKeys,
 )
 from assistant.settings.conf import CompactionConfig, compaction_config
+from assistant.strategies.guidance import guided_by
 from assistant.text.artifacts import render, without_index
 from assistant.text.facts import (
     summary_body,
@@ -99,7 +100,7 @@ def suffix_for(state: WindowState, newly_old: Sequence[Message]) -> Suffix | Non
         return None
     last = newly_old[-1].pk
     first_kept = next((row for row in state.rows if row.pk > last), None)
-    tools = state.metadata.get(MetadataKeys.CHAT_TOOLS)  # JSON text: see chat.remember_chat_tools
+    tools = state.meta.chat_tools  # JSON text: see chat.remember_chat_tools
     return Suffix(context, first_kept, json.loads(tools) if tools else None)
 
 
@@ -138,11 +139,13 @@ def summarize_messages(
     # merge them back into its text, and they are carried again only if it does not.
     body = previous_summary or None
     chunks = _chunks(messages, config, previous_summary, provider)
-    request = _cached_request(suffix, messages, chunks, body, provider)
-    if request is not None:
-        tally = _summarize_cached(request, provider, on_chunk)
-    else:
-        tally = _summarize_chunks(chunks, body, chosen, on_chunk, deadline)
+    # The conversation's language and instructions reach every prompt built inside.
+    with guided_by(messages[0].conversation_id, config) if messages else nullcontext():
+        request = _cached_request(suffix, messages, chunks, body, provider)
+        if request is not None:
+            tally = _summarize_cached(request, provider, on_chunk)
+        else:
+            tally = _summarize_chunks(chunks, body, chosen, on_chunk, deadline)
     index_tokens, rest = shares(tally.body or "", max_tokens, config)
     index_text = render(index, index_tokens)
     text = with_carried_facts(

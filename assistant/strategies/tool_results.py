@@ -23,7 +23,9 @@ from assistant.models import CompactionEvent, Conversation, Message, MetadataKey
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.deletion import validated_ids
 from assistant.store.events import record_compaction, stopwatch
-from assistant.store.metadata import merge_metadata, read_metadata
+from assistant.store.metadata import merge_metadata
+from assistant.store.state import fresh_state, write_state
+from assistant.strategies.guidance import guided_by
 from assistant.text.blocks import blocks_tokens, compacted_blocks, has_media
 from assistant.text.tokens import estimate_tokens
 from assistant.text.truncation import KEEP_VERBATIM, truncate_tool_result
@@ -112,8 +114,7 @@ def prepare_tool_results(conversation: Conversation) -> int:
     the compaction is applied at once. Only messages after the last run are
     read, so the cost does not grow with the history."""
     config = compaction_config()
-    metadata = read_metadata(conversation.pk)
-    done = int(metadata.get(MetadataKeys.TOOL_RESULTS_PROCESSED_THROUGH) or 0)
+    done = fresh_state(conversation.pk).tool_results_processed_through
     boundary = _consumed_boundary(conversation.pk, final_answers_only=False)
     rows = list(_tool_rows(conversation.pk).filter(id__gt=done, id__lt=boundary))
     if not rows:
@@ -124,7 +125,7 @@ def prepare_tool_results(conversation: Conversation) -> int:
         changed = apply_plan(conversation.pk, plan, config)
     else:
         changed = _store_prepared(plan, config)
-    merge_metadata(
+    write_state(
         Conversation.objects.filter(pk=conversation.pk),
         {MetadataKeys.TOOL_RESULTS_PROCESSED_THROUGH: max(row.pk for row in rows)},
     )
@@ -198,7 +199,10 @@ def _tool_rows(conversation_id: int):
     """Tool results, oldest first, without their text (it is loaded only for
     the results actually compacted)."""
     return (
-        Message.objects.filter(conversation_id=conversation_id, role=Message.Role.TOOL)
+        # A pinned result is never compacted or stubbed (assistant.strategies.pins).
+        Message.objects.filter(
+            conversation_id=conversation_id, role=Message.Role.TOOL, pinned=False
+        )
         .defer("content", "compacted_content", "prepared_content", "blocks", "compacted_blocks")
         .order_by("id")
     )
@@ -217,18 +221,16 @@ def _consumed_boundary(conversation_id: int, *, final_answers_only: bool) -> int
 
 def _with_older_duplicates(conversation_id: int, rows: list[Message]) -> list[Message]:
     """`rows` plus the earlier results of the same calls, which a new copy
-    turns into duplicates (jsonb equality ignores key order): one query per
-    distinct new call, never a scan of the whole history."""
-    seen = {row.pk for row in rows}
-    older: list[Message] = []
+    turns into duplicates (jsonb equality ignores key order): one query for
+    all the new calls, never a scan of the whole history."""
     calls = {(row.tool_name, canonical_arguments(row.tool_arguments)): row for row in rows}
+    if not calls:
+        return rows
+    same_calls = Q()
     for row in calls.values():
-        for match in _tool_rows(conversation_id).filter(
-            tool_name=row.tool_name, tool_arguments=row.tool_arguments, id__lt=row.pk
-        ):
-            if match.pk not in seen:
-                seen.add(match.pk)
-                older.append(match)
+        same_calls |= Q(tool_name=row.tool_name, tool_arguments=row.tool_arguments, id__lt=row.pk)
+    seen = {row.pk for row in rows}
+    older = [m for m in _tool_rows(conversation_id).filter(same_calls) if m.pk not in seen]
     return sorted([*older, *rows], key=lambda row: row.pk)
 
 
@@ -239,14 +241,16 @@ def _compact_one(conversation_id: int, row: Message, config: CompactionConfig) -
             prepared = Message.objects.values_list("prepared_content", flat=True).get(pk=row.pk)
             text, kind, model = prepared, row.prepared_compaction, ""
         else:
-            original = Message.objects.only("content", "tool_name", "tool_call_id").get(pk=row.pk)
+            original = Message.objects.only(
+                "conversation_id", "content", "tool_name", "tool_call_id"
+            ).get(pk=row.pk)
             text, kind, model = _compacted_text(original, config)
         tokens = estimate_tokens(text) + row.blocks_tokens
         if tokens >= row.token_estimate:
             return 0  # never replace a result by something as long or longer
         with transaction.atomic():
             # Conditional: a concurrent run that got there first wins.
-            updated = Message.objects.filter(pk=row.pk, compaction="").update(
+            updated = Message.objects.filter(pk=row.pk, compaction="", pinned=False).update(
                 compacted_content=text,
                 compaction=kind,
                 compacted_at=timezone.now(),
@@ -275,7 +279,7 @@ def _store_prepared(plan: CompactionPlan, config: CompactionConfig) -> int:
     prepared = 0
     for row in plan.stub:
         text = stub_text(row.pk)
-        prepared += Message.objects.filter(pk=row.pk, compaction="").update(
+        prepared += Message.objects.filter(pk=row.pk, compaction="", pinned=False).update(
             prepared_content=text,
             prepared_compaction=Message.Compaction.DEDUPLICATED,
             prepared_token_estimate=estimate_tokens(text) + F("blocks_tokens"),
@@ -283,11 +287,13 @@ def _store_prepared(plan: CompactionPlan, config: CompactionConfig) -> int:
     for row in plan.compact:
         if row.prepared_compaction:
             continue
-        original = Message.objects.only("content", "tool_name", "tool_call_id").get(pk=row.pk)
+        original = Message.objects.only(
+            "conversation_id", "content", "tool_name", "tool_call_id"
+        ).get(pk=row.pk)
         text, kind, _model = _compacted_text(original, config)
         tokens = estimate_tokens(text) + row.blocks_tokens
         if tokens < row.token_estimate:
-            prepared += Message.objects.filter(pk=row.pk, compaction="").update(
+            prepared += Message.objects.filter(pk=row.pk, compaction="", pinned=False).update(
                 prepared_content=text, prepared_compaction=kind, prepared_token_estimate=tokens
             )
     return prepared
@@ -297,18 +303,19 @@ def _compacted_text(message: Message, config: CompactionConfig) -> tuple[str, st
     """(model-facing text, compaction kind, summarizer model or "")."""
     if config.policy_for(message.tool_name) == "summarize":
         try:
-            result = llm.summarize(
-                render_transcript(
-                    [
-                        {
-                            "role": "tool",
-                            "content": message.content,
-                            "tool_name": message.tool_name,
-                            "tool_call_id": message.tool_call_id,
-                        }
-                    ]
+            with guided_by(message.conversation_id, config):
+                result = llm.summarize(
+                    render_transcript(
+                        [
+                            {
+                                "role": "tool",
+                                "content": message.content,
+                                "tool_name": message.tool_name,
+                                "tool_call_id": message.tool_call_id,
+                            }
+                        ]
+                    )
                 )
-            )
             header = (
                 f"[Summary of a {len(message.content):,}-character {message.tool_name} result; "
                 f"the full original is stored and can be restored ({ref(message.pk)}).]"
@@ -333,7 +340,7 @@ def _stub(conversation_id: int, rows: list[Message]) -> int:
         for row in rows:
             text = stub_text(row.pk)
             done = (
-                Message.objects.filter(pk=row.pk)
+                Message.objects.filter(pk=row.pk, pinned=False)
                 .exclude(compaction=Message.Compaction.DEDUPLICATED)
                 .update(
                     compacted_content=text,
@@ -366,7 +373,7 @@ def _mark_context_changed(conversation_id: int) -> int:
     compaction; from the latest message on, estimates fill in until a new one.
     Returns the context's size now."""
     latest = Message.objects.filter(conversation_id=conversation_id).aggregate(last=Max("id"))
-    merge_metadata(
+    write_state(
         Conversation.objects.filter(pk=conversation_id),
         {MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: latest["last"] or 0},
     )
@@ -382,7 +389,10 @@ def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = Fal
     the number of messages compacted."""
     boundary = _consumed_boundary(conversation_id, final_answers_only=True)
     messages = Message.objects.filter(
-        conversation_id=conversation_id, blocks__isnull=False, compacted_blocks__isnull=True
+        conversation_id=conversation_id,
+        blocks__isnull=False,
+        compacted_blocks__isnull=True,
+        pinned=False,
     )
     if not include_current_turn:
         messages = messages.filter(id__lt=boundary)

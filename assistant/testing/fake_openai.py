@@ -10,6 +10,8 @@ import time
 import uuid
 from typing import Any
 
+from assistant.testing import fake_compaction
+
 CHAT = "openai.chat"
 RESPONSES = "openai.responses"
 PATHS = {
@@ -94,7 +96,9 @@ def default_usage(kind: str, tokens: int) -> dict[str, Any]:
 
 def render(reply: Any, kind: str, body: Any, usage: dict[str, Any], default_text: str):
     """(status, headers, body) of a scripted reply on OpenAI's wire `kind`."""
-    problem = request_problem(kind, body)
+    problem = request_problem(kind, body) or (
+        fake_compaction.responses_problem(body) if kind == RESPONSES else None
+    )
     if problem:
         return 400, {}, openai_error(problem, "invalid_request_error", None, "messages")
     if reply.kind == "overflow":
@@ -124,7 +128,11 @@ def render(reply: Any, kind: str, body: Any, usage: dict[str, Any], default_text
     usage = reply.usage or usage
     if kind == CHAT:
         return 200, {}, _chat_completion(model, text, calls, usage, reply.stop_reason)
-    return 200, {}, _response(model, text, calls, usage, reply.thinking)
+    response = _response(model, text, calls, usage, reply.thinking)
+    item = fake_compaction.responses_compaction(body)
+    if item is not None:  # the server compacted first: the item opens the output
+        response["output"].insert(0, item)
+    return 200, {}, response
 
 
 def _chat_completion(model, text, calls, usage, stop_reason) -> dict[str, Any]:

@@ -22,8 +22,9 @@ and script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic"
 (or "openai", "openai_responses", "gemini"),
 "replies": [{"tool_calls": [{"name": "get_post", "arguments": {"id": 1}}]},
 {"text": "Done."}], "repeat": false}` (a reply: text, tool_calls, thinking,
-usage in the provider's wire names, stop_reason, delay, pace, break_after, or
-error: overflow, rate_limited, overloaded, malformed); `GET /_fake/requests` lists
+usage in the provider's wire names, stop_reason, delay, pace, break_after,
+compaction: "failed" (assistant.testing.fake_compaction), or error: overflow,
+rate_limited, overloaded, malformed); `GET /_fake/requests` lists
 what it received (bodies and the usage it reported, never headers: they hold keys);
 `POST /_fake/reset` forgets both. A streamed request (`"stream": true`, Gemini's
 `:streamGenerateContent`) gets its answer as its wire's server-sent events
@@ -53,17 +54,19 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from assistant.testing import fake_openai, fake_streams
+from assistant.testing import fake_compaction, fake_openai, fake_streams
 from assistant.testing.content import (
     anthropic_content_problem,
     gemini_content_problem,
     thinking_block,
 )
+from assistant.testing.fake_compaction import opens_with_compaction
 from assistant.testing.fake_streams import SSE, anthropic_events  # noqa: F401  (its names)
 
 #: The kinds of request the fake serves, each with its own script queue.
 KINDS = (
     "anthropic.messages",
+    fake_compaction.ANTHROPIC_COMPACTION,  # on-demand compaction requests, a queue apart
     "anthropic.count_tokens",
     "gemini.generate",
     "gemini.count_tokens",
@@ -113,6 +116,7 @@ class Reply:
     stop_reason: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     thinking: str | None = None  # Anthropic: a signed thinking block opens the answer
+    compaction: str | None = None  # "failed": a compaction this request makes has no summary
     delay: float = 0.0
     pace: float = 0.0  # a streamed answer: seconds between its events
     break_after: int | None = None  # a streamed answer: the connection drops after N events
@@ -131,14 +135,17 @@ def ok(
     thinking: str | None = None,
     pace: float = 0.0,
     break_after: int | None = None,
+    compaction: str | None = None,
 ) -> Reply:
     """A normal response; `usage` is the provider's raw usage object (wire field names).
     `text=""` is an empty answer, as Claude may give one: no text block (with `thinking`,
     only the thinking block; without, no content at all). Streamed (a request that asks
     for a stream), `pace` spaces its events and `break_after` drops the connection after
-    that many events (assistant.testing.fake_streams)."""
+    that many events (assistant.testing.fake_streams). `compaction="failed"`: a
+    compaction this request makes has no summary (assistant.testing.fake_compaction)."""
     return Reply(
         "ok",
+        compaction=compaction,
         text=text,
         usage=usage,
         stop_reason=stop_reason,
@@ -195,6 +202,7 @@ _REPLY_KEYS = {
     "error",
     "pace",
     "break_after",
+    "compaction",
 }
 
 
@@ -225,6 +233,9 @@ def reply_from_json(data: dict[str, Any]) -> Reply:
             break_after=data.get("break_after"),
         )
     reply.delay = float(data.get("delay") or 0)
+    if data.get("compaction") not in (None, "failed"):
+        raise ValueError('compaction: "failed" (a compaction this request makes has no summary)')
+    reply.compaction = data.get("compaction")
     return reply
 
 
@@ -274,7 +285,7 @@ def anthropic_request_problem(body: Any) -> str | None:
     """What the Messages API would refuse in this request body (its own wording), or None.
     The checks a converter can get wrong: roles, empty text, tool_use ids and pairs."""
     messages = (body or {}).get("messages") or []
-    if messages and messages[0].get("role") != "user":
+    if messages and messages[0].get("role") != "user" and not opens_with_compaction(body):
         return 'messages: first message must use the "user" role'
     seen: set[str] = set()
     calls: list[str] = []
@@ -431,7 +442,11 @@ def default_text(body: Any) -> str:
 def render_anthropic(
     reply: Reply, kind: str, body: Any, usage: dict[str, Any] | None = None
 ) -> tuple[int, dict[str, str], Any]:
-    problem = anthropic_request_problem(body) or anthropic_content_problem(body)
+    problem = (
+        anthropic_request_problem(body)
+        or anthropic_content_problem(body)
+        or fake_compaction.anthropic_problem(body)
+    )
     if problem:
         return 400, {}, _anthropic_error(400, "invalid_request_error", problem)
     if reply.kind == "overflow":
@@ -458,6 +473,13 @@ def render_anthropic(
         )
     usage = reply.usage or usage or default_usage(kind, body)
     stop = reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
+    compacted = fake_compaction.anthropic_compaction(
+        body, usage, failed=reply.compaction == "failed"
+    )
+    if compacted is not None:
+        opening, usage, alone = compacted
+        content = opening if alone else opening + content
+        stop = "compaction" if alone else stop
     message = {
         "id": f"msg_{uuid.uuid4().hex[:24]}",
         "type": "message",
@@ -722,7 +744,7 @@ class FakeProvider:
                 if path in fake_openai.PATHS:
                     kind = fake_openai.PATHS[path]
                 elif path == "/v1/messages":
-                    kind = "anthropic.messages"
+                    kind = fake_compaction.messages_kind(body)
                 elif path == "/v1/messages/count_tokens":
                     kind = "anthropic.count_tokens"
                 elif gemini:
@@ -838,7 +860,7 @@ def stream_events(
         return fake_streams.response_overflow_events(model)
     if status != 200 or not isinstance(whole, dict):
         return None
-    if kind == "anthropic.messages":
+    if kind in ("anthropic.messages", fake_compaction.ANTHROPIC_COMPACTION):
         return fake_streams.anthropic_events(whole)
     if kind == fake_openai.CHAT:
         include_usage = ((body or {}).get("stream_options") or {}).get("include_usage") is True

@@ -64,6 +64,10 @@ def anthropic_events(message: dict[str, Any]) -> list[str]:
         elif kind == "tool_use":
             start["input"] = {}
             deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+        elif kind == "compaction":
+            start["content"] = None
+            delta = {"type": "compaction_delta", "content": block["content"]}
+            deltas = [{**delta, "encrypted_content": block.get("encrypted_content")}]
         elif kind == "thinking":
             start.update(thinking="", signature="")
             deltas = [
@@ -77,7 +81,10 @@ def anthropic_events(message: dict[str, Any]) -> list[str]:
         {
             "type": "message_delta",
             "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-            "usage": {"output_tokens": usage.get("output_tokens", 0)},
+            "usage": {
+                "output_tokens": usage.get("output_tokens", 0),
+                **({"iterations": usage["iterations"]} if "iterations" in usage else {}),
+            },
         }
     )
     events.append({"type": "message_stop"})

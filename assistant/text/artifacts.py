@@ -6,7 +6,7 @@ latest stored original, so whatever the summary left out stays one recall away.
 
 Built from the tool calls' arguments and the results' text, never from the summarizer's
 prose, so a summarizer that drops everything cannot drop these. Kept structured in the
-conversation's metadata (ARTIFACT_INDEX), updated with each newly summarized slice, and
+conversation's state (ARTIFACT_INDEX), updated with each newly summarized slice, and
 rendered into the summary deterministically within ARTIFACT_INDEX_MAX_TOKENS: the files
 read and modified first, within half of it, then the most recently used entries (used:
 found, or named again by the user or the model), each result's names in names_in's
@@ -32,7 +32,8 @@ from typing import Any
 from django.db.models.functions import Left, Length
 
 from assistant.models import SEARCH_INDEX_CHARS, Message, handle
-from assistant.text.identifiers import PATH, names_in
+from assistant.settings.conf import compaction_config
+from assistant.text.identifiers import PATH, names_within
 from assistant.text.tokens import estimate_tokens
 
 # Opens the index: the handles of every summarized original (the recall tools' description
@@ -53,10 +54,8 @@ SCANNED_CHARS = 4000
 MAX_PATH_CHARS = 300
 # A record id or key value longer than this is text, not an id.
 MAX_RECORD_CHARS = 80
-# Entries kept in metadata per category (the render keeps fewer, within its budget).
+# Entries kept in the stored index per category (the render keeps fewer, within its budget).
 MAX_ENTRIES = 400
-# Names taken from one result: a whole source file is not an index.
-MAX_NAMES_PER_RESULT = 24
 # What a call did, when it names no file, URL or record: at most this many characters.
 LABEL_CHARS = 48
 
@@ -186,8 +185,10 @@ def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -
         label = _label(message.tool_name, arguments)
         if label:
             index["calls"][label] = [found, found, 0, 0]
-    # In names_in's order, the surest kinds first: the render keeps a result's first ones.
-    for rank, name in enumerate(names_in(text, MAX_NAMES_PER_RESULT)):
+    # The names its truncated form lists (TRUNCATION_NAMES_MAX_CHARS), in names_in's
+    # order, the surest kinds first: the render keeps a result's first ones.
+    most = compaction_config().TRUNCATION_NAMES_MAX_CHARS
+    for rank, name in enumerate(names_within(text, most)):
         # A result naming its own file (an edit's "updated x.py") says nothing new.
         if not _random_looking(name) and not any(p.endswith(name) for p in paths):
             index["names"][name] = [found, found, 0, rank]

@@ -45,8 +45,17 @@ _KEY = re.compile(r"""(?:^|[\s{(,\[%|])["':]?([A-Za-z_][\w-]*)["']?\s*(?::(?=\s)
 _QUOTED = re.compile(r"""[`"']([A-Za-z_$@][\w$.:/@-]*[\w!?])[`"']""")
 # A qualified name: Module.Sub.name, Module::name (two or more parts, the first capitalized).
 _QUALIFIED = re.compile(r"(?<![\w.])([A-Z]\w*(?:(?:\.|::)[A-Za-z_]\w*)+[!?]?)")
-# A name that is called or read as a member: `name(`, `.name`.
-_USED = re.compile(r"(?<![\w$])([A-Za-z_$][\w$]*[!?]?)\s*\(|\.([A-Za-z_$][\w$]*)")
+# A name that is called or read as a member: `name(`, `.name`; a shell or template
+# variable (`$NAME`, `${NAME}`).
+_USED = re.compile(
+    r"(?<![\w$])([A-Za-z_$][\w$]*[!?]?)\s*\(|\.([A-Za-z_$][\w$]*)|\$\{?([A-Za-z_]\w*)"
+)
+# Names declared by destructuring: `const [value, setValue] =`, `let { a, b } =`.
+_DESTRUCTURED = re.compile(r"^\s*(?:export\s+)?(?:const|let|var|val)\s*[\[{]([^\]}=]*)[\]}]\s*=")
+# A module's function called by its dotted name (`asyncio.run(`, `os.path.join(`): the
+# chain is a name whatever its case; an object's own members (`self.`, `this.`) are not.
+_CALLED_CHAIN = re.compile(r"(?<![\w$.])([a-z_]\w*(?:\.[A-Za-z_]\w*)+)\s*\(")
+_OWN = frozenset({"self", "this", "cls", "super"})
 _CAMEL = re.compile(r"[a-z0-9][A-Z]")
 
 
@@ -96,6 +105,22 @@ def names_in(text: str, most: int) -> list[str]:
     return list(found)
 
 
+def names_within(text: str, max_chars: int, shown: str = "") -> list[str]:
+    """`names_in`'s names of `text` not already in `shown`, in its order, as many as
+    fit in `max_chars` joined by ", ": what a compacted result lists of its original
+    (assistant.text.truncation), and what the artifact index keeps of it once summarized."""
+    kept: list[str] = []
+    used = -2
+    for name in names_in(text, most=max_chars // 3 + 1):
+        if name in shown:
+            continue
+        used += len(name) + 2
+        if used > max_chars:
+            break
+        kept.append(name)
+    return kept
+
+
 def _code_lines(text: str) -> Iterator[str]:
     for raw in text.splitlines():
         line = _LINE_PREFIX.sub("", raw, count=1).lstrip("+- ") if raw else raw
@@ -119,6 +144,10 @@ def _assigned(text: str) -> Iterator[str]:
         match = _ASSIGNMENT.match(line)
         if match and code_shaped(match.group(1)):
             yield match.group(1)
+        elif (match := _DESTRUCTURED.match(line)) is not None:
+            yield from (
+                n for n in re.findall(r"[A-Za-z_$][\w$]*", match.group(1)) if code_shaped(n)
+            )
 
 
 def _keys(text: str) -> Iterator[str]:
@@ -141,6 +170,10 @@ def _qualified(text: str) -> Iterator[str]:
 
 def _used(text: str) -> Iterator[str]:
     for match in _USED.finditer(text):
-        name = match.group(1) or match.group(2)
+        name = next(group for group in match.groups() if group)
         if name not in _NOT_NAMES and code_shaped(name):
             yield name
+    for match in _CALLED_CHAIN.finditer(text):
+        chain = match.group(1)
+        if chain.split(".", 1)[0] not in _OWN and len(chain) >= 6:
+            yield chain

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from assistant.llm.statements import key_statements
 from assistant.settings.conf import CompactionConfig, compaction_config
+from assistant.text.identifiers import names_within
 
 # Message metadata key: staff restored this result's original, so it is never
 # compacted or cut again, for the model or for the summarizer.
@@ -36,6 +37,9 @@ def truncate_tool_result(
     text = f"{marker}\n{head}"
     if details:
         text += "\n[Key details further in the original:\n" + "\n".join(details) + "\n]"
+    names = names_within(content, config.TRUNCATION_NAMES_MAX_CHARS, shown=text)
+    if names:
+        text += "\n[Names further in the original: " + ", ".join(names) + "]"
     return text
 
 

@@ -6,9 +6,9 @@ done about it, decided in one place with no query of its own.
 - assistant.window.split: the triggers and where a split may fall;
 - assistant.window.results: which consumed tool results to compact or stub
   (`plan_compaction`), applied by assistant.strategies.tool_results;
-- assistant.window.decision: `decide(state, config, now) -> Plan`, which the
-  pre-call hook executes, the worker and the lease recheck ask, and the dry
-  run puts into words.
+- assistant.window.decision: `decide(state, config, now) -> Plan`, whose
+  ordered steps the pre-call flow runs, which the worker and the lease
+  recheck ask, and the dry run puts into words.
 
 Beside them: context (the request itself), ledger (what a step costs and
 saves under prompt caching), cost, limits and status. May import llm/,
@@ -23,6 +23,7 @@ from assistant.window.decision import (
     COUNT_TRIGGER,
     EAGER,
     EARLY_PAYS,
+    SHIFT_WITHIN_LATENCY,
     SOFT_WATERMARK,
     SUFFIX_FIRST,
     WATERMARK,
@@ -33,10 +34,11 @@ from assistant.window.decision import (
     early_shift,
     results_step,
     shift_in_sight,
+    shift_within_latency,
     split_for,
     tail_tokens,
-    worker_split,
 )
+from assistant.window.projection import adopted_split, worker_split
 from assistant.window.results import (
     STUB,
     CompactionPlan,
@@ -76,6 +78,7 @@ __all__ = [
     "COUNT_TRIGGER",
     "EAGER",
     "EARLY_PAYS",
+    "SHIFT_WITHIN_LATENCY",
     "SOFT_WATERMARK",
     "STUB",
     "SUFFIX_FIRST",
@@ -88,6 +91,7 @@ __all__ = [
     "SizeBasis",
     "WindowState",
     "add_to_size",
+    "adopted_split",
     "anticipated_keep",
     "canonical_arguments",
     "choose_split",
@@ -105,6 +109,7 @@ __all__ = [
     "require_saved",
     "results_step",
     "shift_in_sight",
+    "shift_within_latency",
     "should_shift",
     "split_for",
     "split_parts",

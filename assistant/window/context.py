@@ -1,6 +1,8 @@
 """What the model sees next, in a fixed, cache-friendly order: the system
-prompt, the parent summary (forks), the window summary, then the verbatim
-messages after the cutoff with their model-facing text.
+prompt, the parent summary (forks), the pinned messages the window has moved
+past (verbatim, oldest first: byte-stable until the next shift or pin), the
+window summary, then the verbatim messages after the cutoff with their
+model-facing text.
 
 The result is validated before it is returned: a provider rejects a history
 that starts with an assistant or tool message, a tool result without its
@@ -9,12 +11,15 @@ call, or a call without its result, so none of those is ever sent.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from assistant.llm import catalog
+from assistant.llm.server_compaction import summary_text
 from assistant.llm.wire import Wire
-from assistant.models import Conversation, Message
+from assistant.models import Conversation, Message, handle
 from assistant.text.tokens import estimate_tokens
 from assistant.window import WindowState, load_window, require_saved
 
@@ -39,7 +44,24 @@ def as_neutral(message: Message) -> dict:
     if message.role == Message.Role.TOOL:
         neutral["tool_call_id"] = message.tool_call_id
         neutral["tool_name"] = message.tool_name
+    if message.provider_live:
+        neutral["compaction"] = message.provider_compaction
     return neutral
+
+
+def with_provider_compaction(messages: list[dict[str, Any]], wire: Wire) -> list[dict[str, Any]]:
+    """The messages as `wire` takes the provider's compaction: only the first message
+    carries one (the window starts at it); a compaction another wire made goes as a
+    user message before it, its summary in words (docs/provider-compaction.rst)."""
+    kept = [
+        {k: v for k, v in m.items() if k != "compaction"} if i and "compaction" in m else m
+        for i, m in enumerate(messages)
+    ]
+    compaction = kept[0].get("compaction") if kept else None
+    if compaction is None or compaction["wire"] == wire.name:
+        return kept
+    first = {k: v for k, v in kept[0].items() if k != "compaction"}
+    return [{"role": "user", "content": summary_text(compaction)}, first, *kept[1:]]
 
 
 class IncompleteToolCall(Exception):
@@ -81,6 +103,8 @@ class Context:
     window_summary: str | None
     cutoff_id: int | None
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # The pinned section (`pinned_section`), None without pinned messages past the split.
+    pinned: str | None = None
     message_ids: list[int] = field(default_factory=list)
     tokens: TokenBreakdown = field(default_factory=lambda: TokenBreakdown(0, 0, 0, 0))
     # Tool calls still waiting for their results (only with allow_pending=True).
@@ -93,6 +117,8 @@ class Context:
             labelled.append(
                 f"Summary of the conversation this one continues:\n{self.parent_summary}"
             )
+        if self.pinned:
+            labelled.append(f"{PINNED_LABEL}\n{self.pinned}")
         if self.window_summary:
             labelled.append(
                 f"Summary of the earlier part of this conversation:\n{self.window_summary}"
@@ -110,7 +136,8 @@ class Context:
         A context built with pending calls is for staff to look at, never to send: it
         is not checked."""
         check = not self.pending_calls
-        return wire.request(self.system, self.summaries, self.messages, tools, check=check)
+        messages = with_provider_compaction(self.messages, wire)
+        return wire.request(self.system, self.summaries, messages, tools, check=check)
 
     def to_anthropic(self) -> dict[str, Any]:
         """{"system": [text blocks], "messages": [...]}: Anthropic's shape."""
@@ -118,8 +145,9 @@ class Context:
 
     def to_gemini(self) -> dict[str, Any]:
         """{"system_instruction": str, "contents": [...]}: Gemini's shape."""
+        messages = with_provider_compaction(self.messages, catalog.GEMINI)
         return catalog.GEMINI.shape(
-            self.system, self.summaries, self.messages, check=not self.pending_calls
+            self.system, self.summaries, messages, check=not self.pending_calls
         )
 
 
@@ -134,13 +162,25 @@ def build_context(conversation: Conversation, *, allow_pending: bool = False) ->
 
 def context_from_state(state: WindowState, *, allow_pending: bool = False) -> Context:
     """build_context from a window state already loaded (e.g. under the summary lease)."""
-    chat_rows = _repaired(state)
+    return _context_of(state, _repaired(state), allow_pending)
+
+
+def context_before(state: WindowState, message_id: int) -> Context:
+    """The context of `state` without the message `message_id` and those after it: what
+    a compaction that keeps them summarizes."""
+    return _context_of(state, [row for row in _repaired(state) if row.pk < message_id], False)
+
+
+def _context_of(state: WindowState, chat_rows: list[Message], allow_pending: bool) -> Context:
+    in_place = {row.pk for row in chat_rows}
+    pinned = [row for row in state.pinned_rows if row.pk not in in_place]
     system = state.system
     messages = _with_missing_results([as_neutral(row) for row in chat_rows], allow_pending)
     tokens = TokenBreakdown(
         system=estimate_tokens(system),
         summaries=estimate_tokens(state.parent_summary or "")
-        + estimate_tokens(state.summary or ""),
+        + estimate_tokens(state.summary or "")
+        + state.pinned_tokens,
         messages=sum(r.token_estimate for r in chat_rows if r.role != Message.Role.TOOL),
         tool_results=sum(r.token_estimate for r in chat_rows if r.role == Message.Role.TOOL),
     )
@@ -151,10 +191,34 @@ def context_from_state(state: WindowState, *, allow_pending: bool = False) -> Co
         window_summary=state.summary,
         cutoff_id=state.through_id,
         messages=messages,
+        pinned=pinned_section(pinned),
         message_ids=[row.pk for row in chat_rows],
         tokens=tokens,
         pending_calls=_pending_calls(messages) if allow_pending else [],
     )
+
+
+PINNED_LABEL = "Pinned messages of this conversation (verbatim; they stay in force):"
+
+
+def pinned_section(rows: Sequence[Message]) -> str | None:
+    """The pinned messages the window moved past, verbatim, each labelled with its
+    role and handle; a tool result names the call it answers (the call stays valid
+    without a tool_use block of its own), an assistant message the calls it made."""
+    if not rows:
+        return None
+    parts = []
+    for row in rows:
+        neutral = as_neutral(row)
+        label = f"[{row.role} {handle(row.pk)}"
+        if row.role == Message.Role.TOOL:
+            arguments = json.dumps(row.tool_arguments or {}, ensure_ascii=False, sort_keys=True)
+            label += f", result of {row.tool_name or '?'}({arguments})"
+        for call in neutral.get("tool_calls") or ():
+            arguments = json.dumps(call.get("arguments") or {}, ensure_ascii=False, sort_keys=True)
+            label += f", calls {call.get('name', '?')}({arguments})"
+        parts.append(f"{label}]\n{neutral['content']}")
+    return "\n\n".join(parts)
 
 
 def context_tokens(conversation: Conversation) -> int:
@@ -170,6 +234,8 @@ def _repaired(state: WindowState) -> list[Message]:
     model sees a little twice and loses nothing); only when there is no
     earlier user message does it move forward past the replies."""
     rows = state.verbatim
+    if rows and rows[0].provider_live:
+        return rows  # the provider's compaction stands for everything before it
     while rows and (rows[0].role != Message.Role.USER or _orphaned_results(rows)):
         user_before = (
             Message.objects.filter(

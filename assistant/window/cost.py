@@ -324,7 +324,7 @@ def _fixed_tokens(conversations: QuerySet[Conversation]) -> dict[int, int]:
     return {
         pk: estimate_tokens(system) + estimate_tokens(parent or "")
         for pk, system, parent in conversations.values_list(
-            "pk", "system_prompt", KT(f"metadata__{MetadataKeys.PARENT_CONVERSATION_SUMMARY}")
+            "pk", "system_prompt", MetadataKeys.PARENT_CONVERSATION_SUMMARY
         )
     }
 

@@ -1,21 +1,24 @@
 """What the next request sends, decided in one place: `decide(state, config,
 now) -> Plan`, a pure function (no query, no clock read) over a window loaded
-once (assistant.window.state). The pre-call hook executes the plan
-(assistant.flows.precall), the worker asks it whether a shift is in sight
-(`Plan.shift_in_sight`) and where it would fall, the lease recheck asks it
-whether the shift is still due (assistant.strategies.shift), and the dry run puts it
-into words (assistant.flows.planning).
+once (assistant.window.state). The plan's `steps` are typed, immutable values
+in the order the pre-call flow runs them (assistant.flows.precall): note the
+provider's usage, compact these results, adopt the pending summary, move the
+window (shift here, or leave the shift to the worker, or ask it ahead), write
+the ledger. The worker asks the plan whether a shift is in sight
+(`Plan.shift_in_sight`) and where it would fall, and the dry run puts it into
+words (assistant.flows.planning).
 
-A plan is decided on the window as it is. Its first step, compacting consumed
-tool results, changes the window, so the hook decides again on the window
-that step left (`decide(..., first=plan)`): the second plan keeps what the
-first one saw (the size at the call, whether the cache was cold), as one
-decision taken in two looks.
+A plan is decided once, on the window at the call. A step that meets a window
+an earlier step changed (a results batch, an adopted summary) is checked
+there (`MoveWindow.on`): the call's facts (the size at the call, whether the
+cache was cold) kept, where the split falls and whether the request needs the
+shift taken from the window it meets; under the summary lease the shift is
+checked as still due once more (`Shift.still_due`, assistant.strategies.shift).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
@@ -24,13 +27,12 @@ from assistant.settings.conf import CompactionConfig
 from assistant.window.ledger import Ledger, Outlook, step_cost
 from assistant.window.results import CompactionPlan, consumed_tool_rows, plan_compaction
 from assistant.window.split import (
-    anticipated_keep,
     choose_split,
     should_shift,
     trigger_estimate,
     verbatim_budget,
 )
-from assistant.window.state import WindowState
+from assistant.window.state import TOKEN_RATIO_DRIFT, WindowState, load_window
 
 # Why a plan does what it does: reason codes, for logs, tests and the dry run's words.
 AT_TRIGGER = "at_trigger"  # the context reached the token trigger: the prefix breaks anyway
@@ -42,6 +44,8 @@ SUFFIX_FIRST = "cached_suffix_shift_first"  # the shift re-sends the cached requ
 ADOPT_PENDING = "adopt_prebuilt_on_cold_cache"
 EARLY_PAYS = "early_shift_pays"
 SOFT_WATERMARK = "past_soft_watermark"  # the worker is asked for the next summary
+# ... or a shift is due once the window grew by what it gains in one worker latency.
+SHIFT_WITHIN_LATENCY = "shift_within_worker_latency"
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,81 @@ class Shift:
 
 
 @dataclass(frozen=True)
+class ApplyEmergency:
+    """Apply the flagged emergency level first; the flow plans again on the
+    window it leaves (a different window: nothing else of this plan holds)."""
+
+
+@dataclass(frozen=True)
+class NoteUsage:
+    """What the provider's newest count teaches: its ratio to our estimate,
+    to remember (`ratio`, when it moved by more than TOKEN_RATIO_DRIFT), or
+    (count, estimate) of a count set aside as implausible, to warn of once
+    (`implausible`)."""
+
+    ratio: float | None
+    implausible: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class CompactResults:
+    """Compact these consumed tool results (`Results`), using what the worker
+    prepared."""
+
+    results: Results
+
+
+@dataclass(frozen=True)
+class AdoptPending:
+    """Adopt the summary kept as pending: the worker's pre-built one on a cold
+    cache (`cold`), or the model's summary of an offline split in place of the
+    offline one once a results batch before it rewrote the prefix anyway."""
+
+    cold: bool
+
+
+@dataclass(frozen=True)
+class MoveWindow:
+    """The window step: make `shift` here, or, with `worker_ahead`, leave a
+    shift the request does not need to the worker (ask it, wait for it); with
+    no shift, ask the worker ahead (`ask_worker`). Decided on the window at the
+    call; after a step that changed the window it is checked on the window it
+    meets (`on`), with the call's facts."""
+
+    shift: Shift | None
+    ask_worker: bool
+    worker_ahead: bool
+    eager: bool
+    count: bool
+    at_trigger: bool
+    cold: bool  # the rewrite finds no cache: the shift compacts every kept result
+
+    def on(self, state: WindowState, config: CompactionConfig, *, adopted: bool) -> MoveWindow:
+        """This step on `state`, the window an earlier step of the plan left;
+        `adopted`: the pre-built summary was taken there (the shift at the
+        trigger it stands for is made)."""
+        at_trigger = self.at_trigger and not adopted
+        shift = _shift(
+            state, config, eager=self.eager, count=self.count, at_trigger=at_trigger, reasons=[]
+        )
+        trigger = config.CONTEXT_TOKEN_THRESHOLD
+        ask = self.worker_ahead and (
+            state.context_tokens() >= config.SOFT_WATERMARK * trigger
+            or shift_within_latency(state, config)
+        )
+        return replace(self, shift=shift, ask_worker=ask)
+
+
+@dataclass(frozen=True)
+class WriteLedger:
+    """Write the ledger as the steps before it booked it (in the window they
+    left): one write for the call."""
+
+
+Step = ApplyEmergency | NoteUsage | CompactResults | AdoptPending | MoveWindow | WriteLedger
+
+
+@dataclass(frozen=True)
 class Plan:
     tokens: int  # the size at the call (WindowState.context_tokens)
     eager: bool
@@ -109,30 +188,39 @@ class Plan:
     ask_worker: bool  # with no shift, ask the worker for the next summary (PREBUILD_IN_TURN)
     shift_in_sight: bool  # a summary built now will be used (the worker pre-builds)
     reasons: tuple[str, ...]
+    steps: tuple[Step, ...] = ()  # what the pre-call flow runs, in order
 
 
-def decide(
-    state: WindowState,
+def plan_call(
+    conversation_id: int,
     config: CompactionConfig,
     now: datetime,
     *,
-    first: Plan | None = None,
-    adopted: bool = False,
+    emergency_applied: bool = False,
+    live: bool = False,
+) -> tuple[WindowState, Plan]:
+    """The pre-call flow's one look: the window loaded once and its plan.
+    `live`: a deleted conversation is not found (Conversation.DoesNotExist)."""
+    state = load_window(conversation_id, config, live=live)
+    return state, decide(state, config, now, emergency_applied=emergency_applied)
+
+
+def decide(
+    state: WindowState, config: CompactionConfig, now: datetime, *, emergency_applied: bool = False
 ) -> Plan:
-    """The plan for the next request. `first`: the plan whose results step
-    was executed, deciding again on the window it left; `adopted`: the
-    pre-built summary was taken meanwhile (the shift at the trigger it stands
-    for is made)."""
+    """The plan for the next request, decided on `state` at `now`;
+    `emergency_applied`: the flagged level was applied just before (the
+    flag is not looked at again)."""
     eager = config.COMPACTION_TIMING == "eager"
-    cold = first.cold if first else not eager and state.cache_is_cold(config, now)
-    tokens = first.tokens if first else state.context_tokens()
+    cold = not eager and state.cache_is_cold(config, now)
+    tokens = state.context_tokens()
     trigger = config.CONTEXT_TOKEN_THRESHOLD
     suffix_first = config.SUMMARY_REQUEST == "cached_suffix" and tokens >= trigger and not eager
     reasons = [EAGER] if eager else []
     if cold:
         reasons.append(COLD_CACHE)
     results = None
-    if first is None and (cold or tokens >= config.COMPACT_WATERMARK * trigger):
+    if cold or tokens >= config.COMPACT_WATERMARK * trigger:
         if suffix_first:
             reasons.append(SUFFIX_FIRST)
         else:
@@ -141,18 +229,22 @@ def decide(
                 state, config, free=cold or eager or tokens >= trigger, everything=cold
             )
     count = eager or cold
-    at_trigger = tokens >= trigger and not eager and not adopted
+    at_trigger = tokens >= trigger and not eager
     # A cold cache rewrites the prefix anyway: the worker's summary goes in, or
     # the model's summary of an offline split in place of the offline one.
     pending = state.meta.has_pending_summary or state.meta.offline_replacement is not None
-    adopt = cold and not adopted and pending
+    adopt = cold and pending
     if adopt:
         reasons.append(ADOPT_PENDING)
     worker_ahead = config.PREBUILD_IN_TURN and not eager and state.meta.worker_seen
     shift = _shift(state, config, eager=eager, count=count, at_trigger=at_trigger, reasons=reasons)
-    ask = worker_ahead and state.context_tokens() >= config.SOFT_WATERMARK * trigger
+    ask = worker_ahead and tokens >= config.SOFT_WATERMARK * trigger
     if ask:
         reasons.append(SOFT_WATERMARK)
+    elif worker_ahead and shift_within_latency(state, config):
+        ask = True
+        reasons.append(SHIFT_WITHIN_LATENCY)
+    window = MoveWindow(shift, ask, worker_ahead, eager, count, at_trigger, cold)
     return Plan(
         tokens=tokens,
         eager=eager,
@@ -166,6 +258,65 @@ def decide(
         ask_worker=ask,
         shift_in_sight=eager or shift_in_sight(state, config),
         reasons=tuple(reasons),
+        steps=_steps(state, results, window, adopt=adopt, emergency=not emergency_applied),
+    )
+
+
+def _steps(
+    state: WindowState, results: Results | None, window: MoveWindow, *, adopt: bool, emergency: bool
+) -> tuple[Step, ...]:
+    """The plan's steps, in the order the pre-call flow runs them."""
+    if emergency and state.meta.needs_emergency:
+        return (ApplyEmergency(),)
+    steps: list[Step] = []
+    usage = note_usage(state)
+    if usage is not None:
+        steps.append(usage)
+    # Below the trigger, no voluntary batch while the worker builds the shift that
+    # would rewrite it.
+    if results is not None and (
+        results.free or not (window.worker_ahead and awaiting_worker(state))
+    ):
+        steps.append(CompactResults(results))
+    # A results batch rewrites the prefix from its first result on: the model's
+    # summary of an offline split, if one is pending by then, replaces the
+    # offline one in the same rewrite.
+    batch = bool(steps) and isinstance(steps[-1], CompactResults)
+    if adopt or batch:
+        steps.append(AdoptPending(cold=adopt))
+    if batch or adopt or window.shift is not None or window.ask_worker:
+        steps.append(window)
+    if batch or adopt or window.shift is not None:
+        steps.append(WriteLedger())
+    return tuple(steps)
+
+
+def note_usage(state: WindowState) -> NoteUsage | None:
+    """The provider's count over our estimate of the same request, when it
+    moved by more than TOKEN_RATIO_DRIFT, so that sizes estimated after the
+    next compaction (when every count is stale) are scaled like the
+    provider's; a count the window set aside as implausible, not yet warned
+    of (the host's usage wiring is wrong)."""
+    measured = state.measured_token_ratio()
+    stored = state.meta.stored_token_ratio or 1.0
+    drifted = measured is not None and abs(measured - stored) > TOKEN_RATIO_DRIFT * stored
+    ratio = round(measured, 3) if measured is not None and drifted else None
+    implausible = None if state.meta.implausible_usage_warned else state.implausible_count()
+    if ratio is None and implausible is None:
+        return None
+    return NoteUsage(ratio, implausible)
+
+
+def awaiting_worker(state: WindowState) -> bool:
+    """The worker was asked for the summary of the current split and has
+    not answered yet: a voluntary compaction now would be rewritten by the
+    shift that summary brings, so it waits too."""
+    request = state.meta.prebuild_request
+    return (
+        state.meta.worker_seen
+        and "base" in request  # a dropped request keeps only the worker's latency
+        and request["base"] == state.through_id
+        and not request.get("answered")
     )
 
 
@@ -225,27 +376,50 @@ def tail_tokens(state: WindowState, plan: CompactionPlan) -> int:
     return sum(row.token_estimate for row in verbatim[first:])
 
 
-def early_shift(state: WindowState, config: CompactionConfig) -> Shift | None:
+def early_shift(state: WindowState, config: CompactionConfig, *, ahead: int = 0) -> Shift | None:
     """Past COMPACT_WATERMARK, shift the window before the trigger when it
     frees at least COMPACT_MIN_FREE_TOKENS and pays for itself (`step_pays`)
-    at what it costs: rewriting the context (the new summary leads it) and
-    the summarizer reading what it summarizes. None when it does not pay."""
-    if state.context_tokens() < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
+    at its own cost: rewriting the context (the new summary leads it), the
+    summarizer reading the summary it updates, and reading what it summarizes
+    only as far as the conversation would not pay it anyway: every message is
+    summarized once, whenever the shift comes, so a conversation that reaches
+    the trigger (`Outlook.reached`) pays that input at the forced shift
+    (docs/decision.rst, "The break-even rule"). None when it does not pay.
+    `ahead`: judged on the window grown by that many tokens, all of them
+    summarized by the shift (a pre-build keeps the same verbatim budget)."""
+    if state.context_tokens() + ahead < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
         return None
     budget, start = split_for(state, config, early=True)
     if start is None:
         return None
     system = state.tokens(state.system)
-    before = state.estimated_tokens() - system
-    summarized = sum(row.token_estimate for row in state.rows[:start])
+    before = state.estimated_tokens() - system + ahead
+    summarized = sum(row.token_estimate for row in state.rows[:start]) + ahead
     old_summary = state.tokens(state.summary)
     after = before - summarized + (old_summary or config.SUMMARY_ESTIMATE_TOKENS)
     prices = state.cache_prices
-    cost = step_cost(before, after, summarizer_input=summarized + old_summary, prices=prices)
+    anyway = outlook(state, config, Ledger.of(state.columns)).reached * summarized
+    own_input = old_summary + summarized - anyway
+    cost = step_cost(before, after, summarizer_input=round(own_input), prices=prices)
     pays = before - after >= config.COMPACT_MIN_FREE_TOKENS and step_pays(
         state, config, before - after, cost
     )
     return Shift("early", config.COMPACT_WATERMARK, False, budget, start) if pays else None
+
+
+def shift_within_latency(state: WindowState, config: CompactionConfig) -> bool:
+    """Whether a shift is due (at the trigger, or early because it pays) once
+    the window has grown by what it gains in one worker latency (the last
+    request's ask-to-answer time, `WindowState.growth_within`): asked for now,
+    the worker's summary is ready when the chat gets there, instead of one
+    latency later while the window goes on growing (docs/compaction.rst)."""
+    latency = float(state.meta.prebuild_request.get("took") or 0)
+    ahead = state.growth_within(latency)
+    if ahead <= 0:
+        return False
+    if state.context_tokens() + ahead >= config.CONTEXT_TOKEN_THRESHOLD:
+        return True
+    return early_shift(state, config, ahead=ahead) is not None
 
 
 def split_for(
@@ -255,34 +429,6 @@ def split_for(
     at a trigger, or `early`, before it (`verbatim_budget`)."""
     budget = verbatim_budget(state, config, early=early)
     return budget, choose_split(state.rows, config, budget=budget)
-
-
-def worker_split(state: WindowState, config: CompactionConfig, *, requested: bool) -> int | None:
-    """Where the summary the worker pre-builds now splits the window (None:
-    no summary to build). Asked by the pre-call hook inside a turn
-    (`requested`): the split it is heading for, early below the token
-    trigger, projected one worker latency ahead (the last request's
-    ask-to-answer time): it keeps verbatim what the shift would keep less
-    what the window gains until the summary is adopted, so the adopted shift
-    frees what a shift made then would. After an
-    exchange: past SOFT_WATERMARK of a trigger, the split a shift at the
-    trigger will take, projected (`anticipated_keep`); the count trigger
-    counts only with eager timing, since with cache-aware timing it waits
-    for a cold cache, which may never come, and a summary built for it
-    would be paid for and thrown away."""
-    if requested:
-        early = state.context_tokens() < config.CONTEXT_TOKEN_THRESHOLD
-        budget = verbatim_budget(state, config, early=early)
-        # Adopted one worker latency from now: what the window gains meanwhile
-        # stays verbatim beside what this split keeps, so it keeps that much less.
-        latency = float(state.meta.prebuild_request.get("took") or 0)
-        budget = max(budget - state.growth_within(latency), 0)
-        return choose_split(state.rows, config, budget=budget)
-    eager = config.COMPACTION_TIMING == "eager"
-    if not should_shift(state, config, share=config.SOFT_WATERMARK, count=eager):
-        return None
-    keep = anticipated_keep(state, config)
-    return choose_split(state.rows, config, keep_last=keep, budget=verbatim_budget(state, config))
 
 
 def shift_in_sight(state: WindowState, config: CompactionConfig) -> bool:
@@ -308,7 +454,7 @@ def step_pays(state: WindowState, config: CompactionConfig, freed: int, cost: fl
     conversation costs more than sending everything, even one that ends
     right after the step."""
     prices = state.cache_prices
-    ledger = Ledger.of(state.metadata)
+    ledger = Ledger.of(state.columns)
     return ledger.affords(state.rows, cost, prices) and (
         outlook(state, config, ledger).saves(freed, prices) >= cost
     )

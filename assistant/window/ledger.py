@@ -26,6 +26,7 @@ have, even if it ends right after the step."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +64,8 @@ class Ledger:
     calls: int = 0  # the model calls the conversation had made by `since`
 
     @classmethod
-    def of(cls, metadata: dict[str, Any]) -> Ledger:
-        value = metadata.get(MetadataKeys.CACHE_LEDGER) or {}
+    def of(cls, columns: Mapping[str, Any]) -> Ledger:
+        value = columns.get(MetadataKeys.CACHE_LEDGER) or {}
         return cls(
             float(value.get("balance", 0.0)),
             int(value.get("gap", 0)),
@@ -97,7 +98,7 @@ class Ledger:
         newest_id: int,
         prices: CachePrices = ANTHROPIC,
     ) -> dict[str, Any]:
-        """The metadata value once a step freed `freed` tokens at `cost`."""
+        """The stored value once a step freed `freed` tokens at `cost`."""
         return {
             "balance": round(self.balance_now(rows, prices) - cost, 1),
             "gap": self.gap + max(freed, 0),
@@ -138,6 +139,15 @@ class Outlook:
     kept: int
     calls: int
 
+    @property
+    def reached(self) -> float:
+        """The chance that the conversation reaches the trigger (0 with no call
+        made yet): its remaining calls memoryless with a mean of `calls`."""
+        if self.calls <= 0:
+            return 0.0
+        to_trigger = max(self.trigger - self.tokens, 0) / max(self.per_call, 1.0)
+        return math.exp(-to_trigger / self.calls)
+
     def saves(self, freed: int, prices: CachePrices = ANTHROPIC) -> float:
         """What freeing `freed` tokens now is expected to save: they are not
         read by the calls made before the trigger, and, if the conversation
@@ -145,8 +155,7 @@ class Outlook:
         tokens of growth later."""
         if self.calls <= 0:
             return 0.0
-        to_trigger = max(self.trigger - self.tokens, 0) / max(self.per_call, 1.0)
-        reached = math.exp(-to_trigger / self.calls)  # P(the conversation lasts that long)
+        reached = self.reached
         reads = prices.read * freed * self.calls * (1 - reached)  # E[min(calls left, to_trigger)]
         deferred = self.shift_cost * freed / max(self.trigger - self.kept, 1)
         return reads + reached * deferred

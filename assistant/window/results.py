@@ -104,7 +104,11 @@ def consumed_boundary(answer_ids: Iterable[int]) -> int:
 def consumed_tool_rows(rows: list[Message]) -> list[Message]:
     """The tool results of `rows` the model has read (`consumed_boundary`)."""
     boundary = consumed_boundary(row.pk for row in rows if row.role == Message.Role.ASSISTANT)
-    return [row for row in rows if row.role == Message.Role.TOOL and row.pk < boundary]
+    return [
+        row
+        for row in rows
+        if row.role == Message.Role.TOOL and row.pk < boundary and not row.pinned
+    ]
 
 
 def _older_duplicates(rows: list[Message], config: CompactionConfig) -> set[int]:

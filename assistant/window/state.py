@@ -26,7 +26,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from assistant.metadata_keys import ConversationMetadata
+from assistant.metadata_keys import STATE_FIELDS, ConversationMetadata
 from assistant.models import Conversation, Message, MessageQuerySet
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.text.tokens import (
@@ -38,6 +38,8 @@ from assistant.text.tokens import (
 from assistant.window.cost import chat_model
 from assistant.window.ledger import CachePrices, cache_prices
 
+# What labelling one pinned message in the pinned section adds ("[user m12, pinned]").
+PIN_FRAME_TOKENS = 8
 # The stored ratio is renewed only when the measured one moves by more than this share
 # of it (assistant.flows.precall): until then the provider may count up to this much more.
 TOKEN_RATIO_DRIFT = 0.1
@@ -55,7 +57,8 @@ def require_saved(conversation: Conversation) -> None:
 class WindowState:
     conversation_id: int
     system_prompt: str
-    metadata: dict[str, Any]
+    # The conversation's state columns as loaded (assistant.metadata_keys).
+    columns: dict[str, Any]
     # The settings of the call that loaded it: every size below uses them.
     config: CompactionConfig
     # The messages after the cutoff, oldest first, as the model sees them
@@ -65,6 +68,9 @@ class WindowState:
     system_rows: list[Message] = field(default_factory=list)
     # The user message of a turn the split falls inside, sent verbatim.
     anchor: Message | None = None
+    # Pinned messages at or before the split (not the anchor), oldest first: the
+    # pinned section of every request (assistant.window.context, docs/compaction.rst).
+    pinned_rows: list[Message] = field(default_factory=list)
     # Conversation.context_tokens (and its basis, `SizeBasis`) as loaded:
     # `store_size` writes only a change.
     stored_size: int | None = None
@@ -72,7 +78,7 @@ class WindowState:
 
     @property
     def meta(self) -> ConversationMetadata:
-        return ConversationMetadata(self.metadata)
+        return ConversationMetadata(self.columns)
 
     @property
     def summary(self) -> str | None:
@@ -100,7 +106,12 @@ class WindowState:
     def fixed_tokens(self) -> int:
         """System part and summaries: the leading part of every request."""
         summaries = self.tokens(self.parent_summary) + self.tokens(self.summary)
-        return self.tokens(self.system) + summaries
+        return self.tokens(self.system) + summaries + self.pinned_tokens
+
+    @property
+    def pinned_tokens(self) -> int:
+        """The pinned section: each pinned message below the split and its label."""
+        return sum(row.token_estimate + PIN_FRAME_TOKENS for row in self.pinned_rows)
 
     @property
     def verbatim(self) -> list[Message]:
@@ -217,14 +228,15 @@ class WindowState:
         return None
 
     def growth_within(self, seconds: float) -> int:
-        """The tokens the window gains in `seconds`, at the rate it grew from its
-        first message to its newest (0: no such span)."""
+        """The tokens the window gains in `seconds`, at the rate messages arrived
+        from its first message to its newest, each at its size on arrival (its
+        original's, compacted since or not; 0: no such span)."""
         if seconds <= 0 or len(self.rows) < 2:
             return 0
         span = (self.rows[-1].created_at - self.rows[0].created_at).total_seconds()
         if span <= 0:
             return 0
-        grown = sum(row.token_estimate for row in self.rows[1:])
+        grown = sum(max(row.token_estimate, row.original_token_estimate) for row in self.rows[1:])
         return math.ceil(grown * seconds / span)
 
     def cache_is_cold(self, config: CompactionConfig | None = None, now=None) -> bool:
@@ -243,11 +255,13 @@ def load_window(
     config: CompactionConfig | None = None,
     *,
     through_id: int | None = None,
+    live: bool = False,
 ) -> WindowState:
-    """Read the conversation's metadata and its window fresh from the
+    """Read the conversation's state and its window fresh from the
     database (never from a possibly stale in-memory object): two queries.
-    `config`: the caller's settings (read here only when it has none)."""
-    return _load(conversation_id, config, through_id, MessageQuerySet.model_view)
+    `config`: the caller's settings (read here only when it has none).
+    `live`: a deleted conversation is not found (Conversation.DoesNotExist)."""
+    return _load(conversation_id, config, through_id, MessageQuerySet.model_view, live)
 
 
 def context_size(conversation_id: int, config: CompactionConfig | None = None) -> int:
@@ -286,6 +300,8 @@ class SizeRow(NamedTuple):
     cache_read_tokens: int | None
     cache_write_tokens: int | None
     model_content: str  # a system message's text; "" for the others
+    provider_live: bool  # Message.provider_live
+    pinned: bool
 
     # The same rule, on these fields (mypy takes only fields and defs in a NamedTuple).
     prompt_tokens = Message.prompt_tokens  # type: ignore[misc]
@@ -300,14 +316,16 @@ def _load(
     config: CompactionConfig | None,
     through_id: int | None,
     view: Callable[[MessageQuerySet], Iterable[Any]],  # Messages, or SizeRows
+    live: bool = False,
 ) -> WindowState:
-    values = Conversation.objects.values(
-        "system_prompt", "metadata", "context_tokens", "context_estimate", "context_counted"
+    rows = Conversation.objects.filter(deleted_at__isnull=True) if live else Conversation.objects
+    values = rows.values(
+        "system_prompt", "context_tokens", "context_estimate", "context_counted", *STATE_FIELDS
     ).get(pk=conversation_id)
     state = WindowState(
         conversation_id,
         values["system_prompt"],
-        values["metadata"] or {},
+        {name: values[name] for name in STATE_FIELDS},
         config or compaction_config(),
         stored_size=values["context_tokens"],
         stored_basis=(values["context_estimate"], values["context_counted"]),
@@ -316,7 +334,7 @@ def _load(
     anchor_id = state.meta.anchor_id
     rows = Message.objects.filter(conversation_id=conversation_id)
     if cutoff is not None:
-        wanted = Q(id__gt=cutoff) | Q(role=Message.Role.SYSTEM)
+        wanted = Q(id__gt=cutoff) | Q(role=Message.Role.SYSTEM) | Q(pinned=True)
         if anchor_id is not None and through_id is None:
             wanted |= Q(id=anchor_id)
         rows = rows.filter(wanted)
@@ -324,10 +342,27 @@ def _load(
         if row.role == Message.Role.SYSTEM:
             state.system_rows.append(row)
         elif cutoff is not None and row.pk <= cutoff:
-            state.anchor = row
+            if row.pk == anchor_id and through_id is None:
+                state.anchor = row
+            else:
+                state.pinned_rows.append(row)
         else:
             state.rows.append(row)
+    _start_at_provider_compaction(state)
     return state
+
+
+def _start_at_provider_compaction(state: WindowState) -> None:
+    """The window starts at the newest message carrying the provider's compaction with a
+    summary (docs/provider-compaction.rst): it stands for everything before it."""
+    starts = [index for index, row in enumerate(state.rows) if row.provider_live]
+    if starts:
+        # A pinned message is never compacted away: the pinned section carries it.
+        cut = [state.anchor, *state.rows[: starts[-1]]]
+        state.pinned_rows.extend(row for row in cut if row is not None and row.pinned)
+        state.pinned_rows.sort(key=lambda row: row.pk)
+        state.rows = state.rows[starts[-1] :]
+        state.anchor = None
 
 
 def store_size(state: WindowState) -> int:
@@ -343,7 +378,7 @@ def store_size(state: WindowState) -> int:
 
 
 def add_to_size(live: QuerySet[Conversation], message: Message, **updates: Any) -> int:
-    """Add a message just stored to its conversation's stored size (`SizeBasis`)
+    """Add a message being stored to its conversation's stored size (`SizeBasis`)
     in one UPDATE of `live`, with `updates`, without measuring the window.
     0 when the basis does not allow it (unknown, not counted, a system message,
     an implausible count): the caller measures the window then."""

@@ -21,6 +21,12 @@ class Command(BaseCommand):
         parser.add_argument("conversation_id")
         parser.add_argument("--level", type=int, default=0, help="0 (default), 1 or 2")
         parser.add_argument(
+            "--instructions",
+            default="",
+            help="Added to the prompt of every summary this run makes (after "
+            "SUMMARY_INSTRUCTIONS), e.g. what to keep.",
+        )
+        parser.add_argument(
             "--dry-run",
             action="store_true",
             help="Report what would be compacted, change nothing, call no model.",
@@ -37,12 +43,16 @@ class Command(BaseCommand):
         if options["dry_run"]:
             self._report_plan(conversation, level)
             return
+        instructions = options["instructions"]
         if level == 0:
-            changed = services.compact_tool_results(conversation)
-            services.ensure_context_summary(conversation)
+            changed = services.compact_tool_results(conversation, instructions=instructions)
+            with services.call_instructions(instructions):
+                services.ensure_context_summary(conversation)
             what = f"{changed} tool result(s) compacted or stubbed"
         else:
-            shrank = services.emergency_compact(conversation, level=level)
+            shrank = services.emergency_compact(
+                conversation, level=level, instructions=instructions
+            )
             what = f"emergency level {level} {'shrank' if shrank else 'did not shrink'} the context"
         after = services.context_tokens(conversation)
         self.stdout.write(

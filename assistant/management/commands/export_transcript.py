@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from assistant.management.commands._common import get_conversation
+from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
 
 _FIELDS = (
@@ -82,6 +83,7 @@ def export_transcript(conversation: Conversation, stream: IO[str], *, progress: 
                 "system_prompt": conversation.system_prompt,
                 "parent_conversation": conversation.parent_conversation_id,
                 "metadata": conversation.metadata,
+                "state": held_state(conversation),
                 "created_at": conversation.created_at,
                 "messages": total,
             }
