@@ -45,9 +45,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser:
 	command -v chromium >/dev/null || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
 
-## test: set up, build the docs (warnings are errors), check PostgreSQL and Redis answer, run the suite
+## test: set up, check PostgreSQL and Redis answer, run the suite (in two processes: pytest.ini);
+## tests/test_api_reference.py builds the docs as `make docs` does (warnings are errors)
 test: $(VENV)/.dev $(VENV)/.docs browser
-	$(MAKE) docs
 	DJANGO_SETTINGS_MODULE=config.test_settings $(PY) manage.py check_services
 	$(VENV)/bin/pytest
 

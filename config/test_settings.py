@@ -2,9 +2,18 @@
 
 TEST_DATABASE_URL and TEST_REDIS_URL point the suite elsewhere (for example
 at `docker compose up -d postgres redis`).
+
+The suite runs in pytest-xdist workers (pytest.ini): pytest-django gives each
+worker a test database of its own (the name suffixed `_gw0`, `_gw1`...), and
+the Redis database here is TEST_REDIS_URL's plus the worker's number, so each
+worker's broker, result backend and Celery workers (threads, subprocesses and
+the packaged host's, which all read these settings) see only its own queues.
 """
 
 import os
+from urllib.parse import urlsplit, urlunsplit
+
+from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_database, env_float, env_str
 
@@ -16,12 +25,35 @@ os.environ.setdefault("CELERY_TASK_SOFT_TIME_LIMIT", "15")
 
 from config.settings import *  # noqa: F403
 
+# Redis's default `databases 16`: the numbers a worker may take are 0-15.
+REDIS_DATABASES = 16
+
+
+def worker_redis_url(url: str, worker: str) -> str:
+    """`url` with its database number moved up by the xdist worker's number
+    (`gw1` -> +1); `url` itself outside xdist."""
+    if not worker:
+        return url
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    number = base + int(worker.removeprefix("gw"))
+    if number >= REDIS_DATABASES:
+        raise ImproperlyConfigured(
+            f"TEST_REDIS_URL {url!r}: xdist worker {worker} would use Redis database "
+            f"{number}; point TEST_REDIS_URL at a lower database or run fewer workers (-n)"
+        )
+    return urlunsplit(parts._replace(path=f"/{number}"))
+
+
 DATABASES = {
     "default": env_database("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 }
 DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", "test_assistant")}
 
-REDIS_URL = env_str("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# Database 14, and 15 for the second xdist worker.
+REDIS_URL = worker_redis_url(
+    env_str("TEST_REDIS_URL", "redis://127.0.0.1:6379/14"), env_str("PYTEST_XDIST_WORKER")
+)
 CELERY_BROKER_URL = REDIS_URL
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": 30,
