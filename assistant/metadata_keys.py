@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import models
+
 
 class MetadataKeys:
     """The names of the state columns of `Conversation` (deprecated name: they
@@ -123,6 +125,64 @@ SIZE_STATE = frozenset(
         MetadataKeys.TOKEN_RATIO,
     }
 )
+
+
+class WindowStateColumns(models.Model):
+    """The window's own state, as columns of `Conversation` (which inherits
+    them): typed, loaded with the row, written by assistant.store.state alone."""
+
+    # The window's own state (docs/architecture.rst, "Conversation state"):
+    # written only through assistant.store.state; `metadata` is the host's.
+    # The cached window summary, the id of the last message it covers (the
+    # split), the turn's user message sent verbatim when the split falls
+    # inside a turn (the anchor), and the artifact index of what it covers.
+    compaction_summary = models.TextField(null=True, blank=True)  # noqa: DJ001 (NULL = none)
+    compaction_through_message_id = models.BigIntegerField(null=True, blank=True)
+    compaction_anchor_message_id = models.BigIntegerField(null=True, blank=True)
+    artifact_index = models.JSONField(null=True, blank=True)
+    # A fork's summary of its parent, the parent's message it branched at (a
+    # continuation: the parent's last message it continues), the tool services
+    # it was given, and whether its summary is still to be made.
+    parent_conversation_summary = models.TextField(null=True, blank=True)  # noqa: DJ001
+    fork_message_id = models.BigIntegerField(null=True, blank=True)
+    fork_through_message_id = models.BigIntegerField(null=True, blank=True)
+    tool_services = models.JSONField(default=list, blank=True, db_default=[])
+    summary_deferred = models.BooleanField(default=False, db_default=False)
+    # A summary pre-built by the worker: its text, the split it covers, the split
+    # it was built on (base), its anchor, its artifact index and what it cost.
+    pending_summary = models.TextField(null=True, blank=True)  # noqa: DJ001 (NULL = none)
+    pending_through_message_id = models.BigIntegerField(null=True, blank=True)
+    pending_base_message_id = models.BigIntegerField(null=True, blank=True)
+    pending_anchor_message_id = models.BigIntegerField(null=True, blank=True)
+    pending_artifact_index = models.JSONField(null=True, blank=True)
+    pending_usage = models.JSONField(null=True, blank=True)
+    # A shift the offline summarizer wrote for a late or stalled holder
+    # ({"base", "through", "previous", "awaits_holder"}).
+    offline_shift = models.JSONField(null=True, blank=True)
+    # A summary attempt that failed: {"through", "attempts", "retry_at"}.
+    summary_failure = models.JSONField(null=True, blank=True)
+    # A provider reported more input tokens than the model's window.
+    needs_emergency_compaction = models.BooleanField(default=False, db_default=False)
+    # Provider counts reported at or before this message id predate the last
+    # compaction of the context (0: none).
+    context_epoch_message_id = models.BigIntegerField(default=0, db_default=0)
+    # The provider's count of a request over our estimate of it (NULL: never measured).
+    token_ratio = models.FloatField(null=True, blank=True)
+    # A provider count far below our estimate was logged: warned once.
+    implausible_usage_warned = models.BooleanField(default=False, db_default=False)
+    # Tool results up to this id have been looked at by the post-exchange worker.
+    tool_results_processed_through = models.BigIntegerField(default=0, db_default=0)
+    # What compaction has saved under prompt caching (assistant.window.ledger).
+    cache_ledger = models.JSONField(null=True, blank=True)
+    # The tool specs the last chat_step sent, as JSON text (assistant.chat).
+    chat_tools = models.TextField(null=True, blank=True)  # noqa: DJ001 (NULL = none)
+    # The pre-call hook's request for the next summary ({"base", "at", ...}), and
+    # when a Celery worker last ran this conversation's work (epoch seconds).
+    prebuild_request = models.JSONField(null=True, blank=True)
+    worker_seen_at = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
 
 
 class StateOf(Mapping[str, Any]):

@@ -35,7 +35,8 @@ from assistant.models import Conversation, Message, SummaryVersion
 from assistant.recall import run_tool_call, tool_definitions
 from assistant.store.deletion import mark_deleted, require_live, restore_deleted
 from assistant.store.events import acting_as
-from assistant.store.history import add_message, finish_exchange
+from assistant.store.exchanges import finish_exchange
+from assistant.store.history import add_message
 from assistant.store.queue import enqueue_on_commit
 from assistant.store.summaries import correct_summary as _correct
 from assistant.store.summaries import revert_summary as _revert

@@ -237,7 +237,7 @@ def test_the_sweep_does_not_enqueue_work_already_queued(
 ):
     """During a backlog every sweep finds the same unprocessed exchanges:
     each is queued once, however many sweeps run, until its task starts."""
-    from assistant.store.history import finish_exchange
+    from assistant.store.exchanges import finish_exchange
     from assistant.store.queue import POST_EXCHANGE_TASK, task_started
 
     ids = [

@@ -42,25 +42,27 @@ def test_real_session_replays_with_well_formed_requests_and_every_original_kept(
 
 
 @pytest.mark.django_db
-def test_the_reference_replay_is_well_formed_in_a_known_number_of_queries():
+def test_the_reference_replay_is_well_formed_in_a_known_number_of_queries(settings):
     # Each stored message adds to the conversation's stored size (no window
     # measured again), taking the row's lock with that one UPDATE before its
     # INSERT, and a tool result reads its call with its answer: 3,909 statements
-    # at first, 3,415 with issue 33b's reads, 2,695 with typed state (7.5 per stored message).
+    # at first, 3,415 with issue 33b's reads, 2,663 now (7.4 per stored message).
     # Per message: SAVEPOINT, UPDATE, INSERT, RELEASE; a tool result reads its
     # call; a model call runs the hook (the window, found live: 2) and
     # build_context (2); the post-exchange pipeline reads the duplicates of all
     # new results at once; the hook writes the cost ledger once per call. Each
-    # of the five window summaries also reads the user's language (issue 40: the
-    # start of the newest user messages, one query) and keeps its version (one INSERT).
-    # Issue 39's rules change which steps the replay takes: the names listed under
-    # truncated results and kept by the artifact index, the early shift's own cost.
+    # window summary also reads the user's language (one query) and keeps its
+    # version (one INSERT). A few statements depend on what ran before in the
+    # process (first-use lookups), so the bound leaves 1% over the figure alone.
+    # A summary that misses the chat's deadline on a loaded machine takes the
+    # offline path (other statements): the deadline is out of this count's way.
+    settings.ASSISTANT_COMPACTION = {"SUMMARY_CHAT_DEADLINE_SECONDS": 600}
     with CaptureQueriesContext(connection) as queries:
         conversation, problems, _ = replay(REFERENCE.name, REFERENCE.messages)
 
     assert_well_formed_and_kept(REFERENCE, conversation, problems)
     assert len(REFERENCE.messages) == 358
-    assert len(queries) == 2_695
+    assert 2_600 <= len(queries) <= 2_690
 
 
 def assert_well_formed_and_kept(session, conversation, problems) -> None:

@@ -25,7 +25,6 @@ from assistant.ops import telemetry
 from assistant.settings.conf import compaction_config
 from assistant.store import provider_compaction
 from assistant.store.deletion import deleted_error, live
-from assistant.store.queue import POST_EXCHANGE_TASK, enqueue_on_commit
 from assistant.text.blocks import blocks_tokens, has_media, validate_blocks
 from assistant.text.tokens import estimate_message_tokens
 from assistant.window import add_to_size, measure_size, require_saved
@@ -63,25 +62,14 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
     if unknown:
         raise TypeError(f"add_message() got unexpected fields: {', '.join(sorted(unknown))}")
     require_saved(conversation)
-    if role not in Message.Role.values:
-        raise ValidationError(
-            f"Unknown role {role!r}: expected one of {', '.join(Message.Role.values)}.",
-            code="invalid_role",
-        )
+    _validate_role(role)
     _validate_content(content)
     if role != Message.Role.TOOL:
         _check_no_tool_fields(role, fields)
     metadata = _validated_metadata(fields.get("metadata"))
     tool_calls = _validated_tool_calls(role, fields.get("tool_calls"))
     blocks = validate_blocks(role, fields.get("blocks"), compaction_config().MAX_CONTENT_BYTES)
-    if role in _NEEDS_CONTENT and not content.strip() and not has_media(blocks):
-        # A model answer is stored as it came, even with nothing in it (Claude may end a
-        # turn with only thinking, or no content at all): the converters leave such an
-        # answer out of requests. A user or system message with nothing is a host's bug.
-        raise ValidationError(
-            f"An empty {role} message (no text, no image or document) cannot be stored.",
-            code="empty_message",
-        )
+    _require_something(role, content, blocks)
     usage = {name: _validated_count(name, fields.get(name)) for name in _USAGE_FIELDS}
     compaction = provider_compaction.validated(fields.get("provider_compaction"))
     answered_by = {name: _validated_name(name, fields.get(name)) for name in _ANSWERED_BY}
@@ -119,6 +107,23 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
     if role == Message.Role.ASSISTANT and message.input_tokens is not None:
         _record_usage(message, metadata)
     return message
+
+
+def _validate_role(role: str) -> None:
+    if role not in Message.Role.values:
+        expected = ", ".join(Message.Role.values)
+        message = f"Unknown role {role!r}: expected one of {expected}."
+        raise ValidationError(message, code="invalid_role")
+
+
+def _require_something(role: str, content: str, blocks: list | None) -> None:
+    # A model answer is stored as it came, even empty (Claude may end a turn with only
+    # thinking): the converters leave it out. An empty user or system message is a bug.
+    if role in _NEEDS_CONTENT and not content.strip() and not has_media(blocks):
+        raise ValidationError(
+            f"An empty {role} message (no text, no image or document) cannot be stored.",
+            code="empty_message",
+        )
 
 
 def _record_usage(message: Message, metadata: dict[str, Any]) -> None:
@@ -168,17 +173,6 @@ def _store_measured_size(conversation: Conversation, live: QuerySet[Conversation
     )
     if not stored:
         raise deleted_error(conversation.pk)
-
-
-def finish_exchange(conversation: Conversation) -> None:
-    """Mark an exchange complete and enqueue the post-exchange work once the
-    surrounding transaction commits (nothing is enqueued on rollback). A
-    deleted or purged conversation is refused (`conversation_deleted`): no
-    stamp, no task."""
-    require_saved(conversation)
-    if not live(conversation.pk).update(last_exchange_at=timezone.now()):
-        raise deleted_error(conversation.pk)
-    enqueue_on_commit(POST_EXCHANGE_TASK, conversation.pk)
 
 
 def _check_no_tool_fields(role: str, fields: dict[str, Any]) -> None:
