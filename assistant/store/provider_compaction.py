@@ -50,7 +50,8 @@ def block_tokens(stored: dict[str, Any] | None) -> int:
         return 0
     block = stored["block"]
     text = block.get("content") or block.get("encrypted_content") or summary_text(stored)
-    return estimate_tokens(str(text)) + estimate_tokens(json.dumps(stored.get("retained") or []))
+    retained = stored.get("retained")  # the user messages responses.compact kept
+    return estimate_tokens(str(text)) + (estimate_tokens(json.dumps(retained)) if retained else 0)
 
 
 def attach(message: Message, stored: dict[str, Any]) -> None:
