@@ -25,7 +25,7 @@ from assistant.settings.conf import compaction_config
 from assistant.store.provider_compaction import validated
 from assistant.testing.fake_compaction import ANTHROPIC_COMPACTION, SUMMARY_TOKENS, signature
 from assistant.testing.fake_openai import RESPONSES_COMPACT
-from assistant.testing.fake_provider import FakeProvider, ok, overloaded, prompt_tokens
+from assistant.testing.fake_provider import FakeProvider, ok, overloaded, prompt_tokens, raw
 from assistant.window.cost import conversation_cost, price_of
 
 pytestmark = pytest.mark.django_db
@@ -363,6 +363,22 @@ def test_auto_on_responses_falls_back_to_our_shift_when_compact_fails(
 ):
     app_openai_client(settings, fake_llm, LLM_MAX_RETRIES=0)
     fake_llm.script(RESPONSES_COMPACT, overloaded(), repeat=True)  # OpenAI's 503 body
+    responses_turns(fake_llm, conversation)
+
+    assert fake_llm.count(RESPONSES_COMPACT) > 0
+    assert CompactionEvent.objects.filter(conversation=conversation, kind="window_summary").exists()
+    assert not Message.objects.filter(
+        conversation=conversation, provider_compaction__isnull=False
+    ).exists()
+
+
+def test_auto_on_responses_falls_back_to_our_shift_when_compact_returns_no_item(
+    fake_llm, conversation, settings
+):
+    app_openai_client(settings, fake_llm)
+    usage = {"input_tokens": 100, "output_tokens": 0, "total_tokens": 100}
+    empty = {"id": "resp_1", "object": "response.compaction", "created_at": 0, "output": []}
+    fake_llm.script(RESPONSES_COMPACT, raw(200, {**empty, "usage": usage}), repeat=True)
     responses_turns(fake_llm, conversation)
 
     assert fake_llm.count(RESPONSES_COMPACT) > 0
