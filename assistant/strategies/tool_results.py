@@ -31,12 +31,14 @@ from assistant.text.tokens import estimate_tokens
 from assistant.text.truncation import KEEP_VERBATIM, truncate_tool_result
 from assistant.window import (
     CompactionPlan,
+    WindowState,
     canonical_arguments,
     compacted_ceiling_tokens,
     consumed_boundary,
     load_window,
     plan_compaction,
     refresh_size,
+    refreshed_window,
     stub_text,
 )
 
@@ -136,13 +138,29 @@ def apply_plan(conversation_id: int, plan: CompactionPlan, config: CompactionCon
     """Make the model see the planned compactions: prepared texts where the
     worker made them, computed now otherwise; each result committed with its
     audit row, so an interrupted run keeps what it did and loses nothing."""
+    count = _apply(conversation_id, plan, config)
+    if count:
+        _mark_context_changed(conversation_id)
+    return count
+
+
+def apply_plan_window(
+    conversation_id: int, plan: CompactionPlan, config: CompactionConfig
+) -> WindowState | None:
+    """`apply_plan` for the pre-call hook: the window it left (loaded once, its
+    size stored), None when it changed nothing."""
+    if not _apply(conversation_id, plan, config):
+        return None
+    _mark_epoch(conversation_id)
+    return refreshed_window(conversation_id, config)
+
+
+def _apply(conversation_id: int, plan: CompactionPlan, config: CompactionConfig) -> int:
     if not plan:
         return 0
     count = _stub(conversation_id, plan.stub)
     for row in plan.compact:
         count += _compact_one(conversation_id, row, config)
-    if count:
-        _mark_context_changed(conversation_id)
     return count
 
 
@@ -372,12 +390,16 @@ def _mark_context_changed(conversation_id: int) -> int:
     """Provider counts reported so far described the context before this
     compaction; from the latest message on, estimates fill in until a new one.
     Returns the context's size now."""
+    _mark_epoch(conversation_id)
+    return refresh_size(conversation_id)
+
+
+def _mark_epoch(conversation_id: int) -> None:
     latest = Message.objects.filter(conversation_id=conversation_id).aggregate(last=Max("id"))
     write_state(
         Conversation.objects.filter(pk=conversation_id),
         {MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: latest["last"] or 0},
     )
-    return refresh_size(conversation_id)
 
 
 def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = False) -> int:
