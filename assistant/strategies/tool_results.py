@@ -88,7 +88,7 @@ def compactable_count(
     min_chars: int | None = None,
 ) -> int:
     """How many tool results `compact_tool_results` would compact or stub now
-    (its preview): the planned ones that would shrink, as `_compact_one`
+    (its preview): the planned ones that would shrink, as `_compact_batch`
     judges them (a result no shorter once compacted stays as it is). A result
     whose policy summarizes it counts when it is larger than any truncation:
     a summary's length is known only once the summarizer wrote it."""
@@ -136,8 +136,8 @@ def prepare_tool_results(conversation: Conversation) -> int:
 
 def apply_plan(conversation_id: int, plan: CompactionPlan, config: CompactionConfig) -> int:
     """Make the model see the planned compactions: prepared texts where the
-    worker made them, computed now otherwise; each result committed with its
-    audit row, so an interrupted run keeps what it did and loses nothing."""
+    worker made them, computed now otherwise; each result with its audit row
+    (`_compact_batch`: an interrupted run loses nothing, and keeps what it paid for)."""
     count = _apply(conversation_id, plan, config)
     if count:
         _mark_context_changed(conversation_id)
@@ -159,8 +159,8 @@ def _apply(conversation_id: int, plan: CompactionPlan, config: CompactionConfig)
     if not plan:
         return 0
     count = _stub(conversation_id, plan.stub)
-    for row in plan.compact:
-        count += _compact_one(conversation_id, row, config)
+    if plan.compact:
+        count += _compact_batch(conversation_id, plan.compact, config)
     return count
 
 
@@ -252,42 +252,85 @@ def _with_older_duplicates(conversation_id: int, rows: list[Message]) -> list[Me
     return sorted([*older, *rows], key=lambda row: row.pk)
 
 
-def _compact_one(conversation_id: int, row: Message, config: CompactionConfig) -> int:
-    """Compact one result (any LLM call happens before the transaction)."""
-    with stopwatch() as elapsed:
-        if row.prepared_compaction and row.prepared_compaction != Message.Compaction.DEDUPLICATED:
-            prepared = Message.objects.values_list("prepared_content", flat=True).get(pk=row.pk)
-            text, kind, model = prepared, row.prepared_compaction, ""
-        else:
-            original = Message.objects.only(
-                "conversation_id", "content", "tool_name", "tool_call_id"
-            ).get(pk=row.pk)
-            text, kind, model = _compacted_text(original, config)
+def _compact_batch(conversation_id: int, rows: list[Message], config: CompactionConfig) -> int:
+    """Compact these results, each with its own audit row and duration: the
+    prepared texts read in one query and written in one transaction (an
+    interrupted batch loses nothing: the originals stay); a result summarized
+    now is committed right after its LLM call, so a killed run keeps what
+    it paid for."""
+    with_prepared = [row.pk for row in rows if _uses_prepared(row)]
+    prepared = dict(
+        Message.objects.filter(pk__in=with_prepared).values_list("pk", "prepared_content")
+        if with_prepared
+        else []
+    )
+    writes, count = [], 0
+    for row in rows:
+        with stopwatch() as made:
+            text, kind, model = _text_for(row, prepared, config)
         tokens = estimate_tokens(text) + row.blocks_tokens
         if tokens >= row.token_estimate:
-            return 0  # never replace a result by something as long or longer
-        with transaction.atomic():
-            # Conditional: a concurrent run that got there first wins.
-            updated = Message.objects.filter(pk=row.pk, compaction="", pinned=False).update(
-                compacted_content=text,
-                compaction=kind,
-                compacted_at=timezone.now(),
-                token_estimate=tokens,
-                prepared_content=None,
-                prepared_compaction="",
-                prepared_token_estimate=None,
-            )
-            if updated:
-                record_compaction(
-                    conversation_id,
-                    CompactionEvent.Kind.TOOL_RESULTS,
-                    tokens_before=row.token_estimate,
-                    tokens_after=tokens,
-                    messages_affected=1,
-                    duration_ms=elapsed.ms,
-                    summarizer_model=model,
-                    details={"message_id": row.pk},
+            continue  # never replace a result by something as long or longer
+        if kind == Message.Compaction.SUMMARIZED and prepared.get(row.pk) is None:
+            with transaction.atomic():
+                count += _write_compacted(
+                    conversation_id, row, (text, kind, model), tokens, made.ms
                 )
+        else:
+            writes.append((row, text, kind, model, tokens, made.ms))
+    if not writes:
+        return count
+    with transaction.atomic():
+        for row, text, kind, model, tokens, made_ms in writes:
+            count += _write_compacted(conversation_id, row, (text, kind, model), tokens, made_ms)
+    return count
+
+
+def _uses_prepared(row: Message) -> bool:
+    return bool(row.prepared_compaction) and (
+        row.prepared_compaction != Message.Compaction.DEDUPLICATED
+    )
+
+
+def _text_for(
+    row: Message, prepared: dict[int, str | None], config: CompactionConfig
+) -> tuple[str, str, str]:
+    """(text, kind, summarizer model): the worker's prepared text, else made now."""
+    text = prepared.get(row.pk)
+    if _uses_prepared(row) and text is not None:
+        return text, row.prepared_compaction, ""
+    original = Message.objects.only("conversation_id", "content", "tool_name", "tool_call_id").get(
+        pk=row.pk
+    )
+    return _compacted_text(original, config)
+
+
+def _write_compacted(
+    conversation_id: int, row: Message, made: tuple[str, str, str], tokens: int, made_ms: int
+) -> int:
+    text, kind, model = made
+    with stopwatch() as elapsed:
+        # Conditional: a concurrent run that got there first wins.
+        updated = Message.objects.filter(pk=row.pk, compaction="", pinned=False).update(
+            compacted_content=text,
+            compaction=kind,
+            compacted_at=timezone.now(),
+            token_estimate=tokens,
+            prepared_content=None,
+            prepared_compaction="",
+            prepared_token_estimate=None,
+        )
+    if updated:
+        record_compaction(
+            conversation_id,
+            CompactionEvent.Kind.TOOL_RESULTS,
+            tokens_before=row.token_estimate,
+            tokens_after=tokens,
+            messages_affected=1,
+            duration_ms=made_ms + elapsed.ms,
+            summarizer_model=model,
+            details={"message_id": row.pk},
+        )
     return updated
 
 
