@@ -3,6 +3,7 @@ and the frontier (bench/frontier.py) read. Pure Python."""
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,3 +56,9 @@ class Outcome:
             "error": self.error,
             "seconds": round(self.seconds, 2),
         }
+
+
+def failure_text(exc: BaseException) -> str:
+    """An exception as one line: its type, message and where it was raised."""
+    last = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{type(exc).__name__}: {exc} ({last.filename.rsplit('/', 1)[-1]}:{last.lineno})"

@@ -22,6 +22,7 @@ Import after django.setup().
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.conf import settings
@@ -41,6 +42,7 @@ from assistant.window.decision import Shift
 from bench.chat import finish_turn, store
 from bench.fake_summarizer import FakeSummarizer, count_tokens
 from bench.measures import price_recalls, use_fake
+from bench.outcome import Outcome, failure_text
 from bench.payload import CACHE_READ, CostMeter, neutral_tokens, payload_tokens
 from bench.server_compaction import DEFAULT_PROMPT
 from bench.sessions import OURS_AUTO, OURS_PROVIDER, SYSTEM_PROMPT, Session
@@ -152,3 +154,23 @@ def _model_call(
     server.previous = figures.tokens
     fields["input_tokens"] = figures.tokens
     return fields
+
+
+def replay_under_provider(session: Session, name: str) -> Outcome:
+    """Ours under PROVIDER_COMPACTION (bench/provider_replay.py): `name` is
+    OURS_PROVIDER or OURS_AUTO; the emulated compaction iterations are its summarizer
+    cost."""
+    outcome = Outcome(name, session.name, CostMeter())
+    server = EmulatedServer(FakeSummarizer())
+    started = time.perf_counter()
+    try:
+        replay(session, name, outcome.meter, server)
+    except Exception as exc:  # reported per conversation, the run goes on
+        outcome.error = failure_text(exc)
+    outcome.summarizer = server.summarizer.totals()
+    # The compaction iterations as the server prices them, our own summaries at 1.0x.
+    ours = sum(v.get("input_tokens", 0) for k, v in outcome.summarizer.items() if k != "compaction")
+    outcome.summarizer_cost = server.cost + ours
+    outcome.counters = {"compactions": server.compactions}
+    outcome.seconds = time.perf_counter() - started
+    return outcome

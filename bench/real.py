@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
@@ -49,9 +48,9 @@ from bench.complexity_trap import Hybrid, ObservationMasking
 from bench.fake_summarizer import SUFFIX, FakeSummarizer
 from bench.measures import price_recalls, use_fake
 from bench.openhands import OpenHandsCondenser
-from bench.outcome import Outcome
+from bench.outcome import Outcome, failure_text
 from bench.payload import CostMeter, Rates, neutral_tokens
-from bench.provider_replay import EmulatedServer
+from bench.provider_replay import replay_under_provider
 from bench.server_compaction import ServerCompaction
 from bench.sessions import (
     COMPACT,
@@ -74,11 +73,6 @@ def newest(session: Session, index: int) -> int:
     return sum(neutral_tokens(m) for m in session.newest_step(index))
 
 
-def _failed(exc: BaseException) -> str:
-    last = traceback.extract_tb(exc.__traceback__)[-1]
-    return f"{type(exc).__name__}: {exc} ({last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
-
-
 def replay_in_memory(session: Session, strategy: Strategy, summarizer: FakeSummarizer) -> Outcome:
     outcome = Outcome(strategy.name, session.name, CostMeter())
     started = time.perf_counter()
@@ -94,7 +88,7 @@ def replay_in_memory(session: Session, strategy: Strategy, summarizer: FakeSumma
             if index in ends:
                 strategy.end_turn(session.messages[: index + 1])
     except Exception as exc:  # reported per conversation, the run goes on
-        outcome.error = _failed(exc)
+        outcome.error = failure_text(exc)
     outcome.summarizer = summarizer.totals()
     outcome.summarizer_cost = getattr(strategy, "summarizer_cost", None)
     outcome.counters = {
@@ -209,7 +203,7 @@ def replay_ours(
                     finish_turn(conversation)
                     price_suffix_requests()
         except Exception as exc:  # reported per conversation, the run goes on
-            outcome.error = _failed(exc)
+            outcome.error = failure_text(exc)
     outcome.summarizer = summarizer.totals()
     if summarizer.cached_payloads:
         transcript = outcome.summarizer_input - outcome.summarizer.get(SUFFIX, {}).get(
@@ -280,26 +274,6 @@ def replay_suffix_all(sessions: list[Session]) -> list[Outcome]:
     return [replay_ours_suffix(session, FakeSummarizer()) for session in sessions]
 
 
-def replay_under_provider(session: Session, name: str) -> Outcome:
-    """Ours under PROVIDER_COMPACTION (bench/provider_replay.py): `name` is
-    OURS_PROVIDER or OURS_AUTO; the emulated compaction iterations are its summarizer
-    cost."""
-    outcome = Outcome(name, session.name, CostMeter())
-    server = EmulatedServer(FakeSummarizer())
-    started = time.perf_counter()
-    try:
-        provider_replay.replay(session, name, outcome.meter, server)
-    except Exception as exc:  # reported per conversation, the run goes on
-        outcome.error = _failed(exc)
-    outcome.summarizer = server.summarizer.totals()
-    # The compaction iterations as the server prices them, our own summaries at 1.0x.
-    ours = sum(v.get("input_tokens", 0) for k, v in outcome.summarizer.items() if k != "compaction")
-    outcome.summarizer_cost = server.cost + ours
-    outcome.counters = {"compactions": server.compactions}
-    outcome.seconds = time.perf_counter() - started
-    return outcome
-
-
 def replay_provider_all(sessions: list[Session]) -> dict[str, list[Outcome]]:
     """Ours under "provider" and under "auto" on every session."""
     return {
@@ -355,7 +329,9 @@ def replay_peers(sessions: list[Session]) -> dict[str, list[Outcome]]:
             try:
                 strategy = make(summarizer)
             except Exception as exc:  # reported per conversation, the run goes on
-                results[name].append(Outcome(name, session.name, CostMeter(), error=_failed(exc)))
+                results[name].append(
+                    Outcome(name, session.name, CostMeter(), error=failure_text(exc))
+                )
                 continue
             results[name].append(replay_in_memory(session, strategy, summarizer))
     return results

@@ -9,7 +9,7 @@ import pytest
 
 from assistant.models import Message
 from bench.payload import payload_tokens
-from bench.real import replay_under_provider
+from bench.provider_replay import replay_under_provider
 from bench.sessions import OURS_AUTO, OURS_PROVIDER, Session
 
 pytestmark = pytest.mark.django_db

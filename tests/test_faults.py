@@ -806,10 +806,23 @@ ERROR_WORDS = ("overloaded", "Overloaded", "529", "503", "UNAVAILABLE", "timed o
 
 
 def stored_texts(conversation: Conversation) -> list[str]:
+    """Every text the app stored for the conversation: the strings of its
+    state and metadata (not their numbers: a timestamp may hold "503"), and
+    the compacted messages."""
     conversation.refresh_from_db()
-    texts = [str(conversation.metadata), str(held_state(conversation))]
+    texts = strings_in([conversation.metadata, held_state(conversation)])
     texts += [m for m in conversation.messages.values_list("compacted_content", flat=True) if m]
     return texts
+
+
+def strings_in(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [*strings_in(list(value.keys())), *strings_in(list(value.values()))]
+    if isinstance(value, list | tuple):
+        return [text for item in value for text in strings_in(item)]
+    return []
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -43,6 +44,7 @@ from django.conf import settings
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from assistant.testing.fake_openai import RESPONSES_COMPACT
 from assistant.testing.fake_provider import prompt_tokens
 from setup import long_description
 from tests.doc_examples import examples_of, readme_examples
@@ -763,11 +765,14 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
 # --- the README's loop with the providers' own compaction (issue 41) -----------------
 
 PROVIDER_TURNS = 12
+# The on-demand compaction requests, apart from the chat's.
+ON_DEMAND_KINDS = ("anthropic.compaction", RESPONSES_COMPACT)
 # What each run of the loop sets PROVIDER_COMPACTION to, and how it calls the model.
 PROVIDER_LOOPS = {
     "threshold": ("provider", "anthropic"),
     "on_demand": ("auto", "anthropic"),
     "responses": ("provider", "openai_responses"),
+    "responses_on_demand": ("auto", "openai_responses"),
 }
 
 PROVIDER_LOOP = '''
@@ -825,15 +830,17 @@ def provider_script() -> list[dict[str, object]]:
     replies = [reply for post in range(100, 100 + PROVIDER_TURNS) for reply in turn(post)]
     return [
         {"provider": "anthropic", "replies": replies + replies},  # threshold, then on-demand
-        {"provider": "openai_responses", "replies": replies},
+        {"provider": "openai_responses", "replies": replies + replies},  # the same twice
     ]
 
 
-def first_input(body: dict[str, object]) -> object:
-    """What a request sends first: Anthropic's first block, the Responses API's first item."""
+def opens_with(body: dict[str, Any], stored: dict[str, Any]) -> bool:
+    """Whether a request opens with a stored compaction: Anthropic's block first, the
+    Responses API's item first (after the user messages `responses.compact` kept)."""
     if "messages" in body:
-        return body["messages"][0]["content"][0]
-    return body["input"][0]
+        return body["messages"][0]["content"][0] == stored["block"]
+    head = [*stored.get("retained", []), stored["block"]]
+    return body["input"][: len(head)] == head
 
 
 def test_the_readmes_loop_with_the_providers_own_compaction(
@@ -872,6 +879,7 @@ def test_the_readmes_loop_with_the_providers_own_compaction(
                 results[loop] = last_json_line(output)
                 requests[loop] = received(url)[seen:]
     for loop, result in results.items():
+        mode, provider = PROVIDER_LOOPS[loop]
         kinds = Counter(r["kind"] for r in requests[loop])
         print(f"{loop}: {kinds}, events {[e[0] for e in result['events']]}")
         assert result["last_answer"] == f"Fixed the typo in post {100 + PROVIDER_TURNS - 1}."
@@ -881,18 +889,19 @@ def test_the_readmes_loop_with_the_providers_own_compaction(
         assert live, f"{loop}: the provider never compacted"
         # Each block or item went back byte for byte, first, in the requests after it
         # (one the loop's last answer carried has no request after it).
-        bodies = [r["body"] for r in requests[loop] if r["kind"] != "anthropic.compaction"]
+        bodies = [r["body"] for r in requests[loop] if r["kind"] not in ON_DEMAND_KINDS]
         resent = [c for c in live if c[0] != result["last_message_id"]]
         assert resent, f"{loop}: no compaction before the last answer"
         for _, _, stored in resent:
-            sent = [b for b in bodies if first_input(b) == stored["block"]]
+            sent = [b for b in bodies if opens_with(b, stored)]
             assert sent, f"{loop}: {stored['block']} was never sent back"
         if resent[-1] is live[-1]:
-            assert first_input(bodies[-1]) == live[-1][2]["block"]
-        # Its own tokens were recorded and priced (Anthropic's usage.iterations).
+            assert opens_with(bodies[-1], live[-1][2])
+        # Its own tokens were recorded and priced (Anthropic's usage.iterations, the
+        # usage of responses.compact).
         provider_events = [e for e in result["events"] if e[0] == "provider"]
         assert len(provider_events) == len(live)
-        if provider == "anthropic":
+        if provider == "anthropic" or mode == "auto":
             assert all(inp > 0 and out > 0 for _, inp, out in provider_events)
             assert result["summarizer_cost"] > 0
     # Under "provider" ours never ran; under "auto" the worker may still pre-build a shift.
@@ -906,3 +915,10 @@ def test_the_readmes_loop_with_the_providers_own_compaction(
         on_demand
     )
     assert {c[2]["wire"] for c in results["responses"]["compactions"]} == {"openai_responses"}
+    # Under "auto" on the Responses API: each compaction one responses.compact call made
+    # with the app's own client (the SDK's OPENAI_API_KEY and OPENAI_BASE_URL).
+    compacted = results["responses_on_demand"]["compactions"]
+    assert compacted and all(c[2]["on_demand"] and c[2]["retained"] for c in compacted)
+    compacts = [r for r in requests["responses_on_demand"] if r["kind"] == RESPONSES_COMPACT]
+    assert len(compacts) == len(compacted)
+    assert all(r["body"]["model"] == "gpt-5" for r in compacts)

@@ -24,7 +24,8 @@ from assistant.services import achat_step, add_message, answer_tool_calls, chat_
 from assistant.settings.conf import compaction_config
 from assistant.store.provider_compaction import validated
 from assistant.testing.fake_compaction import ANTHROPIC_COMPACTION, SUMMARY_TOKENS, signature
-from assistant.testing.fake_provider import FakeProvider, ok, prompt_tokens
+from assistant.testing.fake_openai import RESPONSES_COMPACT
+from assistant.testing.fake_provider import FakeProvider, ok, overloaded, prompt_tokens, raw
 from assistant.window.cost import conversation_cost, price_of
 
 pytestmark = pytest.mark.django_db
@@ -287,6 +288,116 @@ def test_auto_falls_back_to_our_shift_when_the_on_demand_compaction_fails(fake_l
     assert not Message.objects.filter(
         conversation=conversation, provider_compaction__live=True
     ).exists()
+
+
+AUTO = {
+    "PROVIDER_COMPACTION": "auto",
+    "CONTEXT_TOKEN_THRESHOLD": 20_000,
+    "MAX_RECENT_TOKENS": 8_000,
+}
+
+
+def responses_turns(fake: FakeProvider, conversation, builds: int = 8) -> None:
+    """`builds` requests on the Responses API through the host's own client."""
+    client = openai.OpenAI(api_key="test-key", base_url=fake.openai_url, max_retries=0)
+
+    def call_model(request):
+        return client.responses.create(model="gpt-5", **request)
+
+    for number in range(1, builds + 1):
+        fake.script(
+            "openai.responses",
+            ok(tool_calls=[{"name": "get_log", "arguments": {"id": number}}]),
+            ok(f"Build {number} is green."),
+        )
+        turn(conversation, call_model, f"Check build {number}", provider="openai_responses")
+
+
+def app_openai_client(settings, fake: FakeProvider, **more) -> None:
+    """PROVIDER_COMPACTION "auto", and the app's own OpenAI client (its summarizer's
+    settings) pointed at the fake."""
+    settings.ASSISTANT_COMPACTION = AUTO
+    settings.OPENAI_API_KEY = "test-key-app"
+    settings.OPENAI_BASE_URL = fake.openai_url
+    for name, value in more.items():
+        setattr(settings, name, value)
+
+
+def test_auto_makes_a_responses_window_shift_a_compact_call(fake_llm, conversation, settings):
+    app_openai_client(settings, fake_llm)
+    responses_turns(fake_llm, conversation)
+
+    compacts = fake_llm.requests_for(RESPONSES_COMPACT)
+    assert compacts, "no responses.compact call was made"
+    assert compacts[0].headers["authorization"] == "Bearer test-key-app"
+    assert compacts[0].body["model"] == "gpt-5"
+    carrier = (
+        Message.objects.filter(conversation=conversation, provider_compaction__isnull=False)
+        .order_by("id")
+        .last()
+    )
+    stored = carrier.provider_compaction
+    assert stored["on_demand"] is True and stored["live"] is True
+    assert stored["retained"] and all(i["role"] == "user" for i in stored["retained"])
+    # The kept user messages, then the item, exactly as returned, in place of what
+    # the compaction stands for; the carrier's own items after them.
+    every = [request.body for request in fake_llm.requests]
+    following = every[every.index(compacts[-1].body) + 1]
+    opening = following["input"][: len(stored["retained"]) + 1]
+    assert canonical(opening) == canonical([*stored["retained"], stored["block"]])
+    call = following["input"][len(opening)]  # the carrier: the answer that called get_log
+    assert carrier.role == "assistant" and call["type"] == "function_call"
+    assert json.loads(call["arguments"]) == carrier.tool_calls[0]["arguments"]
+    assert all(i.get("type") != "compaction" for i in following["input"][len(opening) :])
+    assert all("context_management" not in body for body in sent(fake_llm, "openai.responses"))
+    events = CompactionEvent.objects.filter(conversation=conversation)
+    assert events.filter(kind="provider").count() == len(compacts)
+    assert not events.filter(kind="window_summary").exists()
+    event = events.get(details__message_id=carrier.pk)
+    assert event.summarizer_input_tokens > 0 and event.summarizer_output_tokens == SUMMARY_TOKENS
+    assert Message.objects.filter(conversation=conversation, role="tool").first().content == log(1)
+
+
+def test_auto_on_responses_falls_back_to_our_shift_when_compact_fails(
+    fake_llm, conversation, settings
+):
+    app_openai_client(settings, fake_llm, LLM_MAX_RETRIES=0)
+    fake_llm.script(RESPONSES_COMPACT, overloaded(), repeat=True)  # OpenAI's 503 body
+    responses_turns(fake_llm, conversation)
+
+    assert fake_llm.count(RESPONSES_COMPACT) > 0
+    assert CompactionEvent.objects.filter(conversation=conversation, kind="window_summary").exists()
+    assert not Message.objects.filter(
+        conversation=conversation, provider_compaction__isnull=False
+    ).exists()
+
+
+def test_auto_on_responses_falls_back_to_our_shift_when_compact_returns_no_item(
+    fake_llm, conversation, settings
+):
+    app_openai_client(settings, fake_llm)
+    usage = {"input_tokens": 100, "output_tokens": 0, "total_tokens": 100}
+    empty = {"id": "resp_1", "object": "response.compaction", "created_at": 0, "output": []}
+    fake_llm.script(RESPONSES_COMPACT, raw(200, {**empty, "usage": usage}), repeat=True)
+    responses_turns(fake_llm, conversation)
+
+    assert fake_llm.count(RESPONSES_COMPACT) > 0
+    assert CompactionEvent.objects.filter(conversation=conversation, kind="window_summary").exists()
+    assert not Message.objects.filter(
+        conversation=conversation, provider_compaction__isnull=False
+    ).exists()
+
+
+def test_auto_on_responses_without_the_apps_openai_key_is_ours(
+    fake_llm, conversation, monkeypatch, settings
+):
+    settings.ASSISTANT_COMPACTION = AUTO
+    settings.OPENAI_API_KEY = ""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    responses_turns(fake_llm, conversation)
+
+    assert fake_llm.count(RESPONSES_COMPACT) == 0
+    assert CompactionEvent.objects.filter(conversation=conversation, kind="window_summary").exists()
 
 
 @override_settings(

@@ -52,8 +52,9 @@ def test_the_reference_replay_is_well_formed_in_a_known_number_of_queries(settin
     # build_context (2); the post-exchange pipeline reads the duplicates of all
     # new results at once; the hook writes the cost ledger once per call. Each
     # window summary also reads the user's language (one query) and keeps its
-    # version (one INSERT). A few statements depend on what ran before in the
-    # process (first-use lookups), so the bound leaves 1% over the figure alone.
+    # version (one INSERT). Some statements depend on what ran before in the
+    # process (2,663 alone, 2,695 in the suite under xdist): the bound leaves 1%
+    # over the higher.
     # A summary that misses the chat's deadline on a loaded machine takes the
     # offline path (other statements): the deadline is out of this count's way.
     settings.ASSISTANT_COMPACTION = {"SUMMARY_CHAT_DEADLINE_SECONDS": 600}
@@ -62,7 +63,7 @@ def test_the_reference_replay_is_well_formed_in_a_known_number_of_queries(settin
 
     assert_well_formed_and_kept(REFERENCE, conversation, problems)
     assert len(REFERENCE.messages) == 358
-    assert 2_600 <= len(queries) <= 2_690
+    assert 2_600 <= len(queries) <= 2_722
 
 
 def assert_well_formed_and_kept(session, conversation, problems) -> None:

@@ -5,7 +5,8 @@ compaction, the request asks for it at the trigger and the hook is not run, unle
 the provider's newest compaction failed (no summary) and no window shift of ours
 came after it: then ours runs, never nothing. "auto": the hook runs, and a window
 shift it would make is the provider's on-demand compaction instead, made through
-the host's own `call_model`; a failed one (an error, or no summary) leaves the
+the host's own `call_model` (OpenAI's, which call_model cannot reach, with the app's
+own client: assistant.llm.registry); a failed one (an error, or no summary) leaves the
 shift to ours. What the provider returns is stored by assistant.store.provider_compaction.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 
 from assistant.llm.catalog import WIRES, read_response
+from assistant.llm.registry import get_provider
 from assistant.llm.streaming import aread_answer, asynchronous, read_answer
 from assistant.llm.wire import Wire
 from assistant.models import Conversation, Message
@@ -58,7 +60,9 @@ def provider_step(
         if extras is None or ours_after_failure(conversation.pk):
             return ProviderStep()
         return ProviderStep(run_hook=False, extras=extras)
-    if mode == "auto" and wire.on_demand_compaction({}) is not None:  # the wire has one
+    if mode == "auto" and (  # the wire has an on-demand compaction
+        wire.on_demand_compaction({}) is not None or wire.compaction_endpoint({}, "") is not None
+    ):
         return ProviderStep(on_demand=on_demand(conversation, wire, call_model, tools))
     return ProviderStep()
 
@@ -114,15 +118,9 @@ def compact_on_demand(
     )
     if shift.start is None or kept is None or kept.pk == state.rows[0].pk:
         return False
-    request = wire.on_demand_compaction(context_before(state, kept.pk).request(wire, tools))
-    assert request is not None  # provider_step checked the wire has one
+    request = context_before(state, kept.pk).request(wire, tools)
     try:
-        returned = call_model(request)
-        if asynchronous(returned):  # achat_step: this runs in its worker thread
-            answer = async_to_sync(aread_answer)(wire, returned, None)
-        else:
-            answer = read_answer(wire, returned, None)
-        result = read_response(answer)
+        stored, model = compacted(wire, request, state.answered_by[1], call_model)
     except Exception as error:  # any provider failure: ours makes the shift
         log_event(
             "provider_compaction_failed",
@@ -130,12 +128,32 @@ def compact_on_demand(
             error=type(error).__name__,
         )
         return False
-    stored = result.compaction if result is not None else None
-    if result is None or stored is None:
+    if stored is None:
         log_event("provider_compaction_failed", conversation_id=state.conversation_id)
         return False
     before = state.context_tokens()
     if stored["live"]:
         provider_compaction.attach(kept, stored)
-    provider_compaction.record_event(kept, stored, model=result.model, before=before)
+    provider_compaction.record_event(kept, stored, model=model, before=before)
     return bool(stored["live"])
+
+
+def compacted(
+    wire: Wire, request: dict[str, Any], model: str, call_model: CallModel
+) -> tuple[dict[str, Any] | None, str]:
+    """The provider's on-demand compaction of `request`, as stored, and the model that
+    made it: through the host's call_model, or, where that cannot reach it (OpenAI's
+    `responses.compact`), through the app's own client of that provider (ASSISTANT_LLM's
+    key and base URL; with none configured it fails, and ours makes the shift)."""
+    endpoint = wire.compaction_endpoint(request, model)
+    if endpoint is not None and wire.endpoint_provider is not None:
+        return wire.compacted(get_provider(wire.endpoint_provider).compact(endpoint)), model
+    on_demand = wire.on_demand_compaction(request)
+    assert on_demand is not None  # provider_step checked the wire has one
+    returned = call_model(on_demand)
+    if asynchronous(returned):  # achat_step: this runs in its worker thread
+        answer = async_to_sync(aread_answer)(wire, returned, None)
+    else:
+        answer = read_answer(wire, returned, None)
+    result = read_response(answer)
+    return (None, model) if result is None else (result.compaction, result.model)

@@ -126,6 +126,15 @@ class Provider(abc.ABC):
     # Can answer summarize_cached (a chat model behind a prompt cache; not the offline one).
     reads_prompt_cache: bool = False
 
+    def compact(self, request: dict[str, Any]) -> Any:
+        """The provider's own compaction endpoint called with `request`
+        (Wire.compaction_endpoint), the SDK's answer returned; ProviderError on failure."""
+        raise ProviderError(
+            f"{type(self).__name__} has no compaction endpoint",
+            provider=self.name,
+            model=request.get("model") or "",
+        )
+
     def summarize_cached(self, request: Any) -> SummaryResult:
         """A summary from the chat model, asked with the conversation's own request and
         the instruction appended (`assistant.llm.suffix.CachedRequest`)."""

@@ -63,6 +63,19 @@ class OpenAIProvider(Provider):
                 overflow=context_overflow(error),
             ) from error
 
+    def compact(self, request: dict[str, Any]) -> Any:
+        """`responses.compact` (OpenAI's own compaction of a Responses conversation)."""
+        try:
+            return self._client.responses.compact(**request)
+        except _CALL_ERRORS as error:
+            status = getattr(error, "status_code", None)
+            raise ProviderError(
+                f"openai {type(error).__name__} (status {status})",
+                provider=self.name,
+                model=request.get("model") or "",
+                status=status,
+            ) from error
+
     def summarize(
         self,
         transcript: str,

@@ -60,7 +60,9 @@ def input_items(messages: list[dict[str, Any]], *, check: bool = True) -> list[d
         role, content = message["role"], message.get("content") or ""
         blocks = message.get("blocks")
         if message.get("compaction"):
-            # The compaction item, as received, first in `input`.
+            # The compaction item, as received, first in `input` (after the user
+            # messages `responses.compact` kept before it, as it returned them).
+            items.extend(dict(item) for item in message["compaction"].get("retained") or [])
             items.append(dict(message["compaction"]["block"]))
         if role == "tool":
             names = [f"[{describe(b)}]" for b in blocks or [] if b["type"] in MEDIA_TYPES]
@@ -164,6 +166,23 @@ def responses_result(response: Any) -> ChatResult:
     )
 
 
+def compacted_record(compacted: Any) -> dict[str, Any] | None:
+    """`responses.compact`'s answer (a CompactedResponse: the user messages it keeps,
+    then one compaction item) as stored: the item, the messages kept before it, and the
+    compaction's own usage. None when no compaction item came back."""
+    items = [
+        item.model_dump(exclude_none=True, warnings=False)
+        for item in getattr(compacted, "output", None) or []
+    ]
+    at = next((i for i, item in enumerate(items) if item.get("type") == convert.COMPACTION), None)
+    if at is None:
+        return None
+    item = items[at]
+    live = bool(item.get("encrypted_content"))
+    usage = usage_from_openai(getattr(compacted, "usage", None))
+    return Record(OPENAI_RESPONSES.name, item, live, True, usage, tuple(items[:at])).stored()
+
+
 class ResponsesStream(StreamReader):
     """`responses.create(stream=True)`: response.output_text.delta events, and the whole
     Response (output items, usage) in response.completed (or response.incomplete). An
@@ -193,6 +212,7 @@ class OpenAIResponsesWire(OpenAIWire):
     """OpenAI's models, media rates and overflow errors, on the Responses API's wire."""
 
     name = "openai_responses"
+    endpoint_provider = OPENAI.name
 
     def telemetry_name(self, model: str = "") -> str:
         return OPENAI.name
@@ -219,6 +239,16 @@ class OpenAIResponsesWire(OpenAIWire):
     def threshold_compaction(self, trigger: int) -> dict[str, Any]:
         """`responses.create`'s server-side compaction at `trigger` input tokens."""
         return {"context_management": [{"type": "compaction", "compact_threshold": trigger}]}
+
+    def compaction_endpoint(self, request: dict[str, Any], model: str) -> dict[str, Any]:
+        """`responses.compact`'s keyword arguments: the request's instructions and input."""
+        endpoint: dict[str, Any] = {"model": model, "input": request.get("input") or []}
+        if request.get("instructions"):
+            endpoint["instructions"] = request["instructions"]
+        return endpoint
+
+    def compacted(self, returned: Any) -> dict[str, Any] | None:
+        return compacted_record(returned)
 
     def recognizes(self, response: Any) -> bool:
         return is_response(response)

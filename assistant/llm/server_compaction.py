@@ -32,6 +32,9 @@ class Record:
     live: bool
     on_demand: bool = False
     usage: Usage | None = None
+    # Items the provider keeps before its item (the user messages `responses.compact`
+    # returns), sent back before it.
+    retained: tuple[dict[str, Any], ...] = ()
 
     def stored(self) -> dict[str, Any]:
         usage = None
@@ -42,13 +45,14 @@ class Record:
                 "cache_read_tokens": self.usage.cache_read_tokens,
                 "cache_write_tokens": self.usage.cache_write_tokens,
             }
-        return {
+        stored = {
             "wire": self.wire,
             "block": self.block,
             "live": self.live,
             "on_demand": self.on_demand,
             "usage": usage,
         }
+        return {**stored, "retained": list(self.retained)} if self.retained else stored
 
     @classmethod
     def of(cls, stored: dict[str, Any]) -> Record:
@@ -59,6 +63,7 @@ class Record:
             bool(stored.get("live")),
             bool(stored.get("on_demand")),
             Usage(**usage) if usage else None,
+            tuple(stored.get("retained") or ()),
         )
 
 

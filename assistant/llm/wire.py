@@ -132,6 +132,21 @@ class Wire(abc.ABC):
         host's call_model; None: it has none that call_model can make."""
         return None
 
+    # The registry's provider (assistant.llm.registry) whose client calls the
+    # compaction endpoint.
+    endpoint_provider: str | None = None
+
+    def compaction_endpoint(self, request: dict[str, Any], model: str) -> dict[str, Any] | None:
+        """`request` as the keyword arguments of the provider's own compaction endpoint,
+        which call_model cannot reach: the app calls it with its own client of that
+        provider (docs/provider-compaction.rst); None: it has none."""
+        return None
+
+    def compacted(self, returned: Any) -> dict[str, Any] | None:
+        """What the compaction endpoint returned, as stored (Record.stored()); None when
+        it holds no compaction."""
+        return None
+
     def stream_reader(self, returned: Any) -> StreamReader | None:
         """A reader of `returned` when it is this SDK's stream; None when it is not."""
         return None

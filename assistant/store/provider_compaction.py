@@ -9,6 +9,7 @@ The messages before a live compaction are never changed: the window starts at it
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -29,7 +30,8 @@ def validated(stored: Any) -> dict[str, Any] | None:
         return None
     if (
         not isinstance(stored, dict)
-        or set(stored) != _KEYS
+        or not _KEYS <= set(stored) <= _KEYS | {"retained"}
+        or not isinstance(stored.get("retained", []), list)
         or not isinstance(stored["block"], dict)
         or stored["block"].get("type") != "compaction"
         or not isinstance(stored["wire"], str)
@@ -48,7 +50,8 @@ def block_tokens(stored: dict[str, Any] | None) -> int:
         return 0
     block = stored["block"]
     text = block.get("content") or block.get("encrypted_content") or summary_text(stored)
-    return estimate_tokens(str(text))
+    retained = stored.get("retained")  # the user messages responses.compact kept
+    return estimate_tokens(str(text)) + (estimate_tokens(json.dumps(retained)) if retained else 0)
 
 
 def attach(message: Message, stored: dict[str, Any]) -> None:

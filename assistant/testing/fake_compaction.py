@@ -21,7 +21,10 @@ Anthropic (`POST /v1/messages?beta=true`, what `client.beta.messages.create` sen
 
 OpenAI's Responses API: `context_management=[{"type": "compaction", "compact_threshold":
 N}]`: past N input tokens the output opens with `{"type": "compaction", "id",
-"encrypted_content"}`; an item sent back in `input` must be the first item.
+"encrypted_content"}`; `responses.compact` (`POST /v1/responses/compact`) answers a
+`response.compaction` object whose output is the input's user messages, then one
+compaction item, and its usage; only user messages may come before an item sent back
+in `input`.
 """
 
 from __future__ import annotations
@@ -161,11 +164,12 @@ def anthropic_compaction(
 
 
 def responses_problem(body: Any) -> str | None:
-    items = (body or {}).get("input") if isinstance(body, dict) else None
-    for index, item in enumerate(items if isinstance(items, list) else []):
-        if isinstance(item, dict) and item.get("type") == "compaction":
-            if index != 0:
-                return f"input[{index}]: a compaction item must be the first input item"
+    found = (body or {}).get("input") if isinstance(body, dict) else None
+    items = [i for i in found if isinstance(i, dict)] if isinstance(found, list) else []
+    for index, item in enumerate(items):
+        if item.get("type") == "compaction":
+            if any(i.get("role") != "user" for i in items[:index]):
+                return f"input[{index}]: only user messages may come before a compaction item"
             if not item.get("encrypted_content"):
                 return f"input[{index}].encrypted_content: required"
     return None
@@ -187,3 +191,35 @@ def responses_compaction(body: Any) -> dict[str, Any] | None:
         "type": "compaction",
         "encrypted_content": base64.b64encode(summary.encode()).decode(),
     }
+
+
+def _encrypted(items: list[Any]) -> str:
+    summary = summary_of([i for i in items if isinstance(i, dict)])
+    return base64.b64encode(summary.encode()).decode()
+
+
+def compacted_response(body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    """`responses.compact`'s answer: the input's user messages, then the compaction item
+    standing for the rest."""
+    items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    users = [
+        {"type": "message", "role": "user", "content": _input_parts(i["content"])}
+        for i in items
+        if i.get("role") == "user" and i.get("type", "message") == "message"
+    ]
+    item = {
+        "id": f"cmp_{uuid.uuid4().hex[:24]}",
+        "type": "compaction",
+        "encrypted_content": _encrypted(items),
+    }
+    return {
+        "id": f"resp_{uuid.uuid4().hex[:24]}",
+        "object": "response.compaction",
+        "created_at": 0,
+        "output": [*users, item],
+        "usage": {**usage, "output_tokens": SUMMARY_TOKENS},
+    }
+
+
+def _input_parts(content: Any) -> list[dict[str, Any]]:
+    return [{"type": "input_text", "text": content}] if isinstance(content, str) else content

@@ -1,6 +1,7 @@
 """The fake server's OpenAI wires: Chat Completions (`POST /v1/chat/completions`, what
-every OpenAI-compatible server speaks) and the Responses API (`POST /v1/responses`),
-with OpenAI's real error bodies: {"error": {"message", "type", "param", "code"}}.
+every OpenAI-compatible server speaks), the Responses API (`POST /v1/responses`) and
+`responses.compact` (`POST /v1/responses/compact`), with OpenAI's real error bodies:
+{"error": {"message", "type", "param", "code"}}.
 Point the SDK at it with `openai.OpenAI(api_key="any", base_url=fake.url + "/v1")`."""
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from assistant.testing import fake_compaction
 
 CHAT = "openai.chat"
 RESPONSES = "openai.responses"
+# `responses.compact` (POST /v1/responses/compact), a script queue apart.
+RESPONSES_COMPACT = "openai.responses.compact"
 PATHS = {
+    "/v1/responses/compact": RESPONSES_COMPACT,
+    "/responses/compact": RESPONSES_COMPACT,
     "/v1/chat/completions": CHAT,
     "/chat/completions": CHAT,
     "/v1/responses": RESPONSES,
@@ -126,6 +131,8 @@ def render(reply: Any, kind: str, body: Any, usage: dict[str, Any], default_text
     ]
     model = body.get("model", "gpt")
     usage = reply.usage or usage
+    if kind == RESPONSES_COMPACT:
+        return 200, {}, fake_compaction.compacted_response(body, usage)
     if kind == CHAT:
         return 200, {}, _chat_completion(model, text, calls, usage, reply.stop_reason)
     response = _response(model, text, calls, usage, reply.thinking)

@@ -72,6 +72,7 @@ KINDS = (
     "gemini.count_tokens",
     fake_openai.CHAT,
     fake_openai.RESPONSES,
+    fake_openai.RESPONSES_COMPACT,
 )
 
 #: The reply to a chat request that scripts none.
@@ -780,7 +781,7 @@ class FakeProvider:
                 usage = None
                 if reply.kind == "ok" and not reply.usage and kind in _CACHED_KINDS:
                     usage = fake._usage(kind, body)
-                if kind in (fake_openai.CHAT, fake_openai.RESPONSES):
+                if kind in fake_openai.PATHS.values():
                     tokens = prompt_tokens(body)
                     answer = fake_openai.render(
                         reply,
