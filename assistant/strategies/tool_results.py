@@ -9,8 +9,6 @@ planned below, in the window (assistant.window.results); this module writes it.
 
 from __future__ import annotations
 
-import logging
-
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F, Max, Q, QuerySet
@@ -18,14 +16,13 @@ from django.utils import timezone
 
 from assistant import llm
 from assistant.llm.catalog import media_rates
-from assistant.llm.prompts import render_transcript
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, ref
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.deletion import validated_ids
 from assistant.store.events import record_compaction, stopwatch
 from assistant.store.metadata import merge_metadata
 from assistant.store.state import fresh_state, write_state
-from assistant.strategies.guidance import guided_by
+from assistant.strategies.compacted_results import compact_batch, compacted_text
 from assistant.text.blocks import blocks_tokens, compacted_blocks, has_media
 from assistant.text.tokens import estimate_tokens
 from assistant.text.truncation import KEEP_VERBATIM, truncate_tool_result
@@ -41,8 +38,6 @@ from assistant.window import (
     refreshed_window,
     stub_text,
 )
-
-logger = logging.getLogger(__name__)
 
 
 def compact_tool_results(
@@ -88,7 +83,7 @@ def compactable_count(
     min_chars: int | None = None,
 ) -> int:
     """How many tool results `compact_tool_results` would compact or stub now
-    (its preview): the planned ones that would shrink, as `_compact_batch`
+    (its preview): the planned ones that would shrink, as `compact_batch`
     judges them (a result no shorter once compacted stays as it is). A result
     whose policy summarizes it counts when it is larger than any truncation:
     a summary's length is known only once the summarizer wrote it."""
@@ -137,7 +132,7 @@ def prepare_tool_results(conversation: Conversation) -> int:
 def apply_plan(conversation_id: int, plan: CompactionPlan, config: CompactionConfig) -> int:
     """Make the model see the planned compactions: prepared texts where the
     worker made them, computed now otherwise; each result with its audit row
-    (`_compact_batch`: an interrupted run loses nothing, and keeps what it paid for)."""
+    (`compact_batch`: an interrupted run loses nothing, and keeps what it paid for)."""
     count = _apply(conversation_id, plan, config)
     if count:
         _mark_context_changed(conversation_id)
@@ -160,7 +155,7 @@ def _apply(conversation_id: int, plan: CompactionPlan, config: CompactionConfig)
         return 0
     count = _stub(conversation_id, plan.stub)
     if plan.compact:
-        count += _compact_batch(conversation_id, plan.compact, config)
+        count += compact_batch(conversation_id, plan.compact, config)
     return count
 
 
@@ -252,88 +247,6 @@ def _with_older_duplicates(conversation_id: int, rows: list[Message]) -> list[Me
     return sorted([*older, *rows], key=lambda row: row.pk)
 
 
-def _compact_batch(conversation_id: int, rows: list[Message], config: CompactionConfig) -> int:
-    """Compact these results, each with its own audit row and duration: the
-    prepared texts read in one query and written in one transaction (an
-    interrupted batch loses nothing: the originals stay); a result summarized
-    now is committed right after its LLM call, so a killed run keeps what
-    it paid for."""
-    with_prepared = [row.pk for row in rows if _uses_prepared(row)]
-    prepared = dict(
-        Message.objects.filter(pk__in=with_prepared).values_list("pk", "prepared_content")
-        if with_prepared
-        else []
-    )
-    writes, count = [], 0
-    for row in rows:
-        with stopwatch() as made:
-            text, kind, model = _text_for(row, prepared, config)
-        tokens = estimate_tokens(text) + row.blocks_tokens
-        if tokens >= row.token_estimate:
-            continue  # never replace a result by something as long or longer
-        if kind == Message.Compaction.SUMMARIZED and prepared.get(row.pk) is None:
-            with transaction.atomic():
-                count += _write_compacted(
-                    conversation_id, row, (text, kind, model), tokens, made.ms
-                )
-        else:
-            writes.append((row, text, kind, model, tokens, made.ms))
-    if not writes:
-        return count
-    with transaction.atomic():
-        for row, text, kind, model, tokens, made_ms in writes:
-            count += _write_compacted(conversation_id, row, (text, kind, model), tokens, made_ms)
-    return count
-
-
-def _uses_prepared(row: Message) -> bool:
-    return bool(row.prepared_compaction) and (
-        row.prepared_compaction != Message.Compaction.DEDUPLICATED
-    )
-
-
-def _text_for(
-    row: Message, prepared: dict[int, str | None], config: CompactionConfig
-) -> tuple[str, str, str]:
-    """(text, kind, summarizer model): the worker's prepared text, else made now."""
-    text = prepared.get(row.pk)
-    if _uses_prepared(row) and text is not None:
-        return text, row.prepared_compaction, ""
-    original = Message.objects.only("conversation_id", "content", "tool_name", "tool_call_id").get(
-        pk=row.pk
-    )
-    return _compacted_text(original, config)
-
-
-def _write_compacted(
-    conversation_id: int, row: Message, made: tuple[str, str, str], tokens: int, made_ms: int
-) -> int:
-    text, kind, model = made
-    with stopwatch() as elapsed:
-        # Conditional: a concurrent run that got there first wins.
-        updated = Message.objects.filter(pk=row.pk, compaction="", pinned=False).update(
-            compacted_content=text,
-            compaction=kind,
-            compacted_at=timezone.now(),
-            token_estimate=tokens,
-            prepared_content=None,
-            prepared_compaction="",
-            prepared_token_estimate=None,
-        )
-    if updated:
-        record_compaction(
-            conversation_id,
-            CompactionEvent.Kind.TOOL_RESULTS,
-            tokens_before=row.token_estimate,
-            tokens_after=tokens,
-            messages_affected=1,
-            duration_ms=made_ms + elapsed.ms,
-            summarizer_model=model,
-            details={"message_id": row.pk},
-        )
-    return updated
-
-
 def _store_prepared(plan: CompactionPlan, config: CompactionConfig) -> int:
     """Keep the planned compactions as prepared (the model still sees the
     original until the pre-call hook applies them)."""
@@ -351,43 +264,13 @@ def _store_prepared(plan: CompactionPlan, config: CompactionConfig) -> int:
         original = Message.objects.only(
             "conversation_id", "content", "tool_name", "tool_call_id"
         ).get(pk=row.pk)
-        text, kind, _model = _compacted_text(original, config)
+        text, kind, _model = compacted_text(original, config)
         tokens = estimate_tokens(text) + row.blocks_tokens
         if tokens < row.token_estimate:
             prepared += Message.objects.filter(pk=row.pk, compaction="", pinned=False).update(
                 prepared_content=text, prepared_compaction=kind, prepared_token_estimate=tokens
             )
     return prepared
-
-
-def _compacted_text(message: Message, config: CompactionConfig) -> tuple[str, str, str]:
-    """(model-facing text, compaction kind, summarizer model or "")."""
-    if config.policy_for(message.tool_name) == "summarize":
-        try:
-            with guided_by(message.conversation_id, config):
-                result = llm.summarize(
-                    render_transcript(
-                        [
-                            {
-                                "role": "tool",
-                                "content": message.content,
-                                "tool_name": message.tool_name,
-                                "tool_call_id": message.tool_call_id,
-                            }
-                        ]
-                    )
-                )
-            header = (
-                f"[Summary of a {len(message.content):,}-character {message.tool_name} result; "
-                f"the full original is stored and can be restored ({ref(message.pk)}).]"
-            )
-            return f"{header}\n{result.text}", Message.Compaction.SUMMARIZED, result.model
-        except Exception as exc:  # fall back to truncation, never lose the turn
-            logger.warning(
-                "tool_summary_failed message=%s error=%s", message.pk, type(exc).__name__
-            )
-    text = truncate_tool_result(message.content, config, handle_ref=ref(message.pk))
-    return text, Message.Compaction.TRUNCATED, ""
 
 
 def _stub(conversation_id: int, rows: list[Message]) -> int:
