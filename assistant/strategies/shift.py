@@ -42,7 +42,7 @@ from assistant.window import (
     WindowState,
     choose_split,
     load_window,
-    refresh_size,
+    refreshed_window,
     split_parts,
     verbatim_budget,
 )
@@ -180,8 +180,9 @@ def _shift_holding(
         if not shift.still_due(state, config):
             return state.summary  # another process shifted it meanwhile
         base = state.through_id
-        if adopt_pending(state, lease):
-            state = load_window(lease.conversation_id, config)
+        adopted = adopt_pending(state, lease)
+        if adopted is not None:
+            state = adopted
             # The adopted summary is this shift (unless it replaced an offline one
             # in place); a second one, made here on the chat path, only when the
             # context is still over a trigger.
@@ -210,14 +211,17 @@ def adopt_pending_summary(conversation_id: int, config: CompactionConfig | None 
     """Take the pre-built summary now (the pre-call hook, when the cache is
     cold anyway); False when none fits or another process holds the lease."""
     with summary_lease(conversation_id) as lease:
-        return lease is not None and adopt_pending(load_window(conversation_id, config), lease)
+        if lease is None:
+            return False
+        return adopt_pending(load_window(conversation_id, config), lease) is not None
 
 
-def adopt_pending(state: WindowState, lease: Lease) -> bool:
+def adopt_pending(state: WindowState, lease: Lease) -> WindowState | None:
     """Compare and swap: take the pre-built summary only if it was built on
     the split that is still current and makes the context smaller; or the
     model's summary replacing an offline one (`ConversationMetadata.offline_replacement`),
-    of the same split or a later one, whatever its size."""
+    of the same split or a later one, whatever its size. Returns the window
+    it left (None: not adopted)."""
     columns = state.columns
     pending: str = columns.get(MetadataKeys.PENDING_SUMMARY) or ""
     through = columns.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
@@ -226,7 +230,7 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     if replaces and state.through_id is not None:
         reachable.add(state.through_id)  # the offline split, replaced in place
     if not (state.meta.has_pending_summary or replaces) or through not in reachable:
-        return False
+        return None
     kept = [row for row in state.rows if row.pk > through]
     anchor_id = columns.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
     anchor = next((row for row in [*state.rows, state.anchor] if row and row.pk == anchor_id), None)
@@ -238,10 +242,10 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
     after = context_after(state, pending, sent)
     if after >= before and not replaces:
         write_state(lease.holding(), clear=PENDING_SUMMARY_KEYS)
-        return False
+        return None
     usage = columns.get(MetadataKeys.PENDING_USAGE) or {}
     stored = _store_window(lease, pending, through, anchor, state, index, usage=usage)
-    if stored:
+    if stored is not None:
         record_compaction(
             state.conversation_id,
             CompactionEvent.Kind.WINDOW_SUMMARY,
@@ -259,7 +263,7 @@ def adopt_pending(state: WindowState, lease: Lease) -> bool:
                 **{k: v for k, v in usage.items() if k.startswith("summarizer_cache_")},
             },
         )
-    return bool(stored)
+    return stored
 
 
 def _store_window(
@@ -271,11 +275,12 @@ def _store_window(
     index: dict | None,
     offline: dict | None = None,
     usage: dict | None = None,
-) -> bool:
+) -> WindowState | None:
     """Store a new split, its summary and the artifact index it renders, while
     the lease is still ours, and keep it as a version (its summarizer's `usage`:
     model, input_tokens, output_tokens). `offline`: the OFFLINE_SHIFT marker of a
-    summary the offline summarizer wrote in a late or stalled holder's place."""
+    summary the offline summarizer wrote in a late or stalled holder's place.
+    Returns the window it left, its size stored (None: the lease was lost)."""
     values = {
         MetadataKeys.COMPACTION_SUMMARY: summary,
         MetadataKeys.ARTIFACT_INDEX: index,
@@ -301,18 +306,18 @@ def _store_window(
         stored = bool(write_state(holding.exclude(landed), values, clear=remove))
         kept = [key for key in remove if key not in PENDING_SUMMARY_KEYS]
         stored = stored or bool(write_state(holding.filter(landed), values, clear=kept))
-    if stored:
-        usage = usage or {}
-        record_version(
-            state.conversation_id,
-            summary,
-            through,
-            model=usage.get("model", ""),
-            input_tokens=usage.get("input_tokens", 0),
-            output_tokens=usage.get("output_tokens", 0),
-        )
-        refresh_size(state.conversation_id, state.config)
-    return stored
+    if not stored:
+        return None
+    usage = usage or {}
+    record_version(
+        state.conversation_id,
+        summary,
+        through,
+        model=usage.get("model", ""),
+        input_tokens=usage.get("input_tokens", 0),
+        output_tokens=usage.get("output_tokens", 0),
+    )
+    return refreshed_window(state.conversation_id, state.config)
 
 
 def _summarize_and_store(
@@ -363,7 +368,7 @@ def _summarize_and_store(
         "input_tokens": outcome.input_tokens,
         "output_tokens": outcome.output_tokens,
     }
-    if not _store_window(lease, outcome.text, through, anchor, state, index, offline, usage):
+    if _store_window(lease, outcome.text, through, anchor, state, index, offline, usage) is None:
         keep_landed_summary(state, outcome, through, anchor, index)
         return load_window(state.conversation_id, config).summary
     _record_shift(state, lease, outcome, before, after, len(newly_old), through, elapsed.ms, late)

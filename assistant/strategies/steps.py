@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from assistant.models import MetadataKeys
 from assistant.strategies.shift import adopt_pending_summary, shift_window
-from assistant.strategies.tool_results import apply_plan, compact_old_blocks
+from assistant.strategies.tool_results import apply_plan_window, compact_old_blocks
 from assistant.window import (
     Results,
     WindowState,
@@ -64,10 +64,10 @@ def compact_results(
     if not results.goes:
         return None
     tail = tail_tokens(state, results.plan)
-    if not apply_plan(conversation_id, results.plan, state.config):
+    applied = apply_plan_window(conversation_id, results.plan, state.config)
+    if applied is None:
         return None
-    compact_old_blocks(conversation_id)
-    after = _reload(state)
+    after = _reload(state) if compact_old_blocks(conversation_id) else _ledger_kept(applied, state)
     freed = state.estimated_tokens() - after.estimated_tokens()
     cost = step_cost(tail, tail - freed, cold=rewritten, prices=state.cache_prices)
     _book(after, state, freed=freed, cost=cost)
@@ -170,7 +170,11 @@ def _book_shift(before: WindowState, *, cold: bool) -> WindowState:
 def _reload(state: WindowState) -> WindowState:
     """The window as a step left it in the database, with the ledger as this
     call has booked it so far (the flow writes it once, at the end)."""
-    after = load_window(state.conversation_id, state.config)
+    return _ledger_kept(load_window(state.conversation_id, state.config), state)
+
+
+def _ledger_kept(after: WindowState, state: WindowState) -> WindowState:
+    """`after` (the window loaded after a step) with `state`'s ledger."""
     after.columns[MetadataKeys.CACHE_LEDGER] = state.columns[MetadataKeys.CACHE_LEDGER]
     return after
 

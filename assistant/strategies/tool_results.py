@@ -9,8 +9,6 @@ planned below, in the window (assistant.window.results); this module writes it.
 
 from __future__ import annotations
 
-import logging
-
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F, Max, Q, QuerySet
@@ -18,29 +16,28 @@ from django.utils import timezone
 
 from assistant import llm
 from assistant.llm.catalog import media_rates
-from assistant.llm.prompts import render_transcript
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, ref
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.deletion import validated_ids
 from assistant.store.events import record_compaction, stopwatch
 from assistant.store.metadata import merge_metadata
 from assistant.store.state import fresh_state, write_state
-from assistant.strategies.guidance import guided_by
+from assistant.strategies.compacted_results import compact_batch, compacted_text
 from assistant.text.blocks import blocks_tokens, compacted_blocks, has_media
 from assistant.text.tokens import estimate_tokens
 from assistant.text.truncation import KEEP_VERBATIM, truncate_tool_result
 from assistant.window import (
     CompactionPlan,
+    WindowState,
     canonical_arguments,
     compacted_ceiling_tokens,
     consumed_boundary,
     load_window,
     plan_compaction,
     refresh_size,
+    refreshed_window,
     stub_text,
 )
-
-logger = logging.getLogger(__name__)
 
 
 def compact_tool_results(
@@ -86,7 +83,7 @@ def compactable_count(
     min_chars: int | None = None,
 ) -> int:
     """How many tool results `compact_tool_results` would compact or stub now
-    (its preview): the planned ones that would shrink, as `_compact_one`
+    (its preview): the planned ones that would shrink, as `compact_batch`
     judges them (a result no shorter once compacted stays as it is). A result
     whose policy summarizes it counts when it is larger than any truncation:
     a summary's length is known only once the summarizer wrote it."""
@@ -134,15 +131,31 @@ def prepare_tool_results(conversation: Conversation) -> int:
 
 def apply_plan(conversation_id: int, plan: CompactionPlan, config: CompactionConfig) -> int:
     """Make the model see the planned compactions: prepared texts where the
-    worker made them, computed now otherwise; each result committed with its
-    audit row, so an interrupted run keeps what it did and loses nothing."""
+    worker made them, computed now otherwise; each result with its audit row
+    (`compact_batch`: an interrupted run loses nothing, and keeps what it paid for)."""
+    count = _apply(conversation_id, plan, config)
+    if count:
+        _mark_context_changed(conversation_id)
+    return count
+
+
+def apply_plan_window(
+    conversation_id: int, plan: CompactionPlan, config: CompactionConfig
+) -> WindowState | None:
+    """`apply_plan` for the pre-call hook: the window it left (loaded once, its
+    size stored), None when it changed nothing."""
+    if not _apply(conversation_id, plan, config):
+        return None
+    _mark_epoch(conversation_id)
+    return refreshed_window(conversation_id, config)
+
+
+def _apply(conversation_id: int, plan: CompactionPlan, config: CompactionConfig) -> int:
     if not plan:
         return 0
     count = _stub(conversation_id, plan.stub)
-    for row in plan.compact:
-        count += _compact_one(conversation_id, row, config)
-    if count:
-        _mark_context_changed(conversation_id)
+    if plan.compact:
+        count += compact_batch(conversation_id, plan.compact, config)
     return count
 
 
@@ -234,45 +247,6 @@ def _with_older_duplicates(conversation_id: int, rows: list[Message]) -> list[Me
     return sorted([*older, *rows], key=lambda row: row.pk)
 
 
-def _compact_one(conversation_id: int, row: Message, config: CompactionConfig) -> int:
-    """Compact one result (any LLM call happens before the transaction)."""
-    with stopwatch() as elapsed:
-        if row.prepared_compaction and row.prepared_compaction != Message.Compaction.DEDUPLICATED:
-            prepared = Message.objects.values_list("prepared_content", flat=True).get(pk=row.pk)
-            text, kind, model = prepared, row.prepared_compaction, ""
-        else:
-            original = Message.objects.only(
-                "conversation_id", "content", "tool_name", "tool_call_id"
-            ).get(pk=row.pk)
-            text, kind, model = _compacted_text(original, config)
-        tokens = estimate_tokens(text) + row.blocks_tokens
-        if tokens >= row.token_estimate:
-            return 0  # never replace a result by something as long or longer
-        with transaction.atomic():
-            # Conditional: a concurrent run that got there first wins.
-            updated = Message.objects.filter(pk=row.pk, compaction="", pinned=False).update(
-                compacted_content=text,
-                compaction=kind,
-                compacted_at=timezone.now(),
-                token_estimate=tokens,
-                prepared_content=None,
-                prepared_compaction="",
-                prepared_token_estimate=None,
-            )
-            if updated:
-                record_compaction(
-                    conversation_id,
-                    CompactionEvent.Kind.TOOL_RESULTS,
-                    tokens_before=row.token_estimate,
-                    tokens_after=tokens,
-                    messages_affected=1,
-                    duration_ms=elapsed.ms,
-                    summarizer_model=model,
-                    details={"message_id": row.pk},
-                )
-    return updated
-
-
 def _store_prepared(plan: CompactionPlan, config: CompactionConfig) -> int:
     """Keep the planned compactions as prepared (the model still sees the
     original until the pre-call hook applies them)."""
@@ -290,43 +264,13 @@ def _store_prepared(plan: CompactionPlan, config: CompactionConfig) -> int:
         original = Message.objects.only(
             "conversation_id", "content", "tool_name", "tool_call_id"
         ).get(pk=row.pk)
-        text, kind, _model = _compacted_text(original, config)
+        text, kind, _model = compacted_text(original, config)
         tokens = estimate_tokens(text) + row.blocks_tokens
         if tokens < row.token_estimate:
             prepared += Message.objects.filter(pk=row.pk, compaction="", pinned=False).update(
                 prepared_content=text, prepared_compaction=kind, prepared_token_estimate=tokens
             )
     return prepared
-
-
-def _compacted_text(message: Message, config: CompactionConfig) -> tuple[str, str, str]:
-    """(model-facing text, compaction kind, summarizer model or "")."""
-    if config.policy_for(message.tool_name) == "summarize":
-        try:
-            with guided_by(message.conversation_id, config):
-                result = llm.summarize(
-                    render_transcript(
-                        [
-                            {
-                                "role": "tool",
-                                "content": message.content,
-                                "tool_name": message.tool_name,
-                                "tool_call_id": message.tool_call_id,
-                            }
-                        ]
-                    )
-                )
-            header = (
-                f"[Summary of a {len(message.content):,}-character {message.tool_name} result; "
-                f"the full original is stored and can be restored ({ref(message.pk)}).]"
-            )
-            return f"{header}\n{result.text}", Message.Compaction.SUMMARIZED, result.model
-        except Exception as exc:  # fall back to truncation, never lose the turn
-            logger.warning(
-                "tool_summary_failed message=%s error=%s", message.pk, type(exc).__name__
-            )
-    text = truncate_tool_result(message.content, config, handle_ref=ref(message.pk))
-    return text, Message.Compaction.TRUNCATED, ""
 
 
 def _stub(conversation_id: int, rows: list[Message]) -> int:
@@ -372,12 +316,16 @@ def _mark_context_changed(conversation_id: int) -> int:
     """Provider counts reported so far described the context before this
     compaction; from the latest message on, estimates fill in until a new one.
     Returns the context's size now."""
+    _mark_epoch(conversation_id)
+    return refresh_size(conversation_id)
+
+
+def _mark_epoch(conversation_id: int) -> None:
     latest = Message.objects.filter(conversation_id=conversation_id).aggregate(last=Max("id"))
     write_state(
         Conversation.objects.filter(pk=conversation_id),
         {MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: latest["last"] or 0},
     )
-    return refresh_size(conversation_id)
 
 
 def compact_old_blocks(conversation_id: int, *, include_current_turn: bool = False) -> int:

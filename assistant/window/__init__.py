@@ -67,6 +67,7 @@ from assistant.window.state import (
     measure_size,
     measure_unsized,
     refresh_size,
+    refreshed_window,
     require_saved,
     store_size,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "measure_unsized",
     "plan_compaction",
     "refresh_size",
+    "refreshed_window",
     "require_saved",
     "results_step",
     "shift_in_sight",

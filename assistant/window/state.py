@@ -406,6 +406,14 @@ def refresh_size(conversation_id: int, config: CompactionConfig | None = None) -
     return store_size(load_window(conversation_id, config))
 
 
+def refreshed_window(conversation_id: int, config: CompactionConfig | None = None) -> WindowState:
+    """`refresh_size`, returning the window it loaded: a caller that goes on
+    with the window a write left does not load it a second time."""
+    state = load_window(conversation_id, config)
+    store_size(state)
+    return state
+
+
 def measure_unsized(**kwargs: object) -> int:
     """Store the size of every conversation that has none (stored before the
     column existed): the app's post_migrate receiver. How many it measured."""
