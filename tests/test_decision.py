@@ -25,6 +25,7 @@ from assistant.window import (
     split_for,
     worker_split,
 )
+from assistant.window.decision import MoveWindow
 from assistant.window.ledger import Outlook
 from tests.builders import chat_turns
 
@@ -174,3 +175,28 @@ def test_the_summarizer_input_a_long_conversation_pays_anyway_is_not_an_early_sh
     assert near.reached > 0.97
     assert far_and_young.reached < 0.001
     assert replace(near, calls=0).reached == 0
+
+
+def test_a_shift_at_the_trigger_checked_after_a_results_batch_stays_due_under_the_lease(
+    conversation,
+):
+    # After a results batch got the request below the trigger, the call's forced
+    # shift is checked on the window the batch left (MoveWindow.on): due while
+    # the context is still at what this call saw (`share` of the trigger). Not
+    # through a round trip of floats: (x / t) * t is above x for some sizes.
+    chat_turns(conversation, 6, size=400)
+    tokens = load_window(conversation.pk).context_tokens()
+    trigger = next(t for t in range(tokens + 1, 100 * tokens) if tokens / t * t > tokens)
+    keys = {"CONTEXT_TOKEN_THRESHOLD": trigger, "MAX_RECENT_TOKENS": 200}
+    with override_settings(ASSISTANT_COMPACTION=keys):
+        config = compaction_config()
+        state = load_window(conversation.pk)
+        at_trigger = MoveWindow(None, False, False, False, False, True, False)
+        shift = at_trigger.on(state, config, adopted=False).shift
+
+        assert (shift.kind, shift.share < 1.0) == ("forced", True)
+        assert shift.still_due(state, config)
+        shift_window(conversation.pk, config, shift)
+
+    assert CompactionEvent.objects.filter(kind="window_summary").count() == 1
+    assert load_window(conversation.pk).through_id is not None

@@ -16,9 +16,11 @@ def should_shift(
     state: WindowState, config: CompactionConfig, share: float = 1.0, *, count: bool = True
 ) -> bool:
     """True once the context reaches `share` of the token trigger, or of the
-    message-count trigger when `count` is on."""
-    return state.context_tokens() >= share * config.CONTEXT_TOKEN_THRESHOLD or (
-        count and len(state.rows) >= share * config.MAX_MESSAGES_BEFORE_SUMMARY
+    message-count trigger when `count` is on. Compared as shares: a `share` taken
+    from a size (`x / trigger`) holds for that size, where `share * trigger` may
+    round above it."""
+    return state.context_tokens() / config.CONTEXT_TOKEN_THRESHOLD >= share or (
+        count and len(state.rows) / config.MAX_MESSAGES_BEFORE_SUMMARY >= share
     )
 
 
