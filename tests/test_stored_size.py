@@ -55,12 +55,12 @@ def test_a_message_measures_the_window_when_the_stored_size_cannot_be_added_to(c
         add_message(conversation, "user", "Hello?")
 
     # The INSERT; the conditional UPDATE matches nothing; in a transaction, the row's
-    # lock (SELECT ... FOR NO KEY UPDATE), the conversation and the rows' sizes read.
+    # lock (an UPDATE), the conversation and the rows' sizes read, the size stored.
     assert [q["sql"].split()[0] for q in queries] == [
         "INSERT",
         "UPDATE",
         "BEGIN",
-        "SELECT",
+        "UPDATE",
         "SELECT",
         "SELECT",
         "UPDATE",

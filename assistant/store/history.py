@@ -155,20 +155,14 @@ def _store_measured_size(conversation: Conversation, message: Message) -> None:
     """The admin list's figure, with the message just stored, when it could not be
     added to the stored one: the window measured under the row's lock, so that of
     concurrent writers the last to measure counts every message. A soft-deleted (or
-    purged) conversation takes no message: the one just inserted is removed. FOR NO
-    KEY UPDATE (what an UPDATE of other columns than the key takes): the messages'
-    foreign keys hold KEY SHARE locks on the row, which a plain FOR UPDATE would
-    wait on."""
+    purged) conversation takes no message: the one just inserted is removed."""
     rows = live(conversation.pk)
     with transaction.atomic():
-        if rows.select_for_update(no_key=True).values_list("pk", flat=True):
+        # The lock taken by a write first: SQLite (the demo's database) cannot turn a
+        # read lock into a write lock while another connection waits to write.
+        if rows.update(updated_at=timezone.now()):
             size, estimate, counted = measure_size(conversation.pk)
-            rows.update(
-                updated_at=timezone.now(),
-                context_tokens=size,
-                context_estimate=estimate,
-                context_counted=counted,
-            )
+            rows.update(context_tokens=size, context_estimate=estimate, context_counted=counted)
             return
     Message.objects.filter(pk=message.pk).delete()
     raise deleted_error(conversation.pk)
