@@ -586,11 +586,9 @@ def test_an_early_shift_compacts_the_consumed_results_it_keeps_in_the_same_step(
     assert all(read.compacted_content for read in reads)
 
 
-def chapters_then_reads(
-    conversation: Conversation, reads: int, size: int, calls: int = 200
-) -> None:
+def chapters_then_reads(conversation: Conversation, reads: int, size: int) -> None:
     """Four long turns, then a turn of `reads` reads of `size` characters, in a
-    conversation `calls` calls in that has saved plenty (its ledger)."""
+    conversation two hundred calls in that has saved plenty (its ledger)."""
     for turn in range(4):
         add_message(conversation, "user", f"Tell me about chapter {turn}. " + "x" * 16_000)
         add_message(conversation, "assistant", f"Chapter {turn}: " + "y" * 2_000)
@@ -599,7 +597,7 @@ def chapters_then_reads(
         agent_step(conversation, index, html(size, marker=f"config {index} "))
     add_message(conversation, "assistant", "The configs agree.")
     newest = conversation.messages.last().pk
-    ledger = {"balance": 100_000.0, "gap": 0, "since": newest, "calls": calls}
+    ledger = {"balance": 100_000.0, "gap": 0, "since": newest, "calls": 200}
     write_state(
         Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CACHE_LEDGER: ledger}
     )
