@@ -247,15 +247,15 @@ def _same_file(one: str, other: str) -> bool:
 
 def _label(tool_name: str, arguments: dict[str, Any]) -> str:
     """What a call that names no file, URL or record did, in a few words: its tool and
-    its first string argument (a command without its leading `cd DIR &&`)."""
-    value = next(
-        (
-            v
-            for k, v in arguments.items()
-            if isinstance(v, str) and v.strip() and not _SECRET_KEY.search(str(k))
-        ),
-        "",
-    )
+    what it searched for, else its first string argument (a command without its leading
+    `cd DIR &&`). Two searches of one folder are two entries."""
+    strings = [
+        (str(k), v)
+        for k, v in arguments.items()
+        if isinstance(v, str) and v.strip() and not _SECRET_KEY.search(str(k))
+    ]
+    searched = [v for k, v in strings if _SEARCH_KEY.search(k)]
+    value = (searched or [v for _, v in strings] or [""])[0]
     value = _LEADING_CD.sub("", " ".join(value.split()))
     if len(value) > LABEL_CHARS:
         value = value[: LABEL_CHARS - 1].rstrip() + "…"
