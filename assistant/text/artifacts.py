@@ -474,8 +474,8 @@ def _rendered(
             what = f" {labels[0]}" if labels else ""
             items.append(f"ref {handle(found)}{what}{': ' if names else ''}{', '.join(names)}")
         lines.append("Results: " + "; ".join(items))
-    shown = {entry[1] for entry in entries}
-    others = [f"ref {handle(found)}" for found in originals if found not in shown]
+    named_here = {entry[1] for entry in entries}
+    others = [f"ref {handle(found)}" for found in originals if found not in named_here]
     if others:
         lines.append("Other originals: " + ", ".join(others))
     return "\n".join(lines)
