@@ -374,3 +374,21 @@ def test_a_search_within_a_folder_never_takes_the_place_of_another(fake_llm, set
     assert "Files read" not in index
     for pk, value in ((first.pk, "total_3"), (second.pk, "refund_3")):
         assert value in run_tool_call(conversation, "recall", {"handle": f"m{pk}"})
+
+
+def test_a_call_whose_result_named_nothing_yields_its_room_to_names_and_keeps_its_handle():
+    index = {
+        "first": 1,
+        "through": 30,
+        "calls": {"Bash npm run check 2>&1 | tail -5": [20, 20, 0, 0]},
+        "names": {f"handler_{n}_name": [10 + n, 10 + n, 0, 0] for n in range(6)},
+    }
+
+    text = render(index, 50)
+
+    assert estimate_tokens(text) <= 50
+    # Newer than every name, but it lists nothing the model could use: names go first.
+    assert "npm run check" not in text
+    assert "handler_5_name" in text and "handler_4_name" in text
+    assert "ref m20" in text.split("Other originals: ", 1)[1]
+    assert "ref m20 Bash npm run check" in render(index, 500)  # shown while there is room

@@ -385,7 +385,10 @@ def _rest(
 ) -> list[tuple[int, int, str, str]]:
     """The entries after the files, the most recently used first (a result's names in
     names_in's order), without a name a file shown is (`_listed`) or that an entry
-    before it holds (`start` after `this.ui.start`): the model reads it there."""
+    before it holds (`start` after `this.ui.start`): the model reads it there. A call
+    whose result had no name to list comes after every entry that names something: its
+    label says what it ran, never a name the model could use, and its handle stays in
+    the originals listed by handle."""
     chosen = set(files)
     listed = _listed([entry[3] for entry in files])
     shown = "\x00".join(entry[3] for entry in files)
@@ -397,7 +400,9 @@ def _rest(
             continue
         rest.append(entry)
         shown += "\x00" + entry[3]
-    return rest
+    named = {entry[1] for entry in entries if entry[2] == "names"}
+    unnamed = {entry for entry in rest if entry[2] == "calls" and entry[1] not in named}
+    return [e for e in rest if e not in unnamed] + [e for e in rest if e in unnamed]
 
 
 def _listed(paths: list[str]) -> Callable[[str], bool]:
