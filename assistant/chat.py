@@ -26,7 +26,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
 from assistant.flows.overflow import acall_with_overflow_recovery, call_with_overflow_recovery
-from assistant.flows.precall import ensure_context_summary
+from assistant.flows.precall import prepare_context
 from assistant.flows.provider_compaction import ProviderStep, provider_step
 from assistant.flows.responses import record_response
 from assistant.llm.catalog import CHAT_PROVIDERS, DEFAULT_PROVIDER, wire
@@ -158,13 +158,14 @@ def chat_step(
     (stored as it came; requests leave it out). Bad arguments and a deleted
     conversation are refused before anything is written or any model called."""
     chosen, sent = _checked(provider, tools, recall)
-    step = _before_call(conversation, sent, chosen, call_model)
+    step, prepared = _before_call(conversation, sent, chosen, call_model)
     response = call_with_overflow_recovery(
         conversation,
         lambda context: read_answer(
             chosen, call_model(_request(context, provider, tools, recall, step)), on_text
         ),
         window_tokens=window_tokens,
+        context=prepared,
     )
     return Step(record_response(conversation, response, provider=provider, **fields), response)
 
@@ -187,13 +188,15 @@ async def achat_step(
     The database work (the hook, the context, overflow recovery, the record) runs in
     a worker thread (`sync_to_async`), never on the event loop."""
     chosen, sent = _checked(provider, tools, recall)
-    step = await sync_to_async(_before_call)(conversation, sent, chosen, call_model)
+    step, prepared = await sync_to_async(_before_call)(conversation, sent, chosen, call_model)
 
     async def call(context: Context) -> Any:
         request = _request(context, provider, tools, recall, step)
         return await aread_answer(chosen, call_model(request), on_text)
 
-    response = await acall_with_overflow_recovery(conversation, call, window_tokens=window_tokens)
+    response = await acall_with_overflow_recovery(
+        conversation, call, window_tokens=window_tokens, context=prepared
+    )
     message = await sync_to_async(record_response)(
         conversation, response, provider=provider, **fields
     )
@@ -215,16 +218,17 @@ def _before_call(
     sent: Sequence[dict[str, Any]] | None,
     chosen: Wire,
     call_model: Callable[[dict[str, Any]], Any],
-) -> ProviderStep:
-    """The checks, the tools remembered, and the pre-call hook, or the provider's
-    compaction in its place (PROVIDER_COMPACTION, docs/provider-compaction.rst)."""
+) -> tuple[ProviderStep, Context | None]:
+    """The checks, the tools remembered, and the pre-call hook with the context it
+    left, or the provider's compaction in its place (PROVIDER_COMPACTION,
+    docs/provider-compaction.rst: no context yet)."""
     require_live(conversation)
     remember_chat_tools(conversation, sent)
     neutral = list(sent) if sent else None
     step = provider_step(conversation, chosen, compaction_config(), call_model, neutral)
-    if step.run_hook:
-        ensure_context_summary(conversation, on_demand=step.on_demand)
-    return step
+    if not step.run_hook:
+        return step, None
+    return step, prepare_context(conversation, on_demand=step.on_demand)
 
 
 def _request(

@@ -25,7 +25,7 @@ from assistant.chat import (
 from assistant.flows.overflow import acall_with_overflow_recovery, call_with_overflow_recovery
 from assistant.flows.planning import RunPlan, plan_run
 from assistant.flows.post_exchange import process_exchange
-from assistant.flows.precall import ensure_context_summary
+from assistant.flows.precall import ensure_context_summary, prepare_context
 from assistant.flows.responses import record_response
 from assistant.flows.staff import Outcome, check_action, run_staff_action
 from assistant.llm.overflow import context_overflow
@@ -245,6 +245,7 @@ __all__ = [
     "pin_message",
     "plan_run",
     "prebuild_window_summary",
+    "prepare_context",
     "process_exchange",
     "queue_staff_action",
     "record_response",

@@ -1,8 +1,8 @@
 """A conversation replayed through the services as a chat backend drives it:
-the pre-call hook and build_context before each model call, the assistant
-message stored with the size of its request (the bench's token rule, as a
-provider reports it), its tool results, the post-exchange pipeline after
-each user turn."""
+the pre-call hook and the context it left (`prepare_context`) before each
+model call, the assistant message stored with the size of its request (the
+bench's token rule, as a provider reports it), its tool results, the
+post-exchange pipeline after each user turn."""
 
 from __future__ import annotations
 
@@ -30,10 +30,12 @@ class Request:
 
 
 def replay(
-    title: str, messages: list[dict[str, Any]]
+    title: str, messages: list[dict[str, Any]], *, check_prepared: bool = False
 ) -> tuple[Conversation, list[str], list[Request]]:
     """The conversation, one line per malformed request (either provider's
-    shape), and every request's size."""
+    shape), and every request's size. `check_prepared`: each request, made from the
+    window the hook left (`prepare_context`), is also compared with the one
+    build_context loads afresh (a line per difference)."""
     conversation = Conversation.objects.create(title=title, system_prompt=SYSTEM_PROMPT)
     problems: list[str] = []
     requests: list[Request] = []
@@ -43,9 +45,10 @@ def replay(
     for index, message in enumerate(messages):
         fields: dict[str, Any] = {}
         if message["role"] == "assistant":
-            services.ensure_context_summary(conversation)
-            context = services.build_context(conversation)
+            context = services.prepare_context(conversation)
             anthropic = context.to_anthropic()
+            if check_prepared and services.build_context(conversation).to_anthropic() != anthropic:
+                problems.append(f"message {index}: the prepared context is not the window's")
             for shape, (broken, bad_start) in (
                 ("anthropic", anthropic_problems(anthropic)),
                 ("gemini", gemini_problems(context.to_gemini())),

@@ -5,7 +5,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from assistant.models import Conversation, Message
-from assistant.services import add_message, build_context
+from assistant.services import add_message, build_context, ensure_context_summary, prepare_context
 from assistant.store.state import write_state
 from assistant.window.context import MISSING_RESULT, IncompleteToolCall
 from tests.builders import chat_turns, tool_turn
@@ -73,6 +73,21 @@ def test_the_query_count_does_not_grow_with_the_conversation(
         context = build_context(conversation)
 
     assert len(context.messages) == 6
+
+
+@pytest.mark.parametrize("length", [25, 1000])
+def test_the_hook_and_the_request_it_prepares_load_the_window_once(
+    conversation, length, django_assert_num_queries
+):
+    messages = chat_turns(conversation, length)
+    set_summary(conversation, "## Goal\nx", messages[-7].pk)
+    ensure_context_summary(conversation)  # the stored size and the ledger settled
+
+    with django_assert_num_queries(2):
+        context = prepare_context(conversation)
+
+    assert context.message_ids == [m.pk for m in messages[-6:]]
+    assert context.to_anthropic() == build_context(conversation).to_anthropic()
 
 
 def test_a_cutoff_that_orphans_a_tool_result_moves_back_to_its_user_turn(conversation):

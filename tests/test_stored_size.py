@@ -28,6 +28,8 @@ def assert_recounted(conversation: Conversation) -> None:
     assert recount.tokens == load_window(conversation.pk).context_tokens()
 
 
+# Outside a test's transaction: the statements a host's add_message runs.
+@pytest.mark.django_db(transaction=True)
 def test_a_message_after_a_provider_count_adds_to_the_size_in_one_update(conversation):
     add_message(conversation, "user", "Read a.py")
     add_message(conversation, "assistant", "", tool_calls=[CALL], input_tokens=900)
@@ -37,17 +39,13 @@ def test_a_message_after_a_provider_count_adds_to_the_size_in_one_update(convers
     with CaptureQueriesContext(connection) as queries:
         message = add_message(conversation, "user", "And b.py?")
 
-    # The one UPDATE that adds, and takes the row's lock before the INSERT.
-    assert [q["sql"].split()[0] for q in queries] == [
-        "SAVEPOINT",
-        "UPDATE",
-        "INSERT",
-        "RELEASE",
-    ]
+    # The INSERT, then the one UPDATE that adds: no transaction of its own.
+    assert [q["sql"].split()[0] for q in queries] == ["INSERT", "UPDATE"]
     assert stored(conversation)[0] == before + message.token_estimate
     assert_recounted(conversation)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_message_measures_the_window_when_the_stored_size_cannot_be_added_to(conversation):
     add_message(conversation, "user", "Read a.py")
     conversation.system_prompt = "You help, briefly."
@@ -56,17 +54,17 @@ def test_a_message_measures_the_window_when_the_stored_size_cannot_be_added_to(c
     with CaptureQueriesContext(connection) as queries:
         add_message(conversation, "user", "Hello?")
 
-    # The conditional UPDATE matches nothing; the row's lock (SELECT ... FOR NO KEY
-    # UPDATE) before the INSERT; the conversation and the rows' sizes are read.
+    # The INSERT; the conditional UPDATE matches nothing; in a transaction, the row's
+    # lock (an UPDATE), the conversation and the rows' sizes read, the size stored.
     assert [q["sql"].split()[0] for q in queries] == [
-        "SAVEPOINT",
-        "UPDATE",
-        "SELECT",
         "INSERT",
+        "UPDATE",
+        "BEGIN",
+        "UPDATE",
         "SELECT",
         "SELECT",
         "UPDATE",
-        "RELEASE",
+        "COMMIT",
     ]
     assert_recounted(conversation)
 

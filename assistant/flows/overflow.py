@@ -31,6 +31,7 @@ def call_with_overflow_recovery(
     call: Callable[[Context], T],
     *,
     window_tokens: int | None = None,
+    context: Context | None = None,
 ) -> T:
     """Run `call(build_context(conversation))`. On a context-overflow error
     apply emergency level 1 and retry, then level 2 and retry, then raise
@@ -38,14 +39,18 @@ def call_with_overflow_recovery(
     nor one whose smaller context still cannot fit by the provider's own
     count. Any other error passes through untouched. A successful response
     that reports more input tokens than `window_tokens` marks the conversation
-    for emergency compaction before its next exchange."""
+    for emergency compaction before its next exchange. `context`: the first
+    attempt's, when the caller has it (`prepare_context`'s); a retry builds its own."""
     recovery = OverflowRecovery(conversation)
     while True:
+        if context is None:
+            context = build_context(conversation)
         try:
-            result = call(build_context(conversation))
+            result = call(context)
         except Exception as exc:
             recovery.failed(exc)
             recovery.shrink()
+            context = None
             continue
         note_response(conversation, result, window_tokens=window_tokens)
         return result
@@ -56,18 +61,21 @@ async def acall_with_overflow_recovery(
     call: Callable[[Context], Awaitable[T]],
     *,
     window_tokens: int | None = None,
+    context: Context | None = None,
 ) -> T:
     """call_with_overflow_recovery for an awaitable `call`: the context is built, the
     emergency levels applied and the response noted in a worker thread
     (`sync_to_async`), never on the event loop."""
     recovery = OverflowRecovery(conversation)
     while True:
-        context = await sync_to_async(build_context)(conversation)
+        if context is None:
+            context = await sync_to_async(build_context)(conversation)
         try:
             result = await call(context)
         except Exception as exc:
             recovery.failed(exc)
             await sync_to_async(recovery.shrink)()
+            context = None
             continue
         await sync_to_async(note_response)(conversation, result, window_tokens=window_tokens)
         return result

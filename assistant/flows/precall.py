@@ -40,6 +40,7 @@ from assistant.store.state import remember, write_state
 from assistant.strategies.emergency import compact_if_flagged
 from assistant.strategies.steps import Shifted, adopt, compact_results, shift_here
 from assistant.window import Shift, WindowState, load_window, store_size
+from assistant.window.context import Context, context_from_state
 from assistant.window.decision import (
     AdoptPending,
     ApplyEmergency,
@@ -67,11 +68,23 @@ def ensure_context_summary(
     by the query that loads the window.
     `on_demand` (chat_step under PROVIDER_COMPACTION "auto"): asked first to make a
     window shift as the provider's compaction; ours makes it when it returns False."""
+    run = _hook(conversation, on_demand)
+    return run.shifted.summary if run.shifted else run.state.summary
+
+
+def prepare_context(conversation: Conversation, *, on_demand: OnDemand | None = None) -> Context:
+    """The pre-call hook, then the context of the next request from the window the
+    hook left: `ensure_context_summary` and `build_context` with the window loaded
+    once for both (two queries when nothing is due)."""
+    return context_from_state(_hook(conversation, on_demand).state)
+
+
+def _hook(conversation: Conversation, on_demand: OnDemand | None) -> _Run:
     saved_id(conversation)
     with telemetry.pre_call_hook(conversation.pk):
         run = _run_plan(conversation, compaction_config(), on_demand)
         store_size(run.state)  # the admin list's figure: the size this call left
-        return run.shifted.summary if run.shifted else run.state.summary
+        return run
 
 
 @dataclass

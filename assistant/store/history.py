@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import nullcontext
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, JSONField, OuterRef, QuerySet
+from django.db.models import Exists, JSONField, OuterRef
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -74,36 +75,28 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
     compaction = provider_compaction.validated(fields.get("provider_compaction"))
     answered_by = {name: _validated_name(name, fields.get(name)) for name in _ANSWERED_BY}
 
-    try:
-        with transaction.atomic():
-            tool_fields = _tool_result_fields(conversation, fields) if role == "tool" else {}
-            media_tokens = blocks_tokens(blocks, media_rates(llm.provider_name()))
-            estimate = estimate_message_tokens(content, tool_calls) + media_tokens
-            estimate += provider_compaction.block_tokens(compaction)
-            message = Message(
-                conversation=conversation,
-                role=role,
-                content=content,
-                tool_calls=tool_calls,
-                blocks=blocks,
-                blocks_tokens=media_tokens,
-                metadata=metadata,
-                provider_compaction=compaction,
-                token_estimate=estimate,
-                original_token_estimate=estimate,
-                **tool_fields,
-                **usage,
-                **answered_by,
-            )
-            added = _add_to_size(conversation, message)
-            message.save(force_insert=True)
-            if not added:
-                _store_measured_size(conversation, live(conversation.pk))
-    except IntegrityError as error:
-        # Another writer stored this call's result between our check and our insert.
-        if role == "tool" and _is_duplicate_result(error):
-            raise _duplicate_result(fields["tool_call_id"]) from None
-        raise
+    tool_fields = _tool_result_fields(conversation, fields) if role == "tool" else {}
+    media_tokens = blocks_tokens(blocks, media_rates(llm.provider_name()))
+    estimate = estimate_message_tokens(content, tool_calls) + media_tokens
+    estimate += provider_compaction.block_tokens(compaction)
+    message = Message(
+        conversation=conversation,
+        role=role,
+        content=content,
+        tool_calls=tool_calls,
+        blocks=blocks,
+        blocks_tokens=media_tokens,
+        metadata=metadata,
+        provider_compaction=compaction,
+        token_estimate=estimate,
+        original_token_estimate=estimate,
+        **tool_fields,
+        **usage,
+        **answered_by,
+    )
+    _insert(conversation, message)
+    if not add_to_size(live(conversation.pk), message, updated_at=timezone.now()):
+        _store_measured_size(conversation, message)
     if role == Message.Role.ASSISTANT and message.input_tokens is not None:
         _record_usage(message, metadata)
     return message
@@ -140,39 +133,39 @@ def _record_usage(message: Message, metadata: dict[str, Any]) -> None:
     )
 
 
-def _add_to_size(conversation: Conversation, message: Message) -> bool:
-    """Add the message about to be inserted to the admin list's figure on a live
-    conversation, taking the row's lock before the insert: concurrent writers
-    take turns, so each message gets its id under the lock and is the newest
-    when its estimate is added (one UPDATE). False when the stored size cannot
-    take it (`add_to_size`): the row is locked all the same, and the caller
-    measures the window after the insert. A soft-deleted (or purged)
-    conversation matches nothing: nothing is inserted. FOR NO KEY UPDATE (what
-    an UPDATE of other columns than the key takes): the messages' foreign keys
-    hold KEY SHARE locks on the row, which a plain FOR UPDATE would wait on."""
-    if add_to_size(live(conversation.pk), message, updated_at=timezone.now()):
-        return True
-    locked = live(conversation.pk).select_for_update(no_key=True).values_list("pk", flat=True)
-    if not locked:
-        raise deleted_error(conversation.pk)
-    return False
-
-
-def _store_measured_size(conversation: Conversation, live: QuerySet[Conversation]) -> None:
-    """The admin list's figure, with the message just stored, when it could not be
-    added to the stored one: the window measured."""
+def _insert(conversation: Conversation, message: Message) -> None:
+    """One INSERT, then the stored size is added to (`add_to_size`: one UPDATE, no
+    transaction of ours: additions commute, and a size that cannot be added to is
+    measured under the row's lock). Inside the caller's transaction a savepoint
+    keeps that transaction usable when the insert is refused."""
+    in_transaction = transaction.get_connection().in_atomic_block
     try:
-        size, estimate, counted = measure_size(conversation.pk)
-    except Conversation.DoesNotExist:  # purged meanwhile
-        raise deleted_error(conversation.pk) from None
-    stored = live.update(
-        updated_at=timezone.now(),
-        context_tokens=size,
-        context_estimate=estimate,
-        context_counted=counted,
-    )
-    if not stored:
-        raise deleted_error(conversation.pk)
+        with transaction.atomic() if in_transaction else nullcontext():
+            message.save(force_insert=True)
+    except IntegrityError as error:
+        # Another writer stored this call's result between our check and our insert.
+        if message.role == Message.Role.TOOL and _is_duplicate_result(error):
+            raise _duplicate_result(message.tool_call_id) from None
+        if not live(conversation.pk).exists():  # purged meanwhile
+            raise deleted_error(conversation.pk) from None
+        raise
+
+
+def _store_measured_size(conversation: Conversation, message: Message) -> None:
+    """The admin list's figure, with the message just stored, when it could not be
+    added to the stored one: the window measured under the row's lock, so that of
+    concurrent writers the last to measure counts every message. A soft-deleted (or
+    purged) conversation takes no message: the one just inserted is removed."""
+    rows = live(conversation.pk)
+    with transaction.atomic():
+        # The lock taken by a write first: SQLite (the demo's database) cannot turn a
+        # read lock into a write lock while another connection waits to write.
+        if rows.update(updated_at=timezone.now()):
+            size, estimate, counted = measure_size(conversation.pk)
+            rows.update(context_tokens=size, context_estimate=estimate, context_counted=counted)
+            return
+    Message.objects.filter(pk=message.pk).delete()
+    raise deleted_error(conversation.pk)
 
 
 def _check_no_tool_fields(role: str, fields: dict[str, Any]) -> None:
