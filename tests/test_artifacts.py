@@ -49,8 +49,7 @@ def test_names_of_each_kind_are_found_in_any_language():
         "Spotter.Services.ReviewTokenStore",
         "Phoenix.PubSub.subscribe",
         "Spotter.PubSub",
-        "sessionManager",
-        "loadEntries",
+        "this.sessionManager.loadEntries",  # an own member by its chain, its tails in it
     ]
     assert names_in(listing, 10) == ["packages/agent/test/hooks.test.ts", "dist/index.js"]
     assert names_in(code, 2) == ["pane_sessions", "Spotter.Services.ReviewTokenStore"]
@@ -62,9 +61,34 @@ def test_destructured_names_module_calls_and_variables_are_names():
     shell = '"command": "${CLAUDE_PLUGIN_ROOT}/scripts/notify.sh $HOME"'
 
     assert names_in(react, 10) == ["selectedFile", "setSelectedFile"]
-    # A module's function by its dotted name; never an object's own member chain.
-    assert names_in(python, 10) == ["_run_pipeline", "asyncio.run"]
+    # A module's function by its dotted name; an object's own member by its whole chain.
+    assert names_in(python, 10) == ["self.graph.invoke", "_run_pipeline", "asyncio.run"]
     assert "CLAUDE_PLUGIN_ROOT" in names_in(shell, 10)
+
+
+def test_urls_colours_optional_fields_and_own_member_chains_are_names():
+    markdown = (
+        "See [the schema](https://schemas.example.org/v2/config.json), or "
+        "https://docs.example.net/guide.\nIn HTML, &#123; is an entity."
+    )
+    css = 'header { color: #1a2b3c; background: "#fff"; border-color: #11223344 }'
+    typescript = (
+        "interface Options {\n  retryLimit?: number;\n}\n"
+        "  render() {\n    this.layout.refresh();\n    return this.renderFooter(x);\n  }"
+    )
+
+    assert names_in(markdown, 10) == [
+        "https://schemas.example.org/v2/config.json",
+        "https://docs.example.net/guide",
+    ]
+    assert names_in(css, 10) == ["#1a2b3c", "#fff", "#11223344"]
+    # The chain says whose member it is; its tails (refresh, renderFooter) are not repeated.
+    assert names_in(typescript, 10) == [
+        "Options",
+        "retryLimit",
+        "this.layout.refresh",
+        "this.renderFooter",
+    ]
 
 
 def test_prose_words_are_never_names():
@@ -287,3 +311,84 @@ def test_a_summarized_result_keeps_in_the_index_the_names_its_truncated_form_lis
     # fixed two dozen per result would have left most of them out.
     index = index_of(conversation)
     assert all(f"load_part_{n}" in index for n in range(50))
+
+
+def test_a_name_an_entry_before_it_holds_is_not_shown_again():
+    index = {
+        "first": 1,
+        "through": 9,
+        "names": {
+            "this.store.flushPending": [5, 5, 0, 0],
+            "flushPending": [4, 4, 0, 0],  # an older result: the model reads it above
+            "cache_size": [4, 4, 0, 1],
+        },
+    }
+
+    text = render(index, 500)
+
+    assert "ref m4: cache_size; ref m5: this.store.flushPending" in text
+    assert text.count("flushPending") == 1
+
+
+def test_originals_the_budget_leaves_out_are_still_named_by_their_handle():
+    names = {f"loader_{n}_widget_factory": [10 + n, 10 + n, 0, 0] for n in range(40)}
+    index = {"first": 1, "through": 60, "names": names}
+
+    text = render(index, 120)
+
+    assert estimate_tokens(text) <= 120
+    assert "loader_39_widget_factory" in text  # the newest names, with their handles
+    assert "loader_0_widget_factory" not in text
+    # Every original the names left out stays one recall away by its handle.
+    others = text.split("Other originals: ", 1)[1]
+    assert others.startswith("ref m10, ref m11, ")
+    shown = [n for n in range(40) if f"loader_{n}_widget_factory" in text]
+    assert all(f"ref m{10 + n}" in text for n in range(40))
+    assert all(f"ref m{10 + n}," not in others for n in shown)
+
+
+def test_a_search_within_a_folder_never_takes_the_place_of_another(fake_llm, settings, db):
+    settings.ASSISTANT_COMPACTION = WINDOW
+    fake_llm.use_anthropic(settings)
+    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
+    folder = "/srv/app/lib/billing"
+    hits = "".join(f"invoice_{n}.py:3:def total_{n}():\n" for n in range(4))
+    first = tool_turn(
+        conversation,
+        "Where are totals?",
+        [("Grep", {"pattern": "def total_", "path": folder}, hits)],
+    )[2]
+    second = tool_turn(
+        conversation,
+        "And refunds?",
+        [("Grep", {"pattern": "refund", "path": folder}, hits.replace("total", "refund"))],
+    )[2]
+    for number in range(3):
+        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
+    ensure_context_summary(conversation)
+
+    index = index_of(conversation)
+    # Each search keeps its own handle, by what it looked for; the folder is no file read.
+    assert f"ref m{first.pk} Grep def total_" in index
+    assert f"ref m{second.pk} Grep refund" in index
+    assert "Files read" not in index
+    for pk, value in ((first.pk, "total_3"), (second.pk, "refund_3")):
+        assert value in run_tool_call(conversation, "recall", {"handle": f"m{pk}"})
+
+
+def test_a_call_whose_result_named_nothing_yields_its_room_to_names_and_keeps_its_handle():
+    index = {
+        "first": 1,
+        "through": 30,
+        "calls": {"Bash npm run check 2>&1 | tail -5": [20, 20, 0, 0]},
+        "names": {f"handler_{n}_name": [10 + n, 10 + n, 0, 0] for n in range(6)},
+    }
+
+    text = render(index, 50)
+
+    assert estimate_tokens(text) <= 50
+    # Newer than every name, but it lists nothing the model could use: names go first.
+    assert "npm run check" not in text
+    assert "handler_5_name" in text and "handler_4_name" in text
+    assert "ref m20" in text.split("Other originals: ", 1)[1]
+    assert "ref m20 Bash npm run check" in render(index, 500)  # shown while there is room

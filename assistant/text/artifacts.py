@@ -63,6 +63,10 @@ _PATH_KEY = re.compile(r"(?:^|_)(?:path|file|filename|filepath|dir|directory)$|p
 _URL_KEY = re.compile(r"(?:^|_)(?:url|uri|href|link)s?$", re.I)
 # An argument naming a record: user_id, reservation_id, orderId, ids, uuid, flight_number.
 _RECORD_KEY = re.compile(r"(?:^|_|(?<=[a-z]))(?:id|ids|uuid|number)$", re.I)
+# An argument holding what a search looks for: pattern, query, regex, search_term, q.
+_SEARCH_KEY = re.compile(
+    r"^(?:q|pattern|query|regex|regexp|search|search_term|search_query)$", re.I
+)
 _SECRET_KEY = re.compile(r"secret|token|password|passwd|key|auth|credential", re.I)
 _MODIFYING_TOOL = re.compile(
     r"edit|write|create|replace|insert|patch|apply|delete|remove|rename|move|save", re.I
@@ -162,7 +166,16 @@ def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -
     named = False
     modifies = _modifies(message.tool_name, arguments)
     paths = [_one_form(index, path) for path in _paths(arguments)]
+    searched = _searches(arguments)
     for path in paths:
+        if searched:
+            # A search within a file or a folder: what it found depends on its pattern, so
+            # it never takes the place of the path's read (nor one search another's); it
+            # is listed as a call. A file read whole before counts as used.
+            held = index["read"].get(path)
+            if held is not None:
+                held[1] = max(held[1], found)
+            continue
         named = True
         # A file read then modified keeps both handles: its text, and the change.
         if modifies:
@@ -234,15 +247,15 @@ def _same_file(one: str, other: str) -> bool:
 
 def _label(tool_name: str, arguments: dict[str, Any]) -> str:
     """What a call that names no file, URL or record did, in a few words: its tool and
-    its first string argument (a command without its leading `cd DIR &&`)."""
-    value = next(
-        (
-            v
-            for k, v in arguments.items()
-            if isinstance(v, str) and v.strip() and not _SECRET_KEY.search(str(k))
-        ),
-        "",
-    )
+    what it searched for, else its first string argument (a command without its leading
+    `cd DIR &&`). Two searches of one folder are two entries."""
+    strings = [
+        (str(k), v)
+        for k, v in arguments.items()
+        if isinstance(v, str) and v.strip() and not _SECRET_KEY.search(str(k))
+    ]
+    searched = [v for k, v in strings if _SEARCH_KEY.search(k)]
+    value = (searched or [v for _, v in strings] or [""])[0]
     value = _LEADING_CD.sub("", " ".join(value.split()))
     if len(value) > LABEL_CHARS:
         value = value[: LABEL_CHARS - 1].rstrip() + "…"
@@ -254,6 +267,14 @@ def _random_looking(name: str) -> bool:
     return any(
         len(run) >= RANDOM_RUN_CHARS and re.search(r"\d", run) and re.search(r"[A-Za-z]", run)
         for run in re.findall(r"[A-Za-z0-9]+", name)
+    )
+
+
+def _searches(arguments: dict[str, Any]) -> bool:
+    """Whether the call searches (an argument names its pattern or query)."""
+    return any(
+        _SEARCH_KEY.search(str(key)) and isinstance(value, str) and value.strip()
+        for key, value in arguments.items()
     )
 
 
@@ -346,15 +367,42 @@ def render(index: dict[str, Any] | None, max_tokens: int) -> str:
     files = [entry for entry in entries if entry[2] in FILE_CATEGORIES]
     # The files first, within their share: a file's original holds every name in it.
     files = files[: _longest_within(heading, files, round(max_tokens * FILES_SHARE))]
+    ordered = files + _rest(entries, files)
+    # Every original the entries name keeps its handle: those the budget leaves out are
+    # listed by handle alone, so what the index drops stays one recall away.
+    originals = sorted({entry[1] for entry in entries})
+    if estimate_tokens(_rendered(heading, [], originals)) > max_tokens:
+        originals = []
+    return _rendered(
+        heading,
+        ordered[: _longest_within(heading, ordered, max_tokens, originals)],
+        originals,
+    )
+
+
+def _rest(
+    entries: list[tuple[int, int, str, str]], files: list[tuple[int, int, str, str]]
+) -> list[tuple[int, int, str, str]]:
+    """The entries after the files, the most recently used first (a result's names in
+    names_in's order), without a name a file shown is (`_listed`) or that an entry
+    before it holds (`start` after `this.ui.start`): the model reads it there. A call
+    whose result had no name to list comes after every entry that names something: its
+    label says what it ran, never a name the model could use, and its handle stays in
+    the originals listed by handle."""
     chosen = set(files)
     listed = _listed([entry[3] for entry in files])
-    rest = [  # the most recently used first, a result's names in names_in's order
-        entry
-        for entry in entries
-        if entry not in chosen and not (entry[2] == "names" and listed(entry[3]))
-    ]
-    ordered = files + rest
-    return _rendered(heading, ordered[: _longest_within(heading, ordered, max_tokens)])
+    shown = "\x00".join(entry[3] for entry in files)
+    rest = []
+    for entry in entries:
+        if entry in chosen:
+            continue
+        if entry[2] == "names" and (listed(entry[3]) or entry[3] in shown):
+            continue
+        rest.append(entry)
+        shown += "\x00" + entry[3]
+    named = {entry[1] for entry in entries if entry[2] == "names"}
+    unnamed = {entry for entry in rest if entry[2] == "calls" and entry[1] not in named}
+    return [e for e in rest if e not in unnamed] + [e for e in rest if e in unnamed]
 
 
 def _listed(paths: list[str]) -> Callable[[str], bool]:
@@ -377,21 +425,28 @@ def _tails(path: str) -> list[str]:
     return [path.split("/", cut)[-1] for cut in range(1, path.count("/") + 1)]
 
 
-def _longest_within(heading: str, entries: list[tuple[int, int, str, str]], max_tokens: int) -> int:
+def _longest_within(
+    heading: str,
+    entries: list[tuple[int, int, str, str]],
+    max_tokens: int,
+    originals: Sequence[int] = (),
+) -> int:
     """How many of `entries`, from the first, the render holds within `max_tokens`
     (a binary search over the rendered text itself: shared prefixes and handles make
     an entry's own size no measure of what it adds)."""
     low, high = 0, len(entries)
     while low < high:
         middle = (low + high + 1) // 2
-        if estimate_tokens(_rendered(heading, entries[:middle])) <= max_tokens:
+        if estimate_tokens(_rendered(heading, entries[:middle], originals)) <= max_tokens:
             low = middle
         else:
             high = middle - 1
     return low
 
 
-def _rendered(heading: str, entries: list[tuple[int, int, str, str]]) -> str:
+def _rendered(
+    heading: str, entries: list[tuple[int, int, str, str]], originals: Sequence[int] = ()
+) -> str:
     by_category: dict[str, dict[str, int]] = {name: {} for name in CATEGORIES}
     for _, found, category, key in entries:
         by_category[category][key] = found
@@ -424,6 +479,10 @@ def _rendered(heading: str, entries: list[tuple[int, int, str, str]]) -> str:
             what = f" {labels[0]}" if labels else ""
             items.append(f"ref {handle(found)}{what}{': ' if names else ''}{', '.join(names)}")
         lines.append("Results: " + "; ".join(items))
+    named_here = {entry[1] for entry in entries}
+    others = [f"ref {handle(found)}" for found in originals if found not in named_here]
+    if others:
+        lines.append("Other originals: " + ", ".join(others))
     return "\n".join(lines)
 
 

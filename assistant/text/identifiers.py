@@ -4,9 +4,13 @@ and code-shaped names in prose, quotes and code. Pure functions over text.
 
 The rules go by the shape of a name, never by agent, tool or file: a definition is a
 keyword of one of the common languages followed by a name, or a C-like signature; a path
-has a slash and an extension; a key is followed by ":", "=" or "=>"; every other name is
-taken only when it is code-shaped (snake_case, camelCase, a qualified Module.name), so
-prose words are never names. Every kind is in the order of the text, at most `most`.
+has a slash and an extension; a URL starts with its scheme, wherever it stands (a markdown
+link's target too); a key is followed by ":", "?:", "=" or "=>"; a colour is a hex
+literal (#rgb, #rrggbb, #rrggbbaa); an object's own member is named by its whole chain
+(`this.ui.start`, `self.graph.invoke`: what a model calls it); every other name is taken
+only when it is code-shaped (snake_case, camelCase, a qualified Module.name), so prose
+words are never names. Every kind is in the order of the text, at most `most`. A name
+another one found holds as its tail (`start` of `this.ui.start`) is not listed again.
 """
 
 from __future__ import annotations
@@ -39,8 +43,17 @@ _NOT_NAMES = frozenset({"if", "for", "while", "switch", "return", "else", "do", 
 PATH = re.compile(
     r"(?<![\w/.~-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w@+-][\w.@+-]*\.[A-Za-z][A-Za-z0-9]{0,7}(?![\w/])"
 )
-# A key of a map, a keyword list, JSON, YAML or TOML: `"name":`, `name:`, `name =>`.
-_KEY = re.compile(r"""(?:^|[\s{(,\[%|])["':]?([A-Za-z_][\w-]*)["']?\s*(?::(?=\s)|=>)""")
+# A key of a map, a keyword list, JSON, YAML or TOML: `"name":`, `name:`, `name =>`; an
+# optional field or parameter: `name?: Type`.
+_KEY = re.compile(r"""(?:^|[\s{(,\[%|])["':]?([A-Za-z_][\w-]*)["']?\??\s*(?::(?=\s)|=>)""")
+# A URL, up to what closes it in prose or markup (a quote, a bracket, a parenthesis).
+URL = re.compile(r"https?://[^\s\"'<>`)\]}]+")
+# A colour literal: #rgb, #rrggbb or #rrggbbaa.
+_COLOUR = re.compile(r"(?<![\w&#])#(?:[0-9A-Fa-f]{8}|[0-9A-Fa-f]{6}|[0-9A-Fa-f]{3})(?![\w-])")
+# An object's own member chain: `this.ui.start`, `self.graph.invoke`.
+_OWN_CHAIN = re.compile(r"(?<![\w$.])(?:this|self)((?:\.[A-Za-z_$][\w$]*)+)")
+# Any other code-shaped word (a type named where it is used: `var p WingmanPayload`).
+_WORD = re.compile(r"(?<![\w$.@/#-])([A-Za-z_$][\w$]*)(?![\w$/])")
 # A name in backquotes or quotes.
 _QUOTED = re.compile(r"""[`"']([A-Za-z_$@][\w$.:/@-]*[\w!?])[`"']""")
 # A qualified name: Module.Sub.name, Module::name (two or more parts, the first capitalized).
@@ -91,11 +104,13 @@ def definitions(text: str, most: int = 24) -> list[str]:
 
 def names_in(text: str, most: int) -> list[str]:
     """The names of `text` worth finding again, at most `most`, the surest kinds first:
-    definitions, paths, assigned names and keys, quoted and qualified names, then the
-    code-shaped names code uses."""
+    definitions, paths and URLs, assigned names and keys, quoted names and colours,
+    qualified names, then the names code uses (an object's own members by their chain),
+    then any other code-shaped word."""
     found: dict[str, None] = {}
     tails: set[str] = set()  # of qualified names: Module.name says more than name
-    for kind in (_definitions, _paths, _assigned, _keys, _quoted, _qualified, _used):
+    kinds = (_definitions, _paths, _assigned, _keys, _quoted, _colours, _qualified, _urls)
+    for kind in (*kinds, _own_chains, _used):
         for name in kind(text):
             if len(found) >= most:
                 return list(found)
@@ -159,6 +174,30 @@ def _keys(text: str) -> Iterator[str]:
 def _quoted(text: str) -> Iterator[str]:
     for match in _QUOTED.finditer(text):
         if code_shaped(match.group(1)):
+            yield match.group(1)
+
+
+def _urls(text: str) -> Iterator[str]:
+    for match in URL.finditer(text):
+        url = match.group().rstrip(".,;:!?*")
+        if len(url) <= 300 and url.count("/") >= 2 and "." in url.split("/")[2]:
+            yield url
+
+
+def _colours(text: str) -> Iterator[str]:
+    for match in _COLOUR.finditer(text):
+        yield match.group()
+
+
+def _own_chains(text: str) -> Iterator[str]:
+    for match in _OWN_CHAIN.finditer(text):
+        if len(match.group(1)) > 4:  # `.` and four characters at least, as code_shaped
+            yield match.group()
+
+
+def _words(text: str) -> Iterator[str]:
+    for match in _WORD.finditer(text):
+        if match.group(1) not in _NOT_NAMES and code_shaped(match.group(1)):
             yield match.group(1)
 
 
