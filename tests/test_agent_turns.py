@@ -584,39 +584,3 @@ def test_an_early_shift_compacts_the_consumed_results_it_keeps_in_the_same_step(
     assert kinds[0] == "window_summary" and kinds[1:] == ["tool_results", "tool_results"]
     reads = conversation.messages.filter(role="tool")
     assert all(read.compacted_content for read in reads)
-
-
-def chapters_then_reads(conversation: Conversation, reads: int, size: int) -> None:
-    """Four long turns, then a turn of `reads` reads of `size` characters, in a
-    conversation two hundred calls in that has saved plenty (its ledger)."""
-    for turn in range(4):
-        add_message(conversation, "user", f"Tell me about chapter {turn}. " + "x" * 16_000)
-        add_message(conversation, "assistant", f"Chapter {turn}: " + "y" * 2_000)
-    add_message(conversation, "user", "Check the config files.")
-    for index in range(reads):
-        agent_step(conversation, index, html(size, marker=f"config {index} "))
-    add_message(conversation, "assistant", "The configs agree.")
-    newest = conversation.messages.last().pk
-    ledger = {"balance": 100_000.0, "gap": 0, "since": newest, "calls": 200}
-    write_state(
-        Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CACHE_LEDGER: ledger}
-    )
-
-
-def test_a_results_batch_an_early_shift_would_rewrite_is_left_to_the_shift(conversation):
-    # Compacting the consumed reads pays on its own, and so does an early shift:
-    # taken first, the batch would rewrite the context and leave a window the
-    # shift no longer pays on, so the shift would come a few calls later and
-    # rewrite it all again. The shift goes alone and compacts the reads it keeps
-    # in its own rewrite: the cached prefix breaks once.
-    chapters_then_reads(conversation, reads=6, size=12_000)
-
-    ensure_context_summary(conversation)
-
-    kinds = list(
-        CompactionEvent.objects.filter(conversation=conversation)
-        .order_by("id")
-        .values_list("kind", flat=True)
-    )
-    assert kinds[0] == "window_summary"
-    assert set(kinds[1:]) <= {"tool_results"}

@@ -272,7 +272,11 @@ def _steps(
     usage = note_usage(state)
     if usage is not None:
         steps.append(usage)
-    if results is not None and (results.free or not rewritten_soon(state, results, window)):
+    # Below the trigger, no voluntary batch while the worker builds the shift that
+    # would rewrite it.
+    if results is not None and (
+        results.free or not (window.worker_ahead and awaiting_worker(state))
+    ):
         steps.append(CompactResults(results))
     # A results batch rewrites the prefix from its first result on: the model's
     # summary of an offline split, if one is pending by then, replaces the
@@ -301,17 +305,6 @@ def note_usage(state: WindowState) -> NoteUsage | None:
     if ratio is None and implausible is None:
         return None
     return NoteUsage(ratio, implausible)
-
-
-def rewritten_soon(state: WindowState, results: Results, window: MoveWindow) -> bool:
-    """Whether a voluntary results batch is left to a window shift that would
-    rewrite it: the one the worker is building, or an early shift that pays on the
-    window as the call found it. The shift compacts the consumed results it keeps
-    in its own rewrite; taken first, the batch would pay a write of its own and,
-    by shrinking the window, put the shift off to a later call that rewrites the
-    context again (docs/compaction.rst, "Timing under prompt caching")."""
-    early = results.goes and window.shift is not None and window.shift.kind == "early"
-    return early or (window.worker_ahead and awaiting_worker(state))
 
 
 def awaiting_worker(state: WindowState) -> bool:
