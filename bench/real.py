@@ -253,8 +253,10 @@ def replay_all(
     progress: Callable[[str], None] = print,
 ) -> dict[str, list[Outcome]]:
     """strategy name -> one outcome per session, in the sessions' order: ours,
-    ours with cached-suffix summaries, then the peers. With `beside`, all but
-    ours run in its second process meanwhile; without, here, one after another."""
+    ours with cached-suffix summaries, then the peers. With `beside`, the peers,
+    cached suffix and OpenAI's prices run in its second process meanwhile, and
+    ours under PROVIDER_COMPACTION here after ours (each process about half);
+    without, all here, one after another."""
     if beside is not None:
         beside.start_suffix()
     results: dict[str, list[Outcome]] = {OURS: []}
@@ -262,8 +264,12 @@ def replay_all(
         progress(f"real {session.name}: ours ({session.model_calls} model calls)")
         results[OURS].append(replay_ours(session, FakeSummarizer()))
     if beside is not None:
+        progress("real sessions: ours under PROVIDER_COMPACTION, the second process meanwhile")
+        provider = replay_provider_all(sessions)
         progress("real sessions: waiting for the second process (cached suffix, the peers)")
-        return {**results, **beside.outcomes()}
+        others = beside.outcomes()
+        ours_again = {name: others[name] for name in (OURS_SUFFIX, OURS_OPENAI)}
+        return {**results, **ours_again, **provider, **others}  # the order without `beside`
     results[OURS_SUFFIX] = replay_suffix_all(sessions)
     results[OURS_OPENAI] = replay_openai_all(sessions)
     results.update(replay_provider_all(sessions))
@@ -297,22 +303,19 @@ class Beside:
         self.peers = self.pool.submit(replay_peers, sessions)
         self.suffix: Future[list[Outcome]] | None = None
         self.openai: Future[list[Outcome]] | None = None
-        self.provider: Future[dict[str, list[Outcome]]] | None = None
 
     def start_suffix(self) -> None:
         self.suffix = self.pool.submit(replay_suffix_all, self.sessions)
         self.openai = self.pool.submit(replay_openai_all, self.sessions)
-        self.provider = self.pool.submit(replay_provider_all, self.sessions)
 
     def outcomes(self) -> dict[str, list[Outcome]]:
         try:
             if self.suffix is None:
                 self.start_suffix()
-            assert self.suffix and self.openai and self.provider
+            assert self.suffix and self.openai
             return {
                 OURS_SUFFIX: self.suffix.result(),
                 OURS_OPENAI: self.openai.result(),
-                **self.provider.result(),
                 **self.peers.result(),
             }
         finally:
