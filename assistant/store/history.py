@@ -134,13 +134,11 @@ def _record_usage(message: Message, metadata: dict[str, Any]) -> None:
 
 
 def _insert(conversation: Conversation, message: Message) -> None:
-    """One INSERT, then the stored size is added to (`add_to_size`: one UPDATE, no
-    transaction of ours: additions commute, and a size that cannot be added to is
-    measured under the row's lock). Inside the caller's transaction a savepoint
-    keeps that transaction usable when the insert is refused."""
-    in_transaction = transaction.get_connection().in_atomic_block
+    """One INSERT, with no transaction of ours (the caller then adds the message to the
+    stored size in one UPDATE: additions commute). Inside the caller's transaction a
+    savepoint keeps that transaction usable when the insert is refused."""
     try:
-        with transaction.atomic() if in_transaction else nullcontext():
+        with transaction.atomic() if connection.in_atomic_block else nullcontext():
             message.save(force_insert=True)
     except IntegrityError as error:
         # Another writer stored this call's result between our check and our insert.

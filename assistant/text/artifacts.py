@@ -166,7 +166,7 @@ def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -
     named = False
     modifies = _modifies(message.tool_name, arguments)
     paths = [_one_form(index, path) for path in _paths(arguments)]
-    searched = _searches(arguments)
+    searched = bool(_searched_for(arguments))
     for path in paths:
         if searched:
             # A search within a file or a folder: what it found depends on its pattern, so
@@ -254,8 +254,7 @@ def _label(tool_name: str, arguments: dict[str, Any]) -> str:
         for k, v in arguments.items()
         if isinstance(v, str) and v.strip() and not _SECRET_KEY.search(str(k))
     ]
-    searched = [v for k, v in strings if _SEARCH_KEY.search(k)]
-    value = (searched or [v for _, v in strings] or [""])[0]
+    value = (_searched_for(arguments) or [v for _, v in strings] or [""])[0]
     value = _LEADING_CD.sub("", " ".join(value.split()))
     if len(value) > LABEL_CHARS:
         value = value[: LABEL_CHARS - 1].rstrip() + "…"
@@ -270,12 +269,13 @@ def _random_looking(name: str) -> bool:
     )
 
 
-def _searches(arguments: dict[str, Any]) -> bool:
-    """Whether the call searches (an argument names its pattern or query)."""
-    return any(
-        _SEARCH_KEY.search(str(key)) and isinstance(value, str) and value.strip()
+def _searched_for(arguments: dict[str, Any]) -> list[str]:
+    """What the call searches for (the arguments naming its pattern or query), if any."""
+    return [
+        value
         for key, value in arguments.items()
-    )
+        if _SEARCH_KEY.search(str(key)) and isinstance(value, str) and value.strip()
+    ]
 
 
 def _modifies(tool_name: str, arguments: dict[str, Any]) -> bool:

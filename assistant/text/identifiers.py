@@ -52,8 +52,6 @@ URL = re.compile(r"https?://[^\s\"'<>`)\]}]+")
 _COLOUR = re.compile(r"(?<![\w&#])#(?:[0-9A-Fa-f]{8}|[0-9A-Fa-f]{6}|[0-9A-Fa-f]{3})(?![\w-])")
 # An object's own member chain: `this.ui.start`, `self.graph.invoke`.
 _OWN_CHAIN = re.compile(r"(?<![\w$.])(?:this|self)((?:\.[A-Za-z_$][\w$]*)+)")
-# Any other code-shaped word (a type named where it is used: `var p WingmanPayload`).
-_WORD = re.compile(r"(?<![\w$.@/#-])([A-Za-z_$][\w$]*)(?![\w$/])")
 # A name in backquotes or quotes.
 _QUOTED = re.compile(r"""[`"']([A-Za-z_$@][\w$.:/@-]*[\w!?])[`"']""")
 # A qualified name: Module.Sub.name, Module::name (two or more parts, the first capitalized).
@@ -105,8 +103,7 @@ def definitions(text: str, most: int = 24) -> list[str]:
 def names_in(text: str, most: int) -> list[str]:
     """The names of `text` worth finding again, at most `most`, the surest kinds first:
     definitions, paths and URLs, assigned names and keys, quoted names and colours,
-    qualified names, then the names code uses (an object's own members by their chain),
-    then any other code-shaped word."""
+    qualified names, then the names code uses (an object's own members by their chain)."""
     found: dict[str, None] = {}
     tails: set[str] = set()  # of qualified names: Module.name says more than name
     kinds = (_definitions, _paths, _assigned, _keys, _quoted, _colours, _qualified, _urls)
@@ -193,12 +190,6 @@ def _own_chains(text: str) -> Iterator[str]:
     for match in _OWN_CHAIN.finditer(text):
         if len(match.group(1)) > 4:  # `.` and four characters at least, as code_shaped
             yield match.group()
-
-
-def _words(text: str) -> Iterator[str]:
-    for match in _WORD.finditer(text):
-        if match.group(1) not in _NOT_NAMES and code_shaped(match.group(1)):
-            yield match.group(1)
 
 
 def _qualified(text: str) -> Iterator[str]:
