@@ -140,6 +140,8 @@ if CELERY_TASK_TIME_LIMIT >= CELERY_BROKER_VISIBILITY_TIMEOUT:
         "CELERY_TASK_TIME_LIMIT must be below CELERY_BROKER_VISIBILITY_TIMEOUT"
     )
 if CELERY_BROKER_URL.startswith("filesystem"):
+    # kombu's filesystem channel, with each message written whole before a worker sees it.
+    CELERY_BROKER_TRANSPORT = "config.filesystem_broker:Transport"
     _broker_dir = VAR_DIR / "broker"
     (_broker_dir / "processed").mkdir(parents=True, exist_ok=True)
     (_broker_dir / "control").mkdir(parents=True, exist_ok=True)
