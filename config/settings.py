@@ -139,6 +139,7 @@ if CELERY_TASK_TIME_LIMIT >= CELERY_BROKER_VISIBILITY_TIMEOUT:
     raise ImproperlyConfigured(
         "CELERY_TASK_TIME_LIMIT must be below CELERY_BROKER_VISIBILITY_TIMEOUT"
     )
+CELERY_BROKER_TRANSPORT: str | None = None  # the URL's scheme names it
 if CELERY_BROKER_URL.startswith("filesystem"):
     # kombu's filesystem channel, with each message written whole before a worker sees it.
     CELERY_BROKER_TRANSPORT = "config.filesystem_broker:Transport"
