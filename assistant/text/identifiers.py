@@ -38,7 +38,19 @@ _ASSIGNMENT = re.compile(
     r"^\s*(?:@|(?:export\s+)?(?:const|let|var|val|readonly|static|final)\s+)?"
     r"([A-Za-z_$][\w$]*)\s*(?::\s*[\w.<>\[\], |]+)?\s*(?:=(?![=>~])|\s(?=[\w\"'\[{%:-]))"
 )
-_NOT_NAMES = frozenset({"if", "for", "while", "switch", "return", "else", "do", "sizeof", "main"})
+# A method defined in a class body (TypeScript, JavaScript, Java, C#, Kotlin, Dart, PHP):
+# its modifiers, its name, its parameters, a return type, and the body opening on the line:
+# `private showSelector(): void {`, `async load(path: string) {`, `get size(): number {`.
+_METHOD = re.compile(
+    r"^\s*(?:(?:public|private|protected|internal|static|async|override|abstract|final|"
+    r"readonly|virtual|get|set|suspend|open)\s+)*"
+    r"([A-Za-z_$][\w$]*)\s*(?:<[^<>()]*>)?\s*\([^;{}()]*(?:\([^;{}()]*\)[^;{}()]*)*\)"
+    r"\s*(?::\s*[^;{}=]+?|throws\s+[\w., ]+)?\s*\{\s*$"
+)
+_NOT_NAMES = frozenset(
+    {"if", "for", "while", "switch", "return", "else", "do", "sizeof", "main"}
+    | {"catch", "with", "function", "constructor", "elif", "foreach", "using", "lock", "when"}
+)
 # A path: optional root, one or more directories, a file with an extension.
 PATH = re.compile(
     r"(?<![\w/.~-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w@+-][\w.@+-]*\.[A-Za-z][A-Za-z0-9]{0,7}(?![\w/])"
@@ -89,7 +101,7 @@ def definitions(text: str, most: int = 24) -> list[str]:
     line, and C-like function definitions; at most `most`."""
     names: list[str] = []
     for line in _code_lines(text):
-        match = _DEFINITION.match(line) or _C_FUNCTION.match(line)
+        match = _DEFINITION.match(line) or _C_FUNCTION.match(line) or _METHOD.match(line)
         if match is None:
             continue
         name = match.group(1)
