@@ -156,7 +156,7 @@ def _mark_used(index: dict[str, Any], messages: Sequence[Message], texts: dict[i
             if seen is not None and seen > entry[1]:
                 entry[1] = seen
                 results[entry[0]] = max(seen, results.get(entry[0], 0))
-    for category in ("names", "calls"):  # the result's other names go with the one used
+    for category in ("modified", "read", "urls", "records", "names", "calls"):  # the result's other names go with the one used
         for entry in index[category].values():
             entry[1] = max(entry[1], results.get(entry[0], 0))
 
