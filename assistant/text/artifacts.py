@@ -202,10 +202,31 @@ def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -
     # The names its truncated form lists (TRUNCATION_NAMES_MAX_CHARS), in names_in's
     # order, the surest kinds first: the render keeps a result's first ones.
     most = compaction_config().TRUNCATION_NAMES_MAX_CHARS
+    absolute = _absolute_paths(index)
     for rank, name in enumerate(names_within(text, most)):
         # A result naming its own file (an edit's "updated x.py") says nothing new.
         if not _random_looking(name) and not any(p.endswith(name) for p in paths):
-            index["names"][name] = [found, found, 0, rank]
+            index["names"][_whole(absolute, name)] = [found, found, 0, rank]
+
+
+def _absolute_paths(index: dict[str, Any]) -> list[str]:
+    """The absolute paths the index knows, as files or as names."""
+    return [
+        key
+        for category in (*FILE_CATEGORIES, "names")
+        for key in index[category]
+        if key.startswith("/")
+    ]
+
+
+def _whole(absolute: list[str], name: str) -> str:
+    """A name that is a relative path (a grep's or a listing's `lib/x.py`) as the one
+    absolute path known that ends with it, as the model passes it to its tools; any
+    other name as it is."""
+    if name.startswith("/") or "/" not in name or "://" in name:
+        return name
+    known = {path for path in absolute if _same_file(path, name)}
+    return known.pop() if len(known) == 1 else name
 
 
 def _one_form(index: dict[str, Any], path: str) -> str:
