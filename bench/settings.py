@@ -15,6 +15,7 @@ DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 REDIS_URL = env_str("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_TRANSPORT = None  # the URL's own; the demo's filesystem transport is not Redis's
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 

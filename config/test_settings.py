@@ -55,6 +55,7 @@ REDIS_URL = worker_redis_url(
     env_str("TEST_REDIS_URL", "redis://127.0.0.1:6379/14"), env_str("PYTEST_XDIST_WORKER")
 )
 CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_TRANSPORT = None  # the URL's own; the demo's filesystem transport is not Redis's
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": 30,
     "socket_connect_timeout": 3,
