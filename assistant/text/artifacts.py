@@ -208,12 +208,12 @@ def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -
     # order, the surest kinds first: the render keeps a result's first ones.
     most = compaction_config().TRUNCATION_NAMES_MAX_CHARS
     # A relative path it lists (a grep's `lib/x.py`) is the absolute one known ending with it.
-    known = [key for category in ("names", *FILE_CATEGORIES) for key in index[category]]
+    whole = absolute_form(key for c in ("names", *FILE_CATEGORIES) for key in index[c])
     for rank, name in enumerate(names_within(text, most)):
         # A result naming its own file (an edit's "updated x.py") says nothing new.
         if not _random_looking(name) and not any(p.endswith(name) for p in paths):
-            whole = absolute_form(name, known) if "/" in name and "://" not in name else name
-            index["names"][whole] = [found, found, 0, rank]
+            key = whole(name) if "/" in name and "://" not in name else name
+            index["names"][key] = [found, found, 0, rank]
 
 
 def _one_form(index: dict[str, Any], path: str) -> str:
@@ -222,7 +222,7 @@ def _one_form(index: dict[str, Any], path: str) -> str:
     relative entries it ends with (the newer original of each category kept), so one
     file is one entry whichever form its tools named it by."""
     if not path.startswith("/"):
-        return absolute_form(path, [key for c in FILE_CATEGORIES for key in index[c]])
+        return absolute_form(key for c in FILE_CATEGORIES for key in index[c])(path)
     for category in FILE_CATEGORIES:
         entries = index[category]
         for key in [k for k in entries if not k.startswith("/") and same_file(path, k)]:

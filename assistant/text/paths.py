@@ -21,13 +21,24 @@ def same_file(one: str, other: str) -> bool:
     )
 
 
-def absolute_form(path: str, known: Iterable[str]) -> str:
-    """`path` as the one absolute path of `known` that is the same file, when `path` is
-    relative and exactly one is; else `path` as it is."""
-    if path.startswith("/"):
-        return path
-    found = {key for key in known if key.startswith("/") and same_file(key, path)}
-    return found.pop() if len(found) == 1 else path
+def absolute_form(known: Iterable[str]) -> Callable[[str], str]:
+    """A path as the one absolute path of `known` that is the same file (`same_file`),
+    when the path is relative and exactly one is; else as it is. By the tails of the
+    known paths, once: the index asks it of every path a result lists."""
+    ends: dict[str, set[str]] = {}
+    for key in known:
+        if key.startswith("/"):
+            for tail in tails(key):
+                ends.setdefault(tail, set()).add(key)
+
+    def form(path: str) -> str:
+        relative = path.removeprefix("./")
+        if path.startswith(("/", "~", "../")) or relative.startswith(("/", "~", "../")):
+            return path
+        found = ends.get(relative, set())
+        return next(iter(found)) if len(found) == 1 else path
+
+    return form
 
 
 def listed(paths: list[str]) -> Callable[[str], bool]:
