@@ -85,10 +85,45 @@ def test_urls_colours_optional_fields_and_own_member_chains_are_names():
     # The chain says whose member it is; its tails (refresh, renderFooter) are not repeated.
     assert names_in(typescript, 10) == [
         "Options",
+        "render",  # a method it defines
         "retryLimit",
         "this.layout.refresh",
         "this.renderFooter",
     ]
+
+
+def test_the_methods_a_class_defines_come_before_the_names_their_bodies_use():
+    typescript = (
+        "export class SessionView {\n"
+        "  private pendingCount = 0;\n"
+        "  private updatePendingDisplay(): void {\n"
+        "    const visibleRows = this.rows.filter((row) => row.visible);\n"
+        "    this.container.render(visibleRows);\n"
+        "  }\n"
+        "  async loadTheme(path: string, fallback = defaults()): Promise<Theme> {\n"
+        "    if (!path) {\n"
+        "      return fallback;\n"
+        "    }\n"
+        "    items.forEach((item) => {\n"
+        "    describe('view', () => {\n"
+        "  }\n"
+        "  static fromConfig<T>(config: Config<T>) {\n"
+        "  get rowCount(): number {\n"
+        "}\n"
+    )
+
+    names = names_in(typescript, 20)
+
+    # Every method by its name, in order, ahead of the locals and the calls in them.
+    assert names[:5] == [
+        "SessionView",
+        "updatePendingDisplay",
+        "loadTheme",
+        "fromConfig",
+        "rowCount",
+    ]
+    assert names.index("visibleRows") > 4 and "forEach" not in names[:5]
+    assert "describe" not in names[:5] and "if" not in names
 
 
 def test_prose_words_are_never_names():
@@ -392,3 +427,66 @@ def test_a_call_whose_result_named_nothing_yields_its_room_to_names_and_keeps_it
     assert "handler_5_name" in text and "handler_4_name" in text
     assert "ref m20" in text.split("Other originals: ", 1)[1]
     assert "ref m20 Bash npm run check" in render(index, 500)  # shown while there is room
+
+
+def test_the_other_names_of_a_result_the_model_uses_again_outlive_newer_ones(
+    fake_llm, settings, db
+):
+    settings.ASSISTANT_COMPACTION = {**WINDOW, "ARTIFACT_INDEX_MAX_TOKENS": 50}
+    fake_llm.use_anthropic(settings)
+    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
+    source = "def alpha_widget_store():\n    pass\ndef alpha_widget_flush():\n    pass\n"
+    first = tool_turn(conversation, "Read it", [("Bash", {"command": "cat a"}, source)])[2]
+    later = [
+        tool_turn(
+            conversation,
+            f"Read {n}",
+            [("Bash", {"command": f"cat {n}"}, f"def beta_gadget_{n}_loader():")],
+        )[2]
+        for n in range(5)
+    ]
+    for number in range(3):
+        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
+    ensure_context_summary(conversation)
+    assert f"ref m{first.pk} " not in index_of(conversation)  # the oldest: no room left
+    # The model works on again with one name of that file: the file's other names (what
+    # it will call next) come back with it, ahead of newer results nobody used.
+    add_message(conversation, "user", "Which store?")
+    add_message(conversation, "assistant", "alpha_widget_store keeps them.")
+    for number in range(6):
+        tool_turn(conversation, f"more {number}", [("Bash", {"command": "true"}, "ok")])
+    ensure_context_summary(conversation)
+
+    index = index_of(conversation)
+    assert f"ref m{first.pk} Bash cat a: alpha_widget_store, alpha_widget_flush" in index
+    assert f"ref m{later[0].pk} " not in index
+
+
+def test_a_relative_path_a_result_lists_is_indexed_as_the_absolute_path_known(
+    fake_llm, settings, db
+):
+    settings.ASSISTANT_COMPACTION = WINDOW
+    fake_llm.use_anthropic(settings)
+    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
+    listing = "/srv/app/cli/session/phase_test.go\n/srv/app/cli/session/state.go\n"
+    find = tool_turn(
+        conversation, "Which files?", [("Bash", {"command": "find /srv/app -name x"}, listing)]
+    )[2]
+    grep = tool_turn(
+        conversation,
+        "Where is it tested?",
+        [
+            ("Grep", {"pattern": "EventStop", "path": "/srv/app"}, "cli/session/phase_test.go"),
+            ("Grep", {"pattern": "Elsewhere", "path": "/srv/app"}, "docs/guide/intro.md"),
+        ],
+    )[2:4]
+    for number in range(3):
+        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
+    ensure_context_summary(conversation)
+
+    index = index_of(conversation)
+    # The newest result that named it keeps it, by the path the model passes its tools;
+    # a relative path no absolute one ends with stays as it was listed.
+    assert f"ref m{grep[0].pk} Grep EventStop: /srv/app/cli/session/phase_test.go" in index
+    assert f"ref m{find.pk} Bash find /srv/app -name x: /srv/app/cli/session/state.go" in index
+    assert f"ref m{grep[1].pk} Grep Elsewhere: docs/guide/intro.md" in index

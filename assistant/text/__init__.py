@@ -1,5 +1,5 @@
 """Pure functions over text and content blocks: identifiers, statements,
-facts, artifacts, truncation, blocks, tokens.
+facts, artifacts, paths, truncation, blocks, tokens.
 
 No database, no provider. May import settings/ and models (for constants);
 nothing above, but llm/statements.py (sentence picking, which belongs here: a

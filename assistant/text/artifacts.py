@@ -9,12 +9,13 @@ prose, so a summarizer that drops everything cannot drop these. Kept structured 
 conversation's state (ARTIFACT_INDEX), updated with each newly summarized slice, and
 rendered into the summary deterministically within ARTIFACT_INDEX_MAX_TOKENS: the files
 read and modified first, within half of it, then the most recently used entries (used:
-found, or named again by the user or the model), each result's names in names_in's
-order, so the text changes only when the index does. Paths are shown whole, as the
-model passes them to its tools. A file is one entry whether its tools named it by its
-absolute or its relative path; a file read then modified keeps both handles; a file
-read whole keeps that handle when a later original of it is only a slice (a grep, a
-line range).
+found, or named again by the user or the model, and so every entry of the result it
+came from), each result's names in names_in's order, so the text changes only when the
+index does. Paths are shown whole, as the model passes them to its tools: a relative
+path a result names is the one absolute path the index knows ending with it. A file is
+one entry whether its tools named it by its absolute or its relative path; a file read
+then modified keeps both handles; a file read whole keeps that handle when a later
+original of it is only a slice (a grep, a line range).
 
 The rules are general, not tuned to one agent: a path is the value of an argument whose
 name says path or file, or a path-shaped token (a slash and an extension) in a command;
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db.models.functions import Left, Length
@@ -34,6 +35,7 @@ from django.db.models.functions import Left, Length
 from assistant.models import SEARCH_INDEX_CHARS, Message, handle
 from assistant.settings.conf import compaction_config
 from assistant.text.identifiers import PATH, names_within
+from assistant.text.paths import absolute_form, listed, same_file
 from assistant.text.tokens import estimate_tokens
 
 # Opens the index: the handles of every summarized original (the recall tools' description
@@ -133,8 +135,9 @@ def _loaded(previous: dict[str, Any] | None) -> dict[str, Any]:
 
 def _mark_used(index: dict[str, Any], messages: Sequence[Message], texts: dict[int, str]) -> None:
     """An entry the user or the model names again (in a message or a call's arguments)
-    is used there; a tool result naming it again does not count (outputs repeat names
-    nobody asked for), it takes the entry's handle instead when it is indexed again."""
+    is used there, and with it every entry of the same result; a tool result naming it
+    again does not count (outputs repeat names nobody asked for), it takes the entry's
+    handle instead when it is indexed again."""
     last_seen: dict[str, int] = {}
     for message in messages:
         if message.role == Message.Role.TOOL:
@@ -156,8 +159,11 @@ def _mark_used(index: dict[str, Any], messages: Sequence[Message], texts: dict[i
             if seen is not None and seen > entry[1]:
                 entry[1] = seen
                 results[entry[0]] = max(seen, results.get(entry[0], 0))
-    for entry in index["calls"].values():  # what the call did goes with its names
-        entry[1] = max(entry[1], results.get(entry[0], 0))
+    # A result whose name is used again is in use: what it did, its file and its other
+    # names go with that name (the work goes on with the code it showed).
+    for category in CATEGORIES:
+        for entry in index[category].values():
+            entry[1] = max(entry[1], results.get(entry[0], 0))
 
 
 def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -> None:
@@ -201,10 +207,13 @@ def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -
     # The names its truncated form lists (TRUNCATION_NAMES_MAX_CHARS), in names_in's
     # order, the surest kinds first: the render keeps a result's first ones.
     most = compaction_config().TRUNCATION_NAMES_MAX_CHARS
+    # A relative path it lists (a grep's `lib/x.py`) is the absolute one known ending with it.
+    whole = absolute_form(key for c in ("names", *FILE_CATEGORIES) for key in index[c])
     for rank, name in enumerate(names_within(text, most)):
         # A result naming its own file (an edit's "updated x.py") says nothing new.
         if not _random_looking(name) and not any(p.endswith(name) for p in paths):
-            index["names"][name] = [found, found, 0, rank]
+            key = whole(name) if "/" in name and "://" not in name else name
+            index["names"][key] = [found, found, 0, rank]
 
 
 def _one_form(index: dict[str, Any], path: str) -> str:
@@ -213,36 +222,16 @@ def _one_form(index: dict[str, Any], path: str) -> str:
     relative entries it ends with (the newer original of each category kept), so one
     file is one entry whichever form its tools named it by."""
     if not path.startswith("/"):
-        known = {
-            key
-            for category in FILE_CATEGORIES
-            for key in index[category]
-            if _same_file(key, path) and key.startswith("/")
-        }
-        return known.pop() if len(known) == 1 else path
+        return absolute_form(key for c in FILE_CATEGORIES for key in index[c])(path)
     for category in FILE_CATEGORIES:
         entries = index[category]
-        for key in [k for k in entries if not k.startswith("/") and _same_file(path, k)]:
+        for key in [k for k in entries if not k.startswith("/") and same_file(path, k)]:
             entry = entries.pop(key)
             held = entries.setdefault(path, entry)
             if entry[0] > held[0] and entry[2] >= SLICE_SHARE * held[2]:  # newer, not a slice
                 held[0], held[2] = entry[0], entry[2]
             held[1] = max(held[1], entry[1])
     return path
-
-
-def _same_file(one: str, other: str) -> bool:
-    """The same file by two of its paths: equal, or an absolute path ending with a
-    relative one ("/srv/app/lib/a.py" and "lib/a.py" or "./lib/a.py")."""
-    if one == other:
-        return True
-    absolute, relative = (one, other) if one.startswith("/") else (other, one)
-    relative = relative.removeprefix("./")
-    return (
-        absolute.startswith("/")
-        and not relative.startswith(("/", "~", "../"))
-        and absolute.endswith("/" + relative)
-    )
 
 
 def _label(tool_name: str, arguments: dict[str, Any]) -> str:
@@ -384,45 +373,25 @@ def _rest(
     entries: list[tuple[int, int, str, str]], files: list[tuple[int, int, str, str]]
 ) -> list[tuple[int, int, str, str]]:
     """The entries after the files, the most recently used first (a result's names in
-    names_in's order), without a name a file shown is (`_listed`) or that an entry
+    names_in's order), without a name a file shown is (`listed`) or that an entry
     before it holds (`start` after `this.ui.start`): the model reads it there. A call
     whose result had no name to list comes after every entry that names something: its
     label says what it ran, never a name the model could use, and its handle stays in
     the originals listed by handle."""
     chosen = set(files)
-    listed = _listed([entry[3] for entry in files])
+    shown_file = listed([entry[3] for entry in files])
     shown = "\x00".join(entry[3] for entry in files)
     rest = []
     for entry in entries:
         if entry in chosen:
             continue
-        if entry[2] == "names" and (listed(entry[3]) or entry[3] in shown):
+        if entry[2] == "names" and (shown_file(entry[3]) or entry[3] in shown):
             continue
         rest.append(entry)
         shown += "\x00" + entry[3]
     named = {entry[1] for entry in entries if entry[2] == "names"}
     unnamed = {entry for entry in rest if entry[2] == "calls" and entry[1] not in named}
     return [e for e in rest if e not in unnamed] + [e for e in rest if e in unnamed]
-
-
-def _listed(paths: list[str]) -> Callable[[str], bool]:
-    """Whether a name is one of `paths` by another of its forms (`_same_file`), by sets:
-    the render asks it of every name."""
-    absolute = {path for path in paths if path.startswith("/")}
-    relative = {path.removeprefix("./") for path in paths if not path.startswith("/")}
-    tails = relative | {tail for path in absolute for tail in _tails(path)}
-
-    def listed(name: str) -> bool:
-        if name.startswith("/"):
-            return name in absolute or any(tail in relative for tail in _tails(name))
-        return name.removeprefix("./") in tails
-
-    return listed
-
-
-def _tails(path: str) -> list[str]:
-    """The relative paths an absolute `path` ends with: /a/b.py -> a/b.py, b.py."""
-    return [path.split("/", cut)[-1] for cut in range(1, path.count("/") + 1)]
 
 
 def _longest_within(

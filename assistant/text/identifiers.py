@@ -3,7 +3,8 @@ definitions in source code of any language, paths, the keys of maps and configur
 and code-shaped names in prose, quotes and code. Pure functions over text.
 
 The rules go by the shape of a name, never by agent, tool or file: a definition is a
-keyword of one of the common languages followed by a name, or a C-like signature; a path
+keyword of one of the common languages followed by a name, a C-like signature, or a
+method's name and parameters opening its body (`private show(): void {`); a path
 has a slash and an extension; a URL starts with its scheme, wherever it stands (a markdown
 link's target too); a key is followed by ":", "?:", "=" or "=>"; a colour is a hex
 literal (#rgb, #rrggbb, #rrggbbaa); an object's own member is named by its whole chain
@@ -38,7 +39,20 @@ _ASSIGNMENT = re.compile(
     r"^\s*(?:@|(?:export\s+)?(?:const|let|var|val|readonly|static|final)\s+)?"
     r"([A-Za-z_$][\w$]*)\s*(?::\s*[\w.<>\[\], |]+)?\s*(?:=(?![=>~])|\s(?=[\w\"'\[{%:-]))"
 )
-_NOT_NAMES = frozenset({"if", "for", "while", "switch", "return", "else", "do", "sizeof", "main"})
+# A method defined in a class body by its name alone (TypeScript, JavaScript): its
+# modifiers, its name, its parameters, a return type, and its body opening on the line:
+# `private showSelector(): void {`, `async load(path: string) {`, `get size(): number {`.
+# A call is never followed by `{` on its line; a callback's arrow is not a return type.
+_METHOD = re.compile(
+    r"^\s*(?:(?:public|private|protected|internal|static|async|override|abstract|readonly|"
+    r"get|set)\s+)*"
+    r"([A-Za-z_$][\w$]*)\s*(?:<[^<>()]*>)?\s*\([^;{}()]*(?:\([^;{}()]*\)[^;{}()]*)*\)"
+    r"\s*(?::\s*[^;{}=]+?)?\s*\{\s*$"
+)
+_NOT_NAMES = frozenset(
+    {"if", "for", "while", "switch", "return", "else", "do", "sizeof", "main"}
+    | {"catch", "with", "function", "constructor", "foreach", "using", "lock", "when"}
+)
 # A path: optional root, one or more directories, a file with an extension.
 PATH = re.compile(
     r"(?<![\w/.~-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w@+-][\w.@+-]*\.[A-Za-z][A-Za-z0-9]{0,7}(?![\w/])"
@@ -86,10 +100,11 @@ def code_shaped(name: str) -> bool:
 def definitions(text: str, most: int = 24) -> list[str]:
     """Names defined in source code within `text` (a file read, a grep, a diff), in order:
     `def`, `class`, `defmodule`, `function`, `func`, `fn`, `struct`, ... at the start of a
-    line, and C-like function definitions; at most `most`."""
+    line, C-like function definitions and methods defined in a class body; at most
+    `most`."""
     names: list[str] = []
     for line in _code_lines(text):
-        match = _DEFINITION.match(line) or _C_FUNCTION.match(line)
+        match = _DEFINITION.match(line) or _C_FUNCTION.match(line) or _METHOD.match(line)
         if match is None:
             continue
         name = match.group(1)
