@@ -159,13 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         step("post-exchange throughput through a Celery worker on Redis")
         worker = measures.throughput(generate(8, seed=3), tasks=16 if args.quick else 40)
 
+    step(f"{len(sessions)} real agent sessions: ours through PostgreSQL")
+    real_results = real.replay_all(sessions, beside, progress=step)
+    # The off-path loops mostly sleep (model and summarizer latency): they end
+    # during the real sessions instead of holding this process idle before them.
     offpath: list[dict[str, Any]] | None = None
     if offpath_started is not None:
         step("summaries off the chat path: waiting for their processes")
         offpath = finish_runs(offpath_started)
-
-    step(f"{len(sessions)} real agent sessions: ours through PostgreSQL")
-    real_results = real.replay_all(sessions, beside, progress=step)
     # Ours judged at OpenAI's cache prices: reported in its own tables below.
     ours_openai = real_results.pop(OURS_OPENAI)
     real_sums = real.totals(real_results)
