@@ -162,13 +162,11 @@ def test_every_summarized_result_is_named_by_its_handle_and_recall_returns_its_v
         assert value in run_tool_call(conversation, "recall", {"handle": f"m{pk}"})
 
 
-def test_a_name_the_model_uses_again_outlives_newer_ones_nobody_used(fake_llm, settings, db):
-    settings.ASSISTANT_COMPACTION = {**WINDOW, "ARTIFACT_INDEX_MAX_TOKENS": 50}
-    fake_llm.use_anthropic(settings)
-    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
-    first = tool_turn(
-        conversation, "Read it", [("Bash", {"command": "cat a"}, "def alpha_widget_store():")]
-    )[2]
+def named_again_after_newer_results(conversation: Conversation, source: str):
+    """A read of `source` (its first name `alpha_widget_store`), five newer reads, a
+    summary with no room left for the first; then the model names alpha_widget_store
+    again and a later summary is made. (the first read, the newer ones, the index)."""
+    first = tool_turn(conversation, "Read it", [("Bash", {"command": "cat a"}, source)])[2]
     later = [
         tool_turn(
             conversation,
@@ -187,8 +185,14 @@ def test_a_name_the_model_uses_again_outlives_newer_ones_nobody_used(fake_llm, s
     for number in range(6):
         tool_turn(conversation, f"more {number}", [("Bash", {"command": "true"}, "ok")])
     ensure_context_summary(conversation)
+    return first, later, index_of(conversation)
 
-    index = index_of(conversation)
+
+def test_a_name_the_model_uses_again_outlives_newer_ones_nobody_used(fake_llm, settings, db):
+    settings.ASSISTANT_COMPACTION = {**WINDOW, "ARTIFACT_INDEX_MAX_TOKENS": 50}
+    fake_llm.use_anthropic(settings)
+    conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
+    first, later, index = named_again_after_newer_results(conversation, "def alpha_widget_store():")
     assert f"ref m{first.pk} Bash cat a: alpha_widget_store" in index
     assert f"ref m{later[0].pk} " not in index  # newer, never named again: left out first
     assert f"ref m{later[-1].pk} " in index
@@ -436,28 +440,9 @@ def test_the_other_names_of_a_result_the_model_uses_again_outlive_newer_ones(
     fake_llm.use_anthropic(settings)
     conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
     source = "def alpha_widget_store():\n    pass\ndef alpha_widget_flush():\n    pass\n"
-    first = tool_turn(conversation, "Read it", [("Bash", {"command": "cat a"}, source)])[2]
-    later = [
-        tool_turn(
-            conversation,
-            f"Read {n}",
-            [("Bash", {"command": f"cat {n}"}, f"def beta_gadget_{n}_loader():")],
-        )[2]
-        for n in range(5)
-    ]
-    for number in range(3):
-        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
-    ensure_context_summary(conversation)
-    assert f"ref m{first.pk} " not in index_of(conversation)  # the oldest: no room left
+    first, later, index = named_again_after_newer_results(conversation, source)
     # The model works on again with one name of that file: the file's other names (what
     # it will call next) come back with it, ahead of newer results nobody used.
-    add_message(conversation, "user", "Which store?")
-    add_message(conversation, "assistant", "alpha_widget_store keeps them.")
-    for number in range(6):
-        tool_turn(conversation, f"more {number}", [("Bash", {"command": "true"}, "ok")])
-    ensure_context_summary(conversation)
-
-    index = index_of(conversation)
     assert f"ref m{first.pk} Bash cat a: alpha_widget_store, alpha_widget_flush" in index
     assert f"ref m{later[0].pk} " not in index
 
