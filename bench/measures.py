@@ -28,6 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # --- database ---------------------------------------------------------------
 
 
+# Seven-digit message ids, as a store that has kept a few hundred long conversations.
+MESSAGE_IDS_FROM = 1_000_000
+
+
 def prepare_database() -> None:
     """Create the benchmark database if needed, migrate it, and empty it."""
     import psycopg
@@ -53,6 +57,13 @@ def prepare_database() -> None:
     call_command("migrate", verbosity=0, interactive=False)
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE assistant_conversation RESTART IDENTITY CASCADE")
+        # Handles (`ref m1234567`) are sent in requests and sized like any text, so the
+        # width of a message's id moves what a budget holds: ids of a store in use, the
+        # same whatever ran before in the run, not ids from 1.
+        cursor.execute(
+            "SELECT setval(pg_get_serial_sequence('assistant_message', 'id'), %s)",
+            [MESSAGE_IDS_FROM],
+        )
 
 
 def new_conversation(workload: Workload, title: str) -> Any:
