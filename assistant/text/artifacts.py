@@ -206,14 +206,21 @@ def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -
             index["calls"][label] = [found, found, 0, 0]
     # The names its truncated form lists (TRUNCATION_NAMES_MAX_CHARS), in names_in's
     # order, the surest kinds first: the render keeps a result's first ones.
-    most = compaction_config().TRUNCATION_NAMES_MAX_CHARS
-    # A relative path it lists (a grep's `lib/x.py`) is the absolute one known ending with it.
-    whole = absolute_form(key for c in ("names", *FILE_CATEGORIES) for key in index[c])
-    for rank, name in enumerate(names_within(text, most)):
+    names = names_within(text, compaction_config().TRUNCATION_NAMES_MAX_CHARS)
+    # A relative path it lists (a grep's `lib/x.py`) is the absolute one known ending with
+    # it: the known paths are mapped only for a result that lists a path.
+    whole = None
+    if any(_is_path(name) for name in names):
+        whole = absolute_form(key for c in ("names", *FILE_CATEGORIES) for key in index[c])
+    for rank, name in enumerate(names):
         # A result naming its own file (an edit's "updated x.py") says nothing new.
         if not _random_looking(name) and not any(p.endswith(name) for p in paths):
-            key = whole(name) if "/" in name and "://" not in name else name
+            key = whole(name) if whole is not None and _is_path(name) else name
             index["names"][key] = [found, found, 0, rank]
+
+
+def _is_path(name: str) -> bool:
+    return "/" in name and "://" not in name
 
 
 def _one_form(index: dict[str, Any], path: str) -> str:
@@ -239,11 +246,11 @@ def _label(tool_name: str, arguments: dict[str, Any]) -> str:
     what it searched for, else its first string argument (a command without its leading
     `cd DIR &&`). Two searches of one folder are two entries."""
     strings = [
-        (str(k), v)
+        v
         for k, v in arguments.items()
         if isinstance(v, str) and v.strip() and not _SECRET_KEY.search(str(k))
     ]
-    value = (_searched_for(arguments) or [v for _, v in strings] or [""])[0]
+    value = (_searched_for(arguments) or strings or [""])[0]
     value = _LEADING_CD.sub("", " ".join(value.split()))
     if len(value) > LABEL_CHARS:
         value = value[: LABEL_CHARS - 1].rstrip() + "…"
