@@ -89,6 +89,12 @@ class CompactionConfig:
     RECENT_FRACTION: float = key(0.4, at_least=0, below=1)
     # Follows CONTEXT_TOKEN_THRESHOLD unless written: 0.4 of it, at most 20,000.
     MAX_RECENT_TOKENS: int = key(20_000, at_least=1)  # < CONTEXT_TOKEN_THRESHOLD
+    # What a shift keeps verbatim: "newest_step", what every request must send (the
+    # turn's user message, the newest step, the pins), the rest summarized, indexed and
+    # recallable; "recent", the recent window above (MIN_RECENT_MESSAGES,
+    # RECENT_FRACTION, MAX_RECENT_TOKENS). Unless written, "recent" once one of those
+    # three is written (a user's explicit setting is honoured), else "newest_step".
+    VERBATIM_AFTER_SHIFT: Literal["newest_step", "recent"] = "newest_step"
     MIN_CALLS_TO_DEDUP: int = key(2, at_least=2)
     MAX_FORK_DEPTH: int = key(3, at_least=0)
     CHARS_PER_TOKEN: int = key(4, at_least=1, at_most=16)
@@ -170,8 +176,10 @@ class CompactionConfig:
     # found in them, each with the handle of its latest original) the window summary
     # carries, at most this many tokens (and at most half the summary's room). A long
     # agent session summarizes hundreds of results, about ten tokens each: 800 named only
-    # the newest fifty or so, and what an agent needs again often lies further back.
-    ARTIFACT_INDEX_MAX_TOKENS: int = key(2000, at_least=0, at_most=10_000)
+    # the newest fifty or so, and what an agent needs again often lies further back;
+    # with a shift keeping only the newest step verbatim, the index is where the model
+    # finds the names the older steps held.
+    ARTIFACT_INDEX_MAX_TOKENS: int = key(3000, at_least=0, at_most=10_000)
     # The recall tools (assistant.recall): the most characters one result returns,
     # and the most matches search_history lists.
     RECALL_MAX_CHARS: int = key(8000, at_least=1000, at_most=200_000)
@@ -192,6 +200,10 @@ class CompactionConfig:
 
 # Keys that were renamed: the old name is refused, naming the new one.
 RENAMED: dict[str, str] = {"CARRIED_IDENTIFIERS_MAX_CHARS": "CARRIED_FACTS_MAX_TOKENS"}
+
+# The keys of the recent window a shift keeps verbatim under VERBATIM_AFTER_SHIFT
+# "recent": writing one of them asks for that window.
+RECENT_WINDOW_KEYS = ("MIN_RECENT_MESSAGES", "RECENT_FRACTION", "MAX_RECENT_TOKENS")
 
 # (smaller key, larger key, why): the first must stay below the second, and
 # its default follows the second (see the module doc).
@@ -292,6 +304,8 @@ def validated_config(overrides: dict[str, Any]) -> CompactionConfig:
                 f"ASSISTANT_COMPACTION[{smaller!r}] ({values[smaller]}) must be below "
                 f"{larger!r} ({getattr(config, larger)}{written}): {why}"
             )
+    if "VERBATIM_AFTER_SHIFT" not in values and set(values) & set(RECENT_WINDOW_KEYS):
+        derived["VERBATIM_AFTER_SHIFT"] = "recent"
     return _with_pin_room(replace(config, **derived), values, known)
 
 

@@ -77,11 +77,18 @@ def choose_split(
 
 
 def verbatim_budget(state: WindowState, config: CompactionConfig, *, early: bool = False) -> int:
-    """How many tokens may stay verbatim after a shift: at most
+    """How many tokens may stay verbatim after a shift beside what every request
+    must send (the split keeps the newest step whatever the budget). Under
+    VERBATIM_AFTER_SHIFT "newest_step", none: a token kept is written again at
+    the shift and read at every call until the next one, which summarizes it
+    anyway, while the summary, the artifact index and recall keep what it held
+    (docs/compaction.rst, "What a shift keeps"). Under "recent": at most
     MAX_RECENT_TOKENS, and never so many that the request stays over the
     trigger (the summary is taken to be about as large as the one it
-    replaces). An `early` shift, before the trigger, keeps about
+    replaces); an `early` shift, before the trigger, keeps about
     RECENT_FRACTION of the context's tokens, so that it frees what it costs."""
+    if config.VERBATIM_AFTER_SHIFT == "newest_step":
+        return 0
     room = trigger_estimate(state, config) - state.fixed_tokens
     if state.anchor is not None:
         room -= state.anchor.token_estimate
