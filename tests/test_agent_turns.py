@@ -507,6 +507,8 @@ def six_reads_answered_by(conversation: Conversation, model: str) -> None:
     add_message(conversation, "assistant", "Reading on.", metadata={"model": model})
 
 
+# The shift keeps the recent window: the reads stay verbatim, for the batch to judge.
+@override_settings(ASSISTANT_COMPACTION={"VERBATIM_AFTER_SHIFT": "recent"})
 @pytest.mark.parametrize(
     ("model", "compacted"), [("claude-haiku-4-5", False), ("gemini-2.5-flash", True)]
 )
@@ -565,7 +567,9 @@ def test_savings_made_earlier_never_license_an_early_shift_that_does_not_pay_on_
     assert summaries.exists() is shifted
 
 
-@override_settings(ASSISTANT_COMPACTION={"KEEP_NEWEST_TOOL_RESULTS": 0})
+@override_settings(
+    ASSISTANT_COMPACTION={"KEEP_NEWEST_TOOL_RESULTS": 0, "VERBATIM_AFTER_SHIFT": "recent"}
+)
 def test_an_early_shift_compacts_the_consumed_results_it_keeps_in_the_same_step(conversation):
     # Four long turns, then a turn of two small reads: compacting those two
     # alone frees too little to break the cached prefix for, but the early
