@@ -1,5 +1,6 @@
 """decide(state, config, now): the plan the pre-call hook executes, pure."""
 
+import time
 from dataclasses import replace
 from datetime import timedelta
 
@@ -7,14 +8,15 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from assistant.models import CompactionEvent, Conversation, MetadataKeys
-from assistant.services import ensure_context_summary
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.services import add_message, build_context, ensure_context_summary
 from assistant.settings.conf import compaction_config
 from assistant.store.state import write_state
 from assistant.strategies.prebuild import prebuild_window_summary
 from assistant.strategies.shift import shift_window
 from assistant.window import (
     AT_TRIGGER,
+    BATCH_IN_SHIFT,
     COLD_CACHE,
     COUNT_TRIGGER,
     SHIFT_WITHIN_LATENCY,
@@ -27,7 +29,7 @@ from assistant.window import (
 )
 from assistant.window.decision import MoveWindow
 from assistant.window.ledger import Outlook
-from tests.builders import chat_turns
+from tests.builders import chat_turns, html, tool_turn
 
 pytestmark = pytest.mark.django_db
 
@@ -200,3 +202,73 @@ def test_a_shift_at_the_trigger_checked_after_a_results_batch_stays_due_under_th
 
     assert CompactionEvent.objects.filter(kind="window_summary").count() == 1
     assert load_window(conversation.pk).through_id is not None
+
+
+def three_reads_then_a_question(conversation: Conversation) -> None:
+    """A short chat, a turn of three 20 KB reads (about 15,000 tokens, past
+    COMPACT_WATERMARK of the 50,000 trigger) answered, then the next question;
+    the ledger says the conversation has made 200 model calls and saved enough
+    for any step."""
+    chat_turns(conversation, 2, size=400)
+    tool_turn(
+        conversation,
+        "Read the three billing modules.",
+        [
+            ("Read", {"path": f"/src/billing/m{n}.py"}, html(20_000, f"module {n} "))
+            for n in range(3)
+        ],
+        answer="The three modules agree.",
+    )
+    add_message(conversation, "user", "Now compare them with the invoices module.")
+    newest = conversation.messages.last().pk
+    ledger = {"balance": 100_000.0, "gap": 0, "since": newest, "calls": 200}
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CACHE_LEDGER: ledger}
+    )
+
+
+@override_settings(ASSISTANT_COMPACTION={"KEEP_NEWEST_TOOL_RESULTS": 0})
+def test_a_voluntary_results_batch_goes_with_the_early_shift_made_in_the_same_call(
+    conversation,
+):
+    # Compacting the three consumed reads pays, and so does the early shift
+    # that summarizes them with everything before the new question. Taken
+    # first, the batch rewrote the tail and left the shift judged on a window
+    # it had freed: the shift waited a few calls and wrote the prefix again.
+    # The shift rewrites everything after the system part anyway: the batch
+    # goes with it, one rewrite.
+    three_reads_then_a_question(conversation)
+    state = load_window(conversation.pk)
+    plan = decide(state, compaction_config(), timezone.now())
+
+    assert (plan.shift.kind, plan.results) == ("early", None)
+    assert BATCH_IN_SHIFT in plan.reasons
+
+    ensure_context_summary(conversation)
+
+    kinds = CompactionEvent.objects.filter(conversation=conversation).values_list("kind", flat=True)
+    assert list(kinds) == ["window_summary"]
+    context = build_context(conversation)
+    assert context.messages[0]["content"] == "Now compare them with the invoices module."
+    assert all(
+        read.content.startswith("<article>module") for read in Message.objects.filter(role="tool")
+    )
+
+
+@override_settings(ASSISTANT_COMPACTION={"KEEP_NEWEST_TOOL_RESULTS": 0})
+def test_a_results_batch_is_not_left_to_an_early_shift_waiting_after_a_failed_summary(
+    conversation,
+):
+    # The summary of this split failed a moment ago: the early shift waits out
+    # its back-off, so the batch that pays goes on its own.
+    three_reads_then_a_question(conversation)
+    failure = {"base": None, "through": None, "attempts": 1, "retry_at": time.time() + 600}
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.SUMMARY_FAILURE: failure}
+    )
+
+    ensure_context_summary(conversation)
+
+    kinds = CompactionEvent.objects.filter(conversation=conversation).values_list("kind", flat=True)
+    assert set(kinds) == {"tool_results"}
+    assert all(read.compacted_content for read in Message.objects.filter(role="tool"))

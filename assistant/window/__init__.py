@@ -19,6 +19,7 @@ window, never the reverse (docs/architecture.rst).
 from assistant.window.decision import (
     ADOPT_PENDING,
     AT_TRIGGER,
+    BATCH_IN_SHIFT,
     COLD_CACHE,
     COUNT_TRIGGER,
     EAGER,
@@ -75,6 +76,7 @@ from assistant.window.state import (
 __all__ = [
     "ADOPT_PENDING",
     "AT_TRIGGER",
+    "BATCH_IN_SHIFT",
     "COLD_CACHE",
     "COUNT_TRIGGER",
     "EAGER",

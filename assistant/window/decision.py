@@ -46,6 +46,9 @@ EARLY_PAYS = "early_shift_pays"
 SOFT_WATERMARK = "past_soft_watermark"  # the worker is asked for the next summary
 # ... or a shift is due once the window grew by what it gains in one worker latency.
 SHIFT_WITHIN_LATENCY = "shift_within_worker_latency"
+# A voluntary results batch is left to the early shift this call makes: that shift
+# rewrites everything after the system part and compacts the results it keeps.
+BATCH_IN_SHIFT = "results_batch_in_early_shift"
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,11 @@ def decide(
         reasons.append(ADOPT_PENDING)
     worker_ahead = config.PREBUILD_IN_TURN and not eager and state.meta.worker_seen
     shift = _shift(state, config, eager=eager, count=count, at_trigger=at_trigger, reasons=reasons)
+    if results is not None and in_early_shift(
+        state, results, shift, now, worker_ahead=worker_ahead
+    ):
+        reasons.append(BATCH_IN_SHIFT)
+        results = None
     ask = worker_ahead and tokens >= config.SOFT_WATERMARK * trigger
     if ask:
         reasons.append(SOFT_WATERMARK)
@@ -342,6 +350,32 @@ def _shift(
         reasons.append(EARLY_PAYS)
         return early
     return None
+
+
+def in_early_shift(
+    state: WindowState,
+    results: Results,
+    shift: Shift | None,
+    now: datetime,
+    *,
+    worker_ahead: bool,
+) -> bool:
+    """Whether a voluntary results batch (`Results.pays`, not `free`) is left to
+    the early shift this call makes, which pays on the window at the call: the
+    shift writes everything after the system part again and compacts the
+    consumed results it keeps in that same rewrite, so the batch costs nothing
+    there, where taken first it rewrites the tail and leaves the shift judged on
+    a window it freed (docs/compaction.rst, "Timing under prompt caching"): the
+    shift then waits a few calls, and the prefix is written twice. A shift this
+    call does not make (left to the worker, `worker_ahead`, or waiting after a
+    failed summary of this split) leaves the batch judged as ever."""
+    if shift is None or shift.kind != "early" or worker_ahead:
+        return False
+    failure = state.meta.summary_failure
+    backing_off = failure.get("base") == state.through_id and now.timestamp() < failure.get(
+        "retry_at", 0
+    )
+    return results.goes and not results.free and not backing_off
 
 
 def results_step(
