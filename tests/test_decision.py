@@ -24,6 +24,7 @@ from assistant.window import (
     adopted_split,
     decide,
     load_window,
+    results_step,
     split_for,
     worker_split,
 )
@@ -272,3 +273,45 @@ def test_a_results_batch_is_not_left_to_an_early_shift_waiting_after_a_failed_su
     kinds = CompactionEvent.objects.filter(conversation=conversation).values_list("kind", flat=True)
     assert set(kinds) == {"tool_results"}
     assert all(read.compacted_content for read in Message.objects.filter(role="tool"))
+
+
+def two_reads_then_more_talk(conversation: Conversation, *, rewrites: int) -> None:
+    """A turn of two 20 KB reads, four long turns after it, then a question;
+    the ledger says the conversation has made 200 model calls, saved enough for
+    any step, and had its prefix rewritten `rewrites` times."""
+    tool_turn(
+        conversation,
+        "Read the two billing modules.",
+        [
+            ("Read", {"path": f"/src/billing/m{n}.py"}, html(20_000, f"module {n} "))
+            for n in range(2)
+        ],
+        answer="The two modules agree.",
+    )
+    chat_turns(conversation, 4, size=4_000)
+    add_message(conversation, "user", "Now compare them with the invoices module.")
+    newest = conversation.messages.last().pk
+    ledger = {"balance": 100_000.0, "since": newest, "calls": 200, "rewrites": rewrites}
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CACHE_LEDGER: ledger}
+    )
+
+
+@override_settings(ASSISTANT_COMPACTION={"KEEP_NEWEST_TOOL_RESULTS": 0})
+@pytest.mark.parametrize(("rewrites", "pays"), [(0, True), (100, False)])
+def test_a_results_batch_pays_only_before_the_next_rewrite_would_compact_them_anyway(
+    conversation, rewrites, pays
+):
+    # Compacting the two reads rewrites the four long turns after them. The
+    # next shift compacts or summarizes the reads anyway, so the batch saves
+    # their reads only until then. With no rewrite yet nothing says when that
+    # comes, and the batch pays as the trigger nears; in a conversation whose
+    # prefix has lasted two calls on average (100 rewrites in 200 calls) it
+    # saves about two calls' reads, far less than the rewrite.
+    two_reads_then_more_talk(conversation, rewrites=rewrites)
+    state = load_window(conversation.pk)
+
+    results = results_step(state, compaction_config(), free=False, everything=False)
+
+    assert results.plan.most_freed >= 3000
+    assert results.pays is pays

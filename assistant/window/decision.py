@@ -384,8 +384,9 @@ def results_step(
     """Compact the consumed tool results of the window (the current turn's
     too) but the newest KEEP_NEWEST_TOOL_RESULTS (all with `everything`).
     Unless `free`, only a batch that frees at least COMPACT_MIN_FREE_TOKENS
-    and pays for itself (`step_pays`), so the cached prefix breaks rarely
-    and never at a loss."""
+    and pays for itself (`step_pays`) before the prefix is next rewritten
+    (`Ledger.prefix_life`: every shift compacts or summarizes the consumed
+    results anyway), so the cached prefix breaks rarely and never at a loss."""
     keep = 0 if everything else config.KEEP_NEWEST_TOOL_RESULTS
     plan = plan_compaction(consumed_tool_rows(state.rows), config, keep_newest=keep)
     pays = False
@@ -393,8 +394,9 @@ def results_step(
         tail = tail_tokens(state, plan)
         prices = state.cache_prices
         cost = step_cost(tail, tail - min(plan.most_freed, tail), prices=prices)
+        life = Ledger.of(state.columns).prefix_life(state.rows)
         pays = plan.most_freed >= config.COMPACT_MIN_FREE_TOKENS and step_pays(
-            state, config, plan.most_freed, cost
+            state, config, plan.most_freed, cost, prefix_life=life
         )
     return Results(plan, free, everything, pays)
 
@@ -480,17 +482,25 @@ def shift_in_sight(state: WindowState, config: CompactionConfig) -> bool:
     return tokens - plan.most_freed >= config.SOFT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD
 
 
-def step_pays(state: WindowState, config: CompactionConfig, freed: int, cost: float) -> bool:
+def step_pays(
+    state: WindowState,
+    config: CompactionConfig,
+    freed: int,
+    cost: float,
+    *,
+    prefix_life: float | None = None,
+) -> bool:
     """Whether a voluntary step that frees `freed` tokens at `cost` (its
     rewrite and summarizer input, `step_cost`) pays for itself: what it is
-    expected to save on its own (`Outlook.saves`) reaches its cost, and the
+    expected to save on its own (`Outlook.saves`, within `prefix_life` when
+    the next rewrite undoes its gain) reaches its cost, and the
     conversation's savings so far cover it (the ledger), so that no
     conversation costs more than sending everything, even one that ends
     right after the step."""
     prices = state.cache_prices
     ledger = Ledger.of(state.columns)
     return ledger.affords(state.rows, cost, prices) and (
-        outlook(state, config, ledger).saves(freed, prices) >= cost
+        outlook(state, config, ledger).saves(freed, prices, prefix_life=prefix_life) >= cost
     )
 
 

@@ -62,6 +62,7 @@ class Ledger:
     gap: int = 0  # how much smaller the context is than sending everything
     since: int = 0  # the newest message when the ledger was last written
     calls: int = 0  # the model calls the conversation had made by `since`
+    rewrites: int = 0  # the calls whose request a step rewrote, by `since`
 
     @classmethod
     def of(cls, columns: Mapping[str, Any]) -> Ledger:
@@ -71,6 +72,7 @@ class Ledger:
             int(value.get("gap", 0)),
             int(value.get("since", 0)),
             int(value.get("calls", 0)),
+            int(value.get("rewrites", 0)),
         )
 
     def calls_since(self, rows: list[Message]) -> int:
@@ -81,6 +83,14 @@ class Ledger:
         which holds at least as many as a ledger written before it counted)."""
         window = sum(1 for row in rows if row.role == Message.Role.ASSISTANT)
         return max(self.calls + self.calls_since(rows), window)
+
+    def prefix_life(self, rows: list[Message]) -> float | None:
+        """The model calls a cached prefix has lasted in this conversation, on
+        average: its calls over the rewrites the steps made (None: no step yet,
+        nothing says when the next comes)."""
+        if not self.rewrites:
+            return None
+        return max(self.calls_now(rows), 1) / self.rewrites
 
     def balance_now(self, rows: list[Message], prices: CachePrices = ANTHROPIC) -> float:
         """The balance, with the savings of every model call since `since`."""
@@ -104,6 +114,8 @@ class Ledger:
             "gap": self.gap + max(freed, 0),
             "since": newest_id,
             "calls": self.calls_now(rows),
+            # Steps of one call (a shift and the results it keeps) are one rewrite.
+            "rewrites": self.rewrites + (newest_id != self.since),
         }
 
 
@@ -145,17 +157,30 @@ class Outlook:
         made yet): its remaining calls memoryless with a mean of `calls`."""
         if self.calls <= 0:
             return 0.0
-        to_trigger = max(self.trigger - self.tokens, 0) / max(self.per_call, 1.0)
-        return math.exp(-to_trigger / self.calls)
+        return self._reached_within(self.calls)
 
-    def saves(self, freed: int, prices: CachePrices = ANTHROPIC) -> float:
+    def _reached_within(self, mean: float) -> float:
+        """The chance that the trigger comes before the end of a memoryless
+        stretch of calls with that mean."""
+        to_trigger = max(self.trigger - self.tokens, 0) / max(self.per_call, 1.0)
+        return math.exp(-to_trigger / mean)
+
+    def saves(
+        self, freed: int, prices: CachePrices = ANTHROPIC, *, prefix_life: float | None = None
+    ) -> float:
         """What freeing `freed` tokens now is expected to save: they are not
         read by the calls made before the trigger, and, if the conversation
         reaches it, the forced shift (and every one after it) comes that many
-        tokens of growth later."""
+        tokens of growth later. With `prefix_life` (a results batch: the next
+        rewrite of the prefix, a shift, compacts or summarizes those results
+        anyway), only until that rewrite too: the cached prefix's remaining
+        calls memoryless with that mean, as it has lasted in this conversation
+        (`Ledger.prefix_life`), and the forced shift deferred only when it
+        comes before."""
         if self.calls <= 0:
             return 0.0
-        reached = self.reached
-        reads = prices.read * freed * self.calls * (1 - reached)  # E[min(calls left, to_trigger)]
+        mean = self.calls if prefix_life is None else 1 / (1 / self.calls + 1 / prefix_life)
+        reached = self._reached_within(mean)
+        reads = prices.read * freed * mean * (1 - reached)  # E[min(calls left, to_trigger)]
         deferred = self.shift_cost * freed / max(self.trigger - self.kept, 1)
         return reads + reached * deferred
