@@ -507,6 +507,10 @@ def six_reads_answered_by(conversation: Conversation, model: str) -> None:
     add_message(conversation, "assistant", "Reading on.", metadata={"model": model})
 
 
+# The arithmetic below is a forced shift keeping the recent window: 20,000 tokens
+# written again, which a batch defers (with the newest step alone kept, a forced
+# shift costs less, and so does waiting for it).
+@override_settings(ASSISTANT_COMPACTION={"VERBATIM_AFTER_SHIFT": "recent"})
 @pytest.mark.parametrize(
     ("model", "compacted"), [("claude-haiku-4-5", False), ("gemini-2.5-flash", True)]
 )
@@ -565,7 +569,11 @@ def test_savings_made_earlier_never_license_an_early_shift_that_does_not_pay_on_
     assert summaries.exists() is shifted
 
 
-@override_settings(ASSISTANT_COMPACTION={"KEEP_NEWEST_TOOL_RESULTS": 0})
+# A shift that keeps the recent window (with the newest step alone, the reads are
+# summarized with the rest).
+@override_settings(
+    ASSISTANT_COMPACTION={"KEEP_NEWEST_TOOL_RESULTS": 0, "VERBATIM_AFTER_SHIFT": "recent"}
+)
 def test_an_early_shift_compacts_the_consumed_results_it_keeps_in_the_same_step(conversation):
     # Four long turns, then a turn of two small reads: compacting those two
     # alone frees too little to break the cached prefix for, but the early
