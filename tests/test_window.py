@@ -8,7 +8,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assistant.models import Conversation, Message
-from assistant.services import add_message, build_context, ensure_context_summary
+from assistant.services import (
+    add_message,
+    build_context,
+    ensure_context_summary,
+    regenerate_window_summary,
+)
 from assistant.settings.conf import compaction_config
 from assistant.store.state import write_state
 from assistant.window import choose_split, load_window, should_shift
@@ -273,3 +278,14 @@ def test_a_written_recent_window_is_kept_verbatim_after_a_shift(conversation, wr
     assert context.message_ids[0] == request.pk
     kept_results = [pk for pk in context.message_ids if pk in {r.pk for r in results}]
     assert len(kept_results) > 1
+
+
+@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 20_000})
+def test_a_regenerate_asking_for_the_last_messages_keeps_them_under_the_default(conversation):
+    request, results = agent_turn_past(conversation, 20_000)
+
+    regenerate_window_summary(conversation, keep_last=6)
+
+    # The last three steps (six messages) and the turn's request they answer.
+    kept = build_context(conversation).message_ids
+    assert kept == [request.pk, *[pk for r in results[-3:] for pk in (r.pk - 1, r.pk)]]
