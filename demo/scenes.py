@@ -96,7 +96,7 @@ class RecallingModel:
             title = heading.split("<h1>", 1)[1].split("</h1>", 1)[0]
             content = [{"type": "text", "text": f"The original says its title is “{title}”."}]
         else:
-            handles = re.findall(r"ref (m\d+)\b(?!\.\.)", json.dumps(body["messages"]))
+            handles = _handles_for_question(body)
             call = {"handle": handles[0]} if handles else {"query": "feed"}
             content = [
                 {
@@ -130,6 +130,22 @@ class RecallingModel:
         )
 
 
+def _handles_for_question(body: dict[str, Any]) -> list[str]:
+    """The handles the request shows: first those whose index entry names something the
+    user's last message names (`post/43`), then those in the messages (a compacted
+    result's marker), then the rest of the summary's."""
+    question = json.dumps([m["content"] for m in body["messages"] if m["role"] == "user"][-1:])
+    summary, messages = json.dumps(body.get("system")), json.dumps(body["messages"])
+    named = [
+        handle
+        for entry in re.split(r"[;,]|\\n", summary)
+        for handle in re.findall(r"ref (m\d+)\b(?!\.\.)", entry)
+        if any(word in question for word in re.findall(r"\w+/[\w./-]+", entry))
+    ]
+    shown = [h for text in (messages, summary) for h in re.findall(r"ref (m\d+)\b(?!\.\.)", text)]
+    return named + shown
+
+
 def run_recall_demo(stdout: Any, conversation: Conversation) -> dict[str, Any]:
     """The chat loop with the recall tools beside the host's: the model reads a handle
     of a compacted result and gets the original back as an ordinary tool result."""
@@ -139,7 +155,7 @@ def run_recall_demo(stdout: Any, conversation: Conversation) -> dict[str, Any]:
     stdout.write("\n== Scene: the model recalls a compacted result by its handle ==")
     model = RecallingModel()
     client = model.client()
-    add_message(conversation, "user", "What was the exact title of the pricing page?")
+    add_message(conversation, "user", "What was the exact title of post/43?")
     answer = ""
     for _ in range(4):  # an agent turn: at most a few model calls here
         ensure_context_summary(conversation)

@@ -507,7 +507,9 @@ def six_reads_answered_by(conversation: Conversation, model: str) -> None:
     add_message(conversation, "assistant", "Reading on.", metadata={"model": model})
 
 
-# The shift keeps the recent window: the reads stay verbatim, for the batch to judge.
+# The arithmetic below is a forced shift keeping the recent window: 20,000 tokens
+# written again, which a batch defers (with the newest step alone kept, a forced
+# shift costs less, and so does waiting for it).
 @override_settings(ASSISTANT_COMPACTION={"VERBATIM_AFTER_SHIFT": "recent"})
 @pytest.mark.parametrize(
     ("model", "compacted"), [("claude-haiku-4-5", False), ("gemini-2.5-flash", True)]
@@ -567,6 +569,8 @@ def test_savings_made_earlier_never_license_an_early_shift_that_does_not_pay_on_
     assert summaries.exists() is shifted
 
 
+# A shift that keeps the recent window (with the newest step alone, the reads are
+# summarized with the rest).
 @override_settings(
     ASSISTANT_COMPACTION={"KEEP_NEWEST_TOOL_RESULTS": 0, "VERBATIM_AFTER_SHIFT": "recent"}
 )

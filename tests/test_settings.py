@@ -25,6 +25,7 @@ from assistant.settings.conf import (
     CompactionConfig,
     check_summarizer_deadline,
     compaction_config,
+    validated_config,
 )
 from assistant.window import choose_split
 from config import env
@@ -79,6 +80,30 @@ def test_compaction_defaults_match_the_design():
     assert (config.MAX_RECENT_TOKENS, config.MIN_CALLS_TO_DEDUP) == (20_000, 2)
     assert (config.MAX_FORK_DEPTH, config.CHARS_PER_TOKEN) == (3, 4)
     assert config.MAX_CONTENT_BYTES == 5 * 1024 * 1024
+    assert (config.VERBATIM_AFTER_SHIFT, config.ARTIFACT_INDEX_MAX_TOKENS) == ("newest_step", 3000)
+
+
+@pytest.mark.parametrize(
+    ("written", "kept"),
+    [
+        ({"CONTEXT_TOKEN_THRESHOLD": 20_000}, "newest_step"),
+        ({"MIN_RECENT_MESSAGES": 4}, "recent"),
+        ({"RECENT_FRACTION": 0.2}, "recent"),
+        ({"MAX_RECENT_TOKENS": 8_000}, "recent"),
+        ({"MAX_RECENT_TOKENS": 8_000, "VERBATIM_AFTER_SHIFT": "newest_step"}, "newest_step"),
+    ],
+)
+def test_a_written_recent_window_is_honoured_unless_verbatim_after_shift_says_otherwise(
+    written, kept
+):
+    assert kept == validated_config(written).VERBATIM_AFTER_SHIFT
+
+
+def test_an_unknown_verbatim_after_shift_is_refused_naming_the_key():
+    with pytest.raises(
+        ImproperlyConfigured, match=r"'VERBATIM_AFTER_SHIFT'\] must be newest_step\|recent"
+    ):
+        validated_config({"VERBATIM_AFTER_SHIFT": "all"})
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assistant.models import Conversation, Message
-from assistant.services import add_message, ensure_context_summary
+from assistant.services import (
+    add_message,
+    build_context,
+    ensure_context_summary,
+    regenerate_window_summary,
+)
 from assistant.settings.conf import compaction_config
 from assistant.store.state import write_state
 from assistant.window import choose_split, load_window, should_shift
@@ -227,3 +232,60 @@ def test_a_count_over_the_trigger_moves_the_split_though_the_estimates_fit(conve
     after = load_window(conversation.pk)
     assert [row.role for row in after.rows] == ["user", "assistant", "user", "assistant", "tool"]
     assert after.rows[0].content == "q1 " + "x" * 2_400
+
+
+def agent_turn_past(conversation: Conversation, trigger: int) -> tuple[Message, list[Message]]:
+    """One user request answered by file reads (3,000 characters each) until the
+    context passes `trigger` tokens; returns the request and the reads' results."""
+    request = add_message(conversation, "user", "Review the billing module, file by file.")
+    results = []
+    index = 0
+    while load_window(conversation.pk).context_tokens() < trigger:
+        call = {"id": f"toolu_{index}", "name": "Read", "arguments": {"path": f"/src/f{index}.py"}}
+        add_message(conversation, "assistant", f"Reading f{index}.", tool_calls=[call])
+        result = html(3000, marker=f"def handler_{index}(): ")
+        results.append(add_message(conversation, "tool", result, tool_call_id=call["id"]))
+        index += 1
+    return request, results
+
+
+@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 20_000})
+def test_a_shift_keeps_the_turns_request_and_the_newest_step_and_indexes_the_rest(conversation):
+    request, results = agent_turn_past(conversation, 20_000)
+
+    ensure_context_summary(conversation)
+
+    context = build_context(conversation)
+    newest = results[-1]
+    assert context.message_ids == [request.pk, newest.pk - 1, newest.pk]
+    # What the older steps held is one handle away: every file read is in the index.
+    summary = context.window_summary or ""
+    assert all(f"/src/f{index}.py" in summary for index in range(len(results) - 1))
+    assert Message.objects.get(pk=results[0].pk).content == results[0].content
+
+
+@pytest.mark.parametrize(
+    "written",
+    [{"MAX_RECENT_TOKENS": 8_000}, {"RECENT_FRACTION": 0.4}, {"VERBATIM_AFTER_SHIFT": "recent"}],
+)
+def test_a_written_recent_window_is_kept_verbatim_after_a_shift(conversation, written):
+    with override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 20_000, **written}):
+        request, results = agent_turn_past(conversation, 20_000)
+        ensure_context_summary(conversation)
+        context = build_context(conversation)
+
+    assert context.window_summary
+    assert context.message_ids[0] == request.pk
+    kept_results = [pk for pk in context.message_ids if pk in {r.pk for r in results}]
+    assert len(kept_results) > 1
+
+
+@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 20_000})
+def test_a_regenerate_asking_for_the_last_messages_keeps_them_under_the_default(conversation):
+    request, results = agent_turn_past(conversation, 20_000)
+
+    regenerate_window_summary(conversation, keep_last=6)
+
+    # The last three steps (six messages) and the turn's request they answer.
+    kept = build_context(conversation).message_ids
+    assert kept == [request.pk, *[pk for r in results[-3:] for pk in (r.pk - 1, r.pk)]]

@@ -16,7 +16,13 @@ from django.db.models.functions import Length
 from assistant.models import Conversation, Message
 from assistant.settings.conf import compaction_config
 from assistant.strategies.tool_results import compactable_count, restorable
-from assistant.window import WindowState, choose_split, load_window, split_parts
+from assistant.window import (
+    WindowState,
+    choose_split,
+    load_window,
+    split_parts,
+    verbatim_budget,
+)
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,8 @@ def _split_sentence(state: WindowState, start: int | None) -> tuple[str, str]:
 
 def regenerate_preview(conversation: Conversation) -> Preview:
     state = load_window(conversation.pk)
-    change, reason = _split_sentence(state, choose_split(state.rows, state.config))
+    start = choose_split(state.rows, state.config, budget=verbatim_budget(state, state.config))
+    change, reason = _split_sentence(state, start)
     return Preview(conversation.pk, state.context_tokens(), [change] if change else [], reason)
 
 

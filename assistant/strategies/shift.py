@@ -175,7 +175,10 @@ def _shift_holding(
         )
     state = load_window(lease.conversation_id, config)  # re-read under the lease
     if shift is None:
-        start = choose_split(state.rows, config, budget=verbatim_budget(state, config), **split)
+        # A recent window the caller asked for (staff, emergency) is kept as asked.
+        asked = split.get("recent_fraction") is not None or split.get("keep_last") is not None
+        budget = verbatim_budget(state, config, recent=asked)
+        start = choose_split(state.rows, config, budget=budget, **split)
     else:
         if not shift.still_due(state, config):
             return state.summary  # another process shifted it meanwhile

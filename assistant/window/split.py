@@ -76,18 +76,21 @@ def choose_split(
     return start if start > 0 else None
 
 
-def verbatim_budget(state: WindowState, config: CompactionConfig, *, early: bool = False) -> int:
+def verbatim_budget(
+    state: WindowState, config: CompactionConfig, *, early: bool = False, recent: bool = False
+) -> int:
     """How many tokens may stay verbatim after a shift beside what every request
     must send (the split keeps the newest step whatever the budget). Under
     VERBATIM_AFTER_SHIFT "newest_step", none: a token kept is written again at
     the shift and read at every call until the next one, which summarizes it
     anyway, while the summary, the artifact index and recall keep what it held
-    (docs/compaction.rst, "What a shift keeps"). Under "recent": at most
+    (docs/compaction.rst, "What a shift keeps"). Under "recent", or `recent`
+    (a shift whose caller asked for a recent window: staff, emergency): at most
     MAX_RECENT_TOKENS, and never so many that the request stays over the
     trigger (the summary is taken to be about as large as the one it
     replaces); an `early` shift, before the trigger, keeps about
     RECENT_FRACTION of the context's tokens, so that it frees what it costs."""
-    if config.VERBATIM_AFTER_SHIFT == "newest_step":
+    if config.VERBATIM_AFTER_SHIFT == "newest_step" and not recent:
         return 0
     room = trigger_estimate(state, config) - state.fixed_tokens
     if state.anchor is not None:
