@@ -37,8 +37,8 @@ from assistant.window.decision import (
     shift_in_sight,
     shift_within_latency,
     split_for,
-    tail_tokens,
 )
+from assistant.window.payoff import tail_tokens
 from assistant.window.projection import adopted_split, worker_split
 from assistant.window.results import (
     STUB,
