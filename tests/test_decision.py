@@ -211,21 +211,31 @@ def three_reads_then_a_question(conversation: Conversation) -> None:
     the ledger says the conversation has made 200 model calls and saved enough
     for any step."""
     chat_turns(conversation, 2, size=400)
+    billing_reads(conversation, 3)
+    question_after_200_calls(conversation, gap=0)
+
+
+def billing_reads(conversation: Conversation, count: int) -> None:
+    """A turn reading `count` 20 KB billing modules, answered."""
+    word = {2: "two", 3: "three"}[count]
     tool_turn(
         conversation,
-        "Read the three billing modules.",
+        f"Read the {word} billing modules.",
         [
             ("Read", {"path": f"/src/billing/m{n}.py"}, html(20_000, f"module {n} "))
-            for n in range(3)
+            for n in range(count)
         ],
-        answer="The three modules agree.",
+        answer=f"The {word} modules agree.",
     )
+
+
+def question_after_200_calls(conversation: Conversation, **ledger: int) -> None:
+    """The next question; the ledger says the conversation has made 200 model calls and
+    saved enough for any step (`ledger`: its other figures)."""
     add_message(conversation, "user", "Now compare them with the invoices module.")
     newest = conversation.messages.last().pk
-    ledger = {"balance": 100_000.0, "gap": 0, "since": newest, "calls": 200}
-    write_state(
-        Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CACHE_LEDGER: ledger}
-    )
+    value = {"balance": 100_000.0, "since": newest, "calls": 200, **ledger}
+    write_state(Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CACHE_LEDGER: value})
 
 
 @override_settings(ASSISTANT_COMPACTION={"KEEP_NEWEST_TOOL_RESULTS": 0})
@@ -279,22 +289,9 @@ def two_reads_then_more_talk(conversation: Conversation, *, rewrites: int) -> No
     """A turn of two 20 KB reads, four long turns after it, then a question;
     the ledger says the conversation has made 200 model calls, saved enough for
     any step, and had its prefix rewritten `rewrites` times."""
-    tool_turn(
-        conversation,
-        "Read the two billing modules.",
-        [
-            ("Read", {"path": f"/src/billing/m{n}.py"}, html(20_000, f"module {n} "))
-            for n in range(2)
-        ],
-        answer="The two modules agree.",
-    )
+    billing_reads(conversation, 2)
     chat_turns(conversation, 4, size=4_000)
-    add_message(conversation, "user", "Now compare them with the invoices module.")
-    newest = conversation.messages.last().pk
-    ledger = {"balance": 100_000.0, "since": newest, "calls": 200, "rewrites": rewrites}
-    write_state(
-        Conversation.objects.filter(pk=conversation.pk), {MetadataKeys.CACHE_LEDGER: ledger}
-    )
+    question_after_200_calls(conversation, rewrites=rewrites)
 
 
 @override_settings(ASSISTANT_COMPACTION={"KEEP_NEWEST_TOOL_RESULTS": 0})
