@@ -288,6 +288,12 @@ class ConversationMetadata:
     def summary_failure(self) -> dict[str, Any]:
         return self.raw.get(MetadataKeys.SUMMARY_FAILURE) or {}
 
+    def summary_backing_off(self, at: float) -> bool:
+        """A summary from the current split failed lately: at `at` (a timestamp) its
+        retry delay has not run out (assistant.strategies.backoff)."""
+        failure = self.summary_failure
+        return failure.get("base") == self.through_id and at < failure.get("retry_at", 0)
+
     @property
     def summary_deferred(self) -> bool:
         return bool(self.raw.get(MetadataKeys.SUMMARY_DEFERRED))

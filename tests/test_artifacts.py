@@ -14,6 +14,14 @@ from tests.builders import tool_turn
 WINDOW = {"MAX_MESSAGES_BEFORE_SUMMARY": 10, "MIN_RECENT_MESSAGES": 4, "COMPACTION_TIMING": "eager"}
 
 
+def summarize_after_three_turns(conversation: Conversation) -> None:
+    """Three small turns after what a test built, then the pre-call hook, which
+    summarizes what came before them."""
+    for number in range(3):
+        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
+    ensure_context_summary(conversation)
+
+
 def index_of(conversation: Conversation) -> str:
     conversation.refresh_from_db()
     summary = conversation.compaction_summary
@@ -148,9 +156,7 @@ def test_every_summarized_result_is_named_by_its_handle_and_recall_returns_its_v
         tool_turn(conversation, "Gateway?", [("Task", {"prompt": "gateway"}, gateway)])[2],
         tool_turn(conversation, "Key?", [("Bash", {"command": "env"}, f'KEY="{token}"')])[2],
     ]
-    for number in range(3):
-        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
-    ensure_context_summary(conversation)
+    summarize_after_three_turns(conversation)
 
     index = index_of(conversation)
     glob, bash, task, env = (r.pk for r in results)
@@ -175,9 +181,7 @@ def named_again_after_newer_results(conversation: Conversation, source: str):
         )[2]
         for n in range(5)
     ]
-    for number in range(3):
-        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
-    ensure_context_summary(conversation)
+    summarize_after_three_turns(conversation)
     assert f"ref m{first.pk} " not in index_of(conversation)  # the oldest: no room left
     # Named again by the model: in the next summarized slice, it counts as used there.
     add_message(conversation, "user", "Which store?")
@@ -249,9 +253,7 @@ def test_a_file_keeps_the_handle_of_its_whole_read_when_only_a_slice_is_read_lat
         "Where is step_7?",
         [("Bash", {"command": "grep -n step_7 lib/app.py"}, "15:def step_7():")],
     )[2]
-    for number in range(3):
-        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
-    ensure_context_summary(conversation)
+    summarize_after_three_turns(conversation)
 
     index = index_of(conversation)
     # The whole file stays one recall away; the slice is still listed by its own handle.
@@ -286,9 +288,7 @@ def test_a_summarized_source_file_shows_its_own_definitions_before_the_calls_it_
     body = "    # copy the rows one by one, in order\n" * 20
     source = f"def sync_session_file(path) do\n{calls}{body}end\ndef sync_subagents(x) do\nend\n"
     read = tool_turn(conversation, "Read it", [("Bash", {"command": "cat sync"}, source)])[2]
-    for number in range(3):
-        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
-    ensure_context_summary(conversation)
+    summarize_after_three_turns(conversation)
 
     shown = index_of(conversation).split(f"ref m{read.pk} Bash cat sync: ", 1)[1].split(";")[0]
     # The file's own definitions first: the module calls sort before them by name alone.
@@ -309,9 +309,7 @@ def test_a_file_named_by_its_relative_and_its_absolute_path_is_listed_once(fake_
     status = tool_turn(
         conversation, "Status?", [("Bash", {"command": "git status"}, "modified: lib/app.py")]
     )[2]
-    for number in range(3):
-        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
-    ensure_context_summary(conversation)
+    summarize_after_three_turns(conversation)
 
     index = index_of(conversation)
     assert index.count("lib/app.py") == 1  # no second entry, no name repeating it
@@ -325,9 +323,7 @@ def test_every_name_of_a_result_is_shown_while_the_budget_has_room(fake_llm, set
     conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
     source = "".join(f"def load_part_{n}():\n    pass\n" for n in range(10))
     tool_turn(conversation, "Read it", [("Bash", {"command": "cat parts"}, source)])
-    for number in range(3):
-        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
-    ensure_context_summary(conversation)
+    summarize_after_three_turns(conversation)
 
     index = index_of(conversation)
     assert estimate_tokens(index) < 1000  # far within the budget: nothing to leave out
@@ -342,9 +338,7 @@ def test_a_summarized_result_keeps_in_the_index_the_names_its_truncated_form_lis
     conversation = Conversation.objects.create(title="Agent", system_prompt="You help.")
     source = "".join(f"def load_part_{n}():\n    pass\n" for n in range(50))
     tool_turn(conversation, "Read it", [("Bash", {"command": "cat parts"}, source)])
-    for number in range(3):
-        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
-    ensure_context_summary(conversation)
+    summarize_after_three_turns(conversation)
 
     # Fifty definitions, about 700 characters of names: all within the budget, where a
     # fixed two dozen per result would have left most of them out.
@@ -402,9 +396,7 @@ def test_a_search_within_a_folder_never_takes_the_place_of_another(fake_llm, set
         "And refunds?",
         [("Grep", {"pattern": "refund", "path": folder}, hits.replace("total", "refund"))],
     )[2]
-    for number in range(3):
-        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
-    ensure_context_summary(conversation)
+    summarize_after_three_turns(conversation)
 
     index = index_of(conversation)
     # Each search keeps its own handle, by what it looked for; the folder is no file read.
@@ -465,9 +457,7 @@ def test_a_relative_path_a_result_lists_is_indexed_as_the_absolute_path_known(
             ("Grep", {"pattern": "Elsewhere", "path": "/srv/app"}, "docs/guide/intro.md"),
         ],
     )[2:4]
-    for number in range(3):
-        tool_turn(conversation, f"step {number}", [("Bash", {"command": "true"}, "ok")])
-    ensure_context_summary(conversation)
+    summarize_after_three_turns(conversation)
 
     index = index_of(conversation)
     # The newest result that named it keeps it, by the path the model passes its tools;

@@ -19,10 +19,9 @@ def failure_blocks(state: WindowState, over_trigger_split: int | None = None) ->
     (`over_trigger_split`, the last message it summarizes) goes on after a
     summary of another split was refused as not smaller: the newest step
     was too large to leave then, and a later split can summarize it."""
-    failure = state.columns.get(MetadataKeys.SUMMARY_FAILURE) or {}
-    if failure.get("base") != state.through_id or time.time() >= failure.get("retry_at", 0):
+    if not state.meta.summary_backing_off(time.time()):
         return False
-    refused = failure.get("through")
+    refused = state.meta.summary_failure.get("through")
     return refused is None or over_trigger_split is None or refused == over_trigger_split
 
 

@@ -370,10 +370,7 @@ def in_early_shift(
     failed summary of this split) leaves the batch judged as ever."""
     if shift is None or shift.kind != "early" or worker_ahead:
         return False
-    failure = state.meta.summary_failure
-    backing_off = failure.get("base") == state.through_id and now.timestamp() < failure.get(
-        "retry_at", 0
-    )
+    backing_off = state.meta.summary_backing_off(now.timestamp())
     return results.goes and not results.free and not backing_off
 
 
