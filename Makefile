@@ -8,7 +8,7 @@ WORKER_QUEUES := compaction,celery
 # (settings refuse to start without one unless DEBUG): a public, local-only key.
 LOCAL_ENV := DJANGO_SECRET_KEY="$${DJANGO_SECRET_KEY:-insecure-local-demo-key-never-deploy}"
 
-.PHONY: demo test docs bench lint migrate web worker beat services clean browser wheel screenshots
+.PHONY: demo test test-slow docs bench lint migrate web worker beat services clean browser wheel screenshots
 
 $(VENV)/.base: requirements/base.txt requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,11 +45,17 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser:
 	command -v chromium >/dev/null || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
 
-## test: set up, check PostgreSQL and Redis answer, run the suite (in two processes: pytest.ini);
-## tests/test_api_reference.py builds the docs as `make docs` does (warnings are errors)
-test: $(VENV)/.dev $(VENV)/.docs browser
+## test: set up, `make lint`, check PostgreSQL and Redis answer, run the suite but its `slow`
+## tests (in two processes: pytest.ini); tests/test_api_reference.py builds the docs as
+## `make docs` does (warnings are errors)
+test: lint $(VENV)/.docs browser
 	DJANGO_SETTINGS_MODULE=config.test_settings $(PY) manage.py check_services
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -m "not slow"
+
+## test-slow: the tests marked `slow` (over 30 s each: worker pools and brokers killed and restarted)
+test-slow: $(VENV)/.dev $(VENV)/.docs browser
+	DJANGO_SETTINGS_MODULE=config.test_settings $(PY) manage.py check_services
+	$(VENV)/bin/pytest -m slow
 
 ## docs: the documentation site in docs/_build/html (warnings are errors)
 docs: $(VENV)/.docs
