@@ -9,7 +9,7 @@ each column keeps the name its key had, so `MetadataKeys` still names them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,7 +199,7 @@ class StateOf(Mapping[str, Any]):
             raise KeyError(name)
         return getattr(self.row, name)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(STATE_FIELDS)
 
     def __len__(self) -> int:

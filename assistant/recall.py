@@ -33,6 +33,7 @@ from assistant.models import (
     SEARCH_INDEX_CHARS,
     Conversation,
     Message,
+    MessageQuerySet,
     MetadataKeys,
     handle,
 )
@@ -303,7 +304,7 @@ def _extras(row: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _recall_range(scope, call: _RecallCall, last: int) -> str:
+def _recall_range(scope: MessageQuerySet, call: _RecallCall, last: int) -> str:
     rows = list(
         scope.filter(pk__gte=call.first, pk__lte=last)
         .order_by("id")
@@ -356,7 +357,7 @@ def _vector() -> SearchVector:
     return SearchVector(Left("content", SEARCH_INDEX_CHARS), config="simple")
 
 
-def _full_text(scope, query: str, most: int) -> list[tuple[int, str, str]]:
+def _full_text(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int, str, str]]:
     search = SearchQuery(query, config="simple", search_type="websearch")
     rows = (
         scope.annotate(document=_vector())
@@ -386,7 +387,7 @@ def _full_text(scope, query: str, most: int) -> list[tuple[int, str, str]]:
     return [(row["id"], _who(row), _clean(snippets.get(row["id"]) or "")) for row in rows]
 
 
-def _substring(scope, query: str, most: int) -> list[tuple[int, str, str]]:
+def _substring(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int, str, str]]:
     position = StrIndex(Upper("content"), Upper(Value(query)))
     rows = (
         scope.filter(content__icontains=query)

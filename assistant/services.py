@@ -73,7 +73,7 @@ def _live(service: F) -> F:
         require_live(conversation)
         return service(conversation, *args, **kwargs)
 
-    return checked  # type: ignore[return-value]
+    return checked  # type: ignore[return-value]  # wraps keeps service's signature
 
 
 @_live

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TypeGuard
 
-from celery import shared_task
+from celery import Task, shared_task
 from celery.signals import worker_process_init
 from django.db import InterfaceError, OperationalError
 
@@ -55,7 +55,7 @@ def ready_summarizer(**_: object) -> None:
 
 
 @shared_task(bind=True, name=POST_EXCHANGE_TASK, **_DB_RETRY)
-def post_exchange_task(self, conversation_id: int) -> None:
+def post_exchange_task(self: Task, conversation_id: int) -> None:
     if not _worker_takes(self, conversation_id, refused="post_exchange_refused"):
         return
     try:
@@ -80,7 +80,7 @@ def _is_row_id(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < _MAX_ROW_ID
 
 
-def _worker_takes(task, conversation_id: object, *, refused: str) -> bool:
+def _worker_takes(task: Task, conversation_id: object, *, refused: str) -> bool:
     """Whether a conversation task goes on: a malformed id from some other
     producer is logged and dropped (raising would only fail the same way on
     every delivery), and so is work that keeps killing its worker (a new
@@ -101,14 +101,14 @@ def _worker_takes(task, conversation_id: object, *, refused: str) -> bool:
 
 
 @shared_task(bind=True, name=PREBUILD_TASK, **_DB_RETRY)
-def prebuild_summary_task(self, conversation_id: int) -> None:
+def prebuild_summary_task(self: Task, conversation_id: int) -> None:
     """The next window summary, asked for by the pre-call hook inside a turn."""
     if _worker_takes(self, conversation_id, refused="prebuild_refused"):
         prebuild.serve_prebuild_request(conversation_id)
 
 
 @shared_task(bind=True, name=PARENT_SUMMARY_TASK, **_DB_RETRY)
-def generate_parent_summary_task(self, conversation_id: int) -> None:
+def generate_parent_summary_task(self: Task, conversation_id: int) -> None:
     """The deferred summary of a fork made with summarize=False; a no-op when
     the fork is gone or already has its summary."""
     task_started(self.name, conversation_id)

@@ -7,6 +7,7 @@ History."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
@@ -18,6 +19,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from assistant import services
+from assistant.admin.listing import ConversationModelAdmin
 from assistant.flows.staff import (
     CALLS_THE_MODEL,
     COMPACT_TOOL_RESULTS,
@@ -32,6 +34,10 @@ from assistant.ops import telemetry
 from assistant.settings.conf import compaction_config
 from assistant.store.deletion import purge_after
 
+Conversations = QuerySet[Conversation]
+# What a confirmation page shows of one conversation (assistant.services previews).
+PreviewOf = Callable[[Conversation], services.Preview]
+
 # A run over more conversations than this goes to the worker.
 INLINE_LIMIT = 5
 BRANCH_MESSAGES_SHOWN = 50
@@ -41,7 +47,9 @@ def describe(conversations: list[Conversation]) -> str:
     return ", ".join(f"“{c}” (#{c.pk})" for c in conversations)
 
 
-def live_only(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> list:
+def live_only(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
+) -> list[Conversation]:
     """The selected conversations that are not deleted; the others are named
     in a warning and left alone."""
     chosen = sorted(queryset, key=lambda c: c.pk)
@@ -56,14 +64,16 @@ def live_only(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Quer
     return [c for c in chosen if c.deleted_at is None]
 
 
-def log(request: HttpRequest, conversations: list[Conversation], message: str, flag=CHANGE) -> Any:
+def log(
+    request: HttpRequest, conversations: list[Conversation], message: str, flag: int = CHANGE
+) -> Any:
     user_id = request.user.pk
     assert user_id is not None  # the admin serves signed-in staff only
     return LogEntry.objects.log_actions(user_id, conversations, flag, message)
 
 
 def _confirmation(
-    modeladmin: admin.ModelAdmin,
+    modeladmin: ConversationModelAdmin,
     request: HttpRequest,
     *,
     action: str,
@@ -96,7 +106,12 @@ def _confirmation(
 TAKES_INSTRUCTIONS = frozenset({*CALLS_THE_MODEL, COMPACT_TOOL_RESULTS})
 
 
-def _run(modeladmin, request: HttpRequest, action: str, conversations: list[Conversation]) -> None:
+def _run(
+    modeladmin: ConversationModelAdmin,
+    request: HttpRequest,
+    action: str,
+    conversations: list[Conversation],
+) -> None:
     """Inline for a few conversations when no model is called, else on the worker."""
     instructions = request.POST.get("instructions", "") if action in TAKES_INSTRUCTIONS else ""
     if action in CALLS_THE_MODEL or len(conversations) > INLINE_LIMIT:
@@ -120,12 +135,17 @@ def _run(modeladmin, request: HttpRequest, action: str, conversations: list[Conv
         )
 
 
-def _preview_rows(conversations: list[Conversation], preview) -> list[dict[str, Any]]:
+def _preview_rows(conversations: list[Conversation], preview: PreviewOf) -> list[dict[str, Any]]:
     return [{"conversation": c, "preview": preview(c)} for c in conversations]
 
 
 def _confirmed_run(
-    modeladmin, request, queryset, action: str, intro: str, preview
+    modeladmin: ConversationModelAdmin,
+    request: HttpRequest,
+    queryset: Conversations,
+    action: str,
+    intro: str,
+    preview: PreviewOf,
 ) -> HttpResponse | None:
     conversations = live_only(modeladmin, request, queryset)
     if not conversations:
@@ -146,7 +166,9 @@ def _confirmed_run(
 
 
 @admin.action(permissions=["compact"], description="Emergency compact, level 1…")
-def emergency_compact_level_1(modeladmin, request, queryset):
+def emergency_compact_level_1(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
+) -> HttpResponse | None:
     return _confirmed_run(
         modeladmin,
         request,
@@ -160,7 +182,9 @@ def emergency_compact_level_1(modeladmin, request, queryset):
 
 
 @admin.action(permissions=["compact"], description="Emergency compact, level 2…")
-def emergency_compact_level_2(modeladmin, request, queryset):
+def emergency_compact_level_2(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
+) -> HttpResponse | None:
     return _confirmed_run(
         modeladmin,
         request,
@@ -174,7 +198,9 @@ def emergency_compact_level_2(modeladmin, request, queryset):
 
 
 @admin.action(permissions=["compact"], description="Regenerate window summary…")
-def regenerate_window_summary(modeladmin, request, queryset):
+def regenerate_window_summary(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
+) -> HttpResponse | None:
     return _confirmed_run(
         modeladmin,
         request,
@@ -187,7 +213,9 @@ def regenerate_window_summary(modeladmin, request, queryset):
 
 
 @admin.action(permissions=["compact"], description="Restore compacted originals…")
-def restore_compacted_originals(modeladmin, request, queryset):
+def restore_compacted_originals(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
+) -> HttpResponse | None:
     return _confirmed_run(
         modeladmin,
         request,
@@ -200,14 +228,18 @@ def restore_compacted_originals(modeladmin, request, queryset):
 
 
 @admin.action(permissions=["compact"], description="Compact tool results now")
-def compact_tool_results_now(modeladmin, request, queryset):
+def compact_tool_results_now(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
+) -> None:
     conversations = live_only(modeladmin, request, queryset)
     if conversations:
         _run(modeladmin, request, COMPACT_TOOL_RESULTS, conversations)
 
 
 @admin.action(permissions=["fork"], description="Continue in a new conversation")
-def continue_in_new_conversation(modeladmin, request, queryset):
+def continue_in_new_conversation(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
+) -> None:
     created, refused = [], []
     for conversation in live_only(modeladmin, request, queryset):
         with telemetry.staff_action("fork_continuation", conversation.pk):
@@ -233,7 +265,9 @@ def continue_in_new_conversation(modeladmin, request, queryset):
 
 
 @admin.action(permissions=["fork"], description="Branch from a message…")
-def branch_from_message(modeladmin, request, queryset) -> HttpResponse | None:
+def branch_from_message(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
+) -> HttpResponse | None:
     """The first POST shows the conversation's user messages (newest first,
     searchable); the confirming POST forks at the one chosen."""
     if queryset.count() != 1:
@@ -252,7 +286,9 @@ def branch_from_message(modeladmin, request, queryset) -> HttpResponse | None:
     return _branch_page(modeladmin, request, queryset, conversation)
 
 
-def _branch(modeladmin, request, conversation: Conversation) -> HttpResponse | None:
+def _branch(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, conversation: Conversation
+) -> HttpResponse | None:
     """Fork at the chosen message: the fork's page, or None (with the error
     shown) when it cannot be made."""
     with telemetry.staff_action("fork_from_message", conversation.pk):
@@ -284,7 +320,12 @@ def _branch(modeladmin, request, conversation: Conversation) -> HttpResponse | N
     return None
 
 
-def _branch_page(modeladmin, request, queryset, conversation: Conversation) -> HttpResponse:
+def _branch_page(
+    modeladmin: ConversationModelAdmin,
+    request: HttpRequest,
+    queryset: Conversations,
+    conversation: Conversation,
+) -> HttpResponse:
     """The user messages to branch from (newest first, searchable)."""
     search = request.POST.get("q", "").strip()
     user_messages = Message.objects.filter(conversation=conversation, role=Message.Role.USER)
@@ -314,7 +355,9 @@ def _branch_page(modeladmin, request, queryset, conversation: Conversation) -> H
 
 
 @admin.action(permissions=["delete"], description="Delete selected conversations…")
-def delete_selected(modeladmin, request, queryset) -> HttpResponse | None:
+def delete_selected(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
+) -> HttpResponse | None:
     """The admin's delete marks conversations deleted: the purge job removes
     them after the retention (with its in-use checks); until then they can be
     restored."""
@@ -355,7 +398,9 @@ def delete_selected(modeladmin, request, queryset) -> HttpResponse | None:
 
 
 @admin.action(permissions=["delete"], description="Restore deleted conversations")
-def restore_deleted_conversations(modeladmin, request, queryset):
+def restore_deleted_conversations(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
+) -> None:
     result = services.restore_deleted(c.pk for c in queryset)
     by_id = {c.pk: c for c in queryset}
     restored = [by_id[pk] for pk in result.restored]

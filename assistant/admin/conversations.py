@@ -4,17 +4,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.models import LogEntry
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponseRedirect, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -23,7 +25,12 @@ from assistant.admin import actions
 from assistant.admin.cost_chart import cost_money, cost_section
 from assistant.admin.filters import ContextFilter, DeletedFilter, ForkFilter, SummaryFilter
 from assistant.admin.inspector import WireJSONEncoder, context_inspector, request_body
-from assistant.admin.listing import FittingMedia, date_and_time, with_list_figures
+from assistant.admin.listing import (
+    ConversationModelAdmin,
+    FittingMedia,
+    date_and_time,
+    with_list_figures,
+)
 from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
 from assistant.store.deletion import purge_date
@@ -52,7 +59,7 @@ LEVEL_COLOURS = {
 
 
 @admin.register(Conversation)
-class ConversationAdmin(admin.ModelAdmin):
+class ConversationAdmin(ConversationModelAdmin):
     list_display = (
         "id",
         "__str__",
@@ -112,18 +119,20 @@ class ConversationAdmin(admin.ModelAdmin):
     def has_compact_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(COMPACT_PERMISSION)
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Conversation | None = None) -> bool:
         # A deleted conversation is read-only until restored.
         if obj is not None and obj.deleted_at is not None:
             return False
         return super().has_change_permission(request, obj)
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Conversation | None = None) -> bool:
         if obj is not None and obj.deleted_at is not None:
             return False
         return super().has_delete_permission(request, obj)
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None):
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         # Django would answer a posted action the user may not run with
         # "No action selected"; refuse it outright instead.
         if request.method == "POST" and "action" in request.POST:
@@ -131,7 +140,9 @@ class ConversationAdmin(admin.ModelAdmin):
         extra_context = {**(extra_context or {}), "limits": current_limits()}
         return super().changelist_view(request, extra_context)
 
-    def response_action(self, request: HttpRequest, queryset: QuerySet):
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Conversation]
+    ) -> HttpResponse | None:
         # Django filters on the posted ids as they come: one that is not an id is a 500.
         selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
         if not all(value.isascii() and value.isdigit() for value in selected):
@@ -146,8 +157,7 @@ class ConversationAdmin(admin.ModelAdmin):
 
     def _check_action_permission(self, request: HttpRequest, name: str) -> None:
         # Every declared action, before Django filters out those the user lacks.
-        # A private ModelAdmin method the stubs do not declare.
-        base = self._get_base_actions()  # type: ignore[attr-defined]
+        base = self._get_base_actions()  # type: ignore[attr-defined]  # private, not in the stubs
         found = [func for func, action_name, _ in base if action_name == name]
         for permission in getattr(found[0], "allowed_permissions", ()) if found else ():
             if not getattr(self, f"has_{permission}_permission")(request):
@@ -158,19 +168,23 @@ class ConversationAdmin(admin.ModelAdmin):
     def delete_model(self, request: HttpRequest, obj: Conversation) -> None:
         services.mark_deleted([obj.pk])
 
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> None:
         services.mark_deleted(queryset.values_list("pk", flat=True))
 
-    def log_deletions(self, request: HttpRequest, queryset) -> Any:
+    def log_deletions(
+        self, request: HttpRequest, queryset: QuerySet[Conversation]
+    ) -> list[LogEntry] | LogEntry:
         return actions.log(
             request, list(queryset), f"Marked deleted ({actions.retention_words()})."
         )
 
-    def get_deleted_objects(self, objs, request: HttpRequest):
+    def get_deleted_objects(
+        self, objs: Sequence[Conversation] | QuerySet[Conversation], request: HttpRequest
+    ) -> tuple[list[str], dict[str, int], set[str], list[str]]:
         # Nothing is removed now: list the conversations, not every message.
         return [str(obj) for obj in objs], {"conversations": len(objs)}, set(), []
 
-    def response_delete(self, request, obj_display, obj_id):
+    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: int) -> HttpResponse:
         response = super().response_delete(request, obj_display, obj_id)
         self.message_user(request, f"It is marked deleted: {actions.retention_words()}.")
         return response
@@ -180,7 +194,7 @@ class ConversationAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
         return with_list_figures(super().get_queryset(request))
 
-    def get_changelist(self, request: HttpRequest, **kwargs):
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return CostChangeList
 
     @admin.display(description="deleted", ordering="deleted_at")
@@ -266,7 +280,7 @@ class ConversationAdmin(admin.ModelAdmin):
 
     # --- change page ----------------------------------------------------------
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         return [
             path(
                 "costs/",
@@ -314,7 +328,13 @@ class ConversationAdmin(admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/assistant/conversation/costs.html", context)
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         extra_context = dict(extra_context or {})
         obj = self.get_object(request, object_id)
         if obj is not None:

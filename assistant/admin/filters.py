@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
-from django.db.models import Q
+from typing import Any
 
-from assistant.models import OfflineFallback
+from django.contrib import admin
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest
+
+from assistant.models import CompactionEvent, Conversation, OfflineFallback
 from assistant.window.limits import current_limits
 
 
@@ -13,10 +16,14 @@ class DeletedFilter(admin.SimpleListFilter):
     title = "status"
     parameter_name = "status"
 
-    def lookups(self, request, model_admin):
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [("live", "Live"), ("deleted", "Deleted (kept until the purge)")]
 
-    def queryset(self, request, queryset):
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[Conversation]
+    ) -> QuerySet[Conversation]:
         if self.value() == "live":
             return queryset.filter(deleted_at__isnull=True)
         if self.value() == "deleted":
@@ -30,7 +37,9 @@ class ContextFilter(admin.SimpleListFilter):
     title = "context size"
     parameter_name = "context"
 
-    def lookups(self, request, model_admin):
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         limits = current_limits()
         return [
             ("near", f"Near the limit (≥ {limits.soft:,} tokens, the soft watermark)"),
@@ -38,10 +47,12 @@ class ContextFilter(admin.SimpleListFilter):
             ("over", f"Over the model's window (≥ {limits.window:,} tokens)"),
         ]
 
-    def queryset(self, request, queryset):
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[Conversation]
+    ) -> QuerySet[Conversation]:
         limits = current_limits()
         floor = {"near": limits.soft, "past": limits.trigger, "over": limits.window}.get(
-            self.value()
+            self.value() or ""
         )
         if floor is None:
             return queryset
@@ -52,10 +63,14 @@ class ForkFilter(admin.SimpleListFilter):
     title = "origin"
     parameter_name = "origin"
 
-    def lookups(self, request, model_admin):
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [("root", "Started fresh"), ("fork", "Fork or continuation")]
 
-    def queryset(self, request, queryset):
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[Conversation]
+    ) -> QuerySet[Conversation]:
         if self.value() == "root":
             return queryset.filter(parent_conversation__isnull=True)
         if self.value() == "fork":
@@ -67,10 +82,14 @@ class SummaryFilter(admin.SimpleListFilter):
     title = "window summary"
     parameter_name = "summarized"
 
-    def lookups(self, request, model_admin):
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [("yes", "Has a window summary"), ("no", "No window summary")]
 
-    def queryset(self, request, queryset):
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[Conversation]
+    ) -> QuerySet[Conversation]:
         has_summary = Q(compaction_summary__isnull=False)
         if self.value() == "yes":
             return queryset.filter(has_summary)
@@ -85,10 +104,14 @@ class OfflineFallbackFilter(admin.SimpleListFilter):
     title = "offline fallback"
     parameter_name = "offline_fallback"
 
-    def lookups(self, request, model_admin):
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [("any", "Any"), *OfflineFallback.choices]
 
-    def queryset(self, request, queryset):
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[CompactionEvent]
+    ) -> QuerySet[CompactionEvent]:
         if self.value() == "any":
             return queryset.filter(details__has_key="offline_fallback")
         if self.value() in OfflineFallback.values:

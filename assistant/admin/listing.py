@@ -12,14 +12,23 @@ decides on and the conversation page shows), so the column, its sort and the
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
+from django.contrib import admin
 from django.db.models import Case, Count, Expression, Max, OuterRef, QuerySet, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.html import format_html
 
-from assistant.models import CompactionEvent, Conversation, Message
+from assistant.models import CompactionEvent, Conversation, Message, SummaryVersion
 from assistant.settings.conf import compaction_config
+
+if TYPE_CHECKING:
+    # The stubs make ModelAdmin generic in its model; Django's class takes no subscript.
+    ConversationModelAdmin = admin.ModelAdmin[Conversation]
+    SummaryVersionModelAdmin = admin.ModelAdmin[SummaryVersion]
+else:
+    ConversationModelAdmin = SummaryVersionModelAdmin = admin.ModelAdmin
 
 
 def _fork_depth(levels: int) -> Expression:

@@ -36,7 +36,12 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-def _pin(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet, pinned: bool):
+def _pin(
+    modeladmin: admin.ModelAdmin[Message],
+    request: HttpRequest,
+    queryset: QuerySet[Message],
+    pinned: bool,
+) -> None:
     """Pin or unpin each selected message through the service; each refusal is said."""
     changed = 0
     for message in queryset.select_related("conversation").order_by("id"):
@@ -55,12 +60,16 @@ def _pin(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet,
 
 
 @admin.action(permissions=["compact"], description="Pin: always send verbatim")
-def pin_messages(modeladmin, request, queryset):
+def pin_messages(
+    modeladmin: admin.ModelAdmin[Message], request: HttpRequest, queryset: QuerySet[Message]
+) -> None:
     _pin(modeladmin, request, queryset, True)
 
 
 @admin.action(permissions=["compact"], description="Unpin")
-def unpin_messages(modeladmin, request, queryset):
+def unpin_messages(
+    modeladmin: admin.ModelAdmin[Message], request: HttpRequest, queryset: QuerySet[Message]
+) -> None:
     _pin(modeladmin, request, queryset, False)
 
 

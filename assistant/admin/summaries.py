@@ -6,21 +6,22 @@ reviewed. Each view calls one service and reports."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Exists, OuterRef, QuerySet
-from django.http import HttpRequest, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
 from assistant import services
-from assistant.admin.listing import FittingMedia, date_and_time
+from assistant.admin.listing import FittingMedia, SummaryVersionModelAdmin, date_and_time
 from assistant.models import Conversation, SummaryVersion
 from assistant.store.summaries import compaction_diff, current_version
 from assistant.window import load_window
@@ -35,7 +36,7 @@ def history_url(conversation_id: int) -> str:
 
 
 @admin.register(SummaryVersion)
-class SummaryVersionAdmin(admin.ModelAdmin):
+class SummaryVersionAdmin(SummaryVersionModelAdmin):
     list_display = (
         "id",
         "created",
@@ -63,10 +64,14 @@ class SummaryVersionAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(
+        self, request: HttpRequest, obj: SummaryVersion | None = None
+    ) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(
+        self, request: HttpRequest, obj: SummaryVersion | None = None
+    ) -> bool:
         return False  # nothing is lost: every version stays with its conversation
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[SummaryVersion]:
@@ -134,7 +139,7 @@ class SummaryVersionAdmin(admin.ModelAdmin):
             review,
         )
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         return [
             path(
                 "<int:version_id>/revert/",
@@ -158,7 +163,9 @@ class SummaryVersionAdmin(admin.ModelAdmin):
         if not request.user.has_perm(COMPACT_PERMISSION):
             raise PermissionDenied
 
-    def _done(self, request: HttpRequest, conversation: Conversation, run) -> HttpResponseRedirect:
+    def _done(
+        self, request: HttpRequest, conversation: Conversation, run: Callable[[], str]
+    ) -> HttpResponseRedirect:
         """Run one service call, say what it did (or why not), and write it into the
         conversation's History."""
         try:
@@ -192,7 +199,7 @@ class SummaryVersionAdmin(admin.ModelAdmin):
 
         return self._done(request, version.conversation, run)
 
-    def correct_view(self, request: HttpRequest, conversation_id: int) -> Any:
+    def correct_view(self, request: HttpRequest, conversation_id: int) -> HttpResponse:
         self._may_compact(request)
         conversation = get_object_or_404(Conversation, pk=conversation_id)
         if request.method == "POST":
@@ -218,7 +225,13 @@ class SummaryVersionAdmin(admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/assistant/summaryversion/correct.html", context)
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         extra_context = dict(extra_context or {})
         version = self.get_object(request, object_id)
         if version is not None:
@@ -230,7 +243,7 @@ class SummaryVersionAdmin(admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, extra_context)
 
 
-def _classed(diff: list[str]):
+def _classed(diff: list[str]) -> Iterator[tuple[str, str]]:
     for line in diff:
         kind = "diff-add" if line.startswith("+") else "diff-del" if line.startswith("-") else ""
         yield kind, line

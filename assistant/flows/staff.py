@@ -7,6 +7,7 @@ nothing changed when nothing did."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -107,7 +108,7 @@ def _tokens(conversation: Conversation) -> int:
     return load_window(conversation.pk).context_tokens()
 
 
-def _emergency(level: int):
+def _emergency(level: int) -> Callable[[Conversation], Outcome]:
     def run(conversation: Conversation) -> Outcome:
         outcome = emergency.apply_emergency_level(conversation, level)
         if outcome.shrank:

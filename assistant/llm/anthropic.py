@@ -193,14 +193,22 @@ class AnthropicWire(Wire):
             return "gcp.vertex_ai"
         return "anthropic"
 
-    def request(self, system, summaries, messages, tools=None, *, check=True):
+    def request(
+        self,
+        system: str,
+        summaries: list[str],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        check: bool = True,
+    ) -> dict[str, Any]:
         """{"system": [text blocks], "messages": [...], "tools"?}: `messages.create`'s."""
         request = convert.to_anthropic(system, summaries, messages, check=check)
         if tools:
             request["tools"] = self.tool_definitions(tools)
         return request
 
-    def tool_definitions(self, tools):
+    def tool_definitions(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return convert.anthropic_tools(tools)
 
     def threshold_compaction(self, trigger: int) -> dict[str, Any]:

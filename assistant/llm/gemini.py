@@ -113,11 +113,26 @@ class GeminiWire(Wire):
     def telemetry_name(self, model: str = "") -> str:
         return "gcp.gemini"
 
-    def shape(self, system, summaries, messages, *, check=True) -> dict[str, Any]:
+    def shape(
+        self,
+        system: str,
+        summaries: list[str],
+        messages: list[dict[str, Any]],
+        *,
+        check: bool = True,
+    ) -> dict[str, Any]:
         """{"system_instruction": str, "contents": [...]}: `Context.to_gemini()`."""
         return convert.to_gemini(system, summaries, messages, check=check)
 
-    def request(self, system, summaries, messages, tools=None, *, check=True):
+    def request(
+        self,
+        system: str,
+        summaries: list[str],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        check: bool = True,
+    ) -> dict[str, Any]:
         """{"contents", "config"}: `models.generate_content`'s, the config holding the
         system instruction and tools (automatic function calling off: the host runs them)."""
         shape = self.shape(system, summaries, messages, check=check)
@@ -129,7 +144,7 @@ class GeminiWire(Wire):
             config["automatic_function_calling"] = {"disable": True}
         return {"contents": shape["contents"], "config": config}
 
-    def tool_definitions(self, tools):
+    def tool_definitions(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return convert.gemini_tools(tools)
 
     def recognizes(self, response: Any) -> bool:

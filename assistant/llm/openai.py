@@ -316,7 +316,15 @@ class OpenAIWire(Wire):
     models = MODELS
     media = MediaRates(openai_image_tokens, TOKENS_PER_PDF_PAGE)
 
-    def request(self, system, summaries, messages, tools=None, *, check=True):
+    def request(
+        self,
+        system: str,
+        summaries: list[str],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        check: bool = True,
+    ) -> dict[str, Any]:
         """{"messages", "tools"?}: `chat.completions.create`'s."""
         request: dict[str, Any] = {
             "messages": chat_messages(system, summaries, messages, check=check)
@@ -325,7 +333,7 @@ class OpenAIWire(Wire):
             request["tools"] = self.tool_definitions(tools)
         return request
 
-    def tool_definitions(self, tools):
+    def tool_definitions(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{"type": "function", "function": function_spec(t)} for t in tools or []]
 
     def recognizes(self, response: Any) -> bool:

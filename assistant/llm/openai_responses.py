@@ -200,8 +200,9 @@ class ResponsesStream(StreamReader):
             message = getattr(error, "message", None) or "The response failed."
             body = {"code": getattr(error, "code", None), "message": message}
             sdk = loaded_sdk("openai")
+            assert sdk is not None  # these events came from its stream
             request = getattr(getattr(self.source, "response", None), "request", None)
-            raise sdk.APIError(message, request, body=body)  # type: ignore[union-attr]
+            raise sdk.APIError(message, request, body=body)
         return event.delta if kind == "response.output_text.delta" else ""
 
     def final(self) -> Any:
@@ -217,7 +218,15 @@ class OpenAIResponsesWire(OpenAIWire):
     def telemetry_name(self, model: str = "") -> str:
         return OPENAI.name
 
-    def request(self, system, summaries, messages, tools=None, *, check=True):
+    def request(
+        self,
+        system: str,
+        summaries: list[str],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        check: bool = True,
+    ) -> dict[str, Any]:
         """`responses.create`'s: instructions (system and summaries), input items, tools,
         store=False (nothing kept on OpenAI's side: the reasoning items come back
         encrypted, to be sent again)."""
@@ -233,7 +242,7 @@ class OpenAIResponsesWire(OpenAIWire):
             request["tools"] = self.tool_definitions(tools)
         return request
 
-    def tool_definitions(self, tools):
+    def tool_definitions(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{"type": "function", **function_spec(t), "strict": False} for t in tools or []]
 
     def threshold_compaction(self, trigger: int) -> dict[str, Any]:

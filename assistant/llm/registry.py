@@ -101,7 +101,14 @@ def _bounded(key: tuple, timeout_at: int, within: float | None) -> tuple:
 # gets a fresh client and production reuses one connection pool.
 @functools.lru_cache(maxsize=8)
 def _client_provider(
-    provider, key, base_url, model, chat_model, timeout, retries, max_out
+    provider: str,
+    key: str,
+    base_url: str | None,
+    model: str,
+    chat_model: str,
+    timeout: float,
+    retries: int,
+    max_out: int,
 ) -> Provider:
     # Imported here: an SDK costs seconds to import, and only the one in use is needed.
     chosen: type[Provider]
@@ -126,7 +133,15 @@ def _client_provider(
 
 @functools.lru_cache(maxsize=8)
 def _gemini(
-    key, base_url, model, chat_model, timeout, retries, max_out, delay, max_delay
+    key: str,
+    base_url: str | None,
+    model: str,
+    chat_model: str,
+    timeout: float,
+    retries: int,
+    max_out: int,
+    delay: float,
+    max_delay: float,
 ) -> Provider:
     from assistant.llm.gemini_provider import GeminiProvider
 

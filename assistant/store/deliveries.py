@@ -52,8 +52,9 @@ def over_delivery_cap(task_name: str, conversation_id: int) -> bool:
     key = work_key(task_name, conversation_id)
     try:
         with redis_client().pipeline() as pipe:
-            # redis-py types a pipeline's commands as the client's (their results).
-            count, _ = pipe.incr(key).expire(key, _TTL_SECONDS).execute()  # type: ignore[attr-defined]
+            pipe.incr(key)
+            pipe.expire(key, _TTL_SECONDS)
+            count, _ = pipe.execute()
     except redis.RedisError:
         return False
     if count > app_setting("ASSISTANT_MAX_TASK_DELIVERIES"):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.dispatch import Signal
 
 from assistant import signals
 from assistant.models import CompactionEvent, Conversation
@@ -226,7 +227,7 @@ def send_signals(event: CompactionEvent) -> None:
         _send(signals.emergency_compaction, sender=Conversation, level=level, **common)
 
 
-def _send(signal, **kwargs) -> None:
+def _send(signal: Signal, **kwargs: Any) -> None:
     """A host's receiver that fails is logged, never the chat's or the worker's failure."""
     for receiver, result in signal.send_robust(**kwargs):
         if isinstance(result, Exception):

@@ -12,8 +12,10 @@ import json
 from typing import Any
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Func, JSONField, QuerySet, Value
 from django.db.models.expressions import Combinable
+from django.db.models.sql.compiler import SQLCompiler
 
 
 class _JsonbMerge(Func):
@@ -21,12 +23,16 @@ class _JsonbMerge(Func):
 
     output_field = JSONField()
 
-    def as_postgresql(self, compiler, connection, **extra):
+    def as_postgresql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> tuple[str, tuple[Any, ...]]:
         lhs, lhs_params = compiler.compile(self.source_expressions[0])
         rhs, rhs_params = compiler.compile(self.source_expressions[1])
         return f"(COALESCE({lhs}, '{{}}'::jsonb) || {rhs})", (*lhs_params, *rhs_params)
 
-    def as_sqlite(self, compiler, connection, **extra):
+    def as_sqlite(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> tuple[str, tuple[Any, ...]]:
         lhs, lhs_params = compiler.compile(self.source_expressions[0])
         rhs, rhs_params = compiler.compile(self.source_expressions[1])
         return f"json_patch(COALESCE({lhs}, '{{}}'), {rhs})", (*lhs_params, *rhs_params)
@@ -41,14 +47,19 @@ class _JsonbRemove(Func):
         super().__init__(expression)
         self.keys = keys
 
-    def as_postgresql(self, compiler, connection, **extra):
-        sql, params = compiler.compile(self.source_expressions[0])
+    def as_postgresql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        sql, compiled = compiler.compile(self.source_expressions[0])
+        params = tuple(compiled)
         for key in self.keys:
             sql = f"({sql} - %s)"
             params = (*params, key)
         return sql, params
 
-    def as_sqlite(self, compiler, connection, **extra):
+    def as_sqlite(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> tuple[str, tuple[Any, ...]]:
         sql, params = compiler.compile(self.source_expressions[0])
         paths = ", ".join(["%s"] * len(self.keys))
         return f"json_remove({sql}, {paths})", (*params, *(f'$."{k}"' for k in self.keys))

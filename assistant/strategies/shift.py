@@ -11,6 +11,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.core.exceptions import ValidationError
 
@@ -165,8 +166,8 @@ def _shift_holding(
     config: CompactionConfig,
     shift: Shift | None,
     deadline: Deadline,
-    **split,
-):
+    **split: Any,
+) -> str | None:
     if lease.took_over:
         log_event(
             "summary_lease_taken_over",

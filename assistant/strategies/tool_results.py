@@ -16,7 +16,14 @@ from django.utils import timezone
 
 from assistant import llm
 from assistant.llm.catalog import media_rates
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, ref
+from assistant.models import (
+    CompactionEvent,
+    Conversation,
+    Message,
+    MessageQuerySet,
+    MetadataKeys,
+    ref,
+)
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.deletion import validated_ids
 from assistant.store.events import record_compaction, stopwatch
@@ -208,7 +215,7 @@ def restore_originals(conversation: Conversation, message_ids: list[int] | None 
     return restored
 
 
-def _tool_rows(conversation_id: int):
+def _tool_rows(conversation_id: int) -> MessageQuerySet:
     """Tool results, oldest first, without their text (it is loaded only for
     the results actually compacted)."""
     return (

@@ -39,7 +39,9 @@ RATE_LIMITED = (
 )
 
 
-def openai_error(message: str, error_type: str, code: str | None, param: str | None = None):
+def openai_error(
+    message: str, error_type: str, code: str | None, param: str | None = None
+) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
@@ -99,7 +101,9 @@ def default_usage(kind: str, tokens: int) -> dict[str, Any]:
     }
 
 
-def render(reply: Any, kind: str, body: Any, usage: dict[str, Any], default_text: str):
+def render(
+    reply: Any, kind: str, body: Any, usage: dict[str, Any], default_text: str
+) -> tuple[int, dict[str, str], dict[str, Any]]:
     """(status, headers, body) of a scripted reply on OpenAI's wire `kind`."""
     problem = request_problem(kind, body) or (
         fake_compaction.responses_problem(body) if kind == RESPONSES else None
@@ -142,7 +146,13 @@ def render(reply: Any, kind: str, body: Any, usage: dict[str, Any], default_text
     return 200, {}, response
 
 
-def _chat_completion(model, text, calls, usage, stop_reason) -> dict[str, Any]:
+def _chat_completion(
+    model: str,
+    text: str,
+    calls: list[dict[str, Any]],
+    usage: dict[str, Any],
+    stop_reason: str | None,
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None}
     if calls:
         message["tool_calls"] = [
@@ -164,7 +174,13 @@ def _chat_completion(model, text, calls, usage, stop_reason) -> dict[str, Any]:
     }
 
 
-def _response(model, text, calls, usage, thinking) -> dict[str, Any]:
+def _response(
+    model: str,
+    text: str,
+    calls: list[dict[str, Any]],
+    usage: dict[str, Any],
+    thinking: str | None,
+) -> dict[str, Any]:
     output: list[dict[str, Any]] = []
     if thinking:
         output.append(

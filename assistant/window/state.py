@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.core.exceptions import ValidationError
@@ -219,7 +219,7 @@ class WindowState:
         like with like; `context_tokens` prefers the provider's count)."""
         return self.fixed_tokens + sum(row.token_estimate for row in self.verbatim)
 
-    def last_request_at(self):
+    def last_request_at(self) -> datetime | None:
         """When the previous model call was made: the arrival of the newest
         assistant message (None when the window holds none)."""
         for row in reversed(self.rows):
@@ -239,7 +239,9 @@ class WindowState:
         grown = sum(max(row.token_estimate, row.original_token_estimate) for row in self.rows[1:])
         return math.ceil(grown * seconds / span)
 
-    def cache_is_cold(self, config: CompactionConfig | None = None, now=None) -> bool:
+    def cache_is_cold(
+        self, config: CompactionConfig | None = None, now: datetime | None = None
+    ) -> bool:
         """The provider's prompt cache has expired since the previous request
         (at `now`, the current time unless given), so changing the context
         now costs no cache that still holds."""
@@ -303,8 +305,8 @@ class SizeRow(NamedTuple):
     provider_live: bool  # Message.provider_live
     pinned: bool
 
-    # The same rule, on these fields (mypy takes only fields and defs in a NamedTuple).
-    prompt_tokens = Message.prompt_tokens  # type: ignore[misc]
+    # The same rule, on these fields.
+    prompt_tokens = Message.prompt_tokens  # type: ignore[misc]  # mypy: NamedTuple fields only
 
 
 def _size_rows(rows: MessageQuerySet) -> Iterator[SizeRow]:

@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -18,7 +20,7 @@ HOW_TO_START = "\n".join(
 class Command(BaseCommand):
     help = "Check that the database and Redis answer (run before the test suite)."
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         db = settings.DATABASES["default"]
         checks = [check_database(), check_redis()]
         for check in checks:

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from assistant.flows import cleanup
@@ -17,7 +18,7 @@ class Command(BaseCommand):
         "stale cached summaries. Safe to run while beat runs the same jobs."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--dry-run", action="store_true", help="Only count what each job would do."
         )
@@ -29,7 +30,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--no-progress", action="store_true", help="No progress bars.")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         jobs = options["only"] or list(cleanup.JOBS)
         counts = cleanup.pending_counts()
         if options["dry_run"]:

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from assistant import services
 from assistant.management.commands._common import get_conversation
+from assistant.models import Conversation
 
 LEVELS = (0, 1, 2)
 
@@ -17,7 +20,7 @@ class Command(BaseCommand):
         "2 messages). Originals are kept and restorable."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("conversation_id")
         parser.add_argument("--level", type=int, default=0, help="0 (default), 1 or 2")
         parser.add_argument(
@@ -32,7 +35,7 @@ class Command(BaseCommand):
             help="Report what would be compacted, change nothing, call no model.",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         level = options["level"]
         if level not in LEVELS:
             raise CommandError(f"--level must be 0, 1 or 2, got {level}.")
@@ -59,5 +62,5 @@ class Command(BaseCommand):
             f"Conversation {conversation.pk}: {what}; context {before} -> {after} tokens."
         )
 
-    def _report_plan(self, conversation, level: int) -> None:
+    def _report_plan(self, conversation: Conversation, level: int) -> None:
         self.stdout.write(services.plan_run(conversation, level).describe(conversation.pk))

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Q
 
 from assistant import services
@@ -19,14 +19,14 @@ class Command(BaseCommand):
         "message counts, and the compaction history (newest first)."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("conversation_id")
         parser.add_argument("--json", action="store_true", help="Print one JSON object.")
         parser.add_argument(
             "--events", type=int, default=20, help="How many compaction events (default 20)."
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         conversation = get_conversation(options["conversation_id"])
         if options["events"] < 0:
             raise CommandError(f"--events must be 0 or more, got {options['events']}.")

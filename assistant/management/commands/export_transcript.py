@@ -3,9 +3,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, Protocol
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from assistant.management.commands._common import get_conversation
@@ -33,6 +33,12 @@ _FIELDS = (
 )
 
 
+class Writable(Protocol):
+    """Where a transcript goes: a file, or the command's stdout (an OutputWrapper)."""
+
+    def write(self, text: str, /) -> object: ...
+
+
 class Command(BaseCommand):
     help = (
         "Export one conversation's full, uncompacted history as JSON Lines: a first "
@@ -41,12 +47,12 @@ class Command(BaseCommand):
         "`compacted_content` (null when verbatim)."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("conversation_id")
         parser.add_argument("--output", "-o", help="Write to this file instead of stdout.")
         parser.add_argument("--force", action="store_true", help="Overwrite --output if it exists.")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         conversation = get_conversation(options["conversation_id"])
         output = options["output"]
         if not output:
@@ -71,7 +77,7 @@ def _line(record: dict[str, Any]) -> str:
     return json.dumps(record, default=str) + "\n"
 
 
-def export_transcript(conversation: Conversation, stream: IO[str], *, progress: bool) -> int:
+def export_transcript(conversation: Conversation, stream: Writable, *, progress: bool) -> int:
     messages = Message.objects.filter(conversation=conversation).order_by("id")
     total = messages.count()
     stream.write(

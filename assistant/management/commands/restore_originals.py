@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from assistant.management.commands._common import get_conversation
 from assistant.models import Message
@@ -17,7 +19,7 @@ class Command(BaseCommand):
         "stay compacted."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("conversation_id")
         parser.add_argument(
             "--message",
@@ -34,7 +36,7 @@ class Command(BaseCommand):
             "--user", help="Username the compaction event is recorded for (default: nobody)."
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         conversation = get_conversation(options["conversation_id"])
         if conversation.deleted_at is not None:
             raise CommandError(
