@@ -1,0 +1,113 @@
+"""A worker that comes back: pool children restarted under load, a broker that goes
+away and returns, and what the operator sees meanwhile.
+
+Real worker subprocesses (prefork pool), real PostgreSQL, a Redis of the test's own
+where the test stops it. Every wait is bounded, and a bound only catches a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from assistant.services import finish_exchange
+from tests.conftest import wait_until
+from tests.test_faults import (
+    children,
+    lock_waiters,
+    processed,
+    row_locks,
+    tool_heavy_conversation,
+    worker_process,
+)
+
+# billiard's start-up limit: a child that has not said it is up by then is killed.
+UP_TIMEOUT = "Timed out waiting for UP message"
+# A summarizer with a key, so the worker has an SDK to load: Gemini's, which nothing
+# else of this repository's worker imports (its demo imports Anthropic's). Its endpoint
+# is the loopback (config/test_settings.py keeps only such keys); no test calls it.
+GEMINI_SUMMARIZER = {
+    "ASSISTANT_SUMMARIZER": "gemini",
+    "GEMINI_API_KEY": "test-key-never-sent",
+    "GEMINI_BASE_URL": "http://127.0.0.1:9/",
+}
+# A compiled library google-genai loads (through websockets): in a process's memory
+# map once the SDK is imported.
+GEMINI_SDK_LIBRARY = "websockets/speedups"
+
+
+def wait_ready(log: Path, process: subprocess.Popen) -> None:
+    def ready() -> bool:
+        assert process.poll() is None, log.read_text()
+        return " ready." in log.read_text()
+
+    assert wait_until(ready, timeout=120, interval=0.2), log.read_text()
+
+
+def mapped_libraries(pid: int) -> str:
+    with open(f"/proc/{pid}/maps") as maps:
+        return maps.read()
+
+
+@contextmanager
+def cpu_load(processes: int) -> Iterator[None]:
+    """Busy processes for the block's duration (each also bounded by itself)."""
+    burn = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end: pass\n"
+    busy = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait(timeout=10)
+
+
+# --- pool children restarted under load --------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_imports_the_summarizers_sdk_before_it_forks_its_pool(empty_queues, tmp_path):
+    """A child inherits the SDK instead of importing it (seconds on a loaded machine)."""
+    with worker_process("sdk", tmp_path, extra_env=GEMINI_SUMMARIZER) as worker:
+        log = tmp_path / "worker-sdk.log"
+        wait_ready(log, worker)
+
+        assert GEMINI_SDK_LIBRARY in mapped_libraries(worker.pid), log.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_pool_children_killed_under_load_come_back_and_serve(empty_queues, tmp_path):
+    """A child killed again and again on a busy machine is replaced, every
+    replacement starts within billiard's limit, and both children then work."""
+    first, second = tool_heavy_conversation("one"), tool_heavy_conversation("two")
+    log = tmp_path / "worker-pool.log"
+    with worker_process("pool", tmp_path, extra_env=GEMINI_SUMMARIZER, concurrency=2) as worker:
+        wait_ready(log, worker)
+        with cpu_load(2):
+            for _ in range(6):
+                victim = children(worker.pid)[0]
+                os.kill(victim, signal.SIGKILL)
+                assert wait_until(
+                    lambda victim=victim: (
+                        len(children(worker.pid)) == 2 and victim not in children(worker.pid)
+                    ),
+                    timeout=30,
+                ), log.read_text()
+                time.sleep(1)  # the next kill comes once this replacement has started
+            # Both children take a task (each then blocks on the rows the test holds):
+            # neither is still starting or was killed for starting too slowly.
+            with row_locks(first.pk), row_locks(second.pk):
+                finish_exchange(first)
+                finish_exchange(second)
+                assert wait_until(lambda: len(lock_waiters()) == 2, timeout=90), log.read_text()
+        assert wait_until(lambda: processed(first) and processed(second), timeout=60)
+
+    assert UP_TIMEOUT not in log.read_text()
