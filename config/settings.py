@@ -172,7 +172,12 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# A worker that loses its broker waits for it, however long: it retries from
+# start-up and after a loss, never giving up (Celery's default stops after 100
+# attempts, about 45 minutes); a supervisor restarts it if it exits anyway
+# (docs/operations.rst, "Processes").
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # Publishing happens on the chat path: fail fast when the broker is down; the
 # periodic sweep finds the work that was not enqueued.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {

@@ -164,8 +164,10 @@ def worker_process(
     compaction: dict | None = None,
     extra_env: dict | None = None,
     concurrency: int = 1,
+    lean: bool = True,
 ) -> Iterator[subprocess.Popen]:
-    """A real `celery worker` subprocess with the prefork pool, one child (or `concurrency`)."""
+    """A real `celery worker` subprocess with the prefork pool, one child (or
+    `concurrency`); `lean`: without mingle, gossip and heartbeat."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.test_settings",
@@ -177,8 +179,9 @@ def worker_process(
     command = [
         CELERY, "-A", "config", "worker", "--pool", "prefork", "-c", str(concurrency),
         "-Q", ",".join(QUEUES), "-n", f"{name}@%h", "--loglevel", "INFO",
-        "--without-mingle", "--without-gossip", "--without-heartbeat",
     ]  # fmt: skip
+    if lean:
+        command += ["--without-mingle", "--without-gossip", "--without-heartbeat"]
     process = subprocess.Popen(
         command, cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True,

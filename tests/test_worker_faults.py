@@ -12,17 +12,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 
 from assistant.services import finish_exchange
-from tests.conftest import wait_until
+from config.celery import app as celery_app
+from tests.conftest import use_broker, wait_until
 from tests.test_faults import (
     children,
+    free_port,
     lock_waiters,
     processed,
+    redis_server,
     row_locks,
     tool_heavy_conversation,
     worker_process,
@@ -111,3 +114,52 @@ def test_pool_children_killed_under_load_come_back_and_serve(empty_queues, tmp_p
         assert wait_until(lambda: processed(first) and processed(second), timeout=60)
 
     assert UP_TIMEOUT not in log.read_text()
+
+
+# --- the broker goes away and comes back --------------------------------------------
+
+# Long enough for the worker's consumer to lose its connection and back off several
+# times (2, 4, 6... s between attempts); the 40 s outage is the same mechanism,
+# one more back-off step. Redis restarts empty (no persistence): the work published
+# after its return is what the worker must take.
+OUTAGE_SECONDS = 20
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_whose_redis_dies_and_returns_works_again_unaided(settings, tmp_path):
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    working = celery_app.conf.broker_url
+    settings.CELERY_BROKER_URL = url
+    use_broker(url)
+    before, after = tool_heavy_conversation("before"), tool_heavy_conversation("after")
+    log = tmp_path / "worker-outage.log"
+    try:
+        with ExitStack() as redis_up:
+            redis_up.enter_context(redis_server(port))
+            # Started as the README starts it: mingle, gossip and heartbeat on.
+            alone = {"TEST_REDIS_URL": url, "PYTEST_XDIST_WORKER": ""}  # database 0, not 0+N
+            with worker_process("outage", tmp_path, extra_env=alone, lean=False) as worker:
+                wait_ready(log, worker)
+                finish_exchange(before)
+                assert wait_until(lambda: processed(before), timeout=60), log.read_text()
+
+                redis_up.close()  # Redis killed
+                outage_ends = time.monotonic() + OUTAGE_SECONDS
+                assert wait_until(
+                    lambda: "Connection to broker lost" in log.read_text(), timeout=30
+                ), log.read_text()
+                while time.monotonic() < outage_ends:
+                    assert worker.poll() is None, log.read_text()
+                    time.sleep(0.5)
+
+                with redis_server(port):  # back, on the same port
+                    returned = time.monotonic()
+                    use_broker(url)
+                    finish_exchange(after)
+                    assert wait_until(lambda: processed(after), timeout=60), log.read_text()
+                    assert time.monotonic() - returned < 60
+                    assert worker.poll() is None
+    finally:
+        use_broker(working)
