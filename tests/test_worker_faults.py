@@ -6,7 +6,9 @@ where the test stops it. Every wait is bounded, and a bound only catches a hang.
 
 from __future__ import annotations
 
+import configparser
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -30,6 +32,7 @@ from tests.test_faults import (
     tool_heavy_conversation,
     worker_process,
 )
+from tests.test_packaging import readme_command
 
 # billiard's start-up limit: a child that has not said it is up by then is killed.
 UP_TIMEOUT = "Timed out waiting for UP message"
@@ -163,3 +166,41 @@ def test_a_worker_whose_redis_dies_and_returns_works_again_unaided(settings, tmp
                     assert worker.poll() is None
     finally:
         use_broker(working)
+
+
+# --- under a supervisor ------------------------------------------------------------
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "systemd"
+# Above it, a warm shutdown may wait for a running task to end.
+TASK_TIME_LIMIT = 300
+
+
+def unit(name: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.optionxform = str  # systemd's keys are case-sensitive
+    parser.read_string((DEPLOY / name).read_text())
+    return parser
+
+
+@pytest.mark.parametrize(
+    ("name", "command"),
+    [
+        ("assistant-worker.service", "celery -A mysite worker"),
+        ("assistant-beat.service", "celery -A mysite beat"),
+    ],
+)
+def test_the_systemd_units_run_the_readmes_commands_and_always_restart(name, command):
+    """docs/operations.rst shows these files: each starts the README's command from the
+    project's virtualenv and is started again after any exit, for ever."""
+    parsed = unit(name)
+    service = parsed["Service"]
+    executable, *arguments = shlex.split(service["ExecStart"])
+
+    assert Path(executable).name == "celery" and Path(executable).parent.name == "bin"
+    assert ["celery", *arguments] == readme_command(command)
+    assert (service["Restart"], parsed["Unit"]["StartLimitIntervalSec"]) == ("always", "0")
+    assert float(service["RestartSec"]) > 0
+    assert parsed["Install"]["WantedBy"] == "multi-user.target"
+    if "worker" in name:  # a warm shutdown: SIGTERM to the main process, running tasks end
+        assert service["KillMode"] == "mixed"
+        assert int(service["TimeoutStopSec"]) > TASK_TIME_LIMIT
