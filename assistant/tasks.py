@@ -6,14 +6,14 @@ import logging
 from typing import TypeGuard
 
 from celery import shared_task
-from celery.signals import worker_init, worker_process_init
+from celery.signals import worker_init, worker_process_init, worker_shutdown
 from django.db import InterfaceError, OperationalError
 
 from assistant.flows import cleanup, post_exchange, prebuild
 from assistant.flows import staff as staff_actions
 from assistant.llm import ProviderError, forget_clients, import_sdk
 from assistant.models import Conversation
-from assistant.ops import telemetry
+from assistant.ops import health, telemetry
 from assistant.ops.logs import log_event
 from assistant.settings.app import app_setting
 from assistant.store.deliveries import over_delivery_cap
@@ -61,6 +61,20 @@ def own_summarizer_client(**_: object) -> None:
     """A pool child builds its own summarizer client at first use (cheap: the SDK
     is already imported); a client inherited from the parent would share its sockets."""
     forget_clients()
+
+
+@worker_init.connect
+def start_worker_heartbeat(sender: object = None, **_: object) -> None:
+    """A worker's main process stamps its heartbeat in Redis while it lives, which
+    /readyz and the admin read to tell a live worker from a dead or frozen one
+    (docs/operations.rst, "Health"). Started before the pool forks: a thread of
+    the main process only."""
+    health.start_heartbeat(str(getattr(sender, "hostname", "")))
+
+
+@worker_shutdown.connect
+def stop_worker_heartbeat(sender: object = None, **_: object) -> None:
+    health.stop_heartbeat(str(getattr(sender, "hostname", "")))
 
 
 @shared_task(bind=True, name=POST_EXCHANGE_TASK, **_DB_RETRY)

@@ -199,7 +199,7 @@ CELERY_TIMEZONE = "UTC"
 
 ASSISTANT_CLEANUP = cleanup_settings(env_json_object("ASSISTANT_CLEANUP"))
 CELERY_BEAT_SCHEDULE: dict = beat_schedule(ASSISTANT_CLEANUP)
-# /readyz pings a worker unless this is false (or the request says ?worker=0),
+# /readyz checks for a live worker unless this is false (or the request says ?worker=0),
 # at most once per ASSISTANT_HEALTH_WORKER_CACHE_SECONDS per web process.
 ASSISTANT_HEALTHZ_CHECK_WORKER = env_bool(
     "ASSISTANT_HEALTHZ_CHECK_WORKER", default("ASSISTANT_HEALTHZ_CHECK_WORKER")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from assistant.ops.health import forget_worker_check
 from assistant.services import finish_exchange
 from config.celery import app as celery_app
 from tests.conftest import use_broker, wait_until
@@ -204,3 +205,29 @@ def test_the_systemd_units_run_the_readmes_commands_and_always_restart(name, com
     if "worker" in name:  # a warm shutdown: SIGTERM to the main process, running tasks end
         assert service["KillMode"] == "mixed"
         assert int(service["TimeoutStopSec"]) > TASK_TIME_LIMIT
+
+
+# --- what the operator sees ---------------------------------------------------------
+
+# The bound: a dead worker is reported within this (heartbeat life plus the
+# check's cache: 15 + 10 s by default).
+DEAD_WORKER_REPORTED_SECONDS = 30
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_readyz_reports_a_killed_worker_within_thirty_seconds(client, empty_queues, tmp_path):
+    forget_worker_check()
+    log = tmp_path / "worker-watched.log"
+    with worker_process("watched", tmp_path) as worker:
+        wait_ready(log, worker)
+        assert wait_until(lambda: client.get("/readyz").status_code == 200, timeout=60)
+
+        os.killpg(worker.pid, signal.SIGKILL)  # no clean shutdown: its stamp just ages
+        worker.wait(timeout=10)
+        killed = time.monotonic()
+        assert wait_until(lambda: client.get("/readyz").status_code == 503, timeout=90)
+        reported = time.monotonic() - killed
+
+    assert client.get("/readyz").json()["checks"]["worker"]["detail"] == "no live worker"
+    assert reported < DEAD_WORKER_REPORTED_SECONDS

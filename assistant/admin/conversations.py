@@ -26,6 +26,8 @@ from assistant.admin.inspector import WireJSONEncoder, context_inspector, reques
 from assistant.admin.listing import FittingMedia, date_and_time, with_list_figures
 from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
+from assistant.ops.health import live_worker_check
+from assistant.settings.app import app_setting
 from assistant.store.deletion import purge_date
 from assistant.window.cost import Cost, conversation_costs, costs_since
 from assistant.window.limits import current_limits
@@ -129,6 +131,7 @@ class ConversationAdmin(admin.ModelAdmin):
         if request.method == "POST" and "action" in request.POST:
             self._check_action_permission(request, request.POST["action"])
         extra_context = {**(extra_context or {}), "limits": current_limits()}
+        warn_without_worker(request)
         return super().changelist_view(request, extra_context)
 
     def response_action(self, request: HttpRequest, queryset: QuerySet):
@@ -329,7 +332,25 @@ class ConversationAdmin(admin.ModelAdmin):
                 summary_versions=obj.summary_versions.count(),
                 action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
             )
+        if request.method == "GET":
+            warn_without_worker(request)
         return super().change_view(request, object_id, form_url, extra_context)
+
+
+NO_WORKER = (
+    "No Celery worker is alive ({detail}): exchanges are not compacted and window "
+    "summaries are not built ahead until one runs. Start one (docs: operations, Health)."
+)
+
+
+def warn_without_worker(request: HttpRequest) -> None:
+    """A banner on the conversation pages while no worker's heartbeat is live
+    (the check /readyz makes, cached; skipped where that check is turned off)."""
+    if not app_setting("ASSISTANT_HEALTHZ_CHECK_WORKER"):
+        return
+    check = live_worker_check()
+    if not check.ok:
+        messages.warning(request, NO_WORKER.format(detail=check.detail))
 
 
 PERIODS = {
