@@ -130,8 +130,11 @@ class ConversationAdmin(admin.ModelAdmin):
         # "No action selected"; refuse it outright instead.
         if request.method == "POST" and "action" in request.POST:
             self._check_action_permission(request, request.POST["action"])
-        extra_context = {**(extra_context or {}), "limits": current_limits()}
-        warn_without_worker(request)
+        extra_context = {
+            **(extra_context or {}),
+            "limits": current_limits(),
+            "no_worker": no_worker_banner(),
+        }
         return super().changelist_view(request, extra_context)
 
     def response_action(self, request: HttpRequest, queryset: QuerySet):
@@ -331,9 +334,8 @@ class ConversationAdmin(admin.ModelAdmin):
                 message_total=Message.objects.filter(conversation=obj).count(),
                 summary_versions=obj.summary_versions.count(),
                 action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+                no_worker=no_worker_banner(),
             )
-        if request.method == "GET":
-            warn_without_worker(request)
         return super().change_view(request, object_id, form_url, extra_context)
 
 
@@ -343,14 +345,13 @@ NO_WORKER = (
 )
 
 
-def warn_without_worker(request: HttpRequest) -> None:
-    """A banner on the conversation pages while no worker's heartbeat is live
-    (the check /readyz makes, cached; skipped where that check is turned off)."""
+def no_worker_banner() -> str:
+    """The banner of the conversation pages while no worker's heartbeat is live
+    (the check /readyz makes, cached; none where that check is turned off), or ""."""
     if not app_setting("ASSISTANT_HEALTHZ_CHECK_WORKER"):
-        return
+        return ""
     check = live_worker_check()
-    if not check.ok:
-        messages.warning(request, NO_WORKER.format(detail=check.detail))
+    return "" if check.ok else NO_WORKER.format(detail=check.detail)
 
 
 PERIODS = {
