@@ -1,3 +1,5 @@
+import functools
+
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
@@ -9,7 +11,9 @@ class AssistantConfig(AppConfig):
 
     def ready(self) -> None:
         from assistant import checks  # noqa: F401  (registers the system checks)
+        from assistant.ops import telemetry
         from assistant.settings.conf import check_summarizer_deadline, compaction_config
+        from assistant.store.queue import queued_exchanges_older_than
         from assistant.window import measure_unsized
 
         # Refuse out-of-range thresholds at start-up (web, worker, commands),
@@ -18,3 +22,7 @@ class AssistantConfig(AppConfig):
         # Conversations stored before the size column get it measured once the
         # schema is current (migration 0010 cannot run today's code).
         post_migrate.connect(measure_unsized, sender=self, dispatch_uid="assistant.measure_unsized")
+        # A backlog the operator sees: exchanges the worker has not taken for a minute.
+        telemetry.observe_queued_stale(
+            functools.partial(queued_exchanges_older_than, telemetry.QUEUED_STALE_SECONDS)
+        )

@@ -6,14 +6,14 @@ import logging
 from typing import TypeGuard
 
 from celery import Task, shared_task
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init, worker_shutdown
 from django.db import InterfaceError, OperationalError
 
 from assistant.flows import cleanup, post_exchange, prebuild
 from assistant.flows import staff as staff_actions
-from assistant.llm import ProviderError, get_provider
+from assistant.llm import ProviderError, forget_clients, import_sdk
 from assistant.models import Conversation
-from assistant.ops import telemetry
+from assistant.ops import health, telemetry
 from assistant.ops.logs import log_event
 from assistant.settings.app import app_setting
 from assistant.store.deliveries import over_delivery_cap
@@ -47,11 +47,34 @@ _MAX_ROW_ID = 2**63
 _LOGGED_ID_CHARS = 80
 
 
+@worker_init.connect
+def import_summarizer_sdk(**_: object) -> None:
+    """Import the summarizer's SDK once, in the worker's main process before it
+    forks its pool: a child replaced on a loaded machine would otherwise spend
+    seconds of CPU importing it, past billiard's start-up limit
+    (worker_proc_alive_timeout, 4 s), and be killed in turn."""
+    import_sdk()
+
+
 @worker_process_init.connect
-def ready_summarizer(**_: object) -> None:
-    """Import the summarizer's SDK and build its client as a worker process
-    starts (seconds of CPU for some SDKs), not inside its first summary lease."""
-    get_provider()
+def own_summarizer_client(**_: object) -> None:
+    """A pool child builds its own summarizer client at first use (cheap: the SDK
+    is already imported); a client inherited from the parent would share its sockets."""
+    forget_clients()
+
+
+@worker_init.connect
+def start_worker_heartbeat(sender: object = None, **_: object) -> None:
+    """A worker's main process stamps its heartbeat in Redis while it lives, which
+    /readyz and the admin read to tell a live worker from a dead or frozen one
+    (docs/operations.rst, "Health"). Started before the pool forks: a thread of
+    the main process only."""
+    health.start_heartbeat(str(getattr(sender, "hostname", "")))
+
+
+@worker_shutdown.connect
+def stop_worker_heartbeat(sender: object = None, **_: object) -> None:
+    health.stop_heartbeat(str(getattr(sender, "hostname", "")))
 
 
 @shared_task(bind=True, name=POST_EXCHANGE_TASK, **_DB_RETRY)

@@ -172,7 +172,12 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# A worker that loses its broker waits for it, however long: it retries from
+# start-up and after a loss, never giving up (Celery's default stops after 100
+# attempts, about 45 minutes); a supervisor restarts it if it exits anyway
+# (docs/operations.rst, "Processes").
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # Publishing happens on the chat path: fail fast when the broker is down; the
 # periodic sweep finds the work that was not enqueued.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {
@@ -194,7 +199,7 @@ CELERY_TIMEZONE = "UTC"
 
 ASSISTANT_CLEANUP = cleanup_settings(env_json_object("ASSISTANT_CLEANUP"))
 CELERY_BEAT_SCHEDULE: dict = beat_schedule(ASSISTANT_CLEANUP)
-# /readyz pings a worker unless this is false (or the request says ?worker=0),
+# /readyz checks for a live worker unless this is false (or the request says ?worker=0),
 # at most once per ASSISTANT_HEALTH_WORKER_CACHE_SECONDS per web process.
 ASSISTANT_HEALTHZ_CHECK_WORKER = env_bool(
     "ASSISTANT_HEALTHZ_CHECK_WORKER", default("ASSISTANT_HEALTHZ_CHECK_WORKER")

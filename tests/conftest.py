@@ -20,6 +20,7 @@ from django.db import connections
 # seconds) would otherwise also time a one-off import.
 from assistant.llm import anthropic_provider, gemini_provider, openai_provider  # noqa: F401
 from assistant.models import Conversation
+from assistant.ops.health import WORKERS_KEY
 from assistant.store.leases import claim
 from config.celery import app as celery_app
 
@@ -43,6 +44,7 @@ def empty_queues(redis_client: redis.Redis) -> None:
     publish to an exchange with no binding is silently dropped."""
     markers = list(redis_client.scan_iter("assistant:queued:*"))
     redis_client.delete(*QUEUES, "unacked", "unacked_index", "unacked_mutex", *markers)
+    redis_client.delete(WORKERS_KEY)  # heartbeats of workers earlier tests stopped
 
 
 def reset_broker_pools() -> None:

@@ -66,6 +66,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True)
+def a_worker_is_taken_as_running(settings):
+    """The pages as an operator with a running worker sees them (the screenshots
+    the docs show): no "no worker" banner, whose own test is in test_health.py."""
+    settings.ASSISTANT_HEALTHZ_CHECK_WORKER = False
+
+
 @pytest.fixture
 def browser(monkeypatch):
     # Playwright's sync API runs an event loop in this thread; the ORM calls

@@ -141,7 +141,10 @@ def test_a_settings_example_is_accepted(example: Example, settings) -> None:
 
 
 # A repository file shown on a docs page, and the test that runs it.
-REPO_FILE_TESTS = {"demo/web_chat.py": "tests/test_web_chat_browser.py"}
+REPO_FILE_TESTS = {
+    "demo/web_chat.py": "tests/test_web_chat_browser.py",
+    "deploy/systemd/assistant-worker.service": "tests/test_worker_faults.py",
+}
 
 
 @pytest.mark.parametrize("example", examples_of("repo-file"), ids=str)

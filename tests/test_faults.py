@@ -159,9 +159,15 @@ def processed(conversation: Conversation) -> bool:
 
 @contextmanager
 def worker_process(
-    name: str, log_dir: Path, compaction: dict | None = None, extra_env: dict | None = None
+    name: str,
+    log_dir: Path,
+    compaction: dict | None = None,
+    extra_env: dict | None = None,
+    concurrency: int = 1,
+    lean: bool = True,
 ) -> Iterator[subprocess.Popen]:
-    """A real `celery worker` subprocess with the prefork pool, one child."""
+    """A real `celery worker` subprocess with the prefork pool, one child (or
+    `concurrency`); `lean`: without mingle, gossip and heartbeat."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.test_settings",
@@ -171,10 +177,11 @@ def worker_process(
     }
     log = (log_dir / f"worker-{name}.log").open("w")
     command = [
-        CELERY, "-A", "config", "worker", "--pool", "prefork", "-c", "1",
+        CELERY, "-A", "config", "worker", "--pool", "prefork", "-c", str(concurrency),
         "-Q", ",".join(QUEUES), "-n", f"{name}@%h", "--loglevel", "INFO",
-        "--without-mingle", "--without-gossip", "--without-heartbeat",
     ]  # fmt: skip
+    if lean:
+        command += ["--without-mingle", "--without-gossip", "--without-heartbeat"]
     process = subprocess.Popen(
         command, cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True,

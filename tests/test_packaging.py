@@ -508,6 +508,12 @@ def test_host_project_with_the_installed_wheel(
     assert result["assistant_from"].startswith(str(venv))
     assert result["worker_done"] is True, log.read_text()
     assert "Task assistant.tasks.post_exchange_task[" in log.read_text()
+    # Each of the app's log lines is printed once by the README's worker: by the
+    # README's LOGGING handler, not also by the root handler Celery installs.
+    lines = log.read_text().splitlines()
+    tasks_done = [line for line in lines if "post_exchange_task[" in line and "succeeded" in line]
+    events = [line for line in lines if "event=post_exchange_done " in line]
+    assert tasks_done and len(events) == len(tasks_done), log.read_text()
     assert result["messages"] == 24
     assert result["summary_starts"]
     assert result["summary_in_request"] is True

@@ -32,8 +32,9 @@ from assistant.services import (
     queue_staff_action,
     regenerate_window_summary,
 )
+from assistant.settings.app import app_setting
 from assistant.settings.conf import compaction_config
-from assistant.store import leases
+from assistant.store import leases, queue
 from tests.conftest import wait_until
 from tests.fake_llm import overloaded
 from tests.scenarios import staff_user
@@ -361,3 +362,19 @@ def test_chat_token_usage_is_labelled_with_the_provider_and_model_called(
         ("openai", "gpt-4.1-mini"),
         ("anthropic", bedrock_model),
     ]
+
+
+@pytest.mark.django_db
+def test_a_gauge_counts_the_exchanges_queued_for_over_a_minute(otel, redis_client, empty_queues):
+    """No worker takes them: three exchanges wait, two of them published over a minute ago."""
+    conversations = [Conversation.objects.create(title=f"waiting {n}") for n in range(3)]
+    for conversation in conversations:
+        assert queue.enqueue(queue.POST_EXCHANGE_TASK, conversation.pk)
+    assert otel.collect()[telemetry.QUEUED_STALE] == [({}, 0)]
+
+    life = app_setting("ASSISTANT_QUEUED_MARKER_SECONDS")
+    for conversation in conversations[:2]:  # as if published 61 s ago
+        marker = f"assistant:queued:{queue.POST_EXCHANGE_TASK}:{conversation.pk}"
+        assert redis_client.expire(marker, life - 61)
+
+    assert otel.collect()[telemetry.QUEUED_STALE] == [({}, 2)]

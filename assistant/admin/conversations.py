@@ -33,6 +33,8 @@ from assistant.admin.listing import (
 )
 from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
+from assistant.ops.health import live_worker_check
+from assistant.settings.app import app_setting
 from assistant.store.deletion import purge_date
 from assistant.window.cost import Cost, conversation_costs, costs_since
 from assistant.window.limits import current_limits
@@ -137,7 +139,11 @@ class ConversationAdmin(ConversationModelAdmin):
         # "No action selected"; refuse it outright instead.
         if request.method == "POST" and "action" in request.POST:
             self._check_action_permission(request, request.POST["action"])
-        extra_context = {**(extra_context or {}), "limits": current_limits()}
+        extra_context = {
+            **(extra_context or {}),
+            "limits": current_limits(),
+            "no_worker": no_worker_banner(),
+        }
         return super().changelist_view(request, extra_context)
 
     def response_action(
@@ -348,8 +354,24 @@ class ConversationAdmin(ConversationModelAdmin):
                 message_total=Message.objects.filter(conversation=obj).count(),
                 summary_versions=obj.summary_versions.count(),
                 action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+                no_worker=no_worker_banner(),
             )
         return super().change_view(request, object_id, form_url, extra_context)
+
+
+NO_WORKER = (
+    "No Celery worker is alive ({detail}): exchanges are not compacted and window "
+    "summaries are not built ahead until one runs. Start one (docs: operations, Health)."
+)
+
+
+def no_worker_banner() -> str:
+    """The banner of the conversation pages while no worker's heartbeat is live
+    (the check /readyz makes, cached; none where that check is turned off), or ""."""
+    if not app_setting("ASSISTANT_HEALTHZ_CHECK_WORKER"):
+        return ""
+    check = live_worker_check()
+    return "" if check.ok else NO_WORKER.format(detail=check.detail)
 
 
 PERIODS = {

@@ -17,7 +17,9 @@ from assistant.llm.overflow import (
 )
 from assistant.llm.prompts import build_summary_prompt, render_transcript, validate_summary
 from assistant.llm.registry import (
+    forget_clients,
     get_provider,
+    import_sdk,
     offline_reason,
     provider_name,
     summarize,
@@ -37,7 +39,9 @@ __all__ = [
     "build_summary_prompt",
     "context_overflow",
     "extract_identifiers",
+    "forget_clients",
     "get_provider",
+    "import_sdk",
     "model_context_window",
     "offline_reason",
     "overflow_token_counts",

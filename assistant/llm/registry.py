@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Callable
 
 from assistant.llm.base import Provider, ProviderError, SummaryResult
 from assistant.llm.catalog import telemetry_name
@@ -97,6 +98,43 @@ def _bounded(key: tuple, timeout_at: int, within: float | None) -> tuple:
     return (*key[:timeout_at], timeout, 0, *key[timeout_at + 2 :])
 
 
+def _client_class(provider: str) -> Callable[..., Provider]:
+    # Imported here: an SDK costs seconds to import, and only the one in use is needed.
+    if provider == "openai":
+        from assistant.llm.openai_provider import OpenAIProvider
+
+        return OpenAIProvider
+    from assistant.llm.anthropic_provider import AnthropicProvider
+
+    return AnthropicProvider
+
+
+def _gemini_class() -> Callable[..., Provider]:
+    from assistant.llm.gemini_provider import GeminiProvider
+
+    return GeminiProvider
+
+
+def import_sdk() -> None:
+    """Import the configured summarizer's SDK (seconds of CPU for some) and build
+    no client. A worker's main process calls it before it forks its pool, so a
+    child, replaced after a crash however loaded the machine, starts with the SDK
+    already in memory and builds its own client, with its own sockets, at first use
+    (docs/operations.rst, "Faults")."""
+    name = provider_name()
+    if name in ("anthropic", "openai") and api_key(name):
+        _client_class(name)
+    elif name == "gemini" and api_key(name):
+        _gemini_class()
+
+
+def forget_clients() -> None:
+    """Drop the clients built so far: a forked process builds its own, since one
+    built before the fork would share its parent's connections."""
+    _client_provider.cache_clear()
+    _gemini.cache_clear()
+
+
 # Clients are built once per distinct configuration, so a test that overrides settings
 # gets a fresh client and production reuses one connection pool.
 @functools.lru_cache(maxsize=8)
@@ -110,16 +148,7 @@ def _client_provider(
     retries: int,
     max_out: int,
 ) -> Provider:
-    # Imported here: an SDK costs seconds to import, and only the one in use is needed.
-    chosen: type[Provider]
-    if provider == "openai":
-        from assistant.llm.openai_provider import OpenAIProvider
-
-        chosen = OpenAIProvider
-    else:
-        from assistant.llm.anthropic_provider import AnthropicProvider
-
-        chosen = AnthropicProvider
+    chosen = _client_class(provider)
     return chosen(
         api_key=key,
         base_url=base_url,
@@ -143,9 +172,7 @@ def _gemini(
     delay: float,
     max_delay: float,
 ) -> Provider:
-    from assistant.llm.gemini_provider import GeminiProvider
-
-    return GeminiProvider(
+    return _gemini_class()(
         api_key=key,
         base_url=base_url,
         model=model,

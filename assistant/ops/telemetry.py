@@ -18,7 +18,7 @@ in assistant.llm names its own (`assistant.llm.catalog.telemetry_name`).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -54,6 +54,9 @@ LEASE_WAITS = "assistant.summary_lease.waits"
 SUMMARIZER_FAILURES = "assistant.summarizer.failures"
 SUMMARIZER_FALLBACKS = "assistant.summarizer.fallbacks"
 HOOK_DURATION = "assistant.pre_call_hook.duration"
+QUEUED_STALE = "assistant.exchanges.queued_stale"
+# What "stale" means for QUEUED_STALE: queued longer than this (seconds).
+QUEUED_STALE_SECONDS = 60
 
 # Span names.
 PRE_CALL_SPAN = "assistant.pre_call_hook"
@@ -259,3 +262,20 @@ def lease_wait(outcome: str) -> None:
     time, the wait "timed_out", or the holder "stalled" (no progress for
     SUMMARY_STALL_SECONDS, so the caller gave up on it)."""
     _lease_waits.add(1, {OUTCOME: outcome})
+
+
+def observe_queued_stale(count: Callable[[], int | None]) -> None:
+    """The gauge of exchanges queued for the worker longer than QUEUED_STALE_SECONDS,
+    `count()` read each time the host's metric reader collects (None: no reading).
+    Registered once per process, at start-up (assistant.apps)."""
+
+    def observe(options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        value = count()
+        return [] if value is None else [metrics.Observation(value)]
+
+    _meter.create_observable_gauge(
+        QUEUED_STALE,
+        callbacks=[observe],
+        unit="{exchange}",
+        description=f"Exchanges queued for the worker longer than {QUEUED_STALE_SECONDS} s",
+    )

@@ -26,9 +26,10 @@ DEFAULTS: dict[str, Any] = {
     # Deliveries of one task (retries and redeliveries included) before it is dropped.
     "ASSISTANT_MAX_TASK_DELIVERIES": 20,
     "ASSISTANT_HEALTHZ_CHECK_WORKER": True,
-    "ASSISTANT_HEALTHZ_WORKER_TIMEOUT": 1.0,
-    # A worker ping's answer is reused this long per web process.
-    "ASSISTANT_HEALTH_WORKER_CACHE_SECONDS": 30.0,
+    # Bound of each Redis round trip of /readyz's worker check.
+    "ASSISTANT_HEALTHZ_WORKER_TIMEOUT": 0.3,
+    # The worker check's answer is reused this long per web process.
+    "ASSISTANT_HEALTH_WORKER_CACHE_SECONDS": 10.0,
     # Bound of each Redis round trip of an enqueue on the chat path.
     "ASSISTANT_ENQUEUE_TIMEOUT_SECONDS": 0.5,
     # While a conversation's task waits in the queue, enqueueing it again is skipped.

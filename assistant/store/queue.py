@@ -124,6 +124,26 @@ def task_started(task_name: str, conversation_id: int) -> None:
         redis_client().delete(_marker(task_name, conversation_id))
 
 
+def queued_exchanges_older_than(seconds: float) -> int | None:
+    """How many exchanges have waited for the worker longer than `seconds`: their
+    post-exchange task's marker (set when published, with the marker's full life)
+    still stands, and more than `seconds` of its life have passed. None when Redis
+    does not answer (bounded like every command here)."""
+    if not uses_redis():
+        return 0
+    life_ms = app_setting("ASSISTANT_QUEUED_MARKER_SECONDS") * 1000
+    client = redis_client()
+    try:
+        keys = list(client.scan_iter(match=f"assistant:queued:{POST_EXCHANGE_TASK}:*", count=500))
+        with client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.pttl(key)
+            remaining = pipe.execute() if keys else []
+    except redis.RedisError:
+        return None
+    return sum(1 for left in remaining if left > 0 and life_ms - left > seconds * 1000)
+
+
 def _publish(task_name: str, args: tuple) -> None:
     app = current_app
     seconds = timeout()
