@@ -25,6 +25,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
+from assistant.arguments import a_callable, a_flag, entry_point, optional_callable, optional_count
 from assistant.flows.overflow import acall_with_overflow_recovery, call_with_overflow_recovery
 from assistant.flows.precall import prepare_context
 from assistant.flows.provider_compaction import ProviderStep, provider_step
@@ -36,12 +37,20 @@ from assistant.models import Conversation, Message, MetadataKeys
 from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
 from assistant.settings.conf import compaction_config
 from assistant.store.deletion import require_live
-from assistant.store.history import add_message
+from assistant.store.history import add_message, validated_fields
 from assistant.store.state import fresh_state, write_state
 from assistant.window.context import Context
 
 #: The providers whose wire format ``chat_step`` speaks.
 PROVIDERS = CHAT_PROVIDERS
+
+# chat_step's and achat_step's arguments, checked before anything is called or written.
+_STEP_CHECKS = {
+    "call_model": a_callable,
+    "recall": a_flag,
+    "window_tokens": optional_count,
+    "on_text": optional_callable,
+}
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,7 @@ def _with_recall_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str,
     return [*(tools or ()), *NEUTRAL_TOOLS]
 
 
+@entry_point(**_STEP_CHECKS)
 def chat_step(
     conversation: Conversation,
     call_model: Callable[[dict[str, Any]], Any],
@@ -156,8 +166,9 @@ def chat_step(
     again while the step has tool calls, after adding their results
     (`answer_tool_calls`). A step with no tool calls ends the turn, an empty answer too
     (stored as it came; requests leave it out). Bad arguments and a deleted
-    conversation are refused before anything is written or any model called."""
-    chosen, sent = _checked(provider, tools, recall)
+    conversation are refused before anything is written or any model called: `fields`
+    too, as the answer's message would be (`unknown_field` for an unknown one)."""
+    chosen, sent = _checked(provider, tools, recall, fields)
     step, prepared = _before_call(conversation, sent, chosen, call_model)
     response = call_with_overflow_recovery(
         conversation,
@@ -170,6 +181,7 @@ def chat_step(
     return Step(record_response(conversation, response, provider=provider, **fields), response)
 
 
+@entry_point(**_STEP_CHECKS)
 async def achat_step(
     conversation: Conversation,
     call_model: Callable[[dict[str, Any]], Any],
@@ -187,7 +199,7 @@ async def achat_step(
     (`AsyncAnthropic().messages.stream(...)`); `on_text` may be a coroutine function.
     The database work (the hook, the context, overflow recovery, the record) runs in
     a worker thread (`sync_to_async`), never on the event loop."""
-    chosen, sent = _checked(provider, tools, recall)
+    chosen, sent = _checked(provider, tools, recall, fields)
     step, prepared = await sync_to_async(_before_call)(conversation, sent, chosen, call_model)
 
     async def call(context: Context) -> Any:
@@ -204,12 +216,14 @@ async def achat_step(
 
 
 def _checked(
-    provider: str, tools: Sequence[dict[str, Any]] | None, recall: bool
+    provider: str, tools: Sequence[dict[str, Any]] | None, recall: bool, fields: dict[str, Any]
 ) -> tuple[Wire, Sequence[dict[str, Any]] | None]:
-    """The provider's wire and the tools sent; an unknown provider, bad tools and a name
-    clash with the recall tools are refused before any call."""
+    """The provider's wire and the tools sent; an unknown provider, bad tools, a name
+    clash with the recall tools and fields the answer's message could not store are
+    refused before any call."""
     chosen = wire(provider)
     _tool_specs(tools)
+    validated_fields(Message.Role.ASSISTANT, fields)
     return chosen, _with_recall_tools(tools) if recall else tools
 
 

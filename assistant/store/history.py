@@ -19,6 +19,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from assistant import llm
+from assistant.arguments import check_known
 from assistant.llm.base import new_tool_call_id
 from assistant.llm.catalog import media_rates, telemetry_name
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
@@ -59,21 +60,14 @@ _ANSWERED_BY = {"provider": 32, "model": 255}  # Message's columns and their len
 def add_message(conversation: Conversation, role: str, content: str = "", **fields: Any) -> Message:
     """Validate and append one message; raises ValidationError and saves
     nothing when the message is malformed."""
-    unknown = set(fields) - _FIELDS
-    if unknown:
-        raise TypeError(f"add_message() got unexpected fields: {', '.join(sorted(unknown))}")
     require_saved(conversation)
-    _validate_role(role)
+    checked = validated_fields(role, fields)
     _validate_content(content)
-    if role != Message.Role.TOOL:
-        _check_no_tool_fields(role, fields)
-    metadata = _validated_metadata(fields.get("metadata"))
-    tool_calls = _validated_tool_calls(role, fields.get("tool_calls"))
-    blocks = validate_blocks(role, fields.get("blocks"), compaction_config().MAX_CONTENT_BYTES)
+    metadata, tool_calls, blocks = checked["metadata"], checked["tool_calls"], checked["blocks"]
     _require_something(role, content, blocks)
-    usage = {name: _validated_count(name, fields.get(name)) for name in _USAGE_FIELDS}
-    compaction = provider_compaction.validated(fields.get("provider_compaction"))
-    answered_by = {name: _validated_name(name, fields.get(name)) for name in _ANSWERED_BY}
+    usage = {name: checked[name] for name in _USAGE_FIELDS}
+    compaction = checked["provider_compaction"]
+    answered_by = {name: checked[name] for name in _ANSWERED_BY}
 
     tool_fields = _tool_result_fields(conversation, fields) if role == "tool" else {}
     media_tokens = blocks_tokens(blocks, media_rates(llm.provider_name()))
@@ -100,6 +94,26 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
     if role == Message.Role.ASSISTANT and message.input_tokens is not None:
         _record_usage(message, metadata)
     return message
+
+
+def validated_fields(role: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """The message's fields (add_message's keywords but the content) checked, with no
+    query, normalized: what add_message stores of them. Entry points that store a message
+    only after a paid call (chat_step, record_response) check theirs here first, so a bad
+    field is refused before the call. An unknown field is `unknown_field`."""
+    check_known(fields, _FIELDS, "add_message")
+    _validate_role(role)
+    if role != Message.Role.TOOL:
+        _check_no_tool_fields(role, fields)
+    blocks = validate_blocks(role, fields.get("blocks"), compaction_config().MAX_CONTENT_BYTES)
+    return {
+        "metadata": _validated_metadata(fields.get("metadata")),
+        "tool_calls": _validated_tool_calls(role, fields.get("tool_calls")),
+        "blocks": blocks,
+        **{name: _validated_count(name, fields.get(name)) for name in _USAGE_FIELDS},
+        "provider_compaction": provider_compaction.validated(fields.get("provider_compaction")),
+        **{name: _validated_name(name, fields.get(name)) for name in _ANSWERED_BY},
+    }
 
 
 def _validate_role(role: str) -> None:

@@ -1,0 +1,112 @@
+"""Issue 48: every argument of a public entry point is checked before anything is paid
+for or written (a model call, a host tool, an enqueue), and every refusal is a coded
+ValidationError. Model calls go through the real anthropic SDK to the fake server,
+which must have received no request when the call is refused."""
+
+from __future__ import annotations
+
+import anthropic
+import pytest
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
+from django.db import connections
+
+from assistant.models import Conversation, Message
+from assistant.services import achat_step, add_message, chat_step
+from tests.fake_llm import ok
+
+pytestmark = pytest.mark.django_db
+
+MODEL = "claude-sonnet-4-6"
+
+# (keyword arguments of a step, the refusal's code): each reached the model before.
+BAD_STEP_ARGUMENTS = [
+    ({"metadata": "x"}, "invalid_metadata"),
+    ({"metadata": {"note": "a\x00b"}}, "nul_byte"),
+    ({"window_tokens": "x"}, "invalid_window_tokens"),
+    ({"window_tokens": 0}, "invalid_window_tokens"),
+    ({"on_text": 5}, "invalid_on_text"),
+    ({"colour": "blue"}, "unknown_field"),
+    ({"input_tokens": -1}, "invalid_usage"),
+    ({"recall": "yes"}, "invalid_recall"),
+    ({"model": "m" * 300}, "invalid_model"),
+]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def closing(anyio_backend):
+    """sync_to_async's thread's database connection closed, so the test database drops."""
+    yield
+    await sync_to_async(connections.close_all)()
+
+
+def anthropic_call(fake):
+    client = anthropic.Anthropic(api_key="test-key", base_url=fake.url, max_retries=0)
+    return lambda request: client.messages.create(model=MODEL, max_tokens=64, **request)
+
+
+def async_anthropic_call(fake):
+    client = anthropic.AsyncAnthropic(api_key="test-key", base_url=fake.url, max_retries=0)
+    return lambda request: client.messages.create(model=MODEL, max_tokens=64, **request)
+
+
+def with_question() -> Conversation:
+    conversation = Conversation.objects.create(title="guards", system_prompt="You help.")
+    add_message(conversation, "user", "hi")
+    return conversation
+
+
+@pytest.mark.parametrize(("arguments", "code"), BAD_STEP_ARGUMENTS)
+def test_chat_step_refuses_a_bad_argument_before_the_model_is_called(fake_llm, arguments, code):
+    fake_llm.script_anthropic(ok("paid for"))
+    conversation = with_question()
+
+    with pytest.raises(ValidationError) as raised:
+        chat_step(conversation, anthropic_call(fake_llm), **arguments)
+
+    assert raised.value.code == code
+    assert fake_llm.count("anthropic.messages") == 0
+    assert list(conversation.messages.values_list("role", flat=True)) == ["user"]
+
+
+def test_chat_step_refuses_a_call_model_that_is_not_a_function(fake_llm):
+    conversation = with_question()
+
+    with pytest.raises(ValidationError) as raised:
+        chat_step(conversation, "call_claude")
+
+    assert raised.value.code == "invalid_call_model"
+    assert conversation.messages.count() == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("arguments", "code"), BAD_STEP_ARGUMENTS)
+async def test_achat_step_refuses_a_bad_argument_before_the_model_is_called(
+    fake_llm, closing, arguments, code
+):
+    fake_llm.script_anthropic(ok("paid for"))
+    conversation = await sync_to_async(with_question)()
+
+    with pytest.raises(ValidationError) as raised:
+        await achat_step(conversation, async_anthropic_call(fake_llm), **arguments)
+
+    assert raised.value.code == code
+    assert fake_llm.count("anthropic.messages") == 0
+    count = await sync_to_async(Message.objects.filter(conversation=conversation).count)()
+    assert count == 1
+
+
+def test_a_good_step_still_stores_its_fields(fake_llm):
+    fake_llm.script_anthropic(ok("answered"))
+    conversation = with_question()
+
+    step = chat_step(conversation, anthropic_call(fake_llm), metadata={"turn": 1}, window_tokens=9)
+
+    assert step.message.metadata == {"turn": 1}
+    assert fake_llm.count("anthropic.messages") == 1
