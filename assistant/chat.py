@@ -37,7 +37,12 @@ from assistant.models import Conversation, Message, MetadataKeys
 from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
 from assistant.settings.conf import compaction_config
 from assistant.store.deletion import require_live
-from assistant.store.history import add_message, validated_fields
+from assistant.store.history import (
+    add_message,
+    check_content,
+    check_results_wanted,
+    validated_fields,
+)
 from assistant.store.state import fresh_state, write_state
 from assistant.window.context import Context
 
@@ -256,6 +261,7 @@ def _request(
     return {**model_request(context, provider, tools, recall=recall), **(step.extras or {})}
 
 
+@entry_point(run_tool=a_callable)
 def answer_tool_calls(
     conversation: Conversation,
     tool_calls: Sequence[dict[str, Any]],
@@ -264,17 +270,25 @@ def answer_tool_calls(
     """Run each call and store its result, in order: `recall` and `search_history` are
     answered from the stored originals (`run_tool_call`), any other by the host's
     `run_tool(name, arguments)`, which returns the result as text. Calls that are
-    not {id, name, arguments} and a deleted conversation are refused before any runs."""
+    not {id, name, arguments}, an id that names no call waiting for its result (or
+    twice) and a deleted conversation are refused before any runs; the results are
+    checked before any is stored, so a result add_message would refuse (not text,
+    `content_too_large`) stores none of them and leaves the calls to answer again."""
     _check_tool_calls(tool_calls)
     require_live(conversation)
-    results = []
+    check_results_wanted(conversation, [call["id"] for call in tool_calls])
+    texts = []
     for call in tool_calls:
         if is_recall_tool(call["name"]):
             text = run_tool_call(conversation, call["name"], call["arguments"])
         else:
             text = run_tool(call["name"], call["arguments"])
-        results.append(add_message(conversation, "tool", text, tool_call_id=call["id"]))
-    return results
+        check_content(f"The result of tool call {call['id']!r}", text)
+        texts.append(text)
+    return [
+        add_message(conversation, "tool", text, tool_call_id=call["id"])
+        for call, text in zip(tool_calls, texts, strict=True)
+    ]
 
 
 def _check_tool_calls(tool_calls: Sequence[dict[str, Any]]) -> None:

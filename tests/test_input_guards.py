@@ -12,7 +12,14 @@ from django.core.exceptions import ValidationError
 from django.db import connections
 
 from assistant.models import Conversation, Message
-from assistant.services import achat_step, add_message, chat_step
+from assistant.services import (
+    IncompleteToolCall,
+    achat_step,
+    add_message,
+    answer_tool_calls,
+    build_context,
+    chat_step,
+)
 from tests.fake_llm import ok
 
 pytestmark = pytest.mark.django_db
@@ -110,3 +117,63 @@ def test_a_good_step_still_stores_its_fields(fake_llm):
 
     assert step.message.metadata == {"turn": 1}
     assert fake_llm.count("anthropic.messages") == 1
+
+
+# --- answer_tool_calls: every id and every result checked before a tool runs or a
+# result is stored ---------------------------------------------------------------------
+
+CALLS = [
+    {"id": "c1", "name": "read_post", "arguments": {"id": 1}},
+    {"id": "c2", "name": "read_post", "arguments": {"id": 2}},
+]
+
+
+def with_calls() -> Conversation:
+    conversation = with_question()
+    add_message(conversation, "assistant", "", tool_calls=CALLS)
+    return conversation
+
+
+@pytest.mark.parametrize(
+    ("calls", "code"),
+    [
+        ([CALLS[0], {"id": "nope", "name": "read_post", "arguments": {}}], "unknown_tool_call_id"),
+        ([CALLS[0], CALLS[0]], "duplicate_tool_result"),
+    ],
+)
+def test_a_bad_call_id_is_refused_before_any_host_tool_runs(calls, code):
+    conversation = with_calls()
+    ran = []
+
+    with pytest.raises(ValidationError) as raised:
+        answer_tool_calls(conversation, calls, lambda name, arguments: ran.append(name) or "ok")
+
+    assert raised.value.code == code
+    assert ran == []
+    assert not conversation.messages.filter(role="tool").exists()
+
+
+def test_a_result_too_large_stores_none_and_the_calls_can_be_answered_again():
+    conversation = with_calls()
+    results = {1: "small", 2: "x" * 6_000_000}
+
+    with pytest.raises(ValidationError) as raised:
+        answer_tool_calls(conversation, CALLS, lambda name, arguments: results[arguments["id"]])
+
+    assert raised.value.code == "content_too_large"
+    assert "'c2'" in raised.value.message
+    assert not conversation.messages.filter(role="tool").exists()
+    with pytest.raises(IncompleteToolCall) as incomplete:
+        build_context(conversation)
+    assert incomplete.value.code == "incomplete_tool_call"
+    answered = answer_tool_calls(conversation, CALLS, lambda name, arguments: "fits")
+    assert [m.tool_call_id for m in answered] == ["c1", "c2"]
+
+
+def test_a_run_tool_that_is_not_a_function_is_refused():
+    conversation = with_calls()
+
+    with pytest.raises(ValidationError) as raised:
+        answer_tool_calls(conversation, CALLS, None)
+
+    assert raised.value.code == "invalid_run_tool"

@@ -62,7 +62,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
     nothing when the message is malformed."""
     require_saved(conversation)
     checked = validated_fields(role, fields)
-    _validate_content(content)
+    check_content("Message content", content)
     metadata, tool_calls, blocks = checked["metadata"], checked["tool_calls"], checked["blocks"]
     _require_something(role, content, blocks)
     usage = {name: checked[name] for name in _USAGE_FIELDS}
@@ -192,14 +192,29 @@ def _check_no_tool_fields(role: str, fields: dict[str, Any]) -> None:
         )
 
 
-def _validate_content(content: Any) -> None:
+def check_results_wanted(conversation: Conversation, call_ids: list[str]) -> None:
+    """Each id names a call of this conversation still waiting for its result, once:
+    what add_message would refuse of these tool results, refused before any tool runs
+    (answer_tool_calls)."""
+    for index, call_id in enumerate(call_ids):
+        _checked_name("tool_call_id", call_id)
+        if call_id in call_ids[:index]:
+            raise _duplicate_result(call_id)
+        calls = _calls_with_id(conversation, call_id)
+        if not calls:
+            raise _unknown_call(call_id)
+        if all(answered for _, _, answered in calls):
+            raise _duplicate_result(call_id)
+
+
+def check_content(what: str, content: Any) -> None:
+    """Content add_message would store: a string, storable, within MAX_CONTENT_BYTES."""
     if not isinstance(content, str):
         raise ValidationError(
-            f"Message content must be a string, got {type(content).__name__}.",
-            code="invalid_content",
+            f"{what} must be a string, got {type(content).__name__}.", code="invalid_content"
         )
-    size = _checked_text("Message content", content)
-    _check_size("Message content", size, "MAX_CONTENT_BYTES", "content_too_large")
+    size = _checked_text(what, content)
+    _check_size(what, size, "MAX_CONTENT_BYTES", "content_too_large")
 
 
 def _validated_metadata(metadata: Any) -> dict[str, Any]:
@@ -409,11 +424,7 @@ def _tool_result_fields(conversation: Conversation, fields: dict[str, Any]) -> d
     _checked_name("tool_call_id", call_id)
     calls = _calls_with_id(conversation, call_id)
     if not calls:
-        raise ValidationError(
-            f"tool_call_id {call_id!r} matches no earlier assistant tool call "
-            "in this conversation.",
-            code="unknown_tool_call_id",
-        )
+        raise _unknown_call(call_id)
     unanswered = [(message_id, call) for message_id, call, answered in calls if not answered]
     if not unanswered:
         raise _duplicate_result(call_id)
@@ -479,6 +490,13 @@ def _calls_with_id(
         for call in tool_calls
         if call["id"] == call_id
     ]
+
+
+def _unknown_call(call_id: str) -> ValidationError:
+    return ValidationError(
+        f"tool_call_id {call_id!r} matches no earlier assistant tool call in this conversation.",
+        code="unknown_tool_call_id",
+    )
 
 
 def _duplicate_result(call_id: str) -> ValidationError:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import ValidationError
+
 from assistant.llm import catalog
 from assistant.llm.server_compaction import summary_text
 from assistant.llm.wire import Wire
@@ -64,8 +66,12 @@ def with_provider_compaction(messages: list[dict[str, Any]], wire: Wire) -> list
     return [{"role": "user", "content": summary_text(compaction)}, first, *kept[1:]]
 
 
-class IncompleteToolCall(Exception):
-    """The last assistant message asked for tools whose results are not in yet."""
+class IncompleteToolCall(ValidationError):
+    """The last assistant message asked for tools whose results are not in yet
+    (code `incomplete_tool_call`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="incomplete_tool_call")
 
 
 @dataclass(frozen=True)
