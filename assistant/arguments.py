@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
@@ -150,4 +150,42 @@ def optional_seconds(name: str, value: Any) -> None:
         raise ValidationError(
             f"{name} must be a positive number of seconds or None, got {value!r}.",
             code=f"invalid_{name}",
+        )
+
+
+def instance_of(kind: type) -> Check:
+    """A check that the argument is a `kind`."""
+
+    def check(name: str, value: Any) -> None:
+        if not isinstance(value, kind):
+            raise ValidationError(
+                f"{name} must be a {kind.__name__}, got {type(value).__name__}.",
+                code=f"invalid_{name}",
+            )
+
+    return check
+
+
+def sequence_of(kind: type) -> Check:
+    """A check that the argument is a sequence (a list, a tuple; not a text) of `kind`s."""
+
+    def check(name: str, value: Any) -> None:
+        if (
+            isinstance(value, str | bytes)
+            or not isinstance(value, Sequence)
+            or not all(isinstance(v, kind) for v in value)
+        ):
+            raise ValidationError(
+                f"{name} must be a list of {kind.__name__}s, got {value!r:.80}.",
+                code=f"invalid_{name}",
+            )
+
+    return check
+
+
+def optional_text(name: str, value: Any) -> None:
+    """None, or a str."""
+    if value is not None and not isinstance(value, str):
+        raise ValidationError(
+            f"{name} must be a text or None, got {type(value).__name__}.", code=f"invalid_{name}"
         )

@@ -25,7 +25,14 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
-from assistant.arguments import a_callable, a_flag, entry_point, optional_callable, optional_count
+from assistant.arguments import (
+    a_callable,
+    a_flag,
+    entry_point,
+    instance_of,
+    optional_callable,
+    optional_count,
+)
 from assistant.flows.overflow import acall_with_overflow_recovery, call_with_overflow_recovery
 from assistant.flows.precall import prepare_context
 from assistant.flows.provider_compaction import ProviderStep, provider_step
@@ -78,6 +85,7 @@ class Step:
         return list(self.message.tool_calls or [])
 
 
+@entry_point(context=instance_of(Context), recall=a_flag)
 def model_request(
     context: Context,
     provider: str = DEFAULT_PROVIDER,

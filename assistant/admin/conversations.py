@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
@@ -285,7 +285,10 @@ class ConversationAdmin(admin.ModelAdmin):
         obj = self.get_object(request, object_id)
         if obj is None or not self.has_view_permission(request, obj):
             raise PermissionDenied
-        body = request_body(obj, shape=request.GET.get("shape", ""))
+        try:
+            body = request_body(obj, shape=request.GET.get("shape", ""))
+        except ValidationError as error:
+            return JsonResponse({"error": " ".join(error.messages), "code": error.code}, status=400)
         return JsonResponse(
             body, encoder=WireJSONEncoder, json_dumps_params={"indent": 2, "ensure_ascii": False}
         )

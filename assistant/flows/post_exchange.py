@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from django.utils import timezone
 
+from assistant.arguments import an_id, entry_point
 from assistant.flows.provider_compaction import provider_compacts
 from assistant.models import Conversation
 from assistant.ops.logs import log_event
@@ -28,6 +29,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+@entry_point(conversation_id=an_id)
 def process_exchange(conversation_id: int) -> bool:
     """The post-exchange pipeline: prepare compaction of consumed tool results
     (applied at once with COMPACTION_TIMING "eager") and pre-build the next

@@ -213,7 +213,7 @@ def check_content(what: str, content: Any) -> None:
         raise ValidationError(
             f"{what} must be a string, got {type(content).__name__}.", code="invalid_content"
         )
-    size = _checked_text(what, content)
+    size = checked_text(what, content)
     _check_size(what, size, "MAX_CONTENT_BYTES", "content_too_large")
 
 
@@ -330,7 +330,7 @@ def _checked_name(what: str, value: Any) -> str:
     """An id or a name: a non-blank string that fits its column."""
     if not isinstance(value, str) or not value.strip():
         raise ValidationError(f"{what} must be a non-empty string.", code="invalid_tool_calls")
-    _checked_text(what, value)
+    checked_text(what, value)
     if len(value) > _MAX_NAME_CHARS:
         raise ValidationError(
             f"{what} is {len(value)} characters, over the maximum of {_MAX_NAME_CHARS}.",
@@ -339,7 +339,7 @@ def _checked_name(what: str, value: Any) -> str:
     return value
 
 
-def _checked_text(what: str, text: str) -> int:
+def checked_text(what: str, text: str) -> int:
     """Its size in UTF-8 bytes, once it is known to be storable: no NUL, no lone surrogate."""
     if "\x00" in text:
         raise ValidationError(
@@ -372,12 +372,12 @@ def _checked_json(what: str, value: Any, code: str) -> int:
                     raise ValidationError(
                         f"{what} has a key that is not a string: {key!r}.", code=code
                     )
-                _checked_text(f"A key in {what}", key)
+                checked_text(f"A key in {what}", key)
                 pending.append((child, depth + 1))
         elif isinstance(item, list | tuple):
             pending.extend((child, depth + 1) for child in item)
         elif isinstance(item, str):
-            _checked_text(f"A string in {what}", item)
+            checked_text(f"A string in {what}", item)
         elif isinstance(item, float) and not math.isfinite(item):
             raise ValidationError(
                 f"{what} contains {item!r}, which JSON cannot represent.", code=code

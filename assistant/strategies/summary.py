@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from assistant import llm
+from assistant.arguments import entry_point, optional_text, sequence_of
 from assistant.llm.convert import InvalidRequest
 from assistant.llm.prompts import describe_message, render_transcript, suffix_instruction
 from assistant.models import (
@@ -104,6 +105,7 @@ def suffix_for(state: WindowState, newly_old: Sequence[Message]) -> Suffix | Non
     return Suffix(context, first_kept, json.loads(tools) if tools else None)
 
 
+@entry_point(messages=sequence_of(Message), previous_summary=optional_text)
 def summarize_messages(
     messages: Sequence[Message],
     *,

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count, Q
 
 from assistant import services
+from assistant.arguments import MAX_INT
 from assistant.management.commands._common import get_conversation
 from assistant.models import CompactionEvent, Conversation, Message
 
@@ -30,6 +31,8 @@ class Command(BaseCommand):
         conversation = get_conversation(options["conversation_id"])
         if options["events"] < 0:
             raise CommandError(f"--events must be 0 or more, got {options['events']}.")
+        if options["events"] > MAX_INT:
+            raise CommandError(f"--events must be at most {MAX_INT}, got {options['events']}.")
         report = context_report(conversation, events=options["events"])
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2, default=str))
