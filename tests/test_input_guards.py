@@ -11,15 +11,19 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.db import connections
 
-from assistant.models import Conversation, Message
+from assistant.llm.catalog import send_bound, wire
+from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import (
+    ContextTooLarge,
     IncompleteToolCall,
     achat_step,
     add_message,
     answer_tool_calls,
     build_context,
+    call_with_overflow_recovery,
     chat_step,
 )
+from assistant.testing.fake_provider import prompt_tokens
 from tests.fake_llm import ok
 
 pytestmark = pytest.mark.django_db
@@ -177,3 +181,51 @@ def test_a_run_tool_that_is_not_a_function_is_refused():
         answer_tool_calls(conversation, CALLS, None)
 
     assert raised.value.code == "invalid_run_tool"
+
+
+# --- A request larger than the answering model can take is made to fit before it is sent
+
+
+def test_a_request_over_the_models_bound_is_made_to_fit_before_it_is_sent(fake_llm, settings):
+    settings.ASSISTANT_SUMMARIZER = "offline"
+    fake_llm.script_anthropic(ok("Read it."))
+    conversation = with_question()
+    add_message(
+        conversation,
+        "assistant",
+        "",
+        tool_calls=[{"id": "c1", "name": "read_log", "arguments": {}}],
+        provider="anthropic",
+        model=MODEL,
+    )
+    add_message(conversation, "tool", "log line 42 ok\n" * 48_000, tool_call_id="c1")
+    add_message(conversation, "assistant", "The log is clean.", provider="anthropic", model=MODEL)
+    add_message(conversation, "user", "And now?")
+    bound = send_bound(MODEL, "anthropic")
+    assert build_context(conversation).tokens.total > bound
+
+    call = anthropic_call(fake_llm)
+
+    # The overflow flow alone (no pre-call hook, which would shift the window first).
+    response = call_with_overflow_recovery(
+        conversation, lambda context: call(context.request(wire("anthropic")))
+    )
+
+    (request,) = fake_llm.requests_for("anthropic.messages")
+    assert prompt_tokens(request.body) <= bound
+    assert response.content[0].text == "Read it."
+    kinds = set(
+        CompactionEvent.objects.filter(conversation=conversation).values_list("kind", flat=True)
+    )
+    assert CompactionEvent.Kind.EMERGENCY_1 in kinds
+
+
+def test_a_request_that_cannot_be_made_to_fit_is_never_sent(fake_llm, settings):
+    settings.ASSISTANT_SUMMARIZER = "offline"
+    conversation = Conversation.objects.create(title="huge", system_prompt="You help.")
+    add_message(conversation, "user", "word " * 1_000_000)  # a user message is kept verbatim
+
+    with pytest.raises(ContextTooLarge):
+        chat_step(conversation, anthropic_call(fake_llm))
+
+    assert fake_llm.count("anthropic.messages") == 0

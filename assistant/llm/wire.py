@@ -24,13 +24,15 @@ from assistant.text.blocks import MediaRates
 @dataclass(frozen=True)
 class ModelInfo:
     """A model's context window, and its prices in USD per million tokens (None: the
-    window is known, the price is not)."""
+    window is known, the price is not); `max_output`: the most tokens one answer may
+    take (its output cap, 0: not listed), which a request leaves room for."""
 
     window: int
     input: float | None = None
     output: float = 0.0
     cache_read: float = 0.0
     cache_write: float = 0.0
+    max_output: int = 0
 
     def prices(self) -> dict[str, float] | None:
         if self.input is None:
