@@ -18,6 +18,7 @@ tools with the host's function.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ from assistant.arguments import (
     instance_of,
     optional_callable,
     optional_count,
+    optional_seconds,
 )
 from assistant.flows.overflow import acall_with_overflow_recovery, call_with_overflow_recovery
 from assistant.flows.precall import prepare_context
@@ -62,6 +64,7 @@ _STEP_CHECKS = {
     "recall": a_flag,
     "window_tokens": optional_count,
     "on_text": optional_callable,
+    "deadline": optional_seconds,
 }
 
 
@@ -166,6 +169,7 @@ def chat_step(
     recall: bool = False,
     window_tokens: int | None = None,
     on_text: OnText | None = None,
+    deadline: float | None = None,
     **fields: Any,
 ) -> Step:
     """Run the pre-call hook, build the request (`model_request`; `recall` offers the
@@ -180,13 +184,17 @@ def chat_step(
     (`answer_tool_calls`). A step with no tool calls ends the turn, an empty answer too
     (stored as it came; requests leave it out). Bad arguments and a deleted
     conversation are refused before anything is written or any model called: `fields`
-    too, as the answer's message would be (`unknown_field` for an unknown one)."""
+    too, as the answer's message would be (`unknown_field` for an unknown one).
+    `deadline`: seconds the whole step may take; each request carries the time left as
+    its `timeout` (Gemini: its config's `http_options`), and none is sent once it is
+    spent (TimeoutError). docs/chat-loop.rst, "Timeouts and retries"."""
+    ends = _ends(deadline)
     chosen, sent = _checked(provider, tools, recall, fields)
     step, prepared = _before_call(conversation, sent, chosen, call_model)
     response = call_with_overflow_recovery(
         conversation,
         lambda context: read_answer(
-            chosen, call_model(_request(context, provider, tools, recall, step)), on_text
+            chosen, call_model(_request(context, provider, tools, recall, step, ends)), on_text
         ),
         window_tokens=window_tokens,
         context=prepared,
@@ -204,6 +212,7 @@ async def achat_step(
     recall: bool = False,
     window_tokens: int | None = None,
     on_text: OnText | None = None,
+    deadline: float | None = None,
     **fields: Any,
 ) -> Step:
     """chat_step, awaitable, for the SDKs' async clients: `call_model(request)` returns
@@ -212,11 +221,12 @@ async def achat_step(
     (`AsyncAnthropic().messages.stream(...)`); `on_text` may be a coroutine function.
     The database work (the hook, the context, overflow recovery, the record) runs in
     a worker thread (`sync_to_async`), never on the event loop."""
+    ends = _ends(deadline)
     chosen, sent = _checked(provider, tools, recall, fields)
     step, prepared = await sync_to_async(_before_call)(conversation, sent, chosen, call_model)
 
     async def call(context: Context) -> Any:
-        request = _request(context, provider, tools, recall, step)
+        request = _request(context, provider, tools, recall, step, ends)
         return await aread_answer(chosen, call_model(request), on_text)
 
     response = await acall_with_overflow_recovery(
@@ -264,9 +274,21 @@ def _request(
     tools: Sequence[dict[str, Any]] | None,
     recall: bool,
     step: ProviderStep,
+    ends: float | None,
 ) -> dict[str, Any]:
-    """model_request, with what asks the provider for its own compaction."""
-    return {**model_request(context, provider, tools, recall=recall), **(step.extras or {})}
+    """model_request, with what asks the provider for its own compaction, bounded by
+    the time left before `ends` (a time.monotonic() instant) when the step has one."""
+    request = {**model_request(context, provider, tools, recall=recall), **(step.extras or {})}
+    if ends is None:
+        return request
+    left = ends - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("chat_step's deadline passed before the model call could be made.")
+    return wire(provider).with_timeout(request, left)
+
+
+def _ends(deadline: float | None) -> float | None:
+    return None if deadline is None else time.monotonic() + deadline
 
 
 @entry_point(run_tool=a_callable)

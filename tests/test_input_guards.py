@@ -5,11 +5,15 @@ which must have received no request when the call is refused."""
 
 from __future__ import annotations
 
+import time
+
 import anthropic
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.db import connections
+from google import genai
+from google.genai import types
 
 from assistant.llm.catalog import send_bound, wire
 from assistant.models import CompactionEvent, Conversation, Message
@@ -24,7 +28,7 @@ from assistant.services import (
     chat_step,
 )
 from assistant.testing.fake_provider import prompt_tokens
-from tests.fake_llm import ok
+from tests.fake_llm import ok, slow
 
 pytestmark = pytest.mark.django_db
 
@@ -41,6 +45,9 @@ BAD_STEP_ARGUMENTS = [
     ({"input_tokens": -1}, "invalid_usage"),
     ({"recall": "yes"}, "invalid_recall"),
     ({"model": "m" * 300}, "invalid_model"),
+    ({"deadline": "x"}, "invalid_deadline"),
+    ({"deadline": 0}, "invalid_deadline"),
+    ({"deadline": float("nan")}, "invalid_deadline"),
 ]
 
 
@@ -229,3 +236,49 @@ def test_a_request_that_cannot_be_made_to_fit_is_never_sent(fake_llm, settings):
         chat_step(conversation, anthropic_call(fake_llm))
 
     assert fake_llm.count("anthropic.messages") == 0
+
+
+# --- deadline=: the step's model call is bounded ------------------------------------
+
+
+def test_a_step_with_a_deadline_gives_up_on_a_provider_that_never_answers(fake_llm):
+    fake_llm.script_anthropic(slow(20, ok("too late")))
+    conversation = with_question()
+    started = time.monotonic()
+
+    with pytest.raises(anthropic.APITimeoutError):
+        chat_step(conversation, anthropic_call(fake_llm), deadline=1)
+
+    assert time.monotonic() - started < 15  # far below the fake's 20 s: the bound held
+    (request,) = fake_llm.requests_for("anthropic.messages")  # max_retries=0: one attempt
+    assert 0 < float(request.headers["x-stainless-timeout"]) <= 1
+    assert list(conversation.messages.values_list("role", flat=True)) == ["user"]
+
+
+def test_a_gemini_step_carries_its_deadline_in_its_http_options(fake_llm):
+    fake_llm.script_gemini(slow(20, ok("too late")))
+    conversation = with_question()
+    options = types.HttpOptions(base_url=fake_llm.url, api_version="v1beta")
+    client = genai.Client(api_key="test-key", http_options=options)
+    started = time.monotonic()
+
+    with pytest.raises(Exception) as raised:
+        chat_step(
+            conversation,
+            lambda request: client.models.generate_content(model="gemini-2.5-flash", **request),
+            provider="gemini",
+            deadline=1,
+        )
+
+    assert "timeout" in type(raised.value).__name__.lower() + str(raised.value).lower()
+    assert time.monotonic() - started < 15
+    assert conversation.messages.count() == 1
+
+
+def test_a_step_within_its_deadline_is_recorded(fake_llm):
+    fake_llm.script_anthropic(ok("in time"))
+    conversation = with_question()
+
+    step = chat_step(conversation, anthropic_call(fake_llm), deadline=30)
+
+    assert step.text == "in time"

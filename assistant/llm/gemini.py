@@ -129,6 +129,15 @@ class GeminiWire(Wire):
             config["automatic_function_calling"] = {"disable": True}
         return {"contents": shape["contents"], "config": config}
 
+    def with_timeout(self, request: dict[str, Any], seconds: float) -> dict[str, Any]:
+        """google-genai takes a call's timeout in its config's `http_options`, in
+        milliseconds."""
+        config = dict(request.get("config") or {})
+        options = dict(config.get("http_options") or {})
+        options["timeout"] = max(1, int(seconds * 1000))
+        config["http_options"] = options
+        return {**request, "config": config}
+
     def tool_definitions(self, tools):
         return convert.gemini_tools(tools)
 

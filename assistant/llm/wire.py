@@ -124,6 +124,11 @@ class Wire(abc.ABC):
     def result(self, response: Any) -> ChatResult:
         """The SDK's answer read into a ChatResult (usage normalized, model as reported)."""
 
+    def with_timeout(self, request: dict[str, Any], seconds: float) -> dict[str, Any]:
+        """`request` bounded to `seconds`: the SDK call's own `timeout` keyword (the
+        anthropic and openai SDKs', in seconds)."""
+        return {**request, "timeout": seconds}
+
     def threshold_compaction(self, trigger: int) -> dict[str, Any] | None:
         """The keyword arguments that turn on the provider's own compaction at `trigger`
         prompt tokens (docs/provider-compaction.rst); None: it has none."""
