@@ -28,6 +28,7 @@ from assistant.services import (
     chat_step,
 )
 from assistant.testing.fake_provider import prompt_tokens
+from assistant.text.tokens import estimate_message_tokens
 from tests.fake_llm import ok, slow
 
 pytestmark = pytest.mark.django_db
@@ -282,3 +283,35 @@ def test_a_step_within_its_deadline_is_recorded(fake_llm):
     step = chat_step(conversation, anthropic_call(fake_llm), deadline=30)
 
     assert step.text == "in time"
+
+
+# --- Stored arguments read back equal in value and type, or are refused -------------
+
+
+@pytest.mark.parametrize("value", [1e308, 1e16, -0.0, -2.5e20])
+def test_a_number_jsonb_would_change_is_refused(value):
+    conversation = with_question()
+    call = {"id": "c1", "name": "set", "arguments": {"v": value}}
+
+    with pytest.raises(ValidationError) as raised:
+        add_message(conversation, "assistant", "", tool_calls=[call])
+    with pytest.raises(ValidationError) as in_metadata:
+        add_message(conversation, "user", "x", metadata={"v": value})
+
+    assert raised.value.code == "invalid_tool_arguments"
+    assert in_metadata.value.code == "invalid_metadata"
+    assert conversation.messages.count() == 1
+
+
+def test_stored_arguments_read_back_equal_and_their_estimate_is_of_what_is_stored():
+    conversation = with_question()
+    arguments = {"a": 1.5, "b": 1e-7, "c": 2.0, "d": 10**40, "e": 0.1 + 0.2, "f": 1e15}
+    call = {"id": "c1", "name": "set", "arguments": arguments}
+
+    add_message(conversation, "assistant", "", tool_calls=[call])
+
+    stored = Message.objects.get(conversation=conversation, role="assistant")
+    back = stored.tool_calls[0]["arguments"]
+    assert back == arguments
+    assert {k: type(v) for k, v in back.items()} == {k: type(v) for k, v in arguments.items()}
+    assert stored.original_token_estimate == estimate_message_tokens("", stored.tool_calls)

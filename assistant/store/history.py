@@ -382,6 +382,13 @@ def _checked_json(what: str, value: Any, code: str) -> int:
             raise ValidationError(
                 f"{what} contains {item!r}, which JSON cannot represent.", code=code
             )
+        elif isinstance(item, float) and not _round_trips(item):
+            raise ValidationError(
+                f"{what} contains {item!r}, which the database would read back as another "
+                "value or type (jsonb keeps no exponent and no negative zero): send it as "
+                "a string.",
+                code=code,
+            )
         elif item is not None and not isinstance(item, bool | int | float):
             raise ValidationError(
                 f"{what} is not JSON: it contains a {type(item).__name__}.", code=code
@@ -390,6 +397,15 @@ def _checked_json(what: str, value: Any, code: str) -> int:
         return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
     except ValueError:  # an integer too long to write out (sys.get_int_max_str_digits)
         raise _number_too_long(what, code) from None
+
+
+def _round_trips(number: float) -> bool:
+    """Whether jsonb gives this float back as the same float: jsonb writes numbers out
+    in full, so one Python writes with a positive exponent (1e+16 and up) comes back an
+    integer, and -0.0 comes back 0.0."""
+    if number == 0:
+        return math.copysign(1.0, number) > 0
+    return "e+" not in repr(number)
 
 
 def _number_too_long(what: str, code: str) -> ValidationError:
