@@ -98,7 +98,7 @@ def model_context_window(model: str, provider: str = "") -> int:
 def send_bound(model: str, provider: str = "") -> int:
     """The largest request `model` can take: its window less its output cap (the
     window alone for a model with no listed cap). The one pre-send bound
-    (docs/compaction.rst, "Emergency compaction")."""
+    (docs/chat-loop.rst, "Overflow recovery")."""
     info = model_info(model, provider)
     if info is None:
         return int(app_setting("ASSISTANT_DEFAULT_CONTEXT_WINDOW"))
