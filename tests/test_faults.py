@@ -720,6 +720,14 @@ BAD_SERVICE_CALLS = {
         lambda s, c: s.review_summary(c, "x"),
         "invalid_version_id",
     ),
+    "run_tool_call on None": (
+        lambda s, c: s.run_tool_call(None, "recall", {"handle": "m1"}),
+        "invalid_conversation",
+    ),
+    "tool_definitions of an unknown provider": (
+        lambda s, c: s.tool_definitions("claude"),
+        "unknown_provider",
+    ),
     "review_summary of a version id past bigint": (
         lambda s, c: s.review_summary(c, 10**30),
         "invalid_version_id",
