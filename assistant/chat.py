@@ -26,15 +26,6 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
-from assistant.arguments import (
-    a_callable,
-    a_flag,
-    entry_point,
-    instance_of,
-    optional_callable,
-    optional_count,
-    optional_seconds,
-)
 from assistant.flows.overflow import acall_with_overflow_recovery, call_with_overflow_recovery
 from assistant.flows.precall import prepare_context
 from assistant.flows.provider_compaction import ProviderStep, provider_step
@@ -46,13 +37,18 @@ from assistant.models import Conversation, Message, MetadataKeys
 from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
 from assistant.settings.conf import compaction_config
 from assistant.store.deletion import require_live
-from assistant.store.history import (
-    add_message,
-    check_content,
-    check_results_wanted,
-    validated_fields,
-)
+from assistant.store.fields import check_content
+from assistant.store.history import add_message, check_results_wanted, validated_fields
 from assistant.store.state import fresh_state, write_state
+from assistant.text.arguments import (
+    a_callable,
+    a_flag,
+    entry_point,
+    instance_of,
+    optional_callable,
+    optional_count,
+    optional_seconds,
+)
 from assistant.window.context import Context
 
 #: The providers whose wire format ``chat_step`` speaks.

@@ -28,7 +28,6 @@ from django.db import connection
 from django.db.models import F, Q, Value
 from django.db.models.functions import Greatest, Left, Length, StrIndex, Substr, Upper
 
-from assistant.arguments import entry_point
 from assistant.llm.catalog import wire
 from assistant.models import (
     SEARCH_INDEX_CHARS,
@@ -39,6 +38,7 @@ from assistant.models import (
 )
 from assistant.settings.conf import compaction_config
 from assistant.strategies.fork import FORK_THROUGH_MESSAGE_ID
+from assistant.text.arguments import entry_point
 from assistant.text.blocks import MEDIA_TYPES, THINKING_TYPES, describe
 from assistant.window import require_saved
 

@@ -14,7 +14,6 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from assistant.arguments import entry_point
 from assistant.chat import (
     Step,
     achat_step,
@@ -58,6 +57,7 @@ from assistant.strategies.previews import (
 from assistant.strategies.shift import compaction_cutoff_id
 from assistant.strategies.summary import summarize_messages
 from assistant.tasks import staff_action_task
+from assistant.text.arguments import entry_point
 from assistant.window.context import Context, IncompleteToolCall, build_context, context_tokens
 from assistant.window.status import ContextStatus, context_status
 
@@ -67,7 +67,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _live(service: F) -> F:
-    """The service binds its arguments (assistant.arguments.entry_point: an unknown
+    """The service binds its arguments (assistant.text.arguments.entry_point: an unknown
     keyword is `unknown_field`) and refuses a conversation that is not saved or is
     deleted, before it runs: the one guard of the services that write."""
     return entry_point(conversation=lambda _, conversation: require_live(conversation))(service)

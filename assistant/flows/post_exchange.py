@@ -11,7 +11,6 @@ from typing import TypeVar
 
 from django.utils import timezone
 
-from assistant.arguments import an_id, entry_point
 from assistant.flows.provider_compaction import provider_compacts
 from assistant.models import Conversation
 from assistant.ops.logs import log_event
@@ -19,6 +18,7 @@ from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.events import stopwatch
 from assistant.strategies.prebuild import prebuild_window_summary
 from assistant.strategies.tool_results import compact_old_blocks, prepare_tool_results
+from assistant.text.arguments import an_id, entry_point
 from assistant.window import (
     decide,
     load_window,

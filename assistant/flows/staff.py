@@ -13,7 +13,6 @@ from typing import Any
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import ValidationError
 
-from assistant.arguments import an_id
 from assistant.llm.prompts import call_instructions, check_instructions
 from assistant.models import Conversation
 from assistant.ops import telemetry
@@ -26,6 +25,7 @@ from assistant.strategies.previews import (
     regenerate_preview,
     restore_preview,
 )
+from assistant.text.arguments import an_id
 from assistant.window import load_window
 
 EMERGENCY_1 = "emergency_1"

@@ -28,10 +28,10 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from assistant import signals
-from assistant.arguments import MAX_ID
 from assistant.models import CompactionEvent, Conversation
 from assistant.ops import telemetry
 from assistant.ops.logs import log_event
+from assistant.text.arguments import MAX_ID
 from assistant.window.limits import current_limits
 
 EMERGENCY_LEVELS: dict[str, int] = {

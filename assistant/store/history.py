@@ -8,7 +8,6 @@ provider conversion) never has to defend against a malformed row.
 from __future__ import annotations
 
 import json
-import math
 from contextlib import nullcontext
 from typing import Any
 
@@ -19,7 +18,6 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from assistant import llm
-from assistant.arguments import check_known
 from assistant.llm.base import new_tool_call_id
 from assistant.llm.catalog import media_rates, telemetry_name
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
@@ -27,6 +25,15 @@ from assistant.ops import telemetry
 from assistant.settings.conf import compaction_config
 from assistant.store import provider_compaction
 from assistant.store.deletion import deleted_error, live
+from assistant.store.fields import (
+    check_content,
+    check_size,
+    checked_json,
+    checked_name,
+    number_too_long,
+    too_deep,
+)
+from assistant.text.arguments import check_known
 from assistant.text.blocks import blocks_tokens, has_media, validate_blocks
 from assistant.text.tokens import estimate_message_tokens
 from assistant.window import add_to_size, measure_size, require_saved
@@ -39,7 +46,6 @@ _CALL_WITH_ID = (
 )
 # The columns' own limits: PositiveIntegerField on PostgreSQL, CharField(max_length=255).
 _MAX_COUNT = 2**31 - 1
-_MAX_NAME_CHARS = int(Message._meta.get_field("tool_call_id").max_length or 0)
 _NEEDS_CONTENT = (Message.Role.USER, Message.Role.SYSTEM)
 _TOOL_RESULT_FIELDS = ("tool_call_id", "tool_name", "tool_arguments")
 _FIELDS = {
@@ -197,7 +203,7 @@ def check_results_wanted(conversation: Conversation, call_ids: list[str]) -> Non
     what add_message would refuse of these tool results, refused before any tool runs
     (answer_tool_calls)."""
     for index, call_id in enumerate(call_ids):
-        _checked_name("tool_call_id", call_id)
+        checked_name("tool_call_id", call_id)
         if call_id in call_ids[:index]:
             raise _duplicate_result(call_id)
         calls = _calls_with_id(conversation, call_id)
@@ -205,16 +211,6 @@ def check_results_wanted(conversation: Conversation, call_ids: list[str]) -> Non
             raise _unknown_call(call_id)
         if all(answered for _, _, answered in calls):
             raise _duplicate_result(call_id)
-
-
-def check_content(what: str, content: Any) -> None:
-    """Content add_message would store: a string, storable, within MAX_CONTENT_BYTES."""
-    if not isinstance(content, str):
-        raise ValidationError(
-            f"{what} must be a string, got {type(content).__name__}.", code="invalid_content"
-        )
-    size = checked_text(what, content)
-    _check_size(what, size, "MAX_CONTENT_BYTES", "content_too_large")
 
 
 def _validated_metadata(metadata: Any) -> dict[str, Any]:
@@ -225,8 +221,8 @@ def _validated_metadata(metadata: Any) -> dict[str, Any]:
             f"Message metadata must be a JSON object, got {type(metadata).__name__}.",
             code="invalid_metadata",
         )
-    size = _checked_json("Message metadata", metadata, "invalid_metadata")
-    _check_size("Message metadata", size, "MAX_METADATA_BYTES", "metadata_too_large")
+    size = checked_json("Message metadata", metadata, "invalid_metadata")
+    check_size("Message metadata", size, "MAX_METADATA_BYTES", "metadata_too_large")
     return metadata
 
 
@@ -281,10 +277,10 @@ def _validated_tool_calls(role: str, tool_calls: Any) -> list[dict[str, Any]] | 
         # its result can name it (the caller reads it back from message.tool_calls). An
         # empty or blank id is a malformed one, refused below.
         call_id = call.get("id")
-        call_id = _checked_name(
+        call_id = checked_name(
             f"tool_calls[{index}].id", new_tool_call_id() if call_id is None else call_id
         )
-        name = _checked_name(f"tool_calls[{index}].name", call["name"])
+        name = checked_name(f"tool_calls[{index}].name", call["name"])
         if call_id in seen:
             raise ValidationError(
                 f"tool_calls has a duplicate id {call_id!r}.", code="duplicate_tool_call_id"
@@ -292,10 +288,10 @@ def _validated_tool_calls(role: str, tool_calls: Any) -> list[dict[str, Any]] | 
         seen.add(call_id)
         arguments = _parse_arguments(index, call)
         where = f"tool_calls[{index}].arguments"
-        size += _checked_json(where, arguments, "invalid_tool_arguments")
+        size += checked_json(where, arguments, "invalid_tool_arguments")
         size += len(call_id.encode()) + len(name.encode())
         normalized.append({"id": call_id, "name": name, "arguments": arguments})
-    _check_size("tool_calls", size, "MAX_TOOL_CALLS_BYTES", "tool_calls_too_large")
+    check_size("tool_calls", size, "MAX_TOOL_CALLS_BYTES", "tool_calls_too_large")
     return normalized
 
 
@@ -311,123 +307,16 @@ def _parse_arguments(index: int, call: dict[str, Any]) -> dict[str, Any]:
                 code="invalid_tool_arguments",
             ) from None
         except ValueError:  # a number longer than Python converts (sys.get_int_max_str_digits)
-            raise _number_too_long(
+            raise number_too_long(
                 f"tool_calls[{index}].arguments", "invalid_tool_arguments"
             ) from None
         except RecursionError:
-            raise _too_deep(f"tool_calls[{index}].arguments") from None
+            raise too_deep(f"tool_calls[{index}].arguments") from None
     if not isinstance(arguments, dict):
         raise ValidationError(
             f"tool_calls[{index}].arguments must be a JSON object.", code="invalid_tool_arguments"
         )
     return arguments
-
-
-# --- Field checks: what PostgreSQL would refuse, refused first with our error ---------
-
-
-def _checked_name(what: str, value: Any) -> str:
-    """An id or a name: a non-blank string that fits its column."""
-    if not isinstance(value, str) or not value.strip():
-        raise ValidationError(f"{what} must be a non-empty string.", code="invalid_tool_calls")
-    checked_text(what, value)
-    if len(value) > _MAX_NAME_CHARS:
-        raise ValidationError(
-            f"{what} is {len(value)} characters, over the maximum of {_MAX_NAME_CHARS}.",
-            code="value_too_long",
-        )
-    return value
-
-
-def checked_text(what: str, text: str) -> int:
-    """Its size in UTF-8 bytes, once it is known to be storable: no NUL, no lone surrogate."""
-    if "\x00" in text:
-        raise ValidationError(
-            f"{what} contains a NUL byte (\\x00), which cannot be stored; "
-            "encode binary data (for example as base64) before adding it.",
-            code="nul_byte",
-        )
-    try:
-        return len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValidationError(
-            f"{what} is not valid Unicode (it contains a lone surrogate).",
-            code="invalid_unicode",
-        ) from None
-
-
-def _checked_json(what: str, value: Any, code: str) -> int:
-    """The size of `value` as JSON in UTF-8 bytes, once every string in it (keys too) is
-    storable, every number finite and its nesting within the configured depth. Walks
-    without recursion, so no input can raise RecursionError."""
-    max_depth = compaction_config().MAX_JSON_DEPTH
-    pending: list[tuple[Any, int]] = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, dict | list | tuple) and depth > max_depth:
-            raise _too_deep(what)
-        if isinstance(item, dict):
-            for key, child in item.items():
-                if not isinstance(key, str):
-                    raise ValidationError(
-                        f"{what} has a key that is not a string: {key!r}.", code=code
-                    )
-                checked_text(f"A key in {what}", key)
-                pending.append((child, depth + 1))
-        elif isinstance(item, list | tuple):
-            pending.extend((child, depth + 1) for child in item)
-        elif isinstance(item, str):
-            checked_text(f"A string in {what}", item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise ValidationError(
-                f"{what} contains {item!r}, which JSON cannot represent.", code=code
-            )
-        elif isinstance(item, float) and not _round_trips(item):
-            raise ValidationError(
-                f"{what} contains {item!r}, which the database would read back as another "
-                "value or type (jsonb keeps no exponent and no negative zero): send it as "
-                "a string.",
-                code=code,
-            )
-        elif item is not None and not isinstance(item, bool | int | float):
-            raise ValidationError(
-                f"{what} is not JSON: it contains a {type(item).__name__}.", code=code
-            )
-    try:
-        return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
-    except ValueError:  # an integer too long to write out (sys.get_int_max_str_digits)
-        raise _number_too_long(what, code) from None
-
-
-def _round_trips(number: float) -> bool:
-    """Whether jsonb gives this float back as the same float: jsonb writes numbers out
-    in full, so one Python writes with a positive exponent (1e+16 and up) comes back an
-    integer, and -0.0 comes back 0.0."""
-    if number == 0:
-        return math.copysign(1.0, number) > 0
-    return "e+" not in repr(number)
-
-
-def _number_too_long(what: str, code: str) -> ValidationError:
-    return ValidationError(f"{what} holds a number with too many digits to store.", code=code)
-
-
-def _check_size(what: str, size: int, setting: str, code: str) -> None:
-    limit = getattr(compaction_config(), setting)
-    if size > limit:
-        raise ValidationError(
-            f"{what} is {size} bytes, over the {limit}-byte maximum "
-            f"(ASSISTANT_COMPACTION['{setting}']).",
-            code=code,
-        )
-
-
-def _too_deep(what: str) -> ValidationError:
-    limit = compaction_config().MAX_JSON_DEPTH
-    return ValidationError(
-        f"{what} is nested more than {limit} levels deep (ASSISTANT_COMPACTION['MAX_JSON_DEPTH']).",
-        code="too_deeply_nested",
-    )
 
 
 def _tool_result_fields(conversation: Conversation, fields: dict[str, Any]) -> dict[str, Any]:
@@ -437,7 +326,7 @@ def _tool_result_fields(conversation: Conversation, fields: dict[str, Any]) -> d
     call_id = fields.get("tool_call_id") or ""
     if not isinstance(call_id, str) or not call_id.strip():
         raise ValidationError("A tool message needs a tool_call_id.", code="missing_tool_call_id")
-    _checked_name("tool_call_id", call_id)
+    checked_name("tool_call_id", call_id)
     calls = _calls_with_id(conversation, call_id)
     if not calls:
         raise _unknown_call(call_id)

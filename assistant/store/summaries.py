@@ -16,12 +16,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from assistant.arguments import an_id
 from assistant.metadata_keys import PENDING_SUMMARY_KEYS, MetadataKeys
 from assistant.models import Conversation, Message, SummaryVersion, handle
 from assistant.store.events import acting_user_id
-from assistant.store.history import checked_text
+from assistant.store.fields import checked_text
 from assistant.store.state import write_state
+from assistant.text.arguments import an_id
 from assistant.window import load_window, refresh_size
 
 # A correction is a summary: it must fit where the model's did.

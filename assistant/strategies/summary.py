@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from assistant import llm
-from assistant.arguments import entry_point, optional_text, sequence_of
 from assistant.llm.convert import InvalidRequest
 from assistant.llm.prompts import describe_message, render_transcript, suffix_instruction
 from assistant.models import (
@@ -32,6 +31,7 @@ from assistant.models import (
 )
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.strategies.guidance import guided_by
+from assistant.text.arguments import entry_point, optional_text, sequence_of
 from assistant.text.artifacts import render, without_index
 from assistant.text.facts import (
     summary_body,
