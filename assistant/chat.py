@@ -18,6 +18,7 @@ tools with the host's function.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,12 +37,31 @@ from assistant.models import Conversation, Message, MetadataKeys
 from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
 from assistant.settings.conf import compaction_config
 from assistant.store.deletion import require_live
-from assistant.store.history import add_message
+from assistant.store.fields import check_content
+from assistant.store.history import add_message, check_results_wanted, validated_fields
 from assistant.store.state import fresh_state, write_state
+from assistant.text.arguments import (
+    a_callable,
+    a_flag,
+    entry_point,
+    instance_of,
+    optional_callable,
+    optional_count,
+    optional_seconds,
+)
 from assistant.window.context import Context
 
 #: The providers whose wire format ``chat_step`` speaks.
 PROVIDERS = CHAT_PROVIDERS
+
+# chat_step's and achat_step's arguments, checked before anything is called or written.
+_STEP_CHECKS = {
+    "call_model": a_callable,
+    "recall": a_flag,
+    "window_tokens": optional_count,
+    "on_text": optional_callable,
+    "deadline": optional_seconds,
+}
 
 
 @dataclass(frozen=True)
@@ -64,6 +84,7 @@ class Step:
         return list(self.message.tool_calls or [])
 
 
+@entry_point(context=instance_of(Context), recall=a_flag)
 def model_request(
     context: Context,
     provider: str = DEFAULT_PROVIDER,
@@ -134,6 +155,7 @@ def _with_recall_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str,
     return [*(tools or ()), *NEUTRAL_TOOLS]
 
 
+@entry_point(**_STEP_CHECKS)
 def chat_step(
     conversation: Conversation,
     call_model: Callable[[dict[str, Any]], Any],
@@ -143,6 +165,7 @@ def chat_step(
     recall: bool = False,
     window_tokens: int | None = None,
     on_text: OnText | None = None,
+    deadline: float | None = None,
     **fields: Any,
 ) -> Step:
     """Run the pre-call hook, build the request (`model_request`; `recall` offers the
@@ -156,13 +179,18 @@ def chat_step(
     again while the step has tool calls, after adding their results
     (`answer_tool_calls`). A step with no tool calls ends the turn, an empty answer too
     (stored as it came; requests leave it out). Bad arguments and a deleted
-    conversation are refused before anything is written or any model called."""
-    chosen, sent = _checked(provider, tools, recall)
+    conversation are refused before anything is written or any model called: `fields`
+    too, as the answer's message would be (`unknown_field` for an unknown one).
+    `deadline`: seconds the whole step may take; each request carries the time left as
+    its `timeout` (Gemini: its config's `http_options`), and none is sent once it is
+    spent (TimeoutError). docs/chat-loop.rst, "Timeouts and retries"."""
+    ends = _ends(deadline)
+    chosen, sent = _checked(provider, tools, recall, fields)
     step, prepared = _before_call(conversation, sent, chosen, call_model)
     response = call_with_overflow_recovery(
         conversation,
         lambda context: read_answer(
-            chosen, call_model(_request(context, provider, tools, recall, step)), on_text
+            chosen, call_model(_request(context, provider, tools, recall, step, ends)), on_text
         ),
         window_tokens=window_tokens,
         context=prepared,
@@ -170,6 +198,7 @@ def chat_step(
     return Step(record_response(conversation, response, provider=provider, **fields), response)
 
 
+@entry_point(**_STEP_CHECKS)
 async def achat_step(
     conversation: Conversation,
     call_model: Callable[[dict[str, Any]], Any],
@@ -179,6 +208,7 @@ async def achat_step(
     recall: bool = False,
     window_tokens: int | None = None,
     on_text: OnText | None = None,
+    deadline: float | None = None,
     **fields: Any,
 ) -> Step:
     """chat_step, awaitable, for the SDKs' async clients: `call_model(request)` returns
@@ -187,11 +217,12 @@ async def achat_step(
     (`AsyncAnthropic().messages.stream(...)`); `on_text` may be a coroutine function.
     The database work (the hook, the context, overflow recovery, the record) runs in
     a worker thread (`sync_to_async`), never on the event loop."""
-    chosen, sent = _checked(provider, tools, recall)
+    ends = _ends(deadline)
+    chosen, sent = _checked(provider, tools, recall, fields)
     step, prepared = await sync_to_async(_before_call)(conversation, sent, chosen, call_model)
 
     async def call(context: Context) -> Any:
-        request = _request(context, provider, tools, recall, step)
+        request = _request(context, provider, tools, recall, step, ends)
         return await aread_answer(chosen, call_model(request), on_text)
 
     response = await acall_with_overflow_recovery(
@@ -204,12 +235,14 @@ async def achat_step(
 
 
 def _checked(
-    provider: str, tools: Sequence[dict[str, Any]] | None, recall: bool
+    provider: str, tools: Sequence[dict[str, Any]] | None, recall: bool, fields: dict[str, Any]
 ) -> tuple[Wire, Sequence[dict[str, Any]] | None]:
-    """The provider's wire and the tools sent; an unknown provider, bad tools and a name
-    clash with the recall tools are refused before any call."""
+    """The provider's wire and the tools sent; an unknown provider, bad tools, a name
+    clash with the recall tools and fields the answer's message could not store are
+    refused before any call."""
     chosen = wire(provider)
     _tool_specs(tools)
+    validated_fields(Message.Role.ASSISTANT, fields)
     return chosen, _with_recall_tools(tools) if recall else tools
 
 
@@ -237,11 +270,24 @@ def _request(
     tools: Sequence[dict[str, Any]] | None,
     recall: bool,
     step: ProviderStep,
+    ends: float | None,
 ) -> dict[str, Any]:
-    """model_request, with what asks the provider for its own compaction."""
-    return {**model_request(context, provider, tools, recall=recall), **(step.extras or {})}
+    """model_request, with what asks the provider for its own compaction, bounded by
+    the time left before `ends` (a time.monotonic() instant) when the step has one."""
+    request = {**model_request(context, provider, tools, recall=recall), **(step.extras or {})}
+    if ends is None:
+        return request
+    left = ends - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("chat_step's deadline passed before the model call could be made.")
+    return wire(provider).with_timeout(request, left)
 
 
+def _ends(deadline: float | None) -> float | None:
+    return None if deadline is None else time.monotonic() + deadline
+
+
+@entry_point(run_tool=a_callable)
 def answer_tool_calls(
     conversation: Conversation,
     tool_calls: Sequence[dict[str, Any]],
@@ -250,17 +296,25 @@ def answer_tool_calls(
     """Run each call and store its result, in order: `recall` and `search_history` are
     answered from the stored originals (`run_tool_call`), any other by the host's
     `run_tool(name, arguments)`, which returns the result as text. Calls that are
-    not {id, name, arguments} and a deleted conversation are refused before any runs."""
+    not {id, name, arguments}, an id that names no call waiting for its result (or
+    twice) and a deleted conversation are refused before any runs; the results are
+    checked before any is stored, so a result add_message would refuse (not text,
+    `content_too_large`) stores none of them and leaves the calls to answer again."""
     _check_tool_calls(tool_calls)
     require_live(conversation)
-    results = []
+    check_results_wanted(conversation, [call["id"] for call in tool_calls])
+    texts = []
     for call in tool_calls:
         if is_recall_tool(call["name"]):
             text = run_tool_call(conversation, call["name"], call["arguments"])
         else:
             text = run_tool(call["name"], call["arguments"])
-        results.append(add_message(conversation, "tool", text, tool_call_id=call["id"]))
-    return results
+        check_content(f"The result of tool call {call['id']!r}", text)
+        texts.append(text)
+    return [
+        add_message(conversation, "tool", text, tool_call_id=call["id"])
+        for call, text in zip(tool_calls, texts, strict=True)
+    ]
 
 
 def _check_tool_calls(tool_calls: Sequence[dict[str, Any]]) -> None:

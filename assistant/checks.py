@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 
 from assistant.llm import offline_reason
 from assistant.llm.catalog import MODEL_SETTINGS, model_info
 from assistant.settings.app import app_setting
 from assistant.window.cost import price_of
 
+UNKNOWN_SUMMARIZER = "assistant.E001"
 SUMMARIZER_OFFLINE = "assistant.W001"
 UNKNOWN_MODEL = "assistant.W002"
 
@@ -19,8 +21,18 @@ UNKNOWN_MODEL = "assistant.W002"
 @checks.register(checks.Tags.compatibility)
 def summarizer_can_run(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Warn when the configured summarizer has no key, so the app would
-    summarize with the offline summarizer."""
-    reason = offline_reason()
+    summarize with the offline summarizer; an error when ASSISTANT_SUMMARIZER names
+    no summarizer at all."""
+    try:
+        reason = offline_reason()
+    except ImproperlyConfigured as error:
+        return [
+            checks.Error(
+                str(error),
+                hint="A provider's name (anthropic, openai, gemini), offline, or auto.",
+                id=UNKNOWN_SUMMARIZER,
+            )
+        ]
     if reason is None:
         return []
     return [

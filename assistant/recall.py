@@ -39,7 +39,9 @@ from assistant.models import (
 )
 from assistant.settings.conf import compaction_config
 from assistant.strategies.fork import FORK_THROUGH_MESSAGE_ID
+from assistant.text.arguments import entry_point
 from assistant.text.blocks import MEDIA_TYPES, THINKING_TYPES, describe
+from assistant.window import require_saved
 
 #: The name of the tool that reads an original by its handle.
 RECALL = "recall"
@@ -124,10 +126,12 @@ def is_recall_tool(name: str) -> bool:
     return name in (RECALL, SEARCH_HISTORY)
 
 
+@entry_point(conversation=lambda _, conversation: require_saved(conversation))
 def run_tool_call(conversation: Conversation, name: str, arguments: Any) -> str:
     """Answer one call of a recall tool with the text of its tool result. A bad
     call (unknown tool, missing or malformed arguments, a handle this conversation
-    cannot see) gets an error text the model can act on, never an exception."""
+    cannot see) gets an error text the model can act on, never an exception; a
+    `conversation` that is not a saved Conversation is `invalid_conversation`."""
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments or "{}")

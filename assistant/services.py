@@ -10,7 +10,7 @@ over `assistant.store.deletion.require_live`.
 
 from __future__ import annotations
 
-import functools
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -33,7 +33,7 @@ from assistant.llm.prompts import call_instructions
 from assistant.llm.streaming import StreamInterrupted
 from assistant.models import Conversation, Message, SummaryVersion
 from assistant.recall import run_tool_call, tool_definitions
-from assistant.store.deletion import mark_deleted, require_live, restore_deleted
+from assistant.store.deletion import mark_deleted, require_live, require_live_id, restore_deleted
 from assistant.store.events import acting_as
 from assistant.store.exchanges import finish_exchange
 from assistant.store.history import add_message
@@ -57,6 +57,7 @@ from assistant.strategies.previews import (
 from assistant.strategies.shift import compaction_cutoff_id
 from assistant.strategies.summary import summarize_messages
 from assistant.tasks import staff_action_task
+from assistant.text.arguments import entry_point
 from assistant.window.context import Context, IncompleteToolCall, build_context, context_tokens
 from assistant.window.status import ContextStatus, context_status
 
@@ -66,14 +67,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _live(service: F) -> F:
-    """The service refuses a conversation that is not saved or is deleted."""
-
-    @functools.wraps(service)
-    def checked(conversation: Conversation, *args: Any, **kwargs: Any) -> Any:
-        require_live(conversation)
-        return service(conversation, *args, **kwargs)
-
-    return checked  # type: ignore[return-value]  # wraps keeps service's signature
+    """The service binds its arguments (assistant.text.arguments.entry_point: an unknown
+    keyword is `unknown_field`) and refuses a conversation that is not saved or is
+    deleted, before it runs: the one guard of the services that write."""
+    return entry_point(conversation=lambda _, conversation: require_live(conversation))(service)
 
 
 @_live
@@ -167,8 +164,8 @@ def queue_staff_action(
 ) -> None:
     """Run a staff action on the worker once the current transaction commits
     (`instructions`: for the summaries it makes)."""
-    check_action(action, conversation_id, instructions)
-    user_id = getattr(acting_user, "pk", acting_user)
+    user_id = check_action(action, conversation_id, instructions, acting_user)
+    require_live_id(conversation_id)
     enqueue_on_commit(staff_action_task, action, conversation_id, user_id, instructions)
 
 
@@ -200,6 +197,7 @@ def revert_summary(
         return _revert(conversation, version_id)
 
 
+@_live
 def review_summary(
     conversation: Conversation, version_id: int, *, acting_user: User = None
 ) -> SummaryVersion:
@@ -262,3 +260,29 @@ __all__ = [
     "summarize_messages",
     "tool_definitions",
 ]
+
+
+def _bound_entry_points() -> None:
+    """Every other function of the API binds its call first too (`unknown_field`,
+    `invalid_arguments`, never a TypeError); those that write to a conversation they
+    are given refuse a deleted one (`_live`)."""
+    names = globals()
+    for name in __all__:
+        value = names[name]
+        if not inspect.isfunction(value) or getattr(value, "__wrapped__", None):
+            continue
+        names[name] = (_live if name in _WRITERS else entry_point())(value)
+
+
+# The re-exported services that write to the conversation they are first given and
+# have no guard of their own (the pre-call hook's window query refuses a deleted one,
+# add_message's insert too).
+_WRITERS = frozenset(
+    {
+        "compact_if_flagged",
+        "generate_parent_summary",
+        "prebuild_window_summary",
+        "remember_chat_tools",
+    }
+)
+_bound_entry_points()

@@ -23,7 +23,9 @@ autodoc_inherit_docstrings = False
 # Type hints name models, Django's and the standard library's classes, which
 # this site does not document: they stay plain text rather than links. Every
 # other cross-reference (a function named in prose) must resolve.
-nitpick_ignore_regex = [("py:class", r"(assistant|collections|django|typing)\..*|.*[\['].*")]
+nitpick_ignore_regex = [
+    ("py:class", r"(assistant|collections|contextlib|django|typing)\..*|.*[\['].*")
+]
 exclude_patterns = ["_build"]
 html_theme = "alabaster"
 html_theme_options = {

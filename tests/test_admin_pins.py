@@ -101,3 +101,34 @@ def test_instructions_too_long_are_refused_before_anything_is_queued(conversatio
     with pytest.raises(ValidationError) as refused:
         queue_staff_action(REGENERATE_SUMMARY, conversation.pk, instructions="x" * 4001)
     assert refused.value.code == "invalid_instructions"
+
+
+# --- Issue 48: the admin answers bad input with a message or a 400, never a 500 ---------
+
+
+def test_the_regenerate_action_with_instructions_too_long_says_so_and_queues_nothing(
+    staff_client, django_capture_on_commit_callbacks
+):
+    conversation, _ = tool_heavy_conversation()
+    with django_capture_on_commit_callbacks() as enqueued:
+        response = staff_client.post(
+            CONVERSATIONS,
+            {
+                "action": "regenerate_window_summary",
+                ACTION_CHECKBOX_NAME: [conversation.pk],
+                "post": "yes",
+                "instructions": "x" * 5000,
+            },
+            follow=True,
+        )
+    assert response.status_code == 200
+    assert any("instructions must be a text of at most 4000" in m for m in flashed(response))
+    assert enqueued == []
+
+
+def test_the_request_download_in_an_unknown_shape_is_a_400(staff_client, conversation):
+    add_message(conversation, "user", "Hello.")
+    url = reverse("admin:assistant_conversation_request", args=[conversation.pk])
+    response = staff_client.get(url, {"shape": "bogus"})
+    assert response.status_code == 400
+    assert response.json()["code"] == "unknown_provider"

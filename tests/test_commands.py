@@ -39,6 +39,7 @@ def tool_heavy(db) -> Conversation:
         ("999999", "Conversation 999999 does not exist."),
         ("abc", "Conversation id must be an integer, got 'abc'."),
         ("0", "Conversation id must be positive, got 0."),
+        (str(10**30), f"Conversation {10**30} does not exist."),
     ],
 )
 @pytest.mark.django_db
@@ -193,6 +194,21 @@ def test_export_transcript_to_a_directory_is_a_clear_error_even_with_force(tool_
 def test_context_report_refuses_a_negative_event_count(tool_heavy):
     with pytest.raises(CommandError, match=r"^--events must be 0 or more, got -1\.$"):
         run("context_report", str(tool_heavy.pk), events=-1)
+
+
+@pytest.mark.django_db
+def test_context_report_refuses_an_event_count_past_the_database_integer(tool_heavy):
+    with pytest.raises(CommandError, match=r"^--events must be at most 2147483647"):
+        run("context_report", str(tool_heavy.pk), events=99999999999999999999)
+
+
+@pytest.mark.django_db
+def test_compact_conversation_refuses_the_instructions_the_service_refuses(tool_heavy, fake_llm):
+    before = CompactionEvent.objects.count()
+    with pytest.raises(CommandError, match="at most 4000 characters"):
+        run("compact_conversation", str(tool_heavy.pk), instructions="x" * 5000)
+    assert CompactionEvent.objects.count() == before
+    assert fake_llm.requests == []
 
 
 @pytest.mark.django_db

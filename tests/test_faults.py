@@ -660,6 +660,85 @@ BAD_SERVICE_CALLS = {
         lambda s, c: s.answer_tool_calls(c, "c1", no_tool),
         "invalid_tool_calls",
     ),
+    # Issue 48: raw errors where a coded ValidationError belongs.
+    "correct_summary with a NUL": (lambda s, c: s.correct_summary(c, "a\x00b"), "nul_byte"),
+    "correct_summary with a lone surrogate": (
+        lambda s, c: s.correct_summary(c, "a\ud800b"),
+        "invalid_unicode",
+    ),
+    "context_tokens of None": (lambda s, c: s.context_tokens(None), "invalid_conversation"),
+    "context_tokens of 42": (lambda s, c: s.context_tokens(42), "invalid_conversation"),
+    "context_tokens of an unsaved conversation": (
+        lambda s, c: s.context_tokens(Conversation(title="unsaved")),
+        "invalid_conversation",
+    ),
+    "context_tokens of a Message": (
+        lambda s, c: s.context_tokens(c.messages.first()),
+        "invalid_conversation",
+    ),
+    "process_exchange of a text": (lambda s, c: s.process_exchange("x"), "invalid_conversation_id"),
+    "summarize_messages of a text": (lambda s, c: s.summarize_messages("x"), "invalid_messages"),
+    "call_instructions of a number": (
+        lambda s, c: s.call_instructions(5),
+        "invalid_instructions",
+    ),
+    "call_instructions over the limit": (
+        lambda s, c: s.call_instructions("x" * 4001),
+        "invalid_instructions",
+    ),
+    "model_request of None": (lambda s, c: s.model_request(None), "invalid_context"),
+    "a staff action for a user that does not exist": (
+        lambda s, c: s.run_staff_action("compact_tool_results", c.pk, 10**9),
+        "invalid_acting_user",
+    ),
+    "a staff action for a user id that is a text": (
+        lambda s, c: s.run_staff_action("compact_tool_results", c.pk, "x"),
+        "invalid_acting_user",
+    ),
+    "a staff action queued for id -1": (
+        lambda s, c: s.queue_staff_action("compact_tool_results", -1),
+        "invalid_conversation_id",
+    ),
+    "a staff action queued for id 10**30": (
+        lambda s, c: s.queue_staff_action("compact_tool_results", 10**30),
+        "invalid_conversation_id",
+    ),
+    "a staff action queued for a conversation never stored": (
+        lambda s, c: s.queue_staff_action("compact_tool_results", 2**62),
+        "conversation_deleted",
+    ),
+    "a staff action queued with 5,000 characters of instructions": (
+        lambda s, c: s.queue_staff_action("regenerate_summary", c.pk, instructions="x" * 5000),
+        "invalid_instructions",
+    ),
+    "an unknown keyword to a service": (
+        lambda s, c: s.compact_tool_results(c, colour="blue"),
+        "unknown_field",
+    ),
+    "an unknown keyword to a reading service": (
+        lambda s, c: s.build_context(c, colour="blue"),
+        "unknown_field",
+    ),
+    "a service called without its conversation": (
+        lambda s, c: s.emergency_compact(),
+        "invalid_arguments",
+    ),
+    "review_summary of a version id that is a text": (
+        lambda s, c: s.review_summary(c, "x"),
+        "invalid_version_id",
+    ),
+    "run_tool_call on None": (
+        lambda s, c: s.run_tool_call(None, "recall", {"handle": "m1"}),
+        "invalid_conversation",
+    ),
+    "tool_definitions of an unknown provider": (
+        lambda s, c: s.tool_definitions("claude"),
+        "unknown_provider",
+    ),
+    "review_summary of a version id past bigint": (
+        lambda s, c: s.review_summary(c, 10**30),
+        "invalid_version_id",
+    ),
 }
 
 
@@ -707,7 +786,25 @@ DELETED_REFUSES = {
         c, [{"id": "c9", "name": "recall", "arguments": {"handle": "m1"}}], no_tool
     ),
     "hooks.ensure_context_summary": lambda s, c: hooks.ensure_context_summary(c),
+    "review_summary": lambda s, c: s.review_summary(c, 1),
+    "correct_summary": lambda s, c: s.correct_summary(c, "## Goal\n- x"),
+    "queue_staff_action": lambda s, c: s.queue_staff_action("compact_tool_results", c.pk),
+    "compact_if_flagged": lambda s, c: s.compact_if_flagged(c),
+    "prebuild_window_summary": lambda s, c: s.prebuild_window_summary(c),
+    "remember_chat_tools": lambda s, c: s.remember_chat_tools(c, [{"name": "read_post"}]),
 }
+
+
+@pytest.mark.parametrize("service", ["build_context", "context_status", "context_tokens"])
+def test_reading_a_purged_conversation_is_a_coded_refusal(two_conversations, service):
+    mine, _ = two_conversations
+    Conversation.objects.filter(pk=mine.pk).delete()
+
+    with pytest.raises(ValidationError) as error:
+        getattr(services, service)(mine)
+
+    assert error.value.code == "conversation_deleted"
+
 
 # Past every trigger, so that the pre-call hook would compact and shift at once.
 PAST_THE_TRIGGERS = {

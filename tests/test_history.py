@@ -341,9 +341,12 @@ def test_it_keeps_unicode_content_verbatim(conversation):
     assert message.content == text
 
 
-def test_unknown_fields_are_a_programming_error(conversation):
-    with pytest.raises(TypeError, match="tool_cals"):
+def test_an_unknown_field_is_refused_with_a_code(conversation):
+    with pytest.raises(ValidationError, match="tool_cals") as raised:
         add_message(conversation, "assistant", tool_cals=[])
+
+    assert raised.value.code == "unknown_field"
+    assert not conversation.messages.exists()
 
 
 # --- Reused tool-call ids and one result per call ------------------------------------

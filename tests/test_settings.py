@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from assistant import llm
@@ -459,3 +460,15 @@ def test_a_summarizer_call_that_could_outlive_its_lease_is_refused():
     )
     with override_settings(LLM_TIMEOUT_SECONDS=39.0, LLM_MAX_RETRIES=2):
         assert check_summarizer_deadline(compaction_config()) is None
+
+
+def test_a_summarizer_name_that_is_none_is_refused_not_taken_for_auto(settings):
+    settings.ASSISTANT_SUMMARIZER = "claude"
+    settings.ANTHROPIC_API_KEY = "sk-ant-in-settings"
+
+    with pytest.raises(ImproperlyConfigured, match="'claude'"):
+        registry.provider_name()
+    with pytest.raises(SystemCheckError, match=r"assistant\.E001"):
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+    settings.ASSISTANT_SUMMARIZER = "Anthropic"  # any case
+    assert registry.provider_name() == "anthropic"

@@ -5,13 +5,17 @@ correction), review it, and revert to an earlier one; nothing is lost."""
 from __future__ import annotations
 
 import pytest
+from django.contrib import messages as django_messages
 from django.core.exceptions import ValidationError
+from django.test import Client
+from django.urls import reverse
 
 from assistant.models import SummaryVersion
 from assistant.services import (
     add_message,
     build_context,
     correct_summary,
+    mark_deleted,
     regenerate_window_summary,
     revert_summary,
     review_summary,
@@ -105,3 +109,48 @@ def test_the_diff_shows_what_the_compaction_dropped(summarized):
     diff = "\n".join(compaction_diff(version))
     assert "-[user m" in diff and "Fix post 42" in diff
     assert "+## Goal" in diff
+
+
+# --- Issue 48: a deleted conversation's summaries are not reviewed; bad text is refused
+
+
+def test_a_deleted_conversations_version_is_not_marked_reviewed(summarized):
+    version = SummaryVersion.objects.get(conversation=summarized)
+    staff = staff_user()
+    client = Client()
+    client.force_login(staff)
+    mark_deleted([summarized.pk])
+
+    with pytest.raises(ValidationError) as refused:
+        review_summary(summarized, version.pk, acting_user=staff)
+    response = client.post(
+        reverse("admin:assistant_summary_review", args=[version.pk]), follow=True
+    )
+
+    assert refused.value.code == "conversation_deleted"
+    assert response.status_code == 200
+    version.refresh_from_db()
+    assert (version.reviewed_by, version.reviewed_at) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "code"), [("a\x00b", "nul_byte"), ("a\ud800b", "invalid_unicode")]
+)
+def test_a_correction_that_cannot_be_stored_is_refused(summarized, text, code):
+    with pytest.raises(ValidationError) as refused:
+        correct_summary(summarized, text)
+    assert refused.value.code == code
+    assert SummaryVersion.objects.filter(conversation=summarized).count() == 1
+
+
+def test_the_admin_correct_form_with_a_nul_says_so_and_stores_nothing(summarized):
+    client = Client()
+    client.force_login(staff_user())
+    url = reverse("admin:assistant_summary_correct", args=[summarized.pk])
+
+    response = client.post(url, {"text": "## Goal\n- a\x00b"}, follow=True)
+
+    assert response.status_code == 200
+    said = [str(m) for m in django_messages.get_messages(response.wsgi_request)]
+    assert any("NUL" in m for m in said)
+    assert SummaryVersion.objects.filter(conversation=summarized).count() == 1

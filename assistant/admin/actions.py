@@ -13,6 +13,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -29,6 +30,7 @@ from assistant.flows.staff import (
     REGENERATE_SUMMARY,
     RESTORE_ORIGINALS,
 )
+from assistant.llm.prompts import check_instructions
 from assistant.models import Conversation, Message
 from assistant.ops import telemetry
 from assistant.settings.conf import compaction_config
@@ -114,6 +116,20 @@ def _run(
 ) -> None:
     """Inline for a few conversations when no model is called, else on the worker."""
     instructions = request.POST.get("instructions", "") if action in TAKES_INSTRUCTIONS else ""
+    try:
+        check_instructions(instructions)  # refused before any is queued or run
+        _run_checked(modeladmin, request, action, conversations, instructions)
+    except ValidationError as error:
+        modeladmin.message_user(request, " ".join(error.messages), messages.ERROR)
+
+
+def _run_checked(
+    modeladmin,
+    request: HttpRequest,
+    action: str,
+    conversations: list[Conversation],
+    instructions: str,
+) -> None:
     if action in CALLS_THE_MODEL or len(conversations) > INLINE_LIMIT:
         for conversation in conversations:
             services.queue_staff_action(

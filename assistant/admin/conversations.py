@@ -12,7 +12,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.models import LogEntry
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
@@ -305,7 +305,10 @@ class ConversationAdmin(ConversationModelAdmin):
         obj = self.get_object(request, object_id)
         if obj is None or not self.has_view_permission(request, obj):
             raise PermissionDenied
-        body = request_body(obj, shape=request.GET.get("shape", ""))
+        try:
+            body = request_body(obj, shape=request.GET.get("shape", ""))
+        except ValidationError as error:
+            return JsonResponse({"error": " ".join(error.messages), "code": error.code}, status=400)
         return JsonResponse(
             body, encoder=WireJSONEncoder, json_dumps_params={"indent": 2, "ensure_ascii": False}
         )

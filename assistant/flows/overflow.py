@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from asgiref.sync import sync_to_async
 
+from assistant.llm.catalog import smallest_send_bound
 from assistant.llm.overflow import context_overflow, overflow_token_counts
 from assistant.models import Conversation
 from assistant.strategies.emergency import (
@@ -20,6 +21,7 @@ from assistant.strategies.emergency import (
     note_response,
 )
 from assistant.window.context import Context, build_context
+from assistant.window.limits import current_limits
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +47,10 @@ def call_with_overflow_recovery(
     while True:
         if context is None:
             context = build_context(conversation)
+        if recovery.over_bound(context):
+            recovery.shrink()
+            context = None
+            continue
         try:
             result = call(context)
         except Exception as exc:
@@ -70,6 +76,10 @@ async def acall_with_overflow_recovery(
     while True:
         if context is None:
             context = await sync_to_async(build_context)(conversation)
+        if await sync_to_async(recovery.over_bound)(context):
+            await sync_to_async(recovery.shrink)()
+            context = None
+            continue
         try:
             result = await call(context)
         except Exception as exc:
@@ -94,6 +104,25 @@ class OverflowRecovery:
         # count in the error describes that request, so a retry is judged against it.
         self.tokens_sent: int | None = None
         self.tokens_now: int | None = None
+
+    def over_bound(self, context: Context) -> bool:
+        """Whether `context` is larger than the answering model can take (its window
+        less its output cap: `Limits.bound`), so that it is made to fit before it is
+        sent, through the same levels as an overflow the provider reports."""
+        tokens = context.tokens.total
+        if tokens <= smallest_send_bound():  # fits any model: no query
+            return False
+        bound = current_limits(self.conversation.pk).bound
+        if tokens <= bound:
+            return False
+        logger.warning(
+            "context_over_bound conversation=%s tokens=%s bound=%s",
+            self.conversation.pk,
+            tokens,
+            bound,
+        )
+        self.tokens_sent = self.tokens_now = tokens
+        return True
 
     def failed(self, error: Exception) -> None:
         """A call failed: an overflow is recovered from, any other error passes through."""

@@ -18,6 +18,7 @@ from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.events import stopwatch
 from assistant.strategies.prebuild import prebuild_window_summary
 from assistant.strategies.tool_results import compact_old_blocks, prepare_tool_results
+from assistant.text.arguments import an_id, entry_point
 from assistant.window import (
     decide,
     load_window,
@@ -28,6 +29,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+@entry_point(conversation_id=an_id)
 def process_exchange(conversation_id: int) -> bool:
     """The post-exchange pipeline: prepare compaction of consumed tool results
     (applied at once with COMPACTION_TIMING "eager") and pre-build the next

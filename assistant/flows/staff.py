@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import ValidationError
 
-from assistant.llm.prompts import call_instructions
+from assistant.llm.prompts import call_instructions, check_instructions
 from assistant.models import Conversation
 from assistant.ops import telemetry
-from assistant.store.events import acting_as, one_event
+from assistant.store.events import acting_as, acting_user_of, one_event
 from assistant.strategies import emergency, shift
 from assistant.strategies import tool_results as compaction
 from assistant.strategies.previews import (
@@ -25,6 +26,7 @@ from assistant.strategies.previews import (
     regenerate_preview,
     restore_preview,
 )
+from assistant.text.arguments import an_id
 from assistant.window import load_window
 
 EMERGENCY_1 = "emergency_1"
@@ -52,27 +54,21 @@ class Outcome:
     message: str
 
 
-# The longest instructions one staff action takes for its summaries.
-MAX_INSTRUCTIONS_CHARS = 4000
-
-
-def check_action(action: str, conversation_id: int, instructions: str = "") -> None:
-    """A known action on a conversation id, else ValidationError (before anything runs)."""
-    if not isinstance(instructions, str) or len(instructions) > MAX_INSTRUCTIONS_CHARS:
-        raise ValidationError(
-            f"instructions must be a text of at most {MAX_INSTRUCTIONS_CHARS} characters.",
-            code="invalid_instructions",
-        )
+def check_action(
+    action: str, conversation_id: int, instructions: str = "", user_id: Any = None
+) -> int | None:
+    """A known action on a conversation id for a stored user (or None), else
+    ValidationError (before anything runs); returns the user's id."""
+    if not isinstance(instructions, str):
+        raise ValidationError("instructions must be a text.", code="invalid_instructions")
+    check_instructions(instructions)
     if action not in ACTIONS:
         raise ValidationError(
             f"Unknown staff action {action!r}; expected one of {', '.join(ACTIONS)}.",
             code="unknown_action",
         )
-    if type(conversation_id) is not int:
-        raise ValidationError(
-            f"conversation_id must be an integer id, got {conversation_id!r}.",
-            code="invalid_conversation_id",
-        )
+    an_id("conversation_id", conversation_id)
+    return acting_user_of(user_id)
 
 
 def run_staff_action(
@@ -80,7 +76,7 @@ def run_staff_action(
 ) -> Outcome:
     """Run one staff action on one conversation for `user_id` and record it;
     `instructions` go into the prompt of every summary it makes."""
-    check_action(action, conversation_id, instructions)
+    user_id = check_action(action, conversation_id, instructions, user_id)
     conversation = Conversation.objects.filter(pk=conversation_id).first()
     if conversation is None:
         return Outcome(conversation_id, False, f"conversation {conversation_id} no longer exists")

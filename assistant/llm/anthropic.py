@@ -38,24 +38,29 @@ def anthropic_image_tokens(width: int, height: int) -> int:
     return max(1, math.ceil(pixels / PIXELS_PER_TOKEN))
 
 
-def _claude(window: int, input_price: float, output: float) -> ModelInfo:
+def _claude(window: int, input_price: float, output: float, max_output: int) -> ModelInfo:
     # The 5-minute cache: reads at 0.1x of input, writes at 1.25x.
     return ModelInfo(
-        window, input_price, output, round(input_price * 0.1, 6), round(input_price * 1.25, 6)
+        window,
+        input_price,
+        output,
+        round(input_price * 0.1, 6),
+        round(input_price * 1.25, 6),
+        max_output,
     )
 
 
 # Longest prefix wins; USD per million tokens. An unlisted Claude has the family's
 # window and no price (docs/providers.rst).
 MODELS = {
-    "claude-": ModelInfo(200_000),
-    "claude-opus-4-6": _claude(200_000, 5.0, 25.0),
-    "claude-opus-4-5": _claude(200_000, 5.0, 25.0),
-    "claude-opus-4": _claude(200_000, 15.0, 75.0),
-    "claude-sonnet-4": _claude(200_000, 3.0, 15.0),
-    "claude-haiku-4-5": _claude(200_000, 1.0, 5.0),
-    "claude-3-5-haiku": _claude(200_000, 0.8, 4.0),
-    "claude-3-haiku": _claude(200_000, 0.25, 1.25),
+    "claude-": ModelInfo(200_000, max_output=8_192),
+    "claude-opus-4-6": _claude(200_000, 5.0, 25.0, 64_000),
+    "claude-opus-4-5": _claude(200_000, 5.0, 25.0, 64_000),
+    "claude-opus-4": _claude(200_000, 15.0, 75.0, 32_000),
+    "claude-sonnet-4": _claude(200_000, 3.0, 15.0, 64_000),
+    "claude-haiku-4-5": _claude(200_000, 1.0, 5.0, 64_000),
+    "claude-3-5-haiku": _claude(200_000, 0.8, 4.0, 8_192),
+    "claude-3-haiku": _claude(200_000, 0.25, 1.25, 4_096),
 }
 
 

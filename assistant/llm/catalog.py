@@ -95,6 +95,23 @@ def model_context_window(model: str, provider: str = "") -> int:
     return info.window
 
 
+def send_bound(model: str, provider: str = "") -> int:
+    """The largest request `model` can take: its window less its output cap (the
+    window alone for a model with no listed cap). The one pre-send bound
+    (docs/chat-loop.rst, "Overflow recovery")."""
+    info = model_info(model, provider)
+    if info is None:
+        return int(app_setting("ASSISTANT_DEFAULT_CONTEXT_WINDOW"))
+    return info.window - info.max_output
+
+
+def smallest_send_bound() -> int:
+    """The smallest send bound of any model: a request no larger fits every one, so
+    the pre-send check asks no query for it."""
+    bounds = [info.window - info.max_output for w in WIRES.values() for info in w.models.values()]
+    return min([*bounds, int(app_setting("ASSISTANT_DEFAULT_CONTEXT_WINDOW"))])
+
+
 def listed_prices() -> dict[str, dict[str, float]]:
     """Every listed model's prices (USD per million tokens), by its table name."""
     free = {"input": 0.0, "output": 0.0, "cache_read": 0.0, "cache_write": 0.0}

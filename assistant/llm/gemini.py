@@ -15,13 +15,13 @@ from assistant.text.blocks import MediaRates
 # Longest prefix wins; USD per million tokens. Implicit caching: cached input at 0.1x,
 # no write premium (written at the input price).
 MODELS = {
-    "gemini-1.5-pro": ModelInfo(2_097_152),
-    "gemini-1.5-flash": ModelInfo(1_048_576),
-    "gemini-2": ModelInfo(1_048_576),
-    "gemini-3": ModelInfo(1_048_576),
-    "gemini-2.5-pro": ModelInfo(1_048_576, 1.25, 10.0, 0.125, 1.25),
-    "gemini-2.5-flash": ModelInfo(1_048_576, 0.3, 2.5, 0.03, 0.3),
-    "gemini-2.5-flash-lite": ModelInfo(1_048_576, 0.1, 0.4, 0.01, 0.1),
+    "gemini-1.5-pro": ModelInfo(2_097_152, max_output=8_192),
+    "gemini-1.5-flash": ModelInfo(1_048_576, max_output=8_192),
+    "gemini-2": ModelInfo(1_048_576, max_output=8_192),
+    "gemini-3": ModelInfo(1_048_576, max_output=65_536),
+    "gemini-2.5-pro": ModelInfo(1_048_576, 1.25, 10.0, 0.125, 1.25, 65_536),
+    "gemini-2.5-flash": ModelInfo(1_048_576, 0.3, 2.5, 0.03, 0.3, 65_536),
+    "gemini-2.5-flash-lite": ModelInfo(1_048_576, 0.1, 0.4, 0.01, 0.1, 65_536),
 }
 
 
@@ -143,6 +143,15 @@ class GeminiWire(Wire):
             config["tools"] = self.tool_definitions(tools)
             config["automatic_function_calling"] = {"disable": True}
         return {"contents": shape["contents"], "config": config}
+
+    def with_timeout(self, request: dict[str, Any], seconds: float) -> dict[str, Any]:
+        """google-genai takes a call's timeout in its config's `http_options`, in
+        milliseconds."""
+        config = dict(request.get("config") or {})
+        options = dict(config.get("http_options") or {})
+        options["timeout"] = max(1, int(seconds * 1000))
+        config["http_options"] = options
+        return {**request, "config": config}
 
     def tool_definitions(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return convert.gemini_tools(tools)

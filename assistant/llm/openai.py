@@ -39,26 +39,28 @@ def openai_image_tokens(width: int, height: int) -> int:
     return BASE_TOKENS + TOKENS_PER_TILE * math.ceil(w / TILE_EDGE) * math.ceil(h / TILE_EDGE)
 
 
-def _gpt(window: int, input_price: float, output: float, cached: float) -> ModelInfo:
+def _gpt(
+    window: int, input_price: float, output: float, cached: float, max_output: int
+) -> ModelInfo:
     # Before the GPT-5.6 family a cache write costs the input price (no premium); from
     # it, 1.25x (a host lists those models' prices in ASSISTANT_MODEL_PRICES).
-    return ModelInfo(window, input_price, output, cached, input_price)
+    return ModelInfo(window, input_price, output, cached, input_price, max_output)
 
 
 # Longest prefix wins; USD per million tokens, cached input at each family's discount.
 MODELS = {
-    "gpt-3.5-turbo": ModelInfo(16_385),
-    "gpt-4-turbo": ModelInfo(128_000),
-    "gpt-4o": _gpt(128_000, 2.5, 10.0, 1.25),
-    "gpt-4o-mini": _gpt(128_000, 0.15, 0.6, 0.075),
-    "gpt-4.1": _gpt(1_047_576, 2.0, 8.0, 0.5),
-    "gpt-4.1-mini": _gpt(1_047_576, 0.4, 1.6, 0.1),
-    "gpt-4.1-nano": _gpt(1_047_576, 0.1, 0.4, 0.025),
-    "gpt-5": _gpt(400_000, 1.25, 10.0, 0.125),
-    "gpt-5-mini": _gpt(400_000, 0.25, 2.0, 0.025),
-    "gpt-5-nano": _gpt(400_000, 0.05, 0.4, 0.005),
-    "o3": _gpt(200_000, 2.0, 8.0, 0.5),
-    "o4-mini": _gpt(200_000, 1.1, 4.4, 0.275),
+    "gpt-3.5-turbo": ModelInfo(16_385, max_output=4_096),
+    "gpt-4-turbo": ModelInfo(128_000, max_output=4_096),
+    "gpt-4o": _gpt(128_000, 2.5, 10.0, 1.25, 16_384),
+    "gpt-4o-mini": _gpt(128_000, 0.15, 0.6, 0.075, 16_384),
+    "gpt-4.1": _gpt(1_047_576, 2.0, 8.0, 0.5, 32_768),
+    "gpt-4.1-mini": _gpt(1_047_576, 0.4, 1.6, 0.1, 32_768),
+    "gpt-4.1-nano": _gpt(1_047_576, 0.1, 0.4, 0.025, 32_768),
+    "gpt-5": _gpt(400_000, 1.25, 10.0, 0.125, 128_000),
+    "gpt-5-mini": _gpt(400_000, 0.25, 2.0, 0.025, 128_000),
+    "gpt-5-nano": _gpt(400_000, 0.05, 0.4, 0.005, 128_000),
+    "o3": _gpt(200_000, 2.0, 8.0, 0.5, 100_000),
+    "o4-mini": _gpt(200_000, 1.1, 4.4, 0.275, 100_000),
 }
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
+
+from django.core.exceptions import ValidationError
 
 from assistant.llm.base import SummaryRejected
 from assistant.text.blocks import attachments_line
@@ -134,10 +136,39 @@ def current_guidance() -> Guidance:
     return _GUIDANCE.get() or Guidance()
 
 
-@contextmanager
-def call_instructions(text: str | None) -> Iterator[None]:
+# The longest instructions one call (a service's, a staff action's, a command's) takes.
+MAX_INSTRUCTIONS_CHARS = 4000
+
+
+def check_instructions(text: Any) -> None:
+    """None, or a text of at most MAX_INSTRUCTIONS_CHARS characters that can be stored
+    (the admin history records it): else ValidationError `invalid_instructions`."""
+    if text is None:
+        return
+    if not isinstance(text, str) or len(text) > MAX_INSTRUCTIONS_CHARS or "\x00" in text:
+        raise ValidationError(
+            f"instructions must be a text of at most {MAX_INSTRUCTIONS_CHARS} characters "
+            "(with no NUL).",
+            code="invalid_instructions",
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(
+            "instructions are not valid Unicode (a lone surrogate).", code="invalid_instructions"
+        ) from None
+
+
+def call_instructions(text: str | None) -> AbstractContextManager[None]:
     """One call's instructions (`instructions=` of a staff action or a service): added
-    to every summary made inside, after SUMMARY_INSTRUCTIONS."""
+    to every summary made inside, after SUMMARY_INSTRUCTIONS. Checked when called
+    (`check_instructions`), before the block runs."""
+    check_instructions(text)
+    return _instructions(text)
+
+
+@contextmanager
+def _instructions(text: str | None) -> Iterator[None]:
     cleaned = (text or "").strip()
     outer = _CALL_INSTRUCTIONS.get()
     token = _CALL_INSTRUCTIONS.set((*outer, cleaned) if cleaned else outer)

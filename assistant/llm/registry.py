@@ -9,6 +9,8 @@ import logging
 import os
 from collections.abc import Callable
 
+from django.core.exceptions import ImproperlyConfigured
+
 from assistant.llm.base import Provider, ProviderError, SummaryResult
 from assistant.llm.catalog import telemetry_name
 from assistant.llm.offline import OfflineProvider
@@ -27,6 +29,21 @@ KEYS = {
     "gemini": ("GEMINI_API_KEY", ("GOOGLE_API_KEY", "GEMINI_API_KEY")),
 }
 PROVIDERS = (*KEYS, "offline")
+# What ASSISTANT_SUMMARIZER may say (any case).
+SUMMARIZER_CHOICES = (*PROVIDERS, "auto")
+
+
+def summarizer_setting() -> str:
+    """ASSISTANT_SUMMARIZER, lower case ("auto" when empty); a name that is none of
+    SUMMARIZER_CHOICES (e.g. "claude") raises ImproperlyConfigured rather than being
+    taken for "auto" (`manage.py check` reports it as assistant.E001)."""
+    raw = app_setting("ASSISTANT_SUMMARIZER") or "auto"
+    chosen = raw.lower() if isinstance(raw, str) else raw
+    if chosen not in SUMMARIZER_CHOICES:
+        raise ImproperlyConfigured(
+            f"ASSISTANT_SUMMARIZER is {raw!r}: expected one of {', '.join(SUMMARIZER_CHOICES)}."
+        )
+    return str(chosen)
 
 
 def settings_key(provider: str) -> str:
@@ -46,7 +63,7 @@ def provider_name() -> str:
     """The summarizer's provider: the one ASSISTANT_SUMMARIZER names, or for "auto" the
     first whose key is found, settings' keys first (Anthropic, OpenAI, Gemini), then
     the SDKs' environment variables in the same order; offline when none is."""
-    chosen = (app_setting("ASSISTANT_SUMMARIZER") or "auto").lower()
+    chosen = summarizer_setting()
     if chosen in PROVIDERS:
         return chosen
     for read in (settings_key, environment_key):
@@ -190,7 +207,7 @@ def offline_reason() -> str | None:
     instead (a provider, or "auto", with no key in the Django settings nor in
     its SDK's environment variables); None when it can run, or when "offline"
     is what was asked for."""
-    chosen = (app_setting("ASSISTANT_SUMMARIZER") or "auto").lower()
+    chosen = summarizer_setting()
     if chosen == "offline":
         return None
     if chosen in KEYS:

@@ -24,13 +24,15 @@ from assistant.text.blocks import MediaRates
 @dataclass(frozen=True)
 class ModelInfo:
     """A model's context window, and its prices in USD per million tokens (None: the
-    window is known, the price is not)."""
+    window is known, the price is not); `max_output`: the most tokens one answer may
+    take (its output cap, 0: not listed), which a request leaves room for."""
 
     window: int
     input: float | None = None
     output: float = 0.0
     cache_read: float = 0.0
     cache_write: float = 0.0
+    max_output: int = 0
 
     def prices(self) -> dict[str, float] | None:
         if self.input is None:
@@ -121,6 +123,11 @@ class Wire(abc.ABC):
     @abc.abstractmethod
     def result(self, response: Any) -> ChatResult:
         """The SDK's answer read into a ChatResult (usage normalized, model as reported)."""
+
+    def with_timeout(self, request: dict[str, Any], seconds: float) -> dict[str, Any]:
+        """`request` bounded to `seconds`: the SDK call's own `timeout` keyword (the
+        anthropic and openai SDKs', in seconds)."""
+        return {**request, "timeout": seconds}
 
     def threshold_compaction(self, trigger: int) -> dict[str, Any] | None:
         """The keyword arguments that turn on the provider's own compaction at `trigger`

@@ -51,8 +51,14 @@ def require_live(conversation: Conversation) -> None:
     conversations that are not deleted (or purged), by one query on the database's
     row, not the caller's copy of it."""
     require_saved(conversation)
-    if not live(conversation.pk).exists():
-        raise deleted_error(conversation.pk)
+    require_live_id(conversation.pk)
+
+
+def require_live_id(conversation_id: int) -> None:
+    """require_live for an id (a task's, a queued action's): one that names no live
+    conversation (deleted, purged, never stored) is `conversation_deleted`."""
+    if not live(conversation_id).exists():
+        raise deleted_error(conversation_id)
 
 
 def validated_ids(ids: Any, name: str, code: str) -> list[int]:

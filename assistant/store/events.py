@@ -23,6 +23,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.dispatch import Signal
 
@@ -30,6 +32,7 @@ from assistant import signals
 from assistant.models import CompactionEvent, Conversation
 from assistant.ops import telemetry
 from assistant.ops.logs import log_event
+from assistant.text.arguments import MAX_ID
 from assistant.window.limits import current_limits
 
 EMERGENCY_LEVELS: dict[str, int] = {
@@ -61,15 +64,34 @@ SUMMED_DETAILS = ("summarizer_cache_read_tokens", "summarizer_cache_write_tokens
 def acting_as(user: Any) -> Iterator[None]:
     """Attribute the compaction events recorded inside the block to `user`
     (a user or a user id). None keeps whoever an enclosing block acts for."""
-    user_id = getattr(user, "pk", user)
+    user_id = acting_user_of(user)
     if user_id is None:
         yield
         return
-    token = _acting_user_id.set(int(user_id))
+    token = _acting_user_id.set(user_id)
     try:
         yield
     finally:
         _acting_user_id.reset(token)
+
+
+def acting_user_of(user: Any) -> int | None:
+    """The id of an acting user (a user, a user id, or None), once it names a stored
+    user: anything else is ValidationError `invalid_acting_user`, before the action runs
+    (an event or a history entry naming no user would be refused by the database)."""
+    user_id = getattr(user, "pk", user)
+    if user_id is None:
+        return None
+    if (
+        type(user_id) is not int
+        or not 1 <= user_id <= MAX_ID
+        or not get_user_model().objects.filter(pk=user_id).exists()
+    ):
+        raise ValidationError(
+            f"The acting user {user!r} is not a stored user (a user, its id, or None).",
+            code="invalid_acting_user",
+        )
+    return user_id
 
 
 def acting_user_id() -> int | None:

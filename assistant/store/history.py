@@ -8,7 +8,6 @@ provider conversion) never has to defend against a malformed row.
 from __future__ import annotations
 
 import json
-import math
 from contextlib import nullcontext
 from typing import Any
 
@@ -26,6 +25,15 @@ from assistant.ops import telemetry
 from assistant.settings.conf import compaction_config
 from assistant.store import provider_compaction
 from assistant.store.deletion import deleted_error, live
+from assistant.store.fields import (
+    check_content,
+    check_size,
+    checked_json,
+    checked_name,
+    number_too_long,
+    too_deep,
+)
+from assistant.text.arguments import check_known
 from assistant.text.blocks import blocks_tokens, has_media, validate_blocks
 from assistant.text.tokens import estimate_message_tokens
 from assistant.window import add_to_size, measure_size, require_saved
@@ -38,7 +46,6 @@ _CALL_WITH_ID = (
 )
 # The columns' own limits: PositiveIntegerField on PostgreSQL, CharField(max_length=255).
 _MAX_COUNT = 2**31 - 1
-_MAX_NAME_CHARS = int(Message._meta.get_field("tool_call_id").max_length or 0)
 _NEEDS_CONTENT = (Message.Role.USER, Message.Role.SYSTEM)
 _TOOL_RESULT_FIELDS = ("tool_call_id", "tool_name", "tool_arguments")
 _FIELDS = {
@@ -59,21 +66,14 @@ _ANSWERED_BY = {"provider": 32, "model": 255}  # Message's columns and their len
 def add_message(conversation: Conversation, role: str, content: str = "", **fields: Any) -> Message:
     """Validate and append one message; raises ValidationError and saves
     nothing when the message is malformed."""
-    unknown = set(fields) - _FIELDS
-    if unknown:
-        raise TypeError(f"add_message() got unexpected fields: {', '.join(sorted(unknown))}")
     require_saved(conversation)
-    _validate_role(role)
-    _validate_content(content)
-    if role != Message.Role.TOOL:
-        _check_no_tool_fields(role, fields)
-    metadata = _validated_metadata(fields.get("metadata"))
-    tool_calls = _validated_tool_calls(role, fields.get("tool_calls"))
-    blocks = validate_blocks(role, fields.get("blocks"), compaction_config().MAX_CONTENT_BYTES)
+    checked = validated_fields(role, fields)
+    check_content("Message content", content)
+    metadata, tool_calls, blocks = checked["metadata"], checked["tool_calls"], checked["blocks"]
     _require_something(role, content, blocks)
-    usage = {name: _validated_count(name, fields.get(name)) for name in _USAGE_FIELDS}
-    compaction = provider_compaction.validated(fields.get("provider_compaction"))
-    answered_by = {name: _validated_name(name, fields.get(name)) for name in _ANSWERED_BY}
+    usage = {name: checked[name] for name in _USAGE_FIELDS}
+    compaction = checked["provider_compaction"]
+    answered_by = {name: checked[name] for name in _ANSWERED_BY}
 
     tool_fields = _tool_result_fields(conversation, fields) if role == "tool" else {}
     media_tokens = blocks_tokens(blocks, media_rates(llm.provider_name()))
@@ -100,6 +100,26 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
     if role == Message.Role.ASSISTANT and message.input_tokens is not None:
         _record_usage(message, metadata)
     return message
+
+
+def validated_fields(role: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """The message's fields (add_message's keywords but the content) checked, with no
+    query, normalized: what add_message stores of them. Entry points that store a message
+    only after a paid call (chat_step, record_response) check theirs here first, so a bad
+    field is refused before the call. An unknown field is `unknown_field`."""
+    check_known(fields, _FIELDS, "add_message")
+    _validate_role(role)
+    if role != Message.Role.TOOL:
+        _check_no_tool_fields(role, fields)
+    blocks = validate_blocks(role, fields.get("blocks"), compaction_config().MAX_CONTENT_BYTES)
+    return {
+        "metadata": _validated_metadata(fields.get("metadata")),
+        "tool_calls": _validated_tool_calls(role, fields.get("tool_calls")),
+        "blocks": blocks,
+        **{name: _validated_count(name, fields.get(name)) for name in _USAGE_FIELDS},
+        "provider_compaction": provider_compaction.validated(fields.get("provider_compaction")),
+        **{name: _validated_name(name, fields.get(name)) for name in _ANSWERED_BY},
+    }
 
 
 def _validate_role(role: str) -> None:
@@ -178,14 +198,19 @@ def _check_no_tool_fields(role: str, fields: dict[str, Any]) -> None:
         )
 
 
-def _validate_content(content: Any) -> None:
-    if not isinstance(content, str):
-        raise ValidationError(
-            f"Message content must be a string, got {type(content).__name__}.",
-            code="invalid_content",
-        )
-    size = _checked_text("Message content", content)
-    _check_size("Message content", size, "MAX_CONTENT_BYTES", "content_too_large")
+def check_results_wanted(conversation: Conversation, call_ids: list[str]) -> None:
+    """Each id names a call of this conversation still waiting for its result, once:
+    what add_message would refuse of these tool results, refused before any tool runs
+    (answer_tool_calls)."""
+    for index, call_id in enumerate(call_ids):
+        checked_name("tool_call_id", call_id)
+        if call_id in call_ids[:index]:
+            raise _duplicate_result(call_id)
+        calls = _calls_with_id(conversation, call_id)
+        if not calls:
+            raise _unknown_call(call_id)
+        if all(answered for _, _, answered in calls):
+            raise _duplicate_result(call_id)
 
 
 def _validated_metadata(metadata: Any) -> dict[str, Any]:
@@ -196,8 +221,8 @@ def _validated_metadata(metadata: Any) -> dict[str, Any]:
             f"Message metadata must be a JSON object, got {type(metadata).__name__}.",
             code="invalid_metadata",
         )
-    size = _checked_json("Message metadata", metadata, "invalid_metadata")
-    _check_size("Message metadata", size, "MAX_METADATA_BYTES", "metadata_too_large")
+    size = checked_json("Message metadata", metadata, "invalid_metadata")
+    check_size("Message metadata", size, "MAX_METADATA_BYTES", "metadata_too_large")
     return metadata
 
 
@@ -252,10 +277,10 @@ def _validated_tool_calls(role: str, tool_calls: Any) -> list[dict[str, Any]] | 
         # its result can name it (the caller reads it back from message.tool_calls). An
         # empty or blank id is a malformed one, refused below.
         call_id = call.get("id")
-        call_id = _checked_name(
+        call_id = checked_name(
             f"tool_calls[{index}].id", new_tool_call_id() if call_id is None else call_id
         )
-        name = _checked_name(f"tool_calls[{index}].name", call["name"])
+        name = checked_name(f"tool_calls[{index}].name", call["name"])
         if call_id in seen:
             raise ValidationError(
                 f"tool_calls has a duplicate id {call_id!r}.", code="duplicate_tool_call_id"
@@ -263,10 +288,10 @@ def _validated_tool_calls(role: str, tool_calls: Any) -> list[dict[str, Any]] | 
         seen.add(call_id)
         arguments = _parse_arguments(index, call)
         where = f"tool_calls[{index}].arguments"
-        size += _checked_json(where, arguments, "invalid_tool_arguments")
+        size += checked_json(where, arguments, "invalid_tool_arguments")
         size += len(call_id.encode()) + len(name.encode())
         normalized.append({"id": call_id, "name": name, "arguments": arguments})
-    _check_size("tool_calls", size, "MAX_TOOL_CALLS_BYTES", "tool_calls_too_large")
+    check_size("tool_calls", size, "MAX_TOOL_CALLS_BYTES", "tool_calls_too_large")
     return normalized
 
 
@@ -282,107 +307,16 @@ def _parse_arguments(index: int, call: dict[str, Any]) -> dict[str, Any]:
                 code="invalid_tool_arguments",
             ) from None
         except ValueError:  # a number longer than Python converts (sys.get_int_max_str_digits)
-            raise _number_too_long(
+            raise number_too_long(
                 f"tool_calls[{index}].arguments", "invalid_tool_arguments"
             ) from None
         except RecursionError:
-            raise _too_deep(f"tool_calls[{index}].arguments") from None
+            raise too_deep(f"tool_calls[{index}].arguments") from None
     if not isinstance(arguments, dict):
         raise ValidationError(
             f"tool_calls[{index}].arguments must be a JSON object.", code="invalid_tool_arguments"
         )
     return arguments
-
-
-# --- Field checks: what PostgreSQL would refuse, refused first with our error ---------
-
-
-def _checked_name(what: str, value: Any) -> str:
-    """An id or a name: a non-blank string that fits its column."""
-    if not isinstance(value, str) or not value.strip():
-        raise ValidationError(f"{what} must be a non-empty string.", code="invalid_tool_calls")
-    _checked_text(what, value)
-    if len(value) > _MAX_NAME_CHARS:
-        raise ValidationError(
-            f"{what} is {len(value)} characters, over the maximum of {_MAX_NAME_CHARS}.",
-            code="value_too_long",
-        )
-    return value
-
-
-def _checked_text(what: str, text: str) -> int:
-    """Its size in UTF-8 bytes, once it is known to be storable: no NUL, no lone surrogate."""
-    if "\x00" in text:
-        raise ValidationError(
-            f"{what} contains a NUL byte (\\x00), which cannot be stored; "
-            "encode binary data (for example as base64) before adding it.",
-            code="nul_byte",
-        )
-    try:
-        return len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValidationError(
-            f"{what} is not valid Unicode (it contains a lone surrogate).",
-            code="invalid_unicode",
-        ) from None
-
-
-def _checked_json(what: str, value: Any, code: str) -> int:
-    """The size of `value` as JSON in UTF-8 bytes, once every string in it (keys too) is
-    storable, every number finite and its nesting within the configured depth. Walks
-    without recursion, so no input can raise RecursionError."""
-    max_depth = compaction_config().MAX_JSON_DEPTH
-    pending: list[tuple[Any, int]] = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, dict | list | tuple) and depth > max_depth:
-            raise _too_deep(what)
-        if isinstance(item, dict):
-            for key, child in item.items():
-                if not isinstance(key, str):
-                    raise ValidationError(
-                        f"{what} has a key that is not a string: {key!r}.", code=code
-                    )
-                _checked_text(f"A key in {what}", key)
-                pending.append((child, depth + 1))
-        elif isinstance(item, list | tuple):
-            pending.extend((child, depth + 1) for child in item)
-        elif isinstance(item, str):
-            _checked_text(f"A string in {what}", item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise ValidationError(
-                f"{what} contains {item!r}, which JSON cannot represent.", code=code
-            )
-        elif item is not None and not isinstance(item, bool | int | float):
-            raise ValidationError(
-                f"{what} is not JSON: it contains a {type(item).__name__}.", code=code
-            )
-    try:
-        return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
-    except ValueError:  # an integer too long to write out (sys.get_int_max_str_digits)
-        raise _number_too_long(what, code) from None
-
-
-def _number_too_long(what: str, code: str) -> ValidationError:
-    return ValidationError(f"{what} holds a number with too many digits to store.", code=code)
-
-
-def _check_size(what: str, size: int, setting: str, code: str) -> None:
-    limit = getattr(compaction_config(), setting)
-    if size > limit:
-        raise ValidationError(
-            f"{what} is {size} bytes, over the {limit}-byte maximum "
-            f"(ASSISTANT_COMPACTION['{setting}']).",
-            code=code,
-        )
-
-
-def _too_deep(what: str) -> ValidationError:
-    limit = compaction_config().MAX_JSON_DEPTH
-    return ValidationError(
-        f"{what} is nested more than {limit} levels deep (ASSISTANT_COMPACTION['MAX_JSON_DEPTH']).",
-        code="too_deeply_nested",
-    )
 
 
 def _tool_result_fields(conversation: Conversation, fields: dict[str, Any]) -> dict[str, Any]:
@@ -392,14 +326,10 @@ def _tool_result_fields(conversation: Conversation, fields: dict[str, Any]) -> d
     call_id = fields.get("tool_call_id") or ""
     if not isinstance(call_id, str) or not call_id.strip():
         raise ValidationError("A tool message needs a tool_call_id.", code="missing_tool_call_id")
-    _checked_name("tool_call_id", call_id)
+    checked_name("tool_call_id", call_id)
     calls = _calls_with_id(conversation, call_id)
     if not calls:
-        raise ValidationError(
-            f"tool_call_id {call_id!r} matches no earlier assistant tool call "
-            "in this conversation.",
-            code="unknown_tool_call_id",
-        )
+        raise _unknown_call(call_id)
     unanswered = [(message_id, call) for message_id, call, answered in calls if not answered]
     if not unanswered:
         raise _duplicate_result(call_id)
@@ -465,6 +395,13 @@ def _calls_with_id(
         for call in tool_calls
         if call["id"] == call_id
     ]
+
+
+def _unknown_call(call_id: str) -> ValidationError:
+    return ValidationError(
+        f"tool_call_id {call_id!r} matches no earlier assistant tool call in this conversation.",
+        code="unknown_tool_call_id",
+    )
 
 
 def _duplicate_result(call_id: str) -> ValidationError:

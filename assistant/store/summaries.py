@@ -19,7 +19,9 @@ from django.utils import timezone
 from assistant.metadata_keys import PENDING_SUMMARY_KEYS, MetadataKeys
 from assistant.models import Conversation, Message, SummaryVersion, handle
 from assistant.store.events import acting_user_id
+from assistant.store.fields import checked_text
 from assistant.store.state import write_state
+from assistant.text.arguments import an_id
 from assistant.window import load_window, refresh_size
 
 # A correction is a summary: it must fit where the model's did.
@@ -83,6 +85,7 @@ def correct_summary(conversation: Conversation, text: Any) -> SummaryVersion:
     """Staff's corrected text becomes the current summary (a new version)."""
     if not isinstance(text, str) or not text.strip():
         raise ValidationError("A corrected summary cannot be empty.", code="empty_summary")
+    checked_text("A corrected summary", text)
     if len(text) > MAX_SUMMARY_CHARS:
         raise ValidationError(
             f"A summary is at most {MAX_SUMMARY_CHARS:,} characters, got {len(text):,}.",
@@ -94,10 +97,7 @@ def correct_summary(conversation: Conversation, text: Any) -> SummaryVersion:
 
 
 def _version(conversation: Conversation, version_id: Any) -> SummaryVersion:
-    if type(version_id) is not int:
-        raise ValidationError(
-            f"version_id must be an integer id, got {version_id!r}.", code="invalid_version_id"
-        )
+    an_id("version_id", version_id)
     version = SummaryVersion.objects.filter(conversation_id=conversation.pk, pk=version_id).first()
     if version is None:
         raise ValidationError(

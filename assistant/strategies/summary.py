@@ -31,6 +31,7 @@ from assistant.models import (
 )
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.strategies.guidance import guided_by
+from assistant.text.arguments import entry_point, optional_text, sequence_of
 from assistant.text.artifacts import render, without_index
 from assistant.text.facts import (
     summary_body,
@@ -104,6 +105,7 @@ def suffix_for(state: WindowState, newly_old: Sequence[Message]) -> Suffix | Non
     return Suffix(context, first_kept, json.loads(tools) if tools else None)
 
 
+@entry_point(messages=sequence_of(Message), previous_summary=optional_text)
 def summarize_messages(
     messages: Sequence[Message],
     *,

@@ -70,6 +70,7 @@ from assistant.window.state import (
     refresh_size,
     refreshed_window,
     require_saved,
+    saved_window,
     store_size,
 )
 
@@ -112,6 +113,7 @@ __all__ = [
     "refreshed_window",
     "require_saved",
     "results_step",
+    "saved_window",
     "shift_in_sight",
     "shift_within_latency",
     "should_shift",

@@ -16,12 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import ValidationError
+
 from assistant.llm import catalog
 from assistant.llm.server_compaction import summary_text
 from assistant.llm.wire import Wire
 from assistant.models import Conversation, Message, handle
 from assistant.text.tokens import estimate_tokens
-from assistant.window import WindowState, load_window, require_saved
+from assistant.window import WindowState, saved_window
 
 MISSING_RESULT = "[No result was recorded for this tool call]"
 
@@ -64,8 +66,12 @@ def with_provider_compaction(messages: list[dict[str, Any]], wire: Wire) -> list
     return [{"role": "user", "content": summary_text(compaction)}, first, *kept[1:]]
 
 
-class IncompleteToolCall(Exception):
-    """The last assistant message asked for tools whose results are not in yet."""
+class IncompleteToolCall(ValidationError):
+    """The last assistant message asked for tools whose results are not in yet
+    (code `incomplete_tool_call`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="incomplete_tool_call")
 
 
 @dataclass(frozen=True)
@@ -156,8 +162,7 @@ def build_context(conversation: Conversation, *, allow_pending: bool = False) ->
     whatever the length of the conversation. Tool calls still waiting for
     their results raise IncompleteToolCall, unless `allow_pending` (the
     inspectors): then they are listed in `pending_calls`."""
-    require_saved(conversation)
-    return context_from_state(load_window(conversation.pk), allow_pending=allow_pending)
+    return context_from_state(saved_window(conversation), allow_pending=allow_pending)
 
 
 def context_from_state(state: WindowState, *, allow_pending: bool = False) -> Context:
@@ -224,7 +229,7 @@ def pinned_section(rows: Sequence[Message]) -> str | None:
 def context_tokens(conversation: Conversation) -> int:
     """How large the next request's context is, in tokens (the provider's
     latest count where it is still current, estimates for the rest)."""
-    return load_window(conversation.pk).context_tokens()
+    return saved_window(conversation).context_tokens()
 
 
 def _repaired(state: WindowState) -> list[Message]:

@@ -10,6 +10,7 @@ from assistant.llm.catalog import (
     CHAT_PROVIDERS,
     configured_chat_model,
     model_context_window,
+    send_bound,
 )
 from assistant.llm.registry import provider_name
 from assistant.models import Message
@@ -24,6 +25,8 @@ class Limits:
     soft: int
     window: int
     model: str
+    # The largest request the model can take: its window less its output cap.
+    bound: int = 0
 
     def level(self, tokens: int) -> str:
         if tokens >= self.window:
@@ -53,6 +56,7 @@ def limits_for(provider: str, model: str) -> Limits:
         soft=int(config.SOFT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD),
         window=model_context_window(model, provider),
         model=model,
+        bound=send_bound(model, provider),
     )
 
 

@@ -266,6 +266,19 @@ def load_window(
     return _load(conversation_id, config, through_id, MessageQuerySet.model_view, live)
 
 
+def saved_window(conversation: Conversation) -> WindowState:
+    """load_window of a saved Conversation (`require_saved`); one whose row is gone
+    (purged) is ValidationError `conversation_deleted`, not DoesNotExist."""
+    require_saved(conversation)
+    try:
+        return load_window(conversation.pk)
+    except Conversation.DoesNotExist:
+        raise ValidationError(
+            f"Conversation {conversation.pk} no longer exists (purged).",
+            code="conversation_deleted",
+        ) from None
+
+
 def context_size(conversation_id: int, config: CompactionConfig | None = None) -> int:
     """The size of a conversation's next request (`WindowState.context_tokens`)."""
     return measure_size(conversation_id, config).tokens

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from assistant.models import CompactionEvent, Conversation
-from assistant.window import load_window, require_saved
+from assistant.window import saved_window
 from assistant.window.limits import limits_for
 
 
@@ -43,8 +43,7 @@ class ContextStatus:
 
 def context_status(conversation: Conversation) -> ContextStatus:
     """Three queries: the window, the count of events and the latest one."""
-    require_saved(conversation)
-    state = load_window(conversation.pk)
+    state = saved_window(conversation)
     limits = limits_for(*state.answered_by)
     events = CompactionEvent.objects.filter(conversation_id=conversation.pk)
     last = events.order_by("-created_at", "-id").first()

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 
 from assistant.models import Conversation
+from assistant.text.arguments import MAX_ID
 
 
 def get_conversation(raw_id: str) -> Conversation:
@@ -15,7 +20,17 @@ def get_conversation(raw_id: str) -> Conversation:
         raise CommandError(f"Conversation id must be an integer, got {raw_id!r}.") from None
     if conversation_id < 1:
         raise CommandError(f"Conversation id must be positive, got {conversation_id}.")
+    if conversation_id > MAX_ID:
+        raise CommandError(f"Conversation {conversation_id} does not exist.")
     conversation = Conversation.objects.filter(pk=conversation_id).first()
     if conversation is None:
         raise CommandError(f"Conversation {conversation_id} does not exist.")
     return conversation
+
+
+def refused_as_command_error(check: Callable[[Any], None], value: Any) -> None:
+    """Run a service's own check of an option's value; its refusal as a CommandError."""
+    try:
+        check(value)
+    except ValidationError as error:
+        raise CommandError(" ".join(error.messages)) from None

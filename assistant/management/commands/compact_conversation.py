@@ -5,7 +5,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from assistant import services
-from assistant.management.commands._common import get_conversation
+from assistant.llm.prompts import MAX_INSTRUCTIONS_CHARS, check_instructions
+from assistant.management.commands._common import get_conversation, refused_as_command_error
 from assistant.models import Conversation
 
 LEVELS = (0, 1, 2)
@@ -27,7 +28,8 @@ class Command(BaseCommand):
             "--instructions",
             default="",
             help="Added to the prompt of every summary this run makes (after "
-            "SUMMARY_INSTRUCTIONS), e.g. what to keep.",
+            f"SUMMARY_INSTRUCTIONS), e.g. what to keep; at most {MAX_INSTRUCTIONS_CHARS} "
+            "characters.",
         )
         parser.add_argument(
             "--dry-run",
@@ -39,6 +41,7 @@ class Command(BaseCommand):
         level = options["level"]
         if level not in LEVELS:
             raise CommandError(f"--level must be 0, 1 or 2, got {level}.")
+        refused_as_command_error(check_instructions, options["instructions"])
         conversation = get_conversation(options["conversation_id"])
         if conversation.deleted_at is not None:
             raise CommandError(f"Conversation {conversation.pk} is deleted.")

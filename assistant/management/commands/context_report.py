@@ -9,6 +9,7 @@ from django.db.models import Count, Q
 from assistant import services
 from assistant.management.commands._common import get_conversation
 from assistant.models import CompactionEvent, Conversation, Message
+from assistant.text.arguments import MAX_INT
 
 
 class Command(BaseCommand):
@@ -30,6 +31,8 @@ class Command(BaseCommand):
         conversation = get_conversation(options["conversation_id"])
         if options["events"] < 0:
             raise CommandError(f"--events must be 0 or more, got {options['events']}.")
+        if options["events"] > MAX_INT:
+            raise CommandError(f"--events must be at most {MAX_INT}, got {options['events']}.")
         report = context_report(conversation, events=options["events"])
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2, default=str))
