@@ -124,7 +124,7 @@ def _run(
 
 
 def _run_checked(
-    modeladmin,
+    modeladmin: ConversationModelAdmin,
     request: HttpRequest,
     action: str,
     conversations: list[Conversation],
