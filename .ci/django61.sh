@@ -131,7 +131,7 @@ bind() {  # SOURCE TARGET [ro]
 mkdir -p "$CACHE"
 # One run at a time per cache: runs share the root and its virtualenv.
 exec 9>"$CACHE/lock"
-flock 9
+flock -n 9 || { say "waiting for another run to finish with $CACHE"; flock 9; }
 # A run killed outright (SIGKILL) cannot unmount: its mounts are undone here.
 [ -d "$ROOT" ] && unmount_all_under "$ROOT"
 
