@@ -4,35 +4,37 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 WORKER_QUEUES := compaction,celery
+# The pins the virtualenv installs; `make test-django61` uses requirements/constraints-django61.txt.
+CONSTRAINTS ?= requirements/constraints.txt
 # The demo and the local targets run without a deployment's DJANGO_SECRET_KEY
 # (settings refuse to start without one unless DEBUG): a public, local-only key.
 LOCAL_ENV := DJANGO_SECRET_KEY="$${DJANGO_SECRET_KEY:-insecure-local-demo-key-never-deploy}"
 
-.PHONY: demo test test-slow docs bench lint migrate web worker beat services clean browser wheel screenshots
+.PHONY: demo test test-slow test-django61 docs bench lint migrate web worker beat services clean browser wheel screenshots
 
-$(VENV)/.base: requirements/base.txt requirements/constraints.txt
+$(VENV)/.base: requirements/base.txt $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) -r requirements/base.txt -c requirements/constraints.txt
+	$(PIP) -r requirements/base.txt -c $(CONSTRAINTS)
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.base requirements/dev.txt requirements/build.txt
-	$(PIP) -r requirements/dev.txt -c requirements/constraints.txt
+	$(PIP) -r requirements/dev.txt -c $(CONSTRAINTS)
 	touch $@
 
 # The build backend alone, for `make wheel`.
-$(VENV)/.build: requirements/build.txt requirements/constraints.txt
+$(VENV)/.build: requirements/build.txt $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) -r requirements/build.txt -c requirements/constraints.txt
+	$(PIP) -r requirements/build.txt -c $(CONSTRAINTS)
 	touch $@
 
 # Sphinx, for the documentation site (`make docs`, and `make test`).
 $(VENV)/.docs: $(VENV)/.base requirements/docs.txt
-	$(PIP) -r requirements/docs.txt -c requirements/constraints.txt
+	$(PIP) -r requirements/docs.txt -c $(CONSTRAINTS)
 	touch $@
 
 # The peers the benchmark replays (LangChain, langmem): `make bench` only.
 $(VENV)/.bench: $(VENV)/.dev requirements/bench.txt
-	$(PIP) -r requirements/bench.txt -c requirements/constraints.txt
+	$(PIP) -r requirements/bench.txt -c $(CONSTRAINTS)
 	touch $@
 
 ## demo: set up, migrate, start a real worker, replay a tool-heavy conversation
@@ -56,6 +58,11 @@ test: lint $(VENV)/.docs browser
 test-slow: $(VENV)/.dev $(VENV)/.docs browser
 	DJANGO_SETTINGS_MODULE=config.test_settings $(PY) manage.py check_services
 	$(VENV)/bin/pytest -m slow
+
+## test-django61: the whole suite again on Django 6.1 and Python 3.13, in a Debian 13 root built
+## with mmdebstrap and cached in /var/cache (.ci/django61.sh; as root). PYTEST_ARGS narrows it.
+test-django61:
+	bash .ci/django61.sh $(PYTEST_ARGS)
 
 ## docs: the documentation site in docs/_build/html (warnings are errors)
 docs: $(VENV)/.docs

@@ -7,11 +7,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import django
 import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
 from django.conf import settings
 from django.db import connections
+from django.utils import deprecation
 
 # The SDK adapters, imported once per test process here rather than by whichever test
 # builds the first client (the registry imports them lazily): importing an SDK takes
@@ -27,6 +29,17 @@ from config.celery import app as celery_app
 pytest_plugins = ["tests.fake_llm"]
 
 QUEUES = ["compaction", "celery"]
+
+# What the next major release of the running Django removes (5.2: RemovedInDjango60Warning;
+# 6.1: RemovedInDjango70Warning): an error in every test, so the app is ready for it.
+NEXT_RELEASE_WARNING: type[Warning] = getattr(
+    deprecation, f"RemovedInDjango{django.VERSION[0] + 1}0Warning"
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    name = f"{NEXT_RELEASE_WARNING.__module__}.{NEXT_RELEASE_WARNING.__qualname__}"
+    config.addinivalue_line("filterwarnings", f"error::{name}")
 
 
 @pytest.fixture

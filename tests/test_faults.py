@@ -846,7 +846,7 @@ def test_a_deleted_conversation_is_read_only_through_the_services(
 
 def test_a_tool_result_for_another_conversations_call_is_refused(two_conversations):
     mine, other = two_conversations
-    foreign_call = other.messages.filter(role="assistant").exclude(tool_calls=None).first()
+    foreign_call = other.messages.filter(role="assistant", tool_calls__isnull=False).first()
     call_id = foreign_call.tool_calls[0]["id"]
     before = state(mine)
 

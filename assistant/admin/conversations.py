@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -58,6 +58,15 @@ LEVEL_COLOURS = {
     "past-trigger": "#dc2626",
     "over-window": "#7f1d1d",
 }
+
+
+def action_func_and_name(action: Any) -> tuple[Callable[..., Any], str]:
+    """A declared admin action's function and name: Django 5.2 lists each as a
+    (function, name, description) tuple, Django 6.1 as an Action, whose
+    unpacking is deprecated."""
+    if isinstance(action, tuple):
+        return action[0], action[1]
+    return action.func, action.name
 
 
 @admin.register(Conversation)
@@ -147,9 +156,10 @@ class ConversationAdmin(ConversationModelAdmin):
         return super().changelist_view(request, extra_context)
 
     def response_action(
-        self, request: HttpRequest, queryset: QuerySet[Conversation]
+        self, request: HttpRequest, queryset: QuerySet[Conversation], **kwargs: Any
     ) -> HttpResponse | None:
         # Django filters on the posted ids as they come: one that is not an id is a 500.
+        # kwargs: Django 6.1's action_location (the change list's or the change form's).
         selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
         if not all(value.isascii() and value.isdigit() for value in selected):
             self.message_user(
@@ -159,12 +169,14 @@ class ConversationAdmin(ConversationModelAdmin):
                 messages.WARNING,
             )
             return HttpResponseRedirect(request.get_full_path())
-        return super().response_action(request, queryset)
+        return super().response_action(request, queryset, **kwargs)
 
     def _check_action_permission(self, request: HttpRequest, name: str) -> None:
         # Every declared action, before Django filters out those the user lacks.
         base = self._get_base_actions()  # type: ignore[attr-defined]  # private, not in the stubs
-        found = [func for func, action_name, _ in base if action_name == name]
+        found = [
+            func for func, action_name in map(action_func_and_name, base) if action_name == name
+        ]
         for permission in getattr(found[0], "allowed_permissions", ()) if found else ():
             if not getattr(self, f"has_{permission}_permission")(request):
                 raise PermissionDenied
