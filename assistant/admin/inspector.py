@@ -15,6 +15,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from assistant.llm.catalog import wire
 from assistant.models import Conversation
 from assistant.services import build_context, context_tokens
+from assistant.text.figures import share, token_change
 from assistant.window.limits import current_limits, request_shape
 
 MESSAGES_SHOWN = 30
@@ -80,13 +81,17 @@ def context_inspector(conversation: Conversation) -> dict[str, Any]:
         "total": total,
         "level": limits.level(total),
         "limits": limits,
-        "share_of_trigger": round(100 * total / limits.trigger, 1),
-        "share_of_window": round(100 * total / limits.window, 1),
+        "share_of_trigger": share(total, limits.trigger),
+        "share_of_window": share(total, limits.window),
         "segments": [
             {"key": key, "label": label, "tokens": value, "percent": round(100 * value / drawn, 2)}
             for key, label, value in parts
         ],
-        "events": list(events[:EVENTS_SHOWN]),
+        # Each event with its figures, named for what they measure (docs/admin.rst).
+        "events": [
+            (event, token_change(event.tokens_before, event.tokens_after, event.measures))
+            for event in events[:EVENTS_SHOWN]
+        ],
         "events_total": events.count(),
     }
 

@@ -16,6 +16,7 @@ from assistant import services
 from assistant.admin.filters import OfflineFallbackFilter
 from assistant.admin.listing import FittingMedia, date_and_time
 from assistant.models import CompactionEvent, Message, OfflineFallback
+from assistant.text.figures import token_change
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -144,12 +145,13 @@ class CompactionEventAdmin(ReadOnlyAdmin):
             f"{obj.summarizer_output_tokens:,}",
         )
 
-    @admin.display(description="tokens before → after", ordering="tokens_before")
+    @admin.display(description="tokens before → after, of what", ordering="tokens_before")
     def tokens(self, obj: CompactionEvent) -> str:
+        """The figures and what they measure (docs/admin.rst, "Token figures")."""
         return format_html(
-            '<span class="two-lines">{} →</span><span class="two-lines">{}</span>',
-            f"{obj.tokens_before:,}",
-            f"{obj.tokens_after:,}",
+            '<span class="two-lines">{}:</span><span class="two-lines">{}</span>',
+            obj.measures,
+            token_change(obj.tokens_before, obj.tokens_after),
         )
 
     @admin.display(description="duration ms", ordering="duration_ms")

@@ -36,6 +36,7 @@ from assistant.models import Conversation, MetadataKeys
 from assistant.ops import telemetry
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.deletion import deleted_error, saved_id
+from assistant.store.events import one_rewrite
 from assistant.store.state import remember, write_state
 from assistant.strategies.emergency import compact_if_flagged
 from assistant.strategies.steps import Shifted, adopt, compact_results, shift_here
@@ -113,6 +114,13 @@ def _run_plan(
         compact_if_flagged(conversation)
         state, plan = plan_call(conversation.pk, config, timezone.now(), emergency_applied=True)
     run = _Run(state, state.columns.get(MetadataKeys.CACHE_LEDGER), on_demand=on_demand)
+    # One rewrite: a shift's event reads the request before the steps and after them all.
+    with one_rewrite(conversation.pk, plan.tokens, lambda: run.state.context_tokens()):
+        _run_steps(run, plan)
+    return run
+
+
+def _run_steps(run: _Run, plan: Plan) -> None:
     for step in plan.steps:
         match step:
             case NoteUsage():
@@ -128,7 +136,6 @@ def _run_plan(
                 _move_window(run, step)
             case WriteLedger():
                 _write_ledger(run)
-    return run
 
 
 def _window_step(plan: Plan) -> MoveWindow:

@@ -41,6 +41,11 @@ _acting_user_id: ContextVar[int | None] = ContextVar("assistant_acting_user_id",
 _parts: ContextVar[tuple[int, list[dict[str, Any]]] | None] = ContextVar(
     "assistant_event_parts", default=None
 )
+# Inside `one_rewrite`: its conversation, the request's size before it, and the
+# window-summary events held until it ends (None outside one).
+_rewrite: ContextVar[tuple[int, int, list[dict[str, Any]]] | None] = ContextVar(
+    "assistant_rewrite", default=None
+)
 # The kind of a staff action's one event: that of its most telling part.
 KIND_ORDER = (
     CompactionEvent.Kind.EMERGENCY_2,
@@ -106,6 +111,32 @@ def one_event(conversation_id: int, size: Callable[[], int]) -> Iterator[None]:
         _parts.reset(token)
         if parts:
             _record_parts(conversation_id, parts, before, size())
+
+
+@contextmanager
+def one_rewrite(conversation_id: int, before: int, after: Callable[[], int]) -> Iterator[None]:
+    """A rewrite of the conversation's next request (the pre-call hook's steps, an
+    emergency level): a window summary recorded inside reads the request's size
+    `before` the rewrite and `after()` it, when the block ends, not the shift's own
+    part (the results the same rewrite compacts are in its fall: docs/admin.rst,
+    "Token figures"); it is written then, even by an error. An enclosing rewrite of
+    the same conversation stands."""
+    held = _rewrite.get()
+    if held is not None and held[0] == conversation_id:
+        yield
+        return
+    events: list[dict[str, Any]] = []
+    token = _rewrite.set((conversation_id, before, events))
+    try:
+        yield
+    finally:
+        _rewrite.reset(token)
+        if events:
+            size = after()
+            for fields in events:
+                record_compaction(
+                    conversation_id, **{**fields, "tokens_before": before, "tokens_after": size}
+                )
 
 
 def _record_parts(
@@ -175,6 +206,14 @@ def record_compaction(
         "summarizer_output_tokens": summarizer_output_tokens,
         "details": details or {},
     }
+    rewriting = _rewrite.get()
+    if (
+        kind == CompactionEvent.Kind.WINDOW_SUMMARY
+        and rewriting
+        and rewriting[0] == conversation_id
+    ):
+        rewriting[2].append(fields)
+        return None
     collecting = _parts.get()
     if collecting is not None and collecting[0] == conversation_id:
         collecting[1].append(fields)
@@ -204,8 +243,9 @@ def record_compaction(
 
 
 def send_signals(event: CompactionEvent) -> None:
-    """context_compacted for every event, then emergency_compaction for an emergency level."""
-    window = current_limits().window
+    """context_compacted for every event (its share of the window: of the conversation's
+    model's), then emergency_compaction for an emergency level."""
+    window = current_limits(event.conversation_id).window
     common = {
         "conversation_id": event.conversation_id,
         "event_id": event.pk,

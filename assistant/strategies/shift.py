@@ -252,8 +252,8 @@ def adopt_pending(state: WindowState, lease: Lease) -> WindowState | None:
         record_compaction(
             state.conversation_id,
             CompactionEvent.Kind.WINDOW_SUMMARY,
-            tokens_before=before,
-            tokens_after=after,
+            tokens_before=state.context_tokens(),  # the request's (docs/admin.rst)
+            tokens_after=stored.context_tokens(),
             messages_affected=len(state.rows) - len(kept),
             duration_ms=0,  # built earlier by the worker: the chat did not wait
             summarizer_model=usage.get("model", ""),
@@ -371,10 +371,13 @@ def _summarize_and_store(
         "input_tokens": outcome.input_tokens,
         "output_tokens": outcome.output_tokens,
     }
-    if _store_window(lease, outcome.text, through, anchor, state, index, offline, usage) is None:
+    stored = _store_window(lease, outcome.text, through, anchor, state, index, offline, usage)
+    if stored is None:
         keep_landed_summary(state, outcome, through, anchor, index)
         return load_window(state.conversation_id, config).summary
-    _record_shift(state, lease, outcome, before, after, len(newly_old), through, elapsed.ms, late)
+    # The event reads the request's size before and after (docs/admin.rst, "Token figures").
+    sizes = (state.context_tokens(), stored.context_tokens())
+    _record_shift(state, lease, outcome, sizes, len(newly_old), through, elapsed.ms, late)
     return outcome.text
 
 
@@ -382,8 +385,7 @@ def _record_shift(
     state: WindowState,
     lease: Lease,
     outcome: SummaryOutcome,
-    before: int,
-    after: int,
+    sizes: tuple[int, int],
     messages_affected: int,
     through: int,
     duration_ms: int,
@@ -394,8 +396,8 @@ def _record_shift(
     record_compaction(
         state.conversation_id,
         CompactionEvent.Kind.WINDOW_SUMMARY,
-        tokens_before=before,
-        tokens_after=after,
+        tokens_before=sizes[0],
+        tokens_after=sizes[1],
         messages_affected=messages_affected,
         duration_ms=duration_ms,
         summarizer_model=outcome.model,
