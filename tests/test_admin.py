@@ -1153,10 +1153,9 @@ def test_each_events_figures_say_whether_they_measure_the_request_or_the_message
     page = staff_client.get(reverse("admin:assistant_compactionevent_changelist")).content.decode()
 
     cells = re.findall(r'<td class="field-tokens">(.*?)</td>', page)
-    two = '<span class="two-lines">{}:</span><span class="two-lines">{} tokens</span>'
     assert cells == [
-        two.format("the request", "23,942 → 1,358"),
-        two.format("the request", "23,700 → 2,200"),
-        two.format("the messages compacted", "5,157 → 232"),
+        '<span class="figures">the request: 23,942 → 1,358 tokens</span>',
+        '<span class="figures">the request: 23,700 → 2,200 tokens</span>',
+        '<span class="figures">the messages compacted: 5,157 → 232 tokens</span>',
     ]
     assert "Tokens before → after, of what" in page

@@ -38,8 +38,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 def _pin(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet, pinned: bool):
-    """Pin or unpin each selected message through the service; each refusal is said."""
-    changed = 0
+    """Pin or unpin each selected message through the service; each refusal is said,
+    and the count only when something changed or nothing was refused."""
+    changed = refused = 0
     for message in queryset.select_related("conversation").order_by("id"):
         try:
             if message.pinned != pinned:
@@ -48,11 +49,13 @@ def _pin(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet,
                 )
                 changed += 1
         except ValidationError as error:
+            refused += 1
             modeladmin.message_user(
                 request, f"Message {message.pk}: {' '.join(error.messages)}", messages.ERROR
             )
-    verb = "pinned" if pinned else "unpinned"
-    modeladmin.message_user(request, f"{changed} message(s) {verb}.", messages.INFO)
+    if changed or not refused:
+        verb = "pinned" if pinned else "unpinned"
+        modeladmin.message_user(request, f"{changed} message(s) {verb}.", messages.SUCCESS)
 
 
 @admin.action(permissions=["compact"], description="Pin: always send verbatim")
@@ -148,10 +151,10 @@ class CompactionEventAdmin(ReadOnlyAdmin):
     @admin.display(description="tokens before → after, of what", ordering="tokens_before")
     def tokens(self, obj: CompactionEvent) -> str:
         """The figures and what they measure (docs/admin.rst, "Token figures")."""
+        # Wraps between words: the list fits its box at 1280 px.
         return format_html(
-            '<span class="two-lines">{}:</span><span class="two-lines">{}</span>',
-            obj.measures,
-            token_change(obj.tokens_before, obj.tokens_after),
+            '<span class="figures">{}</span>',
+            token_change(obj.tokens_before, obj.tokens_after, obj.measures),
         )
 
     @admin.display(description="duration ms", ordering="duration_ms")
