@@ -1159,3 +1159,43 @@ def test_each_events_figures_say_whether_they_measure_the_request_or_the_message
         '<span class="figures">the messages compacted: 5,157 → 232 tokens</span>',
     ]
     assert "Tokens before → after, of what" in page
+
+
+def test_the_inspector_shows_the_summary_the_next_request_adopts_first(staff_client):
+    """Issue 50: the inspector showed the stored window summary, without the
+    "## Originals" index, while the next request carried the worker's pre-built one:
+    it read what the previous request carried, not what the pre-call hook's plan
+    (here: adopt the pending summary on a cold cache) sends next."""
+    from assistant.services import prepare_context
+
+    conversation, rows = tool_heavy_conversation()
+    pending = (
+        "## Goal\n- Fix post 42's broken links.\n\n## Originals: ref m1..m10\n"
+        "- records: post 42 (ref m3)"
+    )
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk),
+        {
+            MetadataKeys.PENDING_SUMMARY: pending,
+            MetadataKeys.PENDING_THROUGH_MESSAGE_ID: rows[9].pk,
+            MetadataKeys.PENDING_BASE_MESSAGE_ID: None,
+            MetadataKeys.PENDING_ANCHOR_MESSAGE_ID: None,
+            MetadataKeys.PENDING_ARTIFACT_INDEX: None,
+            MetadataKeys.PENDING_USAGE: {},
+        },
+    )
+    hour_ago = timezone.now() - timedelta(hours=1)
+    Message.objects.filter(conversation=conversation).update(created_at=hour_ago)  # cold cache
+
+    response = staff_client.get(change_url(conversation))
+    inspector, page = response.context["inspector"], response.content.decode()
+    body = staff_client.get(change_url(conversation).replace("change/", "request.json")).json()
+    sent = prepare_context(conversation)
+
+    assert sent.window_summary == pending
+    assert inspector["window_summary"] == sent.window_summary
+    assert inspector["cutoff_id"] == sent.cutoff_id == rows[9].pk
+    # What the hook does first beyond the summary is said, not hidden.
+    assert inspector["first"] == ["1 consumed tool result(s) compacted"]
+    assert "the pre-call hook first makes: 1 consumed tool result(s) compacted" in page
+    assert [block["text"] for block in body["system"]][-1].endswith(pending)

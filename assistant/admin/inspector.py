@@ -14,7 +14,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from assistant.llm.catalog import wire
 from assistant.models import Conversation
-from assistant.services import build_context, context_tokens
+from assistant.services import next_request
 from assistant.text.figures import share, token_change
 from assistant.window.limits import current_limits, request_shape
 
@@ -31,8 +31,10 @@ def _cut(text: str) -> tuple[str, int]:
 
 
 def context_inspector(conversation: Conversation) -> dict[str, Any]:
-    context = build_context(conversation, allow_pending=True)
-    total = context_tokens(conversation)
+    # The next request by the pre-call hook's own plan: a pending summary it adopts
+    # first is the one shown (docs/admin.rst, "The conversation page").
+    upcoming = next_request(conversation)
+    context, total = upcoming.context, upcoming.tokens
     # The bar draws the header's figure: the estimated parts scaled to it.
     tokens = context.tokens.scaled_to(total)
     limits = current_limits(conversation.pk)
@@ -78,6 +80,7 @@ def context_inspector(conversation: Conversation) -> dict[str, Any]:
         "messages_in_context": len(context.messages),
         "messages_hidden": first_shown,
         "pending_calls": context.pending_calls,
+        "first": upcoming.first,
         "total": total,
         "level": limits.level(total),
         "limits": limits,
@@ -100,7 +103,7 @@ def request_body(conversation: Conversation, shape: str = "") -> dict[str, Any]:
     """The next request's body in a provider's shape (the inspector's download): the
     named one, else that of the provider of the conversation's newest answer, else the
     configured summarizer's (Anthropic's when offline)."""
-    context = build_context(conversation, allow_pending=True)
+    context = next_request(conversation).context
     return context.request(wire(shape or request_shape(conversation.pk)))
 
 

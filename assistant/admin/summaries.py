@@ -78,9 +78,8 @@ class SummaryVersionAdmin(admin.ModelAdmin):
         return shown
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> Any:
-        conversation = Conversation.objects.filter(
-            pk=_int(request.GET.get("conversation__id__exact"))
-        ).first()
+        pk = _int(request.GET.get("conversation__id__exact"))
+        conversation = Conversation.objects.filter(pk=pk).first() if pk is not None else None
         if conversation is not None:
             title = f"Summary history of “{conversation}” (#{conversation.pk})"
             extra_context = {**(extra_context or {}), "title": title}

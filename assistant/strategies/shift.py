@@ -10,7 +10,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.core.exceptions import ValidationError
 
@@ -219,12 +219,51 @@ def adopt_pending_summary(conversation_id: int, config: CompactionConfig | None 
         return adopt_pending(load_window(conversation_id, config), lease) is not None
 
 
-def adopt_pending(state: WindowState, lease: Lease) -> WindowState | None:
-    """Compare and swap: take the pre-built summary only if it was built on
-    the split that is still current and makes the context smaller; or the
-    model's summary replacing an offline one (`ConversationMetadata.offline_replacement`),
-    of the same split or a later one, whatever its size. Returns the window
-    it left (None: not adopted)."""
+@dataclass(frozen=True)
+class Adoption:
+    """What adopting the pending summary stores (`adoption`): its text bounded to the
+    room the window leaves it, its split and anchor, the rows it keeps verbatim."""
+
+    summary: str
+    through: int
+    anchor: Message | None
+    kept: list[Message]
+    index: dict | None
+    replaces: bool
+
+    def window(self, state: WindowState) -> WindowState:
+        """`state` as the adoption leaves it, in memory (what the next request carries:
+        the inspector's view, assistant.flows.next_request)."""
+        columns = {
+            **state.columns,
+            MetadataKeys.COMPACTION_SUMMARY: self.summary,
+            MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: self.through,
+            MetadataKeys.ARTIFACT_INDEX: self.index,
+            MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID: self.anchor.pk if self.anchor else None,
+            # As `_store_window` marks it: the provider's counts so far are stale.
+            MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: state.rows[-1].pk,
+        }
+        # Pinned messages the new split moves past go to the pinned section, as loading
+        # the stored window puts them (`load_window`).
+        passed = [
+            row
+            for row in state.rows
+            if row.pk <= self.through and row.pinned and row is not self.anchor
+        ]
+        return replace(
+            state,
+            columns=columns,
+            rows=list(self.kept),
+            anchor=self.anchor,
+            pinned_rows=[*state.pinned_rows, *passed],
+        )
+
+
+def adoption(state: WindowState) -> Adoption | None:
+    """The one reading of a pending summary's adoption, for `adopt_pending` and the
+    inspector: None when there is none to adopt, or when the split it was built on
+    is no longer reachable. (Whether it makes the context smaller is `adopt_pending`'s
+    test, on the same figures.)"""
     columns = state.columns
     pending: str = columns.get(MetadataKeys.PENDING_SUMMARY) or ""
     through = columns.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
@@ -240,12 +279,35 @@ def adopt_pending(state: WindowState, lease: Lease) -> WindowState | None:
     sent = [anchor, *kept] if anchor else kept
     index = columns.get(MetadataKeys.PENDING_ARTIFACT_INDEX)
     room = summary_room(state, state.config, sent)
-    pending = bounded_summary(pending, index, room, state.config)
-    before = state.estimated_tokens()
-    after = context_after(state, pending, sent)
-    if after >= before and not replaces:
+    summary = bounded_summary(pending, index, room, state.config)
+    return Adoption(summary, through, anchor, kept, index, replaces)
+
+
+def adopts(state: WindowState, found: Adoption | None) -> bool:
+    """Whether `adopt_pending` takes `found`: it makes the context smaller, or it is the
+    model's summary replacing an offline one (whatever its size)."""
+    if found is None:
+        return False
+    sent = [found.anchor, *found.kept] if found.anchor else found.kept
+    return found.replaces or context_after(state, found.summary, sent) < state.estimated_tokens()
+
+
+def adopt_pending(state: WindowState, lease: Lease) -> WindowState | None:
+    """Compare and swap: take the pre-built summary only if it was built on
+    the split that is still current and makes the context smaller; or the
+    model's summary replacing an offline one (`ConversationMetadata.offline_replacement`),
+    of the same split or a later one, whatever its size. Returns the window
+    it left (None: not adopted)."""
+    columns = state.columns
+    found = adoption(state)
+    if found is None:
+        return None
+    if not adopts(state, found):
         write_state(lease.holding(), clear=PENDING_SUMMARY_KEYS)
         return None
+    pending, through, anchor, kept, index, replaces = (
+        found.summary, found.through, found.anchor, found.kept, found.index, found.replaces
+    )  # fmt: skip
     usage = columns.get(MetadataKeys.PENDING_USAGE) or {}
     stored = _store_window(lease, pending, through, anchor, state, index, usage=usage)
     if stored is not None:
