@@ -460,24 +460,6 @@ class CompactionEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.get_kind_display()} on {self.conversation_id}"
 
-    @property
-    def measures(self) -> str:
-        """What `tokens_before` and `tokens_after` measure (assistant.text.figures):
-        the messages the step compacted, for one of MESSAGE_KINDS made on its own;
-        else the next request (a staff action's one event, whatever its kind)."""
-        if self.kind in MESSAGE_KINDS and "parts" not in (self.details or {}):
-            return "the messages compacted"
-        return "the request"
-
-
-# The kinds whose own event measures the messages it compacted, not the request.
-MESSAGE_KINDS = frozenset(
-    {
-        CompactionEvent.Kind.TOOL_RESULTS,
-        CompactionEvent.Kind.DEDUP,
-        CompactionEvent.Kind.MEDIA,
-    }
-)
 
 _USER = settings.AUTH_USER_MODEL
 

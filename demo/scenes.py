@@ -20,7 +20,7 @@ import httpx2
 
 from assistant.models import CompactionEvent, Conversation
 from assistant.settings.conf import compaction_config
-from assistant.text.figures import token_change, token_count
+from assistant.text.figures import measures, token_change, token_count
 
 DEMO_MODEL = "claude-demo-small-window"
 DEMO_WINDOW_TOKENS = 2_500
@@ -257,7 +257,7 @@ def run_overflow_and_fork_demo(stdout: Any) -> dict[str, Any]:
             event = events[number - 1]
             stdout.write(
                 f"    -> {event.get_kind_display()}, "
-                f"{token_change(event.tokens_before, event.tokens_after, event.measures)} "
+                f"{token_change(event.tokens_before, event.tokens_after, measures(event))} "
                 f"({event.messages_affected} tool results compacted)"
             )
     stdout.write(f"  answer: {response.content[0].text}")

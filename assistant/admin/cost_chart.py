@@ -12,7 +12,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from assistant.models import CompactionEvent, Conversation
-from assistant.text.figures import token_change
+from assistant.text.figures import measures, token_change
 from assistant.window.cost import Call, Cost, conversation_cost
 
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 960, 240, 56, 24, 10
@@ -171,6 +171,6 @@ def _marks(
     for at, kind, before, after, details in events:
         # Before the first call made after it (at the right end when none was).
         x = LEFT + bisect_left(times, at) * step - (step - bar) / 2
-        measures = CompactionEvent(kind=kind, details=details).measures
-        marks.append((f"{x:.1f}", f"{kind}, {token_change(before, after, measures)}"))
+        measured = measures(CompactionEvent(kind=kind, details=details))
+        marks.append((f"{x:.1f}", f"{kind}, {token_change(before, after, measured)}"))
     return marks

@@ -15,7 +15,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from assistant.llm.catalog import wire
 from assistant.models import Conversation
 from assistant.services import next_request
-from assistant.text.figures import share, token_change
+from assistant.text.figures import measures, share, token_change
 from assistant.window.limits import current_limits, request_shape
 
 MESSAGES_SHOWN = 30
@@ -71,6 +71,7 @@ def context_inspector(conversation: Conversation) -> dict[str, Any]:
         "-created_at", "-id"
     )
     return {
+        **_header(total, limits),
         "system": _cut(context.system)[0],
         "parent_summary": context.parent_summary,
         "window_summary": context.window_summary,
@@ -81,21 +82,31 @@ def context_inspector(conversation: Conversation) -> dict[str, Any]:
         "messages_hidden": first_shown,
         "pending_calls": context.pending_calls,
         "first": upcoming.first,
+        "segments": [
+            {"key": key, "label": label, "tokens": value, "percent": round(100 * value / drawn, 2)}
+            for key, label, value in parts
+        ],
+        "events": _with_figures(events[:EVENTS_SHOWN]),
+        "events_total": events.count(),
+    }
+
+
+def _with_figures(events: Any) -> list[tuple[Any, str]]:
+    """Each event with its figures, named for what they measure (docs/admin.rst)."""
+    return [
+        (event, token_change(event.tokens_before, event.tokens_after, measures(event)))
+        for event in events
+    ]
+
+
+def _header(total: int, limits: Any) -> dict[str, Any]:
+    """The header's figures: the size, its level and its shares of the limits."""
+    return {
         "total": total,
         "level": limits.level(total),
         "limits": limits,
         "share_of_trigger": share(total, limits.trigger),
         "share_of_window": share(total, limits.window),
-        "segments": [
-            {"key": key, "label": label, "tokens": value, "percent": round(100 * value / drawn, 2)}
-            for key, label, value in parts
-        ],
-        # Each event with its figures, named for what they measure (docs/admin.rst).
-        "events": [
-            (event, token_change(event.tokens_before, event.tokens_after, event.measures))
-            for event in events[:EVENTS_SHOWN]
-        ],
-        "events_total": events.count(),
     }
 
 

@@ -16,7 +16,7 @@ from assistant import services
 from assistant.admin.filters import OfflineFallbackFilter
 from assistant.admin.listing import FittingMedia, date_and_time
 from assistant.models import CompactionEvent, Message, OfflineFallback
-from assistant.text.figures import token_change
+from assistant.text.figures import measures, token_change
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -154,7 +154,7 @@ class CompactionEventAdmin(ReadOnlyAdmin):
         # Wraps between words: the list fits its box at 1280 px.
         return format_html(
             '<span class="figures">{}</span>',
-            token_change(obj.tokens_before, obj.tokens_after, obj.measures),
+            token_change(obj.tokens_before, obj.tokens_after, measures(obj)),
         )
 
     @admin.display(description="duration ms", ordering="duration_ms")

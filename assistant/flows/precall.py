@@ -39,7 +39,7 @@ from assistant.store.deletion import deleted_error, saved_id
 from assistant.store.events import one_rewrite
 from assistant.store.state import remember, write_state
 from assistant.strategies.emergency import compact_if_flagged
-from assistant.strategies.shift import adoption, adopts
+from assistant.strategies.pending import adoption, adopts
 from assistant.strategies.steps import Shifted, adopt, compact_results, shift_here
 from assistant.window import Shift, WindowState, load_window, store_size
 from assistant.window.context import Context, context_from_state

@@ -206,13 +206,7 @@ def record_compaction(
         "summarizer_output_tokens": summarizer_output_tokens,
         "details": details or {},
     }
-    rewriting = _rewrite.get()
-    if (
-        kind == CompactionEvent.Kind.WINDOW_SUMMARY
-        and rewriting
-        and rewriting[0] == conversation_id
-    ):
-        rewriting[2].append(fields)
+    if _held(conversation_id, fields):
         return None
     collecting = _parts.get()
     if collecting is not None and collecting[0] == conversation_id:
@@ -240,6 +234,17 @@ def record_compaction(
     )
     transaction.on_commit(lambda: send_signals(event))
     return event
+
+
+def _held(conversation_id: int, fields: dict[str, Any]) -> bool:
+    """A window summary inside `one_rewrite` of its conversation waits for its end."""
+    rewriting = _rewrite.get()
+    if fields["kind"] != CompactionEvent.Kind.WINDOW_SUMMARY or rewriting is None:
+        return False
+    if rewriting[0] != conversation_id:
+        return False
+    rewriting[2].append(fields)
+    return True
 
 
 def send_signals(event: CompactionEvent) -> None:

@@ -10,7 +10,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
 
@@ -25,12 +25,17 @@ from assistant.store.leases import Lease, summary_lease, wait_for_release
 from assistant.store.state import fresh_state, write_state
 from assistant.store.summaries import record_version
 from assistant.strategies.backoff import failure_blocks, record_failure
-from assistant.strategies.pending import ask_for_replacement, keep_landed_summary, landed_on
+from assistant.strategies.pending import (
+    adoption,
+    adopts,
+    ask_for_replacement,
+    keep_landed_summary,
+    landed_on,
+)
 from assistant.strategies.summary import (
     LeaseLost,
     Suffix,
     SummaryOutcome,
-    bounded_summary,
     context_after,
     suffix_for,
     summarize_messages,
@@ -217,79 +222,6 @@ def adopt_pending_summary(conversation_id: int, config: CompactionConfig | None 
         if lease is None:
             return False
         return adopt_pending(load_window(conversation_id, config), lease) is not None
-
-
-@dataclass(frozen=True)
-class Adoption:
-    """What adopting the pending summary stores (`adoption`): its text bounded to the
-    room the window leaves it, its split and anchor, the rows it keeps verbatim."""
-
-    summary: str
-    through: int
-    anchor: Message | None
-    kept: list[Message]
-    index: dict | None
-    replaces: bool
-
-    def window(self, state: WindowState) -> WindowState:
-        """`state` as the adoption leaves it, in memory (what the next request carries:
-        the inspector's view, assistant.flows.next_request)."""
-        columns = {
-            **state.columns,
-            MetadataKeys.COMPACTION_SUMMARY: self.summary,
-            MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: self.through,
-            MetadataKeys.ARTIFACT_INDEX: self.index,
-            MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID: self.anchor.pk if self.anchor else None,
-            # As `_store_window` marks it: the provider's counts so far are stale.
-            MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: state.rows[-1].pk,
-        }
-        # Pinned messages the new split moves past go to the pinned section, as loading
-        # the stored window puts them (`load_window`).
-        passed = [
-            row
-            for row in state.rows
-            if row.pk <= self.through and row.pinned and row is not self.anchor
-        ]
-        return replace(
-            state,
-            columns=columns,
-            rows=list(self.kept),
-            anchor=self.anchor,
-            pinned_rows=[*state.pinned_rows, *passed],
-        )
-
-
-def adoption(state: WindowState) -> Adoption | None:
-    """The one reading of a pending summary's adoption, for `adopt_pending` and the
-    inspector: None when there is none to adopt, or when the split it was built on
-    is no longer reachable. (Whether it makes the context smaller is `adopt_pending`'s
-    test, on the same figures.)"""
-    columns = state.columns
-    pending: str = columns.get(MetadataKeys.PENDING_SUMMARY) or ""
-    through = columns.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
-    replaces = state.meta.offline_replacement is not None
-    reachable = {row.pk for row in state.rows}
-    if replaces and state.through_id is not None:
-        reachable.add(state.through_id)  # the offline split, replaced in place
-    if not (state.meta.has_pending_summary or replaces) or through not in reachable:
-        return None
-    kept = [row for row in state.rows if row.pk > through]
-    anchor_id = columns.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
-    anchor = next((row for row in [*state.rows, state.anchor] if row and row.pk == anchor_id), None)
-    sent = [anchor, *kept] if anchor else kept
-    index = columns.get(MetadataKeys.PENDING_ARTIFACT_INDEX)
-    room = summary_room(state, state.config, sent)
-    summary = bounded_summary(pending, index, room, state.config)
-    return Adoption(summary, through, anchor, kept, index, replaces)
-
-
-def adopts(state: WindowState, found: Adoption | None) -> bool:
-    """Whether `adopt_pending` takes `found`: it makes the context smaller, or it is the
-    model's summary replacing an offline one (whatever its size)."""
-    if found is None:
-        return False
-    sent = [found.anchor, *found.kept] if found.anchor else found.kept
-    return found.replaces or context_after(state, found.summary, sent) < state.estimated_tokens()
 
 
 def adopt_pending(state: WindowState, lease: Lease) -> WindowState | None:

@@ -3,7 +3,7 @@ list, the demo, the commands): one format, one unit, and a label saying what it
 measures (docs/admin.rst, "Token figures").
 
 A compaction event's before and after measure one of two things
-(`CompactionEvent.measures`): the next request (a window summary, an emergency
+(`measures`): the next request (a window summary, an emergency
 level, a fork's summary, a staff action, a restore, the provider's compaction)
 or the messages the step compacted (the tool results compacted, the duplicates
 stubbed, the old media).
@@ -11,7 +11,29 @@ stubbed, the old media).
 
 from __future__ import annotations
 
+from typing import Any
+
+from assistant.models import CompactionEvent
+
 ARROW = "→"
+# The kinds whose own event measures the messages it compacted, not the request.
+MESSAGE_KINDS = frozenset(
+    {
+        CompactionEvent.Kind.TOOL_RESULTS,
+        CompactionEvent.Kind.DEDUP,
+        CompactionEvent.Kind.MEDIA,
+    }
+)
+
+
+def measures(event: Any) -> str:
+    """What an event's `tokens_before` and `tokens_after` measure: the messages the
+    step compacted, for one of MESSAGE_KINDS made on its own; else the next request
+    (a staff action's one event, whatever its kind). `event`: a CompactionEvent, or
+    anything with its `kind` and `details`."""
+    if event.kind in MESSAGE_KINDS and "parts" not in (event.details or {}):
+        return "the messages compacted"
+    return "the request"
 
 
 def token_count(tokens: int) -> str:

@@ -9,7 +9,7 @@ from django.db.models import Count, Q
 from assistant import services
 from assistant.management.commands._common import get_conversation
 from assistant.models import CompactionEvent, Conversation, Message
-from assistant.text.figures import token_change
+from assistant.text.figures import measures, token_change
 
 
 class Command(BaseCommand):
@@ -73,7 +73,7 @@ def context_report(conversation: Conversation, *, events: int = 20) -> dict[str,
             {
                 "at": event.created_at,
                 "kind": event.kind,
-                "measures": event.measures,
+                "measures": measures(event),
                 "tokens_before": event.tokens_before,
                 "tokens_after": event.tokens_after,
                 "messages_affected": event.messages_affected,

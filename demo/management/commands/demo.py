@@ -36,7 +36,7 @@ from assistant.services import (
     finish_exchange,
 )
 from assistant.testing.fake_provider import PromptCache, default_usage
-from assistant.text.figures import share, token_change, token_count
+from assistant.text.figures import measures, share, token_change, token_count
 from assistant.window.cost import conversation_cost
 from bench.workload import generate
 from demo.scenes import run_overflow_and_fork_demo
@@ -207,7 +207,7 @@ def step_lines(
     lines: list[tuple[str, list[CompactionEvent]]] = []
     grouped: dict[str, list[CompactionEvent]] = {}
     for event in events:
-        if event.measures == "the request":
+        if measures(event) == "the request":
             lines.append((event.get_kind_display().lower(), [event]))
         else:
             grouped.setdefault(event.get_kind_display().lower(), []).append(event)
@@ -218,7 +218,7 @@ def step_lines(
         change = token_change(
             sum(event.tokens_before for event in group),
             sum(event.tokens_after for event in group),
-            group[0].measures,
+            measures(group[0]),
         )
         said.append(f"turn {turn:>3}  {kind:<32} {affected:>4} message(s)  {change}")
     said.append(
