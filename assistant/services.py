@@ -25,7 +25,12 @@ from assistant.chat import (
 from assistant.flows.overflow import acall_with_overflow_recovery, call_with_overflow_recovery
 from assistant.flows.planning import RunPlan, plan_run
 from assistant.flows.post_exchange import process_exchange
-from assistant.flows.precall import ensure_context_summary, prepare_context
+from assistant.flows.precall import (
+    NextRequest,
+    ensure_context_summary,
+    next_request,
+    prepare_context,
+)
 from assistant.flows.responses import record_response
 from assistant.flows.staff import Outcome, check_action, run_staff_action
 from assistant.llm.overflow import context_overflow
@@ -211,6 +216,7 @@ __all__ = [
     "ContextStatus",
     "ContextTooLarge",
     "IncompleteToolCall",
+    "NextRequest",
     "Outcome",
     "Preview",
     "RunPlan",
@@ -240,6 +246,7 @@ __all__ = [
     "generate_parent_summary",
     "mark_deleted",
     "model_request",
+    "next_request",
     "pin_message",
     "plan_run",
     "prebuild_window_summary",

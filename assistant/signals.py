@@ -13,7 +13,9 @@ from django.dispatch import Signal
 # context_compacted(sender, conversation_id, event_id, kind, tokens_before,
 #   tokens_after, window, share_of_window, acting_user_id): any compaction
 #   (kind is a CompactionEvent.Kind value); share_of_window is tokens_after
-#   over the chat model's context window (0.06 for 6%).
+#   over the context window of the conversation's model (that of its newest
+#   answer; 0.06 for 6%). What tokens_before and tokens_after measure:
+#   assistant.text.figures.measures (docs/admin.rst, "Token figures").
 context_compacted = Signal()
 
 # emergency_compaction(sender, conversation_id, event_id, level, tokens_before,

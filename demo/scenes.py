@@ -20,6 +20,7 @@ import httpx2
 
 from assistant.models import CompactionEvent, Conversation
 from assistant.settings.conf import compaction_config
+from assistant.text.figures import measures, token_change, token_count
 
 DEMO_MODEL = "claude-demo-small-window"
 DEMO_WINDOW_TOKENS = 2_500
@@ -242,7 +243,7 @@ def run_overflow_and_fork_demo(stdout: Any) -> dict[str, Any]:
     before = context_tokens(conversation)
     stdout.write(
         f"conversation {conversation.pk}: {len(build_context(conversation).messages)} messages, "
-        f"~{before} tokens; the model's window: {model.window_tokens} tokens"
+        f"the request {token_count(before)}; the model's window: {token_count(model.window_tokens)}"
     )
     response = call_with_overflow_recovery(conversation, call, window_tokens=model.window_tokens)
     events = list(
@@ -255,8 +256,9 @@ def run_overflow_and_fork_demo(stdout: Any) -> dict[str, Any]:
         if number <= len(events):
             event = events[number - 1]
             stdout.write(
-                f"    -> {event.get_kind_display()}: {event.tokens_before} -> "
-                f"{event.tokens_after} tokens ({event.messages_affected} tool results compacted)"
+                f"    -> {event.get_kind_display()}, "
+                f"{token_change(event.tokens_before, event.tokens_after, measures(event))} "
+                f"({event.messages_affected} tool results compacted)"
             )
     stdout.write(f"  answer: {response.content[0].text}")
     stdout.write("  nothing was deleted: every original is kept and can be restored")

@@ -3,6 +3,7 @@ permissions, history entries, refused actions, and what each page shows."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -18,6 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from assistant.admin.inspector import context_inspector
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import (
@@ -50,11 +52,23 @@ OUR_ACTIONS = [
 ]
 
 
-def context_cell(level: str, style: str, tokens: str, shares: str) -> str:
-    """The context column's cell: the tokens over their shares of the trigger and the window."""
+def context_cell(
+    level: str,
+    style: str,
+    tokens: str,
+    shares: str,
+    trigger: int = 50_000,
+    model: str = "claude-sonnet-4-6",
+    window: int = 200_000,
+) -> str:
+    """The context column's cell: the tokens over their shares of the trigger and the
+    window of the conversation's model, which its title names."""
+    title = (
+        f"shares of the trigger ({trigger:,} tokens) and of {model}'s window ({window:,} tokens)"
+    )
     return (
-        f'<span class="context-{level}" style="{style}"><span class="two-lines">{tokens}</span>'
-        f'<span class="two-lines">{shares}</span></span>'
+        f'<span class="context-{level}" style="{style}" title="{title}">'
+        f'<span class="two-lines">{tokens}</span><span class="two-lines">{shares}</span></span>'
     )
 
 
@@ -119,7 +133,7 @@ def test_the_list_shows_ids_counts_context_share_and_fork_depth(staff_client):
     assert [shown[c.pk]._fork_depth for c in (parent, fork, grandchild)] == [0, 1, 2]
     assert shown[parent.pk]._last_compaction is None
     html_text = response.content.decode()
-    shares = f"{round(100 * expected / 50_000)}% · 0%"
+    shares = f"{100 * expected / 50_000:.1f}% · {100 * expected / 200_000:.1f}%"
     assert context_cell("ok", "color:inherit;", f"{expected:,}", shares) in html_text
     assert f'<td class="field-parent_link"><a href="{change_url(parent)}">#{parent.pk}</a>' in (
         html_text
@@ -138,13 +152,42 @@ def test_the_context_column_is_coloured_past_the_watermark_and_the_trigger(staff
 
     page = staff_client.get(CHANGELIST + "?o=8").content.decode()
 
-    assert context_cell("ok", "color:inherit;", "100", "10% · 0%") in page
-    assert context_cell("near", "color:#b45309;font-weight:bold", "850", "85% · 0%") in page
-    assert (
-        context_cell("past-trigger", "color:#dc2626;font-weight:bold", "1,100", "110% · 1%") in page
+    assert context_cell("ok", "color:inherit;", "100", "10.0% · 0.1%", 1000) in page
+    near_cell = context_cell("near", "color:#b45309;font-weight:bold", "850", "85.0% · 0.4%", 1000)
+    assert near_cell in page
+    past_cell = context_cell(
+        "past-trigger", "color:#dc2626;font-weight:bold", "1,100", "110.0% · 0.6%", 1000
     )
+    assert past_cell in page
     ordered = [c.pk for c in staff_client.get(CHANGELIST + "?o=8").context["cl"].result_list]
     assert ordered == [small.pk, near.pk, past.pk]  # sortable, ascending
+
+
+def test_the_share_of_the_window_is_of_each_conversations_own_model(staff_client):
+    """Issue 50: every row divided by 200,000, so gpt-4.1's and gemini-2.5-flash's
+    conversations read 3% where their own pages said 0.5% of 1,047,576."""
+    gpt, gemini, fresh = (Conversation.objects.create(title=t) for t in ("gpt", "gemini", "new"))
+    for conversation, provider, model in (
+        (gpt, "openai", "gpt-4.1"),
+        (gemini, "gemini", "gemini-2.5-flash"),
+    ):
+        add_message(conversation, "user", "x" * 24_000)  # 6,000 tokens
+        add_message(conversation, "assistant", "ok", provider=provider, model=model)
+    add_message(fresh, "user", "x" * 24_000)
+
+    page = staff_client.get(CHANGELIST).content.decode()
+
+    shown = {
+        model: context_inspector(conversation)["share_of_window"]
+        for conversation, model in ((gpt, "gpt-4.1"), (gemini, "gemini-2.5-flash"))
+    }
+    assert shown == {"gpt-4.1": "0.6%", "gemini-2.5-flash": "0.6%"}
+    for model, window in (("gpt-4.1", 1_047_576), ("gemini-2.5-flash", 1_048_576)):
+        cell = context_cell(
+            "ok", "color:inherit;", "6,001", "12.0% · 0.6%", model=model, window=window
+        )
+        assert cell in page
+    assert context_cell("ok", "color:inherit;", "6,000", "12.0% · 3.0%") in page
 
 
 def test_the_context_filter_uses_the_figures_not_a_flag(staff_client, settings):
@@ -426,8 +469,8 @@ def test_a_worker_run_records_the_user_and_the_result(celery_worker, settings):
     (entry,) = LogEntry.objects.filter(object_id=str(conversation.pk))
     assert (entry.user_id, entry.action_flag) == (staff.pk, CHANGE)
     assert entry.change_message == (
-        f"Regenerate window summary: stored a new window summary: {before} → "
-        f"{conversation_tokens(conversation)} tokens."
+        "Regenerate window summary: stored a new window summary, the request: "
+        f"{before:,} → {conversation_tokens(conversation):,} tokens."
     )
 
 
@@ -445,7 +488,7 @@ def test_compact_tool_results_inline_records_user_event_and_history(staff_client
     response = run_action(staff_client, "compact_tool_results_now", conversation)
 
     after = conversation_tokens(conversation)
-    message = f"1 tool result(s) compacted or stubbed: {before} → {after} tokens"
+    message = f"1 tool result(s) compacted or stubbed, the request: {before:,} → {after:,} tokens"
     assert flashed(response) == [
         f"Compact tool results on “Blog admin session” (#{conversation.pk}): {message}."
     ]
@@ -665,8 +708,12 @@ def test_the_change_page_shows_the_context_inspector_first(staff_client, setting
         == Conversation.objects.get(pk=conversation.pk).compaction_summary
     )
     assert [s["key"] for s in inspector["segments"]] == ["system", "summaries", "messages", "tools"]
-    assert [e.kind for e in inspector["events"]] == [CompactionEvent.Kind.WINDOW_SUMMARY]
+    ((event, figures),) = inspector["events"]
+    assert event.kind == CompactionEvent.Kind.WINDOW_SUMMARY
+    # The request before and after, named (a shift read the window's part of it).
+    assert figures == f"the request: {event.tokens_before:,} → {event.tokens_after:,} tokens"
     page = response.content.decode()
+    assert f'<td class="event-tokens">{figures}</td>' in page
     assert page.index('id="context-inspector"') < page.index('id="id_title"')
     assert 'id="branch-from-message"' in page
     messages_link = (
@@ -903,6 +950,7 @@ def test_the_restore_command_refuses_bad_input(capsys):
 def test_an_emergency_run_says_what_shrank_or_why_nothing_did(staff, settings):
     settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
     busy, _ = tool_heavy_conversation(title="busy")
+    Conversation.objects.filter(pk=busy.pk).update(system_prompt="You help. " * 600)
     tiny = Conversation.objects.create(title="tiny")
     add_message(tiny, "user", "hi")
     add_message(tiny, "assistant", "hello")
@@ -911,7 +959,13 @@ def test_an_emergency_run_says_what_shrank_or_why_nothing_did(staff, settings):
     unchanged = run_staff_action("emergency_2", tiny.pk, staff.pk)
 
     assert shrank.changed is True
-    assert shrank.message.startswith("the context shrank from ")
+    # History says its event's figures, as the event list does (issue 50: "shrank from
+    # 22137 to 1187 tokens" beside an event of 23,942 → 1,358).
+    event = CompactionEvent.objects.get(conversation=busy)
+    assert event.tokens_before >= 1_000
+    assert shrank.message.startswith(
+        f"the request shrank, {event.tokens_before:,} → {event.tokens_after:,} tokens ("
+    )
     assert (unchanged.changed, unchanged.message) == (
         False,
         "nothing changed: no tool result left to compact, and the split cannot move: the 2 "
@@ -1073,3 +1127,75 @@ def test_the_change_form_accepts_a_parent_that_is_not_a_descendant(staff_client)
 
     assert response.status_code == 302
     assert Conversation.objects.get(pk=second.pk).parent_conversation_id == first.pk
+
+
+def test_each_events_figures_say_whether_they_measure_the_request_or_the_messages(
+    staff_client, staff
+):
+    """Issue 50: "tokens before → after" read one message's size on a tool-result row
+    (5,157 → 232) and the request on a window row, under one unlabelled header."""
+    staff.user_permissions.add(Permission.objects.get(codename="view_compactionevent"))
+    conversation = Conversation.objects.create(title="figures")
+    kinds = CompactionEvent.Kind
+    for kind, before, after, details in (
+        (kinds.TOOL_RESULTS, 5_157, 232, {"message_id": 1}),
+        (kinds.WINDOW_SUMMARY, 23_700, 2_200, {}),
+        (kinds.TOOL_RESULTS, 23_942, 1_358, {"parts": []}),  # a staff action's one event
+    ):
+        CompactionEvent.objects.create(
+            conversation=conversation,
+            kind=kind,
+            tokens_before=before,
+            tokens_after=after,
+            details=details,
+        )
+
+    page = staff_client.get(reverse("admin:assistant_compactionevent_changelist")).content.decode()
+
+    cells = re.findall(r'<td class="field-tokens">(.*?)</td>', page)
+    assert cells == [
+        '<span class="figures">the request: 23,942 → 1,358 tokens</span>',
+        '<span class="figures">the request: 23,700 → 2,200 tokens</span>',
+        '<span class="figures">the messages compacted: 5,157 → 232 tokens</span>',
+    ]
+    assert "Tokens before → after, of what" in page
+
+
+def test_the_inspector_shows_the_summary_the_next_request_adopts_first(staff_client):
+    """Issue 50: the inspector showed the stored window summary, without the
+    "## Originals" index, while the next request carried the worker's pre-built one:
+    it read what the previous request carried, not what the pre-call hook's plan
+    (here: adopt the pending summary on a cold cache) sends next."""
+    from assistant.services import prepare_context
+
+    conversation, rows = tool_heavy_conversation()
+    pending = (
+        "## Goal\n- Fix post 42's broken links.\n\n## Originals: ref m1..m10\n"
+        "- records: post 42 (ref m3)"
+    )
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk),
+        {
+            MetadataKeys.PENDING_SUMMARY: pending,
+            MetadataKeys.PENDING_THROUGH_MESSAGE_ID: rows[9].pk,
+            MetadataKeys.PENDING_BASE_MESSAGE_ID: None,
+            MetadataKeys.PENDING_ANCHOR_MESSAGE_ID: None,
+            MetadataKeys.PENDING_ARTIFACT_INDEX: None,
+            MetadataKeys.PENDING_USAGE: {},
+        },
+    )
+    hour_ago = timezone.now() - timedelta(hours=1)
+    Message.objects.filter(conversation=conversation).update(created_at=hour_ago)  # cold cache
+
+    response = staff_client.get(change_url(conversation))
+    inspector, page = response.context["inspector"], response.content.decode()
+    body = staff_client.get(change_url(conversation).replace("change/", "request.json")).json()
+    sent = prepare_context(conversation)
+
+    assert sent.window_summary == pending
+    assert inspector["window_summary"] == sent.window_summary
+    assert inspector["cutoff_id"] == sent.cutoff_id == rows[9].pk
+    # What the hook does first beyond the summary is said, not hidden.
+    assert inspector["first"] == ["1 consumed tool result(s) compacted"]
+    assert "the pre-call hook first makes: 1 consumed tool result(s) compacted" in page
+    assert [block["text"] for block in body["system"]][-1].endswith(pending)

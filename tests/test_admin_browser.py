@@ -318,6 +318,31 @@ OVERFLOWING_TABLES = """() => [...document.querySelectorAll('#content table')]
     .filter(([, scroll, box]) => scroll > box)"""
 
 
+# Every control in the page's content (links, buttons, fields) that is drawn but not
+# wholly in sight: past the viewport's sides, or past the sides of a box around it that
+# clips or scrolls (a table wider than its box hides its last columns' buttons).
+CLIPPED_CONTROLS = """() => {
+  const width = document.documentElement.clientWidth;
+  const controls = document.querySelectorAll(
+    '#content a, #content button, #content input:not([type=hidden]), #content select, '
+    + '#content textarea');
+  const clipped = [];
+  for (const control of controls) {
+    const own = control.getBoundingClientRect();
+    if (own.width === 0 && own.height === 0) continue;  // not drawn (a collapsed fieldset)
+    let outside = own.left < 0 || own.right > width + 0.5;
+    for (let box = control.parentElement; box && !outside; box = box.parentElement) {
+      if (getComputedStyle(box).overflowX === 'visible') continue;
+      const room = box.getBoundingClientRect();
+      outside = own.left < room.left - 0.5 || own.right > room.right + 0.5;
+    }
+    if (outside) clipped.push((control.id || control.className || control.tagName) + ': '
+      + (control.innerText || control.value || '').trim().slice(0, 30));
+  }
+  return clipped;
+}"""
+
+
 def identical_two_turns(title: str) -> Conversation:
     conversation = Conversation.objects.create(title=title, system_prompt="You help.")
     for n, prompt in enumerate((1003, 2103)):
@@ -345,11 +370,15 @@ def test_every_list_and_page_fits_its_box_and_identical_conversations_read_alike
     first, second = identical_two_turns("Same chat"), identical_two_turns("Same chat")
     event = conversation.compaction_events.first()
     message = conversation.messages.first()
+    version = conversation.summary_versions.get()
     page = browser
-    page.set_viewport_size({"width": width, "height": 900})
+    page.set_viewport_size({"width": width, "height": 800})
     log_in(page, live_server.url, admin_user.username)
     admin = f"{live_server.url}/admin/assistant"
     pages = {
+        "summary history": f"{admin}/summaryversion/?conversation__id__exact={conversation.pk}",
+        "summary version page": f"{admin}/summaryversion/{version.pk}/change/",
+        "summary correction": f"{admin}/summaryversion/correct/{conversation.pk}/",
         "conversation list": f"{admin}/conversation/",
         "message list": f"{admin}/message/",
         "event list": f"{admin}/compactionevent/",
@@ -359,13 +388,17 @@ def test_every_list_and_page_fits_its_box_and_identical_conversations_read_alike
         "event page": f"{admin}/compactionevent/{event.pk}/change/",
     }
 
-    overflowing = {}
+    overflowing, clipped = {}, {}
     for name, url in pages.items():
         page.goto(url)
         overflowing[name] = page.evaluate(OVERFLOWING_TABLES)
+        clipped[name] = page.evaluate(CLIPPED_CONTROLS)
         page.screenshot(path=str(OUTPUT_DIR / f"{name.replace(' ', '_')}_{width}.png"))
 
     assert overflowing == {name: [] for name in pages}
+    # Issue 50: at 1280 px the summary history's "text and diff / Revert / Mark
+    # reviewed" were cut off (a 762 px table in a 685 px box).
+    assert clipped == {name: [] for name in pages}
     page.goto(pages["conversation list"])
     rows = [
         page.locator(f"#result_list tr:has(input.action-select[value='{pk}'])")
@@ -439,6 +472,11 @@ def test_staff_correct_a_summary_and_bring_the_earlier_version_back(live_server,
         page.locator("#result_list tbody tr").nth(1).locator("button.summary-review").click()
     page.wait_for_selector("#result_list")
     assert "by summary-staff" in page.locator("#result_list tbody tr").nth(1).inner_text()
+    for width in (1280, 1440):  # a reviewed row, a correction: every control in sight
+        page.set_viewport_size({"width": width, "height": 800})
+        assert page.evaluate(CLIPPED_CONTROLS) == []
+        page.screenshot(path=str(OUTPUT_DIR / f"summary_history_reviewed_{width}.png"))
+    page.set_viewport_size({"width": 1440, "height": 900})
 
     # One click brings the model's version back, as a new version: nothing is lost.
     with page.expect_navigation():

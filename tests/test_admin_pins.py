@@ -56,6 +56,21 @@ def test_staff_pin_and_unpin_from_the_message_list(staff_client, conversation):
     assert not Message.objects.filter(pinned=True).exists()
 
 
+@override_settings(ASSISTANT_COMPACTION={"PINNED_MAX_TOKENS": 400})
+def test_a_refused_pin_shows_only_its_error(staff_client, conversation):
+    """Issue 50: the refusal came with a green "0 message(s) pinned."."""
+    large = add_message(conversation, "user", "long " * 400)
+
+    response = staff_client.post(
+        MESSAGES, {"action": "pin_messages", ACTION_CHECKBOX_NAME: [large.pk]}, follow=True
+    )
+
+    said = [(m.level, str(m)) for m in django_messages.get_messages(response.wsgi_request)]
+    assert [level for level, _ in said] == [django_messages.ERROR]
+    assert said[0][1].startswith(f"Message {large.pk}: ")
+    assert not Message.objects.get(pk=large.pk).pinned
+
+
 def test_pinning_needs_the_compact_permission(conversation):
     client = Client()
     client.force_login(staff_user("reader", compact=False))

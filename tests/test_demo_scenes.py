@@ -6,6 +6,7 @@ import pytest
 from django.core.management.base import OutputWrapper
 
 from assistant.models import CompactionEvent, Conversation
+from demo.management.commands.demo import step_lines
 from demo.scenes import DEMO_WINDOW_TOKENS, run_overflow_and_fork_demo
 
 pytestmark = pytest.mark.django_db
@@ -33,3 +34,32 @@ def test_the_demo_recovers_from_a_real_sdk_overflow_error_and_forks():
     # The model read a handle in a compacted result and recalled the original.
     assert figures["recall_answer"] == "The original says its title is “Pricing”."
     assert figures["recall_count"] == 1
+
+
+def test_each_demo_figure_says_what_it_measures_and_two_shifts_are_never_summed():
+    """Issue 50: "47,396 -> 9,444 tokens … context 2,292" was two shifts' contexts
+    added up beside a context no step produced."""
+    kinds = CompactionEvent.Kind
+    events = [
+        CompactionEvent(kind=kinds.WINDOW_SUMMARY, tokens_before=23_828, tokens_after=11_098,
+                        messages_affected=16),
+        CompactionEvent(kind=kinds.TOOL_RESULTS, tokens_before=5_000, tokens_after=231,
+                        messages_affected=1),
+        CompactionEvent(kind=kinds.WINDOW_SUMMARY, tokens_before=23_568, tokens_after=2_292,
+                        messages_affected=9),
+        CompactionEvent(kind=kinds.TOOL_RESULTS, tokens_before=3_405, tokens_after=232,
+                        messages_affected=1),
+    ]  # fmt: skip
+
+    lines = step_lines(77, events, 2_292, 200_000)
+
+    assert lines == [
+        "turn  77  window summary                     16 message(s)  "
+        "the request: 23,828 → 11,098 tokens",
+        "turn  77  window summary                      9 message(s)  "
+        "the request: 23,568 → 2,292 tokens",
+        "turn  77  tool results compacted              2 message(s)  "
+        "the messages compacted: 8,405 → 463 tokens",
+        "turn  77  the next request                                  "
+        "2,292 tokens, 1.1% of the model's window of 200,000 tokens",
+    ]

@@ -14,12 +14,14 @@ from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import (
     add_message,
+    context_tokens,
     fork_continuation,
     fork_from_message,
     generate_parent_summary,
 )
 from assistant.store.state import write_state
 from assistant.strategies import fork as forking
+from assistant.text.tokens import estimate_tokens
 from tests.conftest import wait_until
 from tests.scenarios import tool_heavy_conversation
 
@@ -68,6 +70,10 @@ def test_fork_continuation_carries_owner_title_summary_tools_and_first_message(
         20,
         {"parent_id": parent.pk, "deferred": False},
     )
+    # The parent's context the summary stands for, then the fork's request (not "0 → 0").
+    summarized = estimate_tokens("You help.") + sum(m.token_estimate for m in parent.messages.all())
+    assert (event.tokens_before, event.tokens_after) == (summarized, context_tokens(fork))
+    assert event.tokens_before > event.tokens_after > 0
 
 
 def test_forks_do_not_copy_or_change_the_parent(summarizer_spy):
@@ -236,6 +242,8 @@ def test_a_deferred_branch_summary_covers_what_came_before_the_message(
         14,
         {"parent_id": parent.pk, "deferred": True},
     )
+    summarized = estimate_tokens("You help.") + sum(m.token_estimate for m in rows[:14])
+    assert (event.tokens_before, event.tokens_after) == (summarized, context_tokens(fork))
 
 
 def test_a_deferred_continuation_ignores_messages_the_parent_gained_since(summarizer_spy):

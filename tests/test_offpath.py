@@ -13,7 +13,7 @@ from django.test import override_settings
 from assistant.flows.prebuild import defer_to_worker
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, MetadataKeys
-from assistant.services import add_message, ensure_context_summary, finish_exchange
+from assistant.services import add_message, context_tokens, ensure_context_summary, finish_exchange
 from assistant.settings.conf import compaction_config
 from assistant.store.queue import PREBUILD_TASK
 from assistant.store.state import write_state
@@ -213,7 +213,10 @@ def test_a_prebuild_the_chat_moved_past_is_adopted_without_a_second_shift(fake_l
         step += 1
     thread.join(timeout=30)
     shifts = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
-    while not shifts.exists():  # until the chat's own decision shifts
+    assert not shifts.exists()
+    while True:  # until the chat's own decision shifts
+        request_before = load_window(conversation.pk).context_tokens()
+        events_before = CompactionEvent.objects.filter(conversation=conversation).count()
         ensure_context_summary(conversation)
         if shifts.exists():
             break
@@ -221,6 +224,17 @@ def test_a_prebuild_the_chat_moved_past_is_adopted_without_a_second_shift(fake_l
         step += 1
 
     assert [event.details["prebuilt"] for event in shifts] == [True]
+    # The shift's event reads the request before that rewrite and after it all, the
+    # results it compacted included (issue 50: 22,127 → 21,094 while the request fell
+    # from 23.7k to 2.2k), and is written after their events.
+    rewrite = list(
+        CompactionEvent.objects.filter(conversation=conversation).order_by("id")[events_before:]
+    )
+    assert [event.kind for event in rewrite] == ["tool_results"] * 9 + ["window_summary"]
+    assert (rewrite[-1].tokens_before, rewrite[-1].tokens_after) == (
+        request_before,
+        context_tokens(conversation),
+    )
     assert fake_llm.count("anthropic.messages") == 1
     assert verbatim_pages(conversation) == [f"toolu_0_{step - 1}"]
     assert Conversation.objects.get(pk=conversation.pk).compaction_summary.startswith(

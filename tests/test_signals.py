@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from assistant.models import CompactionEvent
+from assistant.models import CompactionEvent, Message
 from assistant.services import (
     compact_tool_results,
     context_status,
@@ -175,3 +175,21 @@ def test_a_failing_receiver_never_fails_the_compaction(
     assert CompactionEvent.objects.filter(conversation=conversation).count() == 1
     assert "event=signal_receiver_failed" in caplog.text
     assert "error=KeyError" in caplog.text
+
+
+def test_the_share_of_the_window_is_of_the_conversations_own_models_window(
+    db, received, django_capture_on_commit_callbacks
+):
+    """Issue 50: gpt-4.1's conversation was given 200,000 (the configured model's)."""
+    conversation, _ = tool_heavy_conversation()
+    Message.objects.filter(conversation=conversation, role="assistant").update(
+        provider="openai", model="gpt-4.1"
+    )
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert compact_tool_results(conversation) == 1
+
+    ((name, sent),) = received
+    event = CompactionEvent.objects.get(conversation=conversation)
+    assert (name, sent["window"]) == ("context_compacted", 1_047_576)
+    assert sent["share_of_window"] == event.tokens_after / 1_047_576

@@ -36,8 +36,9 @@ from assistant.models import Conversation, Message
 from assistant.ops.health import live_worker_check
 from assistant.settings.app import app_setting
 from assistant.store.deletion import purge_date
+from assistant.text.figures import share, token_count
 from assistant.window.cost import Cost, conversation_costs, costs_since
-from assistant.window.limits import current_limits
+from assistant.window.limits import current_limits, limits_for
 
 
 class Listed(Protocol):
@@ -46,6 +47,9 @@ class Listed(Protocol):
 
     _fork_depth: int
     _message_count: int
+    _answer_provider: str | None
+    _answer_model: str | None
+    context_tokens: int | None
     _cost: Cost
     _last_compaction: datetime | None
 
@@ -246,21 +250,26 @@ class ConversationAdmin(ConversationModelAdmin):
         return obj._message_count
 
     @admin.display(description="context · % trigger · % window", ordering="context_tokens")
-    def context_size(self, obj: Conversation) -> str:
-        limits = current_limits()
+    def context_size(self, obj: Listed) -> str:
+        # The window of the model that reads the next request, as on the conversation page.
+        limits = limits_for(obj._answer_provider or "", obj._answer_model or "")
         tokens = obj.context_tokens
         if tokens is None:
             return "not measured yet (manage.py migrate measures it)"
         level = limits.level(tokens)
         return format_html(
-            '<span class="context-{}" style="color:{};{}"><span class="two-lines">{}</span>'
-            '<span class="two-lines">{}% · {}%</span></span>',
+            '<span class="context-{}" style="color:{};{}" title="shares of the trigger ({}) '
+            'and of {}\'s window ({})"><span class="two-lines">{}</span>'
+            '<span class="two-lines">{} · {}</span></span>',
             level,
             LEVEL_COLOURS[level],
             "font-weight:bold" if level != "ok" else "",
+            token_count(limits.trigger),
+            limits.model,
+            token_count(limits.window),
             f"{tokens:,}",
-            round(100 * tokens / limits.trigger),
-            round(100 * tokens / limits.window),
+            share(tokens, limits.trigger),
+            share(tokens, limits.window),
         )
 
     @admin.display(description="cost · saved")

@@ -11,7 +11,8 @@ from typing import Any
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from assistant.models import Conversation
+from assistant.models import CompactionEvent, Conversation
+from assistant.text.figures import measures, token_change
 from assistant.window.cost import Call, Cost, conversation_cost
 
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 960, 240, 56, 24, 10
@@ -53,7 +54,7 @@ def cost_section(conversation: Conversation) -> dict[str, Any]:
     cost, calls = conversation_cost(conversation)
     events = list(
         conversation.compaction_events.order_by("created_at", "id").values_list(
-            "created_at", "kind", "tokens_before", "tokens_after"
+            "created_at", "kind", "tokens_before", "tokens_after", "details"
         )
     )
     drawn = calls[-CALLS_DRAWN:]
@@ -167,8 +168,9 @@ def _marks(
     """Each compaction's rule: its x and its title."""
     times = [call.at for call in calls]
     marks = []
-    for at, kind, before, after in events:
+    for at, kind, before, after, details in events:
         # Before the first call made after it (at the right end when none was).
         x = LEFT + bisect_left(times, at) * step - (step - bar) / 2
-        marks.append((f"{x:.1f}", f"{kind}: {before:,} → {after:,} tokens"))
+        measured = measures(CompactionEvent(kind=kind, details=details))
+        marks.append((f"{x:.1f}", f"{kind}, {token_change(before, after, measured)}"))
     return marks

@@ -14,7 +14,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from assistant.llm.catalog import wire
 from assistant.models import Conversation
-from assistant.services import build_context, context_tokens
+from assistant.services import next_request
+from assistant.text.figures import measures, share, token_change
 from assistant.window.limits import current_limits, request_shape
 
 MESSAGES_SHOWN = 30
@@ -30,8 +31,10 @@ def _cut(text: str) -> tuple[str, int]:
 
 
 def context_inspector(conversation: Conversation) -> dict[str, Any]:
-    context = build_context(conversation, allow_pending=True)
-    total = context_tokens(conversation)
+    # The next request by the pre-call hook's own plan: a pending summary it adopts
+    # first is the one shown (docs/admin.rst, "The conversation page").
+    upcoming = next_request(conversation)
+    context, total = upcoming.context, upcoming.tokens
     # The bar draws the header's figure: the estimated parts scaled to it.
     tokens = context.tokens.scaled_to(total)
     limits = current_limits(conversation.pk)
@@ -68,6 +71,7 @@ def context_inspector(conversation: Conversation) -> dict[str, Any]:
         "-created_at", "-id"
     )
     return {
+        **_header(total, limits),
         "system": _cut(context.system)[0],
         "parent_summary": context.parent_summary,
         "window_summary": context.window_summary,
@@ -77,17 +81,32 @@ def context_inspector(conversation: Conversation) -> dict[str, Any]:
         "messages_in_context": len(context.messages),
         "messages_hidden": first_shown,
         "pending_calls": context.pending_calls,
-        "total": total,
-        "level": limits.level(total),
-        "limits": limits,
-        "share_of_trigger": round(100 * total / limits.trigger, 1),
-        "share_of_window": round(100 * total / limits.window, 1),
+        "first": upcoming.first,
         "segments": [
             {"key": key, "label": label, "tokens": value, "percent": round(100 * value / drawn, 2)}
             for key, label, value in parts
         ],
-        "events": list(events[:EVENTS_SHOWN]),
+        "events": _with_figures(events[:EVENTS_SHOWN]),
         "events_total": events.count(),
+    }
+
+
+def _with_figures(events: Any) -> list[tuple[Any, str]]:
+    """Each event with its figures, named for what they measure (docs/admin.rst)."""
+    return [
+        (event, token_change(event.tokens_before, event.tokens_after, measures(event)))
+        for event in events
+    ]
+
+
+def _header(total: int, limits: Any) -> dict[str, Any]:
+    """The header's figures: the size, its level and its shares of the limits."""
+    return {
+        "total": total,
+        "level": limits.level(total),
+        "limits": limits,
+        "share_of_trigger": share(total, limits.trigger),
+        "share_of_window": share(total, limits.window),
     }
 
 
@@ -95,7 +114,7 @@ def request_body(conversation: Conversation, shape: str = "") -> dict[str, Any]:
     """The next request's body in a provider's shape (the inspector's download): the
     named one, else that of the provider of the conversation's newest answer, else the
     configured summarizer's (Anthropic's when offline)."""
-    context = build_context(conversation, allow_pending=True)
+    context = next_request(conversation).context
     return context.request(wire(shape or request_shape(conversation.pk)))
 
 

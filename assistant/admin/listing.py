@@ -50,7 +50,15 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
         .annotate(at=Max("created_at"))
         .values("at")
     )
+    # Who answered last (`window.limits.answered_by`): the model whose window "% window" is of.
+    newest_answer = (
+        Message.objects.filter(conversation=OuterRef("pk"), role=Message.Role.ASSISTANT)
+        .exclude(model="")
+        .order_by("-id")
+    )
     return queryset.annotate(
+        _answer_provider=Subquery(newest_answer.values("provider")[:1]),
+        _answer_model=Subquery(newest_answer.values("model")[:1]),
         _message_count=Coalesce(Subquery(message_count), 0),
         _last_compaction=Subquery(last_event),
         _fork_depth=_fork_depth(compaction_config().MAX_FORK_DEPTH),

@@ -16,6 +16,7 @@ from assistant import services
 from assistant.admin.filters import OfflineFallbackFilter
 from assistant.admin.listing import FittingMedia, date_and_time
 from assistant.models import CompactionEvent, Message, OfflineFallback
+from assistant.text.figures import measures, token_change
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -42,8 +43,9 @@ def _pin(
     queryset: QuerySet[Message],
     pinned: bool,
 ) -> None:
-    """Pin or unpin each selected message through the service; each refusal is said."""
-    changed = 0
+    """Pin or unpin each selected message through the service; each refusal is said,
+    and the count only when something changed or nothing was refused."""
+    changed = refused = 0
     for message in queryset.select_related("conversation").order_by("id"):
         try:
             if message.pinned != pinned:
@@ -52,11 +54,13 @@ def _pin(
                 )
                 changed += 1
         except ValidationError as error:
+            refused += 1
             modeladmin.message_user(
                 request, f"Message {message.pk}: {' '.join(error.messages)}", messages.ERROR
             )
-    verb = "pinned" if pinned else "unpinned"
-    modeladmin.message_user(request, f"{changed} message(s) {verb}.", messages.INFO)
+    if changed or not refused:
+        verb = "pinned" if pinned else "unpinned"
+        modeladmin.message_user(request, f"{changed} message(s) {verb}.", messages.SUCCESS)
 
 
 @admin.action(permissions=["compact"], description="Pin: always send verbatim")
@@ -153,12 +157,13 @@ class CompactionEventAdmin(ReadOnlyAdmin):
             f"{obj.summarizer_output_tokens:,}",
         )
 
-    @admin.display(description="tokens before → after", ordering="tokens_before")
+    @admin.display(description="tokens before → after, of what", ordering="tokens_before")
     def tokens(self, obj: CompactionEvent) -> str:
+        """The figures and what they measure (docs/admin.rst, "Token figures")."""
+        # Wraps between words: the list fits its box at 1280 px.
         return format_html(
-            '<span class="two-lines">{} →</span><span class="two-lines">{}</span>',
-            f"{obj.tokens_before:,}",
-            f"{obj.tokens_after:,}",
+            '<span class="figures">{}</span>',
+            token_change(obj.tokens_before, obj.tokens_after, measures(obj)),
         )
 
     @admin.display(description="duration ms", ordering="duration_ms")

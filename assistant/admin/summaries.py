@@ -38,7 +38,6 @@ def history_url(conversation_id: int) -> str:
 @admin.register(SummaryVersion)
 class SummaryVersionAdmin(SummaryVersionModelAdmin):
     list_display = (
-        "id",
         "created",
         "conversation_link",
         "kind",
@@ -50,6 +49,7 @@ class SummaryVersionAdmin(SummaryVersionModelAdmin):
         "reviewed",
         "buttons",
     )
+    list_display_links = ("created",)
     list_filter = ("kind", "created_at")
     search_fields = ("=conversation__id", "model")
     list_select_related = ("conversation", "created_by", "reviewed_by")
@@ -73,6 +73,22 @@ class SummaryVersionAdmin(SummaryVersionModelAdmin):
         self, request: HttpRequest, obj: SummaryVersion | None = None
     ) -> bool:
         return False  # nothing is lost: every version stays with its conversation
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        """One conversation's history (the conversation page's link) names it in its
+        title, not in a column: the row, its three controls included, fits 1280 px."""
+        shown = super().get_list_display(request)
+        if "conversation__id__exact" in request.GET:
+            return [name for name in shown if name != "conversation_link"]
+        return shown
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> Any:
+        pk = _int(request.GET.get("conversation__id__exact"))
+        conversation = Conversation.objects.filter(pk=pk).first() if pk is not None else None
+        if conversation is not None:
+            title = f"Summary history of “{conversation}” (#{conversation.pk})"
+            extra_context = {**(extra_context or {}), "title": title}
+        return super().changelist_view(request, extra_context)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[SummaryVersion]:
         # Every summary write keeps a version: the newest of a conversation is the one sent.
@@ -102,7 +118,12 @@ class SummaryVersionAdmin(SummaryVersionModelAdmin):
     def model_and_tokens(self, obj: SummaryVersion) -> str:
         if not obj.model:
             return "—"
-        return f"{obj.model} · {obj.input_tokens:,} / {obj.output_tokens:,}"
+        return format_html(
+            '<span class="figures">{} ·</span><span class="figures">{} / {}</span>',
+            obj.model,
+            f"{obj.input_tokens:,}",
+            f"{obj.output_tokens:,}",
+        )
 
     @admin.display(description="cost")
     def cost(self, obj: SummaryVersion) -> str:
@@ -116,7 +137,11 @@ class SummaryVersionAdmin(SummaryVersionModelAdmin):
     def reviewed(self, obj: SummaryVersion) -> str:
         if obj.reviewed_at is None:
             return "not yet"
-        return f"by {obj.reviewed_by or 'a deleted user'}, {date_and_time(obj.reviewed_at)}"
+        return format_html(
+            '<span class="figures">by {},</span>{}',
+            obj.reviewed_by or "a deleted user",
+            date_and_time(obj.reviewed_at),
+        )
 
     @admin.display(description="text")
     def text_shown(self, obj: SummaryVersion) -> str:
@@ -128,12 +153,13 @@ class SummaryVersionAdmin(SummaryVersionModelAdmin):
         view = reverse("admin:assistant_summaryversion_change", args=[obj.pk])
         revert = reverse("admin:assistant_summary_revert", args=[obj.pk])
         review = reverse("admin:assistant_summary_review", args=[obj.pk])
+        # One control a line: the row fits its box at 1280 px (docs/admin.rst).
         return format_html(
-            '<a href="{}">text and diff</a> '
+            '<span class="controls"><a href="{}">text and diff</a>'
             '<button type="submit" class="button summary-revert" formaction="{}" '
-            'formmethod="post">Revert to this</button> '
+            'formmethod="post">Revert to this</button>'
             '<button type="submit" class="button summary-review" formaction="{}" '
-            'formmethod="post">Mark reviewed</button>',
+            'formmethod="post">Mark reviewed</button></span>',
             view,
             revert,
             review,
@@ -241,6 +267,10 @@ class SummaryVersionAdmin(SummaryVersionModelAdmin):
                 history_url=history_url(version.conversation_id),
             )
         return super().change_view(request, object_id, form_url, extra_context)
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value and value.isascii() and value.isdigit() else None
 
 
 def _classed(diff: list[str]) -> Iterator[tuple[str, str]]:

@@ -36,8 +36,10 @@ from assistant.models import Conversation, MetadataKeys
 from assistant.ops import telemetry
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.store.deletion import deleted_error, saved_id
+from assistant.store.events import one_rewrite
 from assistant.store.state import remember, write_state
 from assistant.strategies.emergency import compact_if_flagged
+from assistant.strategies.pending import adoption, adopts
 from assistant.strategies.steps import Shifted, adopt, compact_results, shift_here
 from assistant.window import Shift, WindowState, load_window, store_size
 from assistant.window.context import Context, context_from_state
@@ -113,6 +115,13 @@ def _run_plan(
         compact_if_flagged(conversation)
         state, plan = plan_call(conversation.pk, config, timezone.now(), emergency_applied=True)
     run = _Run(state, state.columns.get(MetadataKeys.CACHE_LEDGER), on_demand=on_demand)
+    # One rewrite: a shift's event reads the request before the steps and after them all.
+    with one_rewrite(conversation.pk, plan.tokens, lambda: run.state.context_tokens()):
+        _run_steps(run, plan)
+    return run
+
+
+def _run_steps(run: _Run, plan: Plan) -> None:
     for step in plan.steps:
         match step:
             case NoteUsage():
@@ -128,7 +137,6 @@ def _run_plan(
                 _move_window(run, step)
             case WriteLedger():
                 _write_ledger(run)
-    return run
 
 
 def _window_step(plan: Plan) -> MoveWindow:
@@ -167,6 +175,41 @@ def _provider_shift(run: _Run, step: MoveWindow) -> bool:
     state = load_window(run.state.conversation_id, run.state.config)
     run.state, run.shifted = state, Shifted(state.summary, state)
     return True
+
+
+@dataclass(frozen=True)
+class NextRequest:
+    """What the next request carries (`context`), as the pre-call hook will leave it,
+    and the steps it will make first that change more than its summary (`first`, in
+    words: the tool results it compacts, a shift it makes with the summarizer)."""
+
+    context: Context
+    tokens: int  # its size (WindowState.context_tokens)
+    first: list[str]
+
+
+def next_request(conversation: Conversation) -> NextRequest:
+    """The next request by the hook's own plan at this moment (`plan_call`), without
+    running it (no write, no summarizer call): the context inspector's view. The
+    pending summary the hook will adopt first (a cold cache, or a shift at the
+    trigger the worker pre-built) is the window summary shown, as the adoption will
+    bound it (`adoption`); reading only the stored summary showed what the previous
+    request carried, not the next."""
+    config = compaction_config()
+    state, plan = plan_call(conversation.pk, config, timezone.now())
+    first = []
+    if plan.steps and isinstance(plan.steps[0], ApplyEmergency):
+        first.append("emergency level 1 (flagged after an overflow)")
+    if plan.results is not None and plan.results.goes:
+        count = len(plan.results.plan.compact) + len(plan.results.plan.stub)
+        first.append(f"{count} consumed tool result(s) compacted")
+    forced = plan.shift is not None and plan.shift.kind == "forced"
+    found = adoption(state) if plan.adopt_pending or forced else None
+    if adopts(state, found) and found is not None:
+        state = found.window(state)
+    elif plan.shift is not None and plan.shift.start is not None:
+        first.append("a window shift (a new summary)")
+    return NextRequest(context_from_state(state, allow_pending=True), state.context_tokens(), first)
 
 
 def note_usage(state: WindowState, usage: NoteUsage) -> None:

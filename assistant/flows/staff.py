@@ -27,6 +27,7 @@ from assistant.strategies.previews import (
     restore_preview,
 )
 from assistant.text.arguments import an_id
+from assistant.text.figures import token_change, token_count
 from assistant.window import load_window
 
 EMERGENCY_1 = "emergency_1"
@@ -106,19 +107,22 @@ def _tokens(conversation: Conversation) -> int:
 
 def _emergency(level: int) -> Callable[[Conversation], Outcome]:
     def run(conversation: Conversation) -> Outcome:
+        before = _tokens(conversation)
         outcome = emergency.apply_emergency_level(conversation, level)
         if outcome.shrank:
+            # The figures of its one event (`run_staff_action`): the request's size.
             return Outcome(
                 conversation.pk,
                 True,
-                f"the context shrank from {outcome.tokens_before} to {outcome.tokens_after} "
-                f"tokens ({outcome.tool_results_compacted} tool result(s) compacted, window "
+                f"the request shrank, {token_change(before, _tokens(conversation))} "
+                f"({outcome.tool_results_compacted} tool result(s) compacted, window "
                 f"summary {'regenerated' if outcome.summary_regenerated else 'unchanged'})",
             )
         if outcome.failed:
             return Outcome(conversation.pk, False, "nothing changed: it failed (see the logs)")
         because = emergency_preview(conversation, level).nothing_because or (
-            f"what it produced was not smaller, so it was not kept ({outcome.tokens_before} tokens)"
+            "what it produced was not smaller, so it was not kept "
+            f"(the request: {token_count(before)})"
         )
         return Outcome(conversation.pk, False, f"nothing changed: {because}")
 
@@ -132,7 +136,8 @@ def _regenerate(conversation: Conversation) -> Outcome:
         return Outcome(
             conversation.pk,
             True,
-            f"stored a new window summary: {before} → {_tokens(conversation)} tokens",
+            "stored a new window summary, "
+            f"{token_change(before, _tokens(conversation), 'the request')}",
         )
     because = preview.nothing_because or "the summarizer gave no usable summary"
     return Outcome(conversation.pk, False, f"nothing changed: {because}")
@@ -145,8 +150,8 @@ def _compact(conversation: Conversation) -> Outcome:
         return Outcome(
             conversation.pk,
             True,
-            f"{count} tool result(s) compacted or stubbed: {before} → "
-            f"{_tokens(conversation)} tokens",
+            f"{count} tool result(s) compacted or stubbed, "
+            f"{token_change(before, _tokens(conversation), 'the request')}",
         )
     return Outcome(
         conversation.pk, False, f"nothing changed: {compact_preview(conversation).nothing_because}"
@@ -160,7 +165,8 @@ def _restore(conversation: Conversation) -> Outcome:
         return Outcome(
             conversation.pk,
             True,
-            f"{count} original(s) restored; the next request is {_tokens(conversation):,} tokens",
+            f"{count} original(s) restored; the next request is "
+            f"{token_count(_tokens(conversation))}",
         )
     return Outcome(conversation.pk, False, f"nothing changed: {preview.nothing_because}")
 

@@ -45,6 +45,11 @@ _acting_user_id: ContextVar[int | None] = ContextVar("assistant_acting_user_id",
 _parts: ContextVar[tuple[int, list[dict[str, Any]]] | None] = ContextVar(
     "assistant_event_parts", default=None
 )
+# Inside `one_rewrite`: its conversation, the request's size before it, and the
+# window-summary events held until it ends (None outside one).
+_rewrite: ContextVar[tuple[int, int, list[dict[str, Any]]] | None] = ContextVar(
+    "assistant_rewrite", default=None
+)
 # The kind of a staff action's one event: that of its most telling part.
 KIND_ORDER = (
     CompactionEvent.Kind.EMERGENCY_2,
@@ -131,6 +136,32 @@ def one_event(conversation_id: int, size: Callable[[], int]) -> Iterator[None]:
             _record_parts(conversation_id, parts, before, size())
 
 
+@contextmanager
+def one_rewrite(conversation_id: int, before: int, after: Callable[[], int]) -> Iterator[None]:
+    """A rewrite of the conversation's next request (the pre-call hook's steps, an
+    emergency level): a window summary recorded inside reads the request's size
+    `before` the rewrite and `after()` it, when the block ends, not the shift's own
+    part (the results the same rewrite compacts are in its fall: docs/admin.rst,
+    "Token figures"); it is written then, even by an error. An enclosing rewrite of
+    the same conversation stands."""
+    held = _rewrite.get()
+    if held is not None and held[0] == conversation_id:
+        yield
+        return
+    events: list[dict[str, Any]] = []
+    token = _rewrite.set((conversation_id, before, events))
+    try:
+        yield
+    finally:
+        _rewrite.reset(token)
+        if events:
+            size = after()
+            for fields in events:
+                record_compaction(
+                    conversation_id, **{**fields, "tokens_before": before, "tokens_after": size}
+                )
+
+
 def _record_parts(
     conversation_id: int, parts: list[dict[str, Any]], before: int, after: int
 ) -> None:
@@ -198,6 +229,8 @@ def record_compaction(
         "summarizer_output_tokens": summarizer_output_tokens,
         "details": details or {},
     }
+    if _held(conversation_id, fields):
+        return None
     collecting = _parts.get()
     if collecting is not None and collecting[0] == conversation_id:
         collecting[1].append(fields)
@@ -226,9 +259,21 @@ def record_compaction(
     return event
 
 
+def _held(conversation_id: int, fields: dict[str, Any]) -> bool:
+    """A window summary inside `one_rewrite` of its conversation waits for its end."""
+    rewriting = _rewrite.get()
+    if fields["kind"] != CompactionEvent.Kind.WINDOW_SUMMARY or rewriting is None:
+        return False
+    if rewriting[0] != conversation_id:
+        return False
+    rewriting[2].append(fields)
+    return True
+
+
 def send_signals(event: CompactionEvent) -> None:
-    """context_compacted for every event, then emergency_compaction for an emergency level."""
-    window = current_limits().window
+    """context_compacted for every event (its share of the window: of the conversation's
+    model's), then emergency_compaction for an emergency level."""
+    window = current_limits(event.conversation_id).window
     common = {
         "conversation_id": event.conversation_id,
         "event_id": event.pk,

@@ -30,7 +30,7 @@ from assistant.llm.catalog import model_context_window, read_response
 from assistant.llm.overflow import OVERFLOW_STOP_REASON
 from assistant.models import CompactionEvent, Conversation, MetadataKeys
 from assistant.settings.conf import compaction_config
-from assistant.store.events import record_compaction
+from assistant.store.events import one_rewrite, record_compaction
 from assistant.store.state import refresh_state, remember, write_state
 from assistant.strategies.shift import regenerate_window_summary
 from assistant.strategies.tool_results import compact_tool_results
@@ -87,18 +87,15 @@ def apply_emergency_level(conversation: Conversation, level: int) -> EmergencyOu
             f"Emergency compaction level must be 1 or 2, not {level!r}.", code="invalid_level"
         )
     started = time.monotonic()
-    before = load_window(conversation.pk).estimated_tokens()
+    window = load_window(conversation.pk)
+    before, request_before = window.estimated_tokens(), window.context_tokens()
     compacted, regenerated = 0, False
     try:
-        if level == 1:
-            compacted = compact_tool_results(conversation, include_current_turn=True, min_chars=0)
-            regenerated = regenerate_window_summary(
-                conversation, recent_fraction=compaction_config().EMERGENCY_RECENT_FRACTION
-            )
-        else:
-            regenerated = regenerate_window_summary(conversation, newest_step_only=True)
-            compacted = compact_tool_results(conversation, include_current_turn=True, min_chars=0)
-        after = load_window(conversation.pk).estimated_tokens()
+        # The level's window summary reads the request before and after the level.
+        with one_rewrite(conversation.pk, request_before, lambda: _request(conversation)):
+            compacted, regenerated = _apply(conversation, level)
+        window = load_window(conversation.pk)
+        after = window.estimated_tokens()
     except Exception:
         logger.exception("emergency_failed conversation=%s level=%s", conversation.pk, level)
         return EmergencyOutcome(level, before, before, failed=True)
@@ -108,8 +105,8 @@ def apply_emergency_level(conversation: Conversation, level: int) -> EmergencyOu
         record_compaction(
             conversation.pk,
             _EVENT_KINDS[level],
-            tokens_before=before,
-            tokens_after=after,
+            tokens_before=request_before,  # the request's, as every figure shown
+            tokens_after=window.context_tokens(),
             messages_affected=compacted,
             duration_ms=int((time.monotonic() - started) * 1000),
             details={"level": level, "summary_regenerated": regenerated},
@@ -125,6 +122,23 @@ def apply_emergency_level(conversation: Conversation, level: int) -> EmergencyOu
         regenerated,
     )
     return outcome
+
+
+def _apply(conversation: Conversation, level: int) -> tuple[int, bool]:
+    """Run the level: (tool results compacted, whether the window summary was regenerated)."""
+    if level == 1:
+        compacted = compact_tool_results(conversation, include_current_turn=True, min_chars=0)
+        regenerated = regenerate_window_summary(
+            conversation, recent_fraction=compaction_config().EMERGENCY_RECENT_FRACTION
+        )
+        return compacted, regenerated
+    regenerated = regenerate_window_summary(conversation, newest_step_only=True)
+    compacted = compact_tool_results(conversation, include_current_turn=True, min_chars=0)
+    return compacted, regenerated
+
+
+def _request(conversation: Conversation) -> int:
+    return load_window(conversation.pk).context_tokens()
 
 
 def _reported(response: Any) -> ChatResult:

@@ -35,6 +35,7 @@ from assistant.store.history import add_message
 from assistant.store.queue import PARENT_SUMMARY_TASK, enqueue_on_commit
 from assistant.store.state import new_conversation, read_state, remember, write_state
 from assistant.strategies.summary import summarize_messages
+from assistant.text.tokens import estimate_tokens
 from assistant.window import refresh_size
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,9 @@ class ParentSummary:
     output_tokens: int = 0
     duration_ms: int = 0
     called_summarizer: bool = False
+    # The parent's context the summary stands for: its system part, the summaries it
+    # built on and the messages summarized, as their requests carried them (estimates).
+    tokens_summarized: int = 0
 
 
 def fork_depth(conversation: Conversation) -> int:
@@ -194,10 +198,12 @@ def generate_parent_summary(conversation: Conversation) -> str | None:
         )
         stored = write_state(unsummarized, values) == 1
         if stored and summary.called_summarizer:
-            _record_event(conversation.pk, parent, summary, deferred=True)
+            size = refresh_size(conversation.pk)
+            _record_event(conversation.pk, parent, summary, size, deferred=True)
+        elif stored:
+            refresh_size(conversation.pk)
     if not stored:  # another run wrote it first: theirs stands
         return read_state(conversation.pk).get(MetadataKeys.PARENT_CONVERSATION_SUMMARY)
-    refresh_size(conversation.pk)
     remember(conversation, values)
     return summary.text
 
@@ -235,6 +241,9 @@ def summarize_parent(parent: Conversation, *, end_before: int | None = None) -> 
         output_tokens=outcome.output_tokens or 0,
         duration_ms=int((time.monotonic() - started) * 1000),
         called_summarizer=True,
+        tokens_summarized=estimate_tokens(parent.system_prompt)
+        + estimate_tokens(previous_summary)
+        + sum(message.token_estimate for message in selected),
     )
 
 
@@ -270,23 +279,25 @@ def _create_fork(
         )
         if first_message:
             add_message(fork, Message.Role.USER, first_message)
+        size = refresh_size(fork.pk)
         if summary is not None and summary.called_summarizer:
-            _record_event(fork.pk, parent, summary, deferred=False)
+            _record_event(fork.pk, parent, summary, size, deferred=False)
         if summary is None:
             enqueue_on_commit(PARENT_SUMMARY_TASK, fork.pk)
-        refresh_size(fork.pk)
     logger.info("fork_created parent=%s fork=%s deferred=%s", parent.pk, fork.pk, summary is None)
     return fork
 
 
 def _record_event(
-    conversation_id: int, parent: Conversation, summary: ParentSummary, *, deferred: bool
+    conversation_id: int, parent: Conversation, summary: ParentSummary, size: int, *, deferred: bool
 ) -> None:
+    """The fork summary's event: the parent's context it stands for, then the fork's
+    request with it (`size`, docs/admin.rst "Token figures")."""
     record_compaction(
         conversation_id,
         CompactionEvent.Kind.FORK_SUMMARY,
-        tokens_before=0,
-        tokens_after=0,
+        tokens_before=summary.tokens_summarized,
+        tokens_after=size,
         messages_affected=summary.messages_summarized,
         summarizer_model=summary.model[:128],
         summarizer_input_tokens=summary.input_tokens,

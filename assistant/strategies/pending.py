@@ -5,6 +5,7 @@ split the offline summarizer wrote (docs/operations.rst, the faults)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db.models import Q
@@ -13,7 +14,12 @@ from assistant.models import Conversation, Message, MetadataKeys
 from assistant.ops.logs import log_event
 from assistant.store.queue import PREBUILD_TASK, enqueue_on_commit
 from assistant.store.state import fresh_state, write_state
-from assistant.strategies.summary import SummaryOutcome
+from assistant.strategies.summary import (
+    SummaryOutcome,
+    bounded_summary,
+    context_after,
+    summary_room,
+)
 from assistant.window import WindowState
 
 
@@ -103,3 +109,76 @@ def ask_for_replacement(conversation_id: int) -> None:
     started = pending is not None and pending.base_id == offline.get("base")
     if started or not offline.get("awaits_holder"):
         enqueue_on_commit(PREBUILD_TASK, conversation_id, unless_queued=True)
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """What adopting the pending summary stores (`adoption`): its text bounded to the
+    room the window leaves it, its split and anchor, the rows it keeps verbatim."""
+
+    summary: str
+    through: int
+    anchor: Message | None
+    kept: list[Message]
+    index: dict | None
+    replaces: bool
+
+    def window(self, state: WindowState) -> WindowState:
+        """`state` as the adoption leaves it, in memory (what the next request carries:
+        the inspector's view, assistant.flows.next_request)."""
+        columns = {
+            **state.columns,
+            MetadataKeys.COMPACTION_SUMMARY: self.summary,
+            MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: self.through,
+            MetadataKeys.ARTIFACT_INDEX: self.index,
+            MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID: self.anchor.pk if self.anchor else None,
+            # As `_store_window` marks it: the provider's counts so far are stale.
+            MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: state.rows[-1].pk,
+        }
+        # Pinned messages the new split moves past go to the pinned section, as loading
+        # the stored window puts them (`load_window`).
+        passed = [
+            row
+            for row in state.rows
+            if row.pk <= self.through and row.pinned and row is not self.anchor
+        ]
+        return replace(
+            state,
+            columns=columns,
+            rows=list(self.kept),
+            anchor=self.anchor,
+            pinned_rows=[*state.pinned_rows, *passed],
+        )
+
+
+def adoption(state: WindowState) -> Adoption | None:
+    """The one reading of a pending summary's adoption, for `adopt_pending` and the
+    inspector: None when there is none to adopt, or when the split it was built on
+    is no longer reachable. (Whether it makes the context smaller is `adopt_pending`'s
+    test, on the same figures.)"""
+    columns = state.columns
+    pending: str = columns.get(MetadataKeys.PENDING_SUMMARY) or ""
+    through = columns.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
+    replaces = state.meta.offline_replacement is not None
+    reachable = {row.pk for row in state.rows}
+    if replaces and state.through_id is not None:
+        reachable.add(state.through_id)  # the offline split, replaced in place
+    if not (state.meta.has_pending_summary or replaces) or through not in reachable:
+        return None
+    kept = [row for row in state.rows if row.pk > through]
+    anchor_id = columns.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
+    anchor = next((row for row in [*state.rows, state.anchor] if row and row.pk == anchor_id), None)
+    sent = [anchor, *kept] if anchor else kept
+    index = columns.get(MetadataKeys.PENDING_ARTIFACT_INDEX)
+    room = summary_room(state, state.config, sent)
+    summary = bounded_summary(pending, index, room, state.config)
+    return Adoption(summary, through, anchor, kept, index, replaces)
+
+
+def adopts(state: WindowState, found: Adoption | None) -> bool:
+    """Whether `adopt_pending` takes `found`: it makes the context smaller, or it is the
+    model's summary replacing an offline one (whatever its size)."""
+    if found is None:
+        return False
+    sent = [found.anchor, *found.kept] if found.anchor else found.kept
+    return found.replaces or context_after(state, found.summary, sent) < state.estimated_tokens()

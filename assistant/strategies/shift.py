@@ -26,12 +26,17 @@ from assistant.store.leases import Lease, summary_lease, wait_for_release
 from assistant.store.state import fresh_state, write_state
 from assistant.store.summaries import record_version
 from assistant.strategies.backoff import failure_blocks, record_failure
-from assistant.strategies.pending import ask_for_replacement, keep_landed_summary, landed_on
+from assistant.strategies.pending import (
+    adoption,
+    adopts,
+    ask_for_replacement,
+    keep_landed_summary,
+    landed_on,
+)
 from assistant.strategies.summary import (
     LeaseLost,
     Suffix,
     SummaryOutcome,
-    bounded_summary,
     context_after,
     suffix_for,
     summarize_messages,
@@ -227,34 +232,23 @@ def adopt_pending(state: WindowState, lease: Lease) -> WindowState | None:
     of the same split or a later one, whatever its size. Returns the window
     it left (None: not adopted)."""
     columns = state.columns
-    pending: str = columns.get(MetadataKeys.PENDING_SUMMARY) or ""
-    through = columns.get(MetadataKeys.PENDING_THROUGH_MESSAGE_ID)
-    replaces = state.meta.offline_replacement is not None
-    reachable = {row.pk for row in state.rows}
-    if replaces and state.through_id is not None:
-        reachable.add(state.through_id)  # the offline split, replaced in place
-    if not (state.meta.has_pending_summary or replaces) or through not in reachable:
+    found = adoption(state)
+    if found is None:
         return None
-    kept = [row for row in state.rows if row.pk > through]
-    anchor_id = columns.get(MetadataKeys.PENDING_ANCHOR_MESSAGE_ID)
-    anchor = next((row for row in [*state.rows, state.anchor] if row and row.pk == anchor_id), None)
-    sent = [anchor, *kept] if anchor else kept
-    index = columns.get(MetadataKeys.PENDING_ARTIFACT_INDEX)
-    room = summary_room(state, state.config, sent)
-    pending = bounded_summary(pending, index, room, state.config)
-    before = state.estimated_tokens()
-    after = context_after(state, pending, sent)
-    if after >= before and not replaces:
+    if not adopts(state, found):
         write_state(lease.holding(), clear=PENDING_SUMMARY_KEYS)
         return None
+    pending, through, anchor, kept, index, replaces = (
+        found.summary, found.through, found.anchor, found.kept, found.index, found.replaces
+    )  # fmt: skip
     usage = columns.get(MetadataKeys.PENDING_USAGE) or {}
     stored = _store_window(lease, pending, through, anchor, state, index, usage=usage)
     if stored is not None:
         record_compaction(
             state.conversation_id,
             CompactionEvent.Kind.WINDOW_SUMMARY,
-            tokens_before=before,
-            tokens_after=after,
+            tokens_before=state.context_tokens(),  # the request's (docs/admin.rst)
+            tokens_after=stored.context_tokens(),
             messages_affected=len(state.rows) - len(kept),
             duration_ms=0,  # built earlier by the worker: the chat did not wait
             summarizer_model=usage.get("model", ""),
@@ -372,10 +366,13 @@ def _summarize_and_store(
         "input_tokens": outcome.input_tokens,
         "output_tokens": outcome.output_tokens,
     }
-    if _store_window(lease, outcome.text, through, anchor, state, index, offline, usage) is None:
+    stored = _store_window(lease, outcome.text, through, anchor, state, index, offline, usage)
+    if stored is None:
         keep_landed_summary(state, outcome, through, anchor, index)
         return load_window(state.conversation_id, config).summary
-    _record_shift(state, lease, outcome, before, after, len(newly_old), through, elapsed.ms, late)
+    # The event reads the request's size before and after (docs/admin.rst, "Token figures").
+    sizes = (state.context_tokens(), stored.context_tokens())
+    _record_shift(state, lease, outcome, sizes, len(newly_old), through, elapsed.ms, late)
     return outcome.text
 
 
@@ -383,8 +380,7 @@ def _record_shift(
     state: WindowState,
     lease: Lease,
     outcome: SummaryOutcome,
-    before: int,
-    after: int,
+    sizes: tuple[int, int],
     messages_affected: int,
     through: int,
     duration_ms: int,
@@ -395,8 +391,8 @@ def _record_shift(
     record_compaction(
         state.conversation_id,
         CompactionEvent.Kind.WINDOW_SUMMARY,
-        tokens_before=before,
-        tokens_after=after,
+        tokens_before=sizes[0],
+        tokens_after=sizes[1],
         messages_affected=messages_affected,
         duration_ms=duration_ms,
         summarizer_model=outcome.model,

@@ -10,6 +10,7 @@ from assistant import services
 from assistant.management.commands._common import get_conversation
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.text.arguments import MAX_INT
+from assistant.text.figures import measures, token_change
 
 
 class Command(BaseCommand):
@@ -75,6 +76,7 @@ def context_report(conversation: Conversation, *, events: int = 20) -> dict[str,
             {
                 "at": event.created_at,
                 "kind": event.kind,
+                "measures": measures(event),
                 "tokens_before": event.tokens_before,
                 "tokens_after": event.tokens_after,
                 "messages_affected": event.messages_affected,
@@ -108,7 +110,7 @@ def format_report(report: dict[str, Any]) -> str:
         model = f" model={event['summarizer_model']}" if event["summarizer_model"] else ""
         lines.append(
             f"  {event['at']:%Y-%m-%d %H:%M:%S} {event['kind']:<15} "
-            f"{event['tokens_before']} -> {event['tokens_after']} tokens, "
+            f"{token_change(event['tokens_before'], event['tokens_after'], event['measures'])}, "
             f"{event['messages_affected']} messages, {event['duration_ms']} ms{model}"
         )
     return "\n".join(lines)

@@ -28,8 +28,15 @@ from tqdm import tqdm
 
 from assistant.llm.catalog import model_context_window
 from assistant.models import CompactionEvent, Conversation
-from assistant.services import add_message, build_context, ensure_context_summary, finish_exchange
+from assistant.services import (
+    add_message,
+    build_context,
+    context_tokens,
+    ensure_context_summary,
+    finish_exchange,
+)
 from assistant.testing.fake_provider import PromptCache, default_usage
+from assistant.text.figures import measures, share, token_change, token_count
 from assistant.window.cost import conversation_cost
 from bench.workload import generate
 from demo.scenes import run_overflow_and_fork_demo
@@ -141,26 +148,15 @@ class Command(BaseCommand):
         raise CommandError("The worker did not process the exchange within 60 s")
 
     def notify(self, progress, conversation: Conversation, turn: int, last_event: int) -> int:
-        """One line under the progress bar per compaction step of this turn (the worker
-        records a step over many tool results as one event per result: summed here)."""
+        """One line under the progress bar per compaction step of this turn (`step_lines`)."""
         events = list(
             CompactionEvent.objects.filter(conversation=conversation, pk__gt=last_event).order_by(
                 "pk"
             )
         )
-        steps: dict[str, list[CompactionEvent]] = {}
-        for event in events:
-            steps.setdefault(event.get_kind_display().lower(), []).append(event)
-        now = build_context(conversation).tokens.total if steps else 0
-        for kind, group in steps.items():
-            affected = sum(event.messages_affected for event in group)
-            before = sum(event.tokens_before for event in group)
-            after = sum(event.tokens_after for event in group)
-            progress.write(
-                f"turn {turn:>3}  {kind:<32} {affected:>4} message{'s' if affected != 1 else ' '}"
-                f"  {before:>8,} -> {after:>7,} tokens   context {now:>7,} "
-                f"({now / self.window:.1%} of {self.window:,})"
-            )
+        if events:
+            for line in step_lines(turn, events, context_tokens(conversation), self.window):
+                progress.write(line)
         return events[-1].pk if events else last_event
 
     def scenes(self) -> None:
@@ -198,6 +194,38 @@ class Command(BaseCommand):
         self.stdout.write("")
         for name, value in facts:
             self.stdout.write(f"  {name:<36} {value:>14}")
+
+
+def step_lines(
+    turn: int, events: list[CompactionEvent], next_request: int, window: int
+) -> list[str]:
+    """The lines of a turn's compaction steps, each figure named for what it measures
+    (assistant.text.figures): a step that rewrote the request reads the request before
+    and after it, one line each (two shifts in a turn are two lines, never a sum); the
+    worker's compaction of many tool results (one event per result) is one line, the
+    results' own sizes summed. The last line: the next request after all of them."""
+    lines: list[tuple[str, list[CompactionEvent]]] = []
+    grouped: dict[str, list[CompactionEvent]] = {}
+    for event in events:
+        if measures(event) == "the request":
+            lines.append((event.get_kind_display().lower(), [event]))
+        else:
+            grouped.setdefault(event.get_kind_display().lower(), []).append(event)
+    lines += list(grouped.items())
+    said = []
+    for kind, group in lines:
+        affected = sum(event.messages_affected for event in group)
+        change = token_change(
+            sum(event.tokens_before for event in group),
+            sum(event.tokens_after for event in group),
+            measures(group[0]),
+        )
+        said.append(f"turn {turn:>3}  {kind:<32} {affected:>4} message(s)  {change}")
+    said.append(
+        f"turn {turn:>3}  {'the next request':<32} {'':>15}  {token_count(next_request)}, "
+        f"{share(next_request, window)} of the model's window of {token_count(window)}"
+    )
+    return said
 
 
 def cached_usage(cache: PromptCache, request: dict) -> dict[str, int]:
