@@ -61,12 +61,13 @@ MAX_OFFSET = 2**31 - 2
 MAX_QUERY_CHARS = 500
 #: How much of a name the model wrote an error message repeats (it may be anything).
 ECHO_CHARS = 80
-#: A page's share of an original's calls, thinking and attachments (its first page
-#: only): the text itself keeps the rest.
+#: An original's calls, thinking and attachments (its first page only) take at most
+#: this share of the limit, beside the page's text.
 EXTRAS_SHARE = 4
-#: The page header and its footer take about this much: the page gives way to them,
-#: down to PAGE_MIN_CHARS of text.
-PAGE_FRAME_CHARS, PAGE_MIN_CHARS = 500, 100
+#: The room of a page's header and footer, beside its text: a page shows `limit`
+#: (RECALL_MAX_CHARS) characters of the original, so the next page starts at the
+#: offset plus that limit and none is skipped.
+PAGE_FRAME_CHARS = 500
 #: The arguments shown beside a tool result's handle, like a preview.
 ARGUMENTS_PREVIEW_CHARS = 300
 #: Messages listed per page of a range; one line each, so a page stays readable.
@@ -140,11 +141,13 @@ def run_tool_call(conversation: Conversation, name: str, arguments: Any) -> str:
     if not isinstance(arguments, dict):
         return "Error: the arguments must be a JSON object."
     config = compaction_config()
+    cap = config.RECALL_MAX_CHARS
     if name == RECALL:
         call = _recall_arguments(arguments, config.RECALL_MAX_CHARS)
         if isinstance(call, str):
             return call
         text = _recall(conversation.pk, call)
+        cap = recall_result_cap(config.RECALL_MAX_CHARS)
     elif name == SEARCH_HISTORY:
         query = arguments.get("query")
         error = _query_error(query)
@@ -161,7 +164,13 @@ def run_tool_call(conversation: Conversation, name: str, arguments: Any) -> str:
         Conversation.objects.filter(pk=conversation.pk, deleted_at__isnull=True).update(
             recall_count=F("recall_count") + 1
         )
-    return _capped(text, config.RECALL_MAX_CHARS)
+    return _capped(text, cap)
+
+
+def recall_result_cap(page_chars: int) -> int:
+    """The most characters a `recall` result takes: a page of `page_chars` characters
+    of the original, its first page's calls and thinking, its header and footer."""
+    return page_chars + page_chars // EXTRAS_SHARE + PAGE_FRAME_CHARS
 
 
 @dataclass(frozen=True)
@@ -272,7 +281,6 @@ def _recall(conversation_id: int, call: _RecallCall) -> str:
     size, page = row["size"] or 0, row["page"] or ""
     extras = "\n".join(_extras(row)) if call.offset == 0 else ""
     extras = extras[: call.limit // EXTRAS_SHARE]
-    page = page[: max(call.limit - len(extras) - PAGE_FRAME_CHARS, PAGE_MIN_CHARS)]
     end = call.offset + len(page)
     lines = [
         f"[ref {name} · {_describe(row)} · {size:,} characters · showing {call.offset:,}-{end:,}]",

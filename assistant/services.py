@@ -165,13 +165,24 @@ def fork_from_message(
 
 
 def queue_staff_action(
-    action: str, conversation_id: int, *, acting_user: User = None, instructions: str = ""
+    action: str,
+    conversation_id: int,
+    *,
+    acting_user: User = None,
+    instructions: str = "",
+    message_id: int | None = None,
 ) -> None:
     """Run a staff action on the worker once the current transaction commits
-    (`instructions`: for the summaries it makes)."""
-    user_id = check_action(action, conversation_id, instructions, acting_user)
+    (`instructions`: for the summaries it makes; `message_id`: the user message
+    "fork_from_message" branches at)."""
+    user_id = check_action(action, conversation_id, instructions, acting_user, message_id)
     require_live_id(conversation_id)
-    enqueue_on_commit(staff_action_task, action, conversation_id, user_id, instructions)
+    if message_id is None:
+        enqueue_on_commit(staff_action_task, action, conversation_id, user_id, instructions)
+    else:
+        enqueue_on_commit(
+            staff_action_task, action, conversation_id, user_id, instructions, message_id
+        )
 
 
 @_live

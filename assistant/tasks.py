@@ -146,11 +146,16 @@ def generate_parent_summary_task(self: Task, conversation_id: int) -> None:
 
 @shared_task(**_DB_RETRY)
 def staff_action_task(
-    action: str, conversation_id: int, user_id: int | None, instructions: str = ""
+    action: str,
+    conversation_id: int,
+    user_id: int | None,
+    instructions: str = "",
+    message_id: int | None = None,
 ) -> None:
     """An admin action run on the worker (a model call, or many rows); its
-    result goes to the conversation's admin history."""
-    staff_actions.run_staff_action(action, conversation_id, user_id, instructions)
+    result goes to the conversation's admin history. Arguments added later are
+    trailing and optional, so a task queued before them still runs."""
+    staff_actions.run_staff_action(action, conversation_id, user_id, instructions, message_id)
 
 
 # --- Scheduled cleanup (beat; see assistant/settings/cleanup.py) -----------------

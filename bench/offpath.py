@@ -55,7 +55,7 @@ class SlowSummarizer(FakeLLM):
         super().__init__()
         self.seconds = seconds
 
-    def _next_reply(self, kind: str) -> Reply:
+    def _next_reply(self, kind: str, summary: bool = False) -> Reply:
         return slow(self.seconds, ok())
 
 

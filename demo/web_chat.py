@@ -1,6 +1,6 @@
 """A web chat that streams (docs/chat-loop.rst, "A web chat"): a page posts the
 user's message, then reads the answer as server-sent events while the model writes
-it. Async views, served over ASGI (config/asgi.py)."""
+it. Async views, served over ASGI; the page's template ships in the app."""
 
 import asyncio
 import functools
@@ -9,7 +9,6 @@ import logging
 
 import anthropic
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import aget_object_or_404, render
 from django.views.decorators.http import require_POST
@@ -21,19 +20,18 @@ logger = logging.getLogger(__name__)
 
 
 @functools.cache
-def claude(api_key, base_url):
-    return anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url)
+def claude():
+    return anthropic.AsyncAnthropic()  # reads ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL)
 
 
 def call_claude(request):  # the SDK's stream: achat_step enters it and reads it
-    client = claude(settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL)
-    model = settings.ANTHROPIC_CHAT_MODEL
-    return client.messages.stream(model=model, max_tokens=1024, **request)
+    return claude().messages.stream(model="claude-sonnet-4-6", max_tokens=1024, **request)
 
 
-async def chat_page(request, conversation_id):
+async def chat_page(request, conversation_id):  # at .../<id>/: send and stream follow it
     conversation = await aget_object_or_404(Conversation, pk=conversation_id)
-    return render(request, "demo/chat.html", {"conversation": conversation})
+    urls = {"send_url": f"{request.path}send", "stream_url": f"{request.path}stream"}
+    return render(request, "assistant/web_chat.html", {"conversation": conversation, **urls})
 
 
 @require_POST

@@ -143,6 +143,22 @@ def all_examples() -> list[Example]:
     return found
 
 
+#: The one docs page whose host blocks may add to the README's (the README stays short):
+#: tests/test_packaging.py applies them after the README's, in the page's order.
+HOST_EXTENSIONS_PAGE = "docs/chat-loop.rst"
+
+
+def host_extensions() -> list[Example]:
+    """The host-create and host-append blocks of HOST_EXTENSIONS_PAGE the README lacks."""
+    readme = {(e.kind, tuple(e.args), e.code) for e in readme_examples()}
+    return [
+        example
+        for example in rst_examples(REPO / HOST_EXTENSIONS_PAGE)
+        if example.kind in ("host-create", "host-append")
+        and (example.kind, tuple(example.args), example.code) not in readme
+    ]
+
+
 def examples_of(kind: str, source: str | None = None) -> list[Example]:
     """The examples of one kind, a block repeated word for word (README and docs) once."""
     unique: dict[tuple[str, tuple[str, ...], str], Example] = {}

@@ -549,22 +549,25 @@ def test_restore_originals_asks_then_restores_and_names_the_next_request(staff_c
 # --- forks and the branch page ----------------------------------------------------
 
 
-def test_continue_in_a_new_conversation(staff_client, staff):
+def test_continue_in_a_new_conversation_is_queued_on_the_worker(
+    staff_client, staff, fake_llm, settings, django_capture_on_commit_callbacks
+):
+    # Its summary calls the summarizer: none is called inside the admin request.
+    fake_llm.use_anthropic(settings)
     parent, _ = tool_heavy_conversation(title="Blog admin session")
-    write_state(Conversation.objects.filter(pk=parent.pk), {"tool_services": ["blog"]})
 
-    response = run_action(staff_client, "continue_in_new_conversation", parent)
+    with django_capture_on_commit_callbacks() as published:
+        response = run_action(staff_client, "continue_in_new_conversation", parent)
 
     assert response.status_code == 302
-    fork = Conversation.objects.get(parent_conversation=parent)
-    assert fork.title == "Blog admin session (cont.)"
-    assert fork.tool_services == ["blog"]
-    assert fork.parent_conversation_summary
-    assert flashed(response) == [f"Created “{fork}” (#{fork.pk})."]
-    assert history(parent) == [(CHANGE, f"Continued in new conversation #{fork.pk}.")]
-    assert history(fork) == [(ADDITION, f"Created as the continuation of #{parent.pk}.")]
-    event = CompactionEvent.objects.get(conversation=fork)
-    assert (event.kind, event.acting_user_id) == (CompactionEvent.Kind.FORK_SUMMARY, staff.pk)
+    assert len(published) == 1  # one staff_action_task, on commit
+    assert flashed(response) == [
+        f"Continue in a new conversation: queued on the worker for “Blog admin session” "
+        f"(#{parent.pk}). The result appears in each conversation's History and compaction "
+        "events."
+    ]
+    assert not Conversation.objects.filter(parent_conversation=parent).exists()
+    assert fake_llm.requests == []
 
 
 def test_continue_reports_a_refused_fork(staff_client):
@@ -879,22 +882,24 @@ def test_fork_compact_and_delete_permissions_are_separate():
     assert Conversation.objects.get(pk=conversation.pk).deleted_at is None
 
 
-def test_csrf_is_enforced_on_actions(staff):
+def test_csrf_is_enforced_on_actions(staff, django_capture_on_commit_callbacks):
     conversation, _ = tool_heavy_conversation()
     client = Client(enforce_csrf_checks=True)
     client.force_login(staff)
 
-    refused = run_action(client, "continue_in_new_conversation", conversation)
+    with django_capture_on_commit_callbacks() as published:
+        refused = run_action(client, "continue_in_new_conversation", conversation)
     assert refused.status_code == 403
-    assert Conversation.objects.count() == 1
+    assert published == []  # nothing queued
 
     client.get(CHANGELIST)  # sets the CSRF cookie
     token = client.cookies["csrftoken"].value
-    accepted = run_action(
-        client, "continue_in_new_conversation", conversation, csrfmiddlewaretoken=token
-    )
+    with django_capture_on_commit_callbacks() as published:
+        accepted = run_action(
+            client, "continue_in_new_conversation", conversation, csrfmiddlewaretoken=token
+        )
     assert accepted.status_code == 302
-    assert Conversation.objects.count() == 2
+    assert len(published) == 1  # the continuation, queued on the worker
 
 
 # --- the restore_originals command ----------------------------------------------------

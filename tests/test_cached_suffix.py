@@ -16,10 +16,11 @@ from django.test import override_settings
 from google import genai
 from google.genai import types
 
-from assistant.llm.prompts import describe_message, suffix_instruction
+from assistant.llm.prompts import describe_message, suffix_instruction, summary_guidance
 from assistant.models import CompactionEvent, Message, MetadataKeys
 from assistant.services import add_message, chat_step, remember_chat_tools
 from assistant.store.state import read_state
+from assistant.strategies.guidance import guidance_for
 from assistant.testing.fake_provider import DEFAULT_SUMMARY, FakeProvider, ok
 from assistant.window.context import as_neutral
 from assistant.window.cost import conversation_costs
@@ -90,9 +91,11 @@ def expected_instruction(event: CompactionEvent, previous: bool) -> str:
     old = before.details["through_message_id"] if before else 0
     first = next(row for row in rows if row.pk > old)
     kept = next(row for row in rows if row.pk > through)
-    return suffix_instruction(
-        describe_message(as_neutral(first)), describe_message(as_neutral(kept)), previous
-    )
+    # Under the conversation's guidance: its language ("Read post 3": English).
+    with summary_guidance(guidance_for(event.conversation_id)):
+        return suffix_instruction(
+            describe_message(as_neutral(first)), describe_message(as_neutral(kept)), previous
+        )
 
 
 def claude_caller(fake):

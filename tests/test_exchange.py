@@ -129,7 +129,7 @@ def test_the_worker_retries_an_overloaded_summarizer_later(celery_worker, fake_l
         "## Key decisions\n- none\n\n## Next steps\n- none\n\n## Critical context\n- none"
     )
     # One SDK call is 3 attempts (LLM_MAX_RETRIES = 2): all overloaded, then fine.
-    fake_llm.script_anthropic(overloaded(), overloaded(), overloaded(), ok(summary))
+    fake_llm.script_summaries(overloaded(), overloaded(), overloaded(), ok(summary))
     conversation = Conversation.objects.create(title="t")
     chat_turns(conversation, 4)  # 8 of 10 messages: past the soft watermark
 

@@ -950,7 +950,7 @@ def test_a_failing_provider_falls_back_offline_and_stores_no_failure(
         "MIN_RECENT_MESSAGES": 4,
     }
     kind = "anthropic.messages" if provider == "anthropic" else "gemini.generate"
-    fake_llm.script(kind, *failing(failure, 200))
+    fake_llm.script_summaries(*failing(failure, 200), provider=provider)
     conversation = Conversation.objects.create(title="outage", system_prompt="You help.")
 
     # Chats go on during the outage: every turn is stored, compacted, summarized.
@@ -999,7 +999,7 @@ def test_without_fallback_a_failed_summary_stores_nothing_and_the_chat_goes_on(
         "MAX_MESSAGES_BEFORE_SUMMARY": 8,
         "MIN_RECENT_MESSAGES": 4,
     }
-    fake_llm.script("anthropic.messages", *failing(failure, 50))
+    fake_llm.script_summaries(*failing(failure, 50))
     conversation = Conversation.objects.create(title="no fallback")
     for turn in range(6):
         add_message(conversation, "user", f"question {turn}")
@@ -1124,7 +1124,7 @@ def over_the_trigger(
     fake.use_anthropic(settings)
     settings.LLM_TIMEOUT_SECONDS = timeout
     settings.ASSISTANT_COMPACTION = {**HUNG_TRIGGER, **compaction}
-    fake.script("anthropic.messages", *replies)
+    fake.script_summaries(*replies)
     conversation = Conversation.objects.create(title=title, system_prompt="You help.")
     chat_turns(conversation, 10, size=2000)
     return conversation
@@ -1162,7 +1162,7 @@ def test_a_worker_frozen_in_its_summarizer_call_is_taken_over_within_two_seconds
     fake_llm.use_anthropic(settings)
     settings.ASSISTANT_COMPACTION = dict(HUNG_TRIGGER)
     # The worker's summarizer answers in 30 s: it is mid-call when it is frozen.
-    fake_llm.script("anthropic.messages", slow(30), repeat=True)
+    fake_llm.script_summaries(slow(30), repeat=True)
     conversation = Conversation.objects.create(title="frozen worker", system_prompt="You help.")
     chat_turns(conversation, 10, size=2000)  # 10,020 tokens, over the 8,000 trigger
     originals = snapshot(conversation)
@@ -1527,6 +1527,6 @@ def test_a_staff_regenerate_run_has_the_summarizers_own_timeout_not_the_chat_dea
     assert conversation.compaction_summary.startswith("The staff's summary.")
     # The same call on the chat path (the emergency levels use it) keeps its deadline.
     add_message(conversation, "user", "more " + "q" * 4000)
-    fake_llm.script("anthropic.messages", slow(3))
+    fake_llm.script_summaries(slow(3))
     assert regenerate_window_summary(conversation) is True
     assert window_shifts(conversation)[-1][1]["offline_fallback"] == "summarizer_failed"

@@ -343,10 +343,10 @@ def _sdk_error(fake, settings, provider_name, reply):
     settings.LLM_MAX_RETRIES = 0
     if provider_name == "anthropic":
         fake.use_anthropic(settings)
-        fake.script_anthropic(reply)
+        fake.script_summaries(reply)
     else:
         fake.use_gemini(settings)
-        fake.script_gemini(reply)
+        fake.script_summaries(reply)
     settings.ASSISTANT_SUMMARY_FALLBACK = False
     with pytest.raises(ProviderError) as raised:
         get_provider().summarize("[user] hi")
@@ -412,7 +412,7 @@ def test_the_stop_reason_model_context_window_exceeded_is_an_overflow(
 def test_a_summary_stopped_at_the_window_raises_an_overflow(fake_llm, settings):
     settings.ASSISTANT_SUMMARY_FALLBACK = False
     fake_llm.use_anthropic(settings)
-    fake_llm.script_anthropic(ok(stop_reason="model_context_window_exceeded"))
+    fake_llm.script_summaries(ok(stop_reason="model_context_window_exceeded"))
 
     with pytest.raises(ProviderError) as raised:
         get_provider().summarize("[user] hi")

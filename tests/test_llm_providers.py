@@ -1,5 +1,6 @@
 """The real SDKs against the loopback fake: request bodies, usage, retries, fallback."""
 
+import functools
 import json
 import logging
 import re
@@ -51,18 +52,19 @@ def gemini_fake(fake_llm, settings):
 
 
 PROVIDER_FAKES = {
-    "anthropic": ("use_anthropic", "anthropic.messages", "script_anthropic"),
-    "openai": ("use_openai", "openai.chat", "script_openai"),
-    "gemini": ("use_gemini", "gemini.generate", "script_gemini"),
+    "anthropic": ("use_anthropic", "anthropic.messages"),
+    "openai": ("use_openai", "openai.chat"),
+    "gemini": ("use_gemini", "gemini.generate"),
 }
 
 
 @pytest.fixture(params=list(PROVIDER_FAKES))
 def provider_fake(request, fake_llm, settings):
-    use, kind, script = PROVIDER_FAKES[request.param]
+    use, kind = PROVIDER_FAKES[request.param]
     getattr(fake_llm, use)(settings, key=f"test-key-{request.param}-SECRET")
     fake_llm.kind = kind
-    fake_llm.script_provider = getattr(fake_llm, script)
+    # Every test through this fixture scripts the summarizer's replies.
+    fake_llm.script_provider = functools.partial(fake_llm.script_summaries, provider=request.param)
     return fake_llm
 
 
@@ -227,7 +229,7 @@ def test_usage_is_normalized_the_same_way_for_both_providers(settings, fake_llm)
     fake_llm.use_anthropic(settings)
     settings.GEMINI_API_KEY = "test-key-gemini"
     settings.GEMINI_BASE_URL = fake_llm.url
-    fake_llm.script_anthropic(
+    fake_llm.script_summaries(
         ok(
             usage={
                 "input_tokens": 400,
@@ -237,14 +239,15 @@ def test_usage_is_normalized_the_same_way_for_both_providers(settings, fake_llm)
             }
         )
     )
-    fake_llm.script_gemini(
+    fake_llm.script_summaries(
         ok(
             usage={
                 "promptTokenCount": 1000,
                 "cachedContentTokenCount": 600,
                 "candidatesTokenCount": 20,
             }
-        )
+        ),
+        provider="gemini",
     )
 
     from_anthropic = get_provider("anthropic").summarize(TRANSCRIPT).usage
@@ -257,7 +260,7 @@ def test_usage_is_normalized_the_same_way_for_both_providers(settings, fake_llm)
 
 
 def test_anthropic_null_cache_fields_count_as_zero_and_cache_writes_are_prompt(anthropic_fake):
-    anthropic_fake.script_anthropic(
+    anthropic_fake.script_summaries(
         ok(usage={"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": None,
                   "cache_read_input_tokens": None}),
         ok(usage={"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 90,
@@ -303,7 +306,7 @@ def test_a_rate_limit_is_retried_and_the_call_then_succeeds(provider_fake):
 
 def test_an_hour_long_retry_after_is_capped_at_the_timeout(settings, anthropic_fake):
     settings.LLM_TIMEOUT_SECONDS = 0.2
-    anthropic_fake.script_anthropic(rate_limited(retry_after=3600), ok())
+    anthropic_fake.script_summaries(rate_limited(retry_after=3600), ok())
 
     result = summarize(TRANSCRIPT)
 
@@ -313,7 +316,7 @@ def test_an_hour_long_retry_after_is_capped_at_the_timeout(settings, anthropic_f
 
 def test_without_fallback_the_provider_error_is_raised(settings, anthropic_fake):
     settings.ASSISTANT_SUMMARY_FALLBACK = False
-    anthropic_fake.script_anthropic(*[overloaded()] * 3)
+    anthropic_fake.script_summaries(*[overloaded()] * 3)
 
     with pytest.raises(ProviderError) as raised:
         summarize(TRANSCRIPT)

@@ -188,7 +188,7 @@ def test_a_prebuild_the_chat_moved_past_is_adopted_without_a_second_shift(fake_l
     from assistant.flows.prebuild import serve_prebuild_request
 
     fake_llm.use_anthropic(settings)
-    fake_llm.script("anthropic.messages", slow(1, ok(text="The worker's summary.")))
+    fake_llm.script_summaries(slow(1, ok(text="The worker's summary.")))
     # A shift keeps only the newest step verbatim; compaction keeps the newest three results.
     settings.ASSISTANT_COMPACTION = {"PREBUILD_IN_TURN": True, "MAX_RECENT_TOKENS": 6000}
     conversation = served_agent_turn(steps=0)

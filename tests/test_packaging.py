@@ -47,7 +47,7 @@ from packaging.utils import canonicalize_name
 from assistant.testing.fake_openai import RESPONSES_COMPACT
 from assistant.testing.fake_provider import prompt_tokens
 from setup import long_description
-from tests.doc_examples import examples_of, readme_examples
+from tests.doc_examples import examples_of, host_extensions, readme_examples
 from tests.media import b64, png
 
 pytestmark = pytest.mark.packaging
@@ -89,14 +89,14 @@ def host_env(venv: Path) -> dict[str, str]:
 
 
 def readme_file_steps() -> list[tuple[str, str, str]]:
-    """(action, path, code) of each block marked host-create or host-append, in order."""
-    steps = [
+    """(action, path, code) of each block marked host-create or host-append, in order:
+    the README's, then those docs/chat-loop.rst adds (tests/doc_examples.py)."""
+    readme = [e for e in readme_examples() if e.kind in ("host-create", "host-append")]
+    assert readme, "the README has no host file steps"
+    return [
         ("Create" if example.kind == "host-create" else "Append to", example.args[0], example.code)
-        for example in readme_examples()
-        if example.kind in ("host-create", "host-append")
+        for example in readme + host_extensions()
     ]
-    assert steps, "the README has no host file steps"
-    return steps
 
 
 def readme_commands() -> list[str]:
@@ -173,6 +173,7 @@ def test_wheel_holds_the_app_and_nothing_else(wheel: Path) -> None:
     assert "assistant/migrations/0001_initial.py" in packaged
     assert "assistant/management/commands/cleanup.py" in packaged
     assert any(name.startswith("assistant/templates/admin/") for name in packaged)
+    assert "assistant/templates/assistant/web_chat.html" in packaged  # the web chat's page
 
 
 def test_version_and_changelog_agree(wheel: Path) -> None:
@@ -461,6 +462,9 @@ def host_project(
     run([str(python), "-m", "django", "startproject", PROJECT], cwd=tmp_path, env=env)
     project = tmp_path / PROJECT
     apply_file_steps(project, readme_file_steps())
+    # docs/chat-loop.rst's web chat, copied word for word as it says (its URLs: a step).
+    (recipe,) = [e for e in examples_of("repo-file") if e.args == ["demo/web_chat.py"]]
+    (project / PROJECT / "web_chat.py").write_text(recipe.code + "\n")
     with (project / PROJECT / "settings.py").open("a") as file:
         file.write(host_settings(database, compaction))
     return Host(python, env, project)
@@ -557,7 +561,13 @@ django.setup()
 
 README_USAGE
 
-for turn in range(TURNS - 4):
+# docs/chat-loop.rst's Responses API call function, appended to mysite/chat.py.
+from mysite.chat import call_gpt_responses
+
+print(answer(
+    conversation, "Then post 45", call_model=call_gpt_responses, provider="openai_responses"
+))
+for turn in range(TURNS - 5):
     last_answer = answer(conversation, f"Fix the typo in post {100 + turn}")
 
 import re
@@ -587,7 +597,7 @@ seen = [
     )
     if Message.objects.filter(pk=number, role="tool").exists()
 ]
-post = 100 + TURNS - 4
+post = 100 + TURNS - 5
 calls = [
     {"name": "get_blog_post", "arguments": {"id": post}},
     {"name": "recall", "arguments": {"handle": f"m{seen[0]}"}},
@@ -641,6 +651,51 @@ print(json.dumps({
 '''
 
 
+# The web chat of docs/chat-loop.rst in the host project: its page, the post, the stream.
+WEB_CHAT_CHECK = """
+import asyncio
+import json
+import os
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+django.setup()
+
+from django.test import AsyncClient
+from django.test.utils import setup_test_environment
+
+from assistant.models import Conversation
+
+setup_test_environment()  # the test client's host, "testserver", allowed
+SYSTEM = "You answer on the web chat."
+conversation = Conversation.objects.create(title="Web chat", system_prompt=SYSTEM)
+
+
+async def check():
+    client = AsyncClient()
+    page = await client.get(f"/chat/{conversation.pk}/")
+    sent = await client.post(f"/chat/{conversation.pk}/send", {"text": "Fix post 42"})
+    stream = await client.get(f"/chat/{conversation.pk}/stream")
+    body = "".join([chunk.decode() async for chunk in stream.streaming_content])
+    return page, sent, body
+
+
+page, sent, body = asyncio.run(check())
+events = [block.split("\\n") for block in body.strip().split("\\n\\n")]
+names = [lines[0].removeprefix("event: ") for lines in events]
+data = [json.loads(lines[1].removeprefix("data: ")) for lines in events]
+print(json.dumps({
+    "page": [page.status_code, f'data-stream="/chat/{conversation.pk}/stream"' in page.text],
+    "sent": sent.status_code,
+    "events": names,
+    "streamed": "".join(d for n, d in zip(names, data) if n == "delta"),
+    "done_text": data[-1].get("text") if names[-1] == "done" else data[-1],
+    "stored": list(conversation.messages.order_by("id").values_list("role", flat=True)),
+}))
+"""
+
+
 def loop_script() -> list[dict[str, object]]:
     """The fake server's replies, in the order the loop asks: for each user request
     a tool call for its post, then the answer. Turn 2 goes to OpenAI, turn 3 to Gemini."""
@@ -650,12 +705,13 @@ def loop_script() -> list[dict[str, object]]:
         return [{"tool_calls": [call]}, {"text": f"Fixed the typo in post {post}."}]
 
     # The last turn is scripted by the loop itself: its recall names a handle it sees.
-    posts = range(100, 100 + LOOP_TURNS - 4)
+    posts = range(100, 100 + LOOP_TURNS - 5)
     claude = turn(42) + [reply for post in posts for reply in turn(post)]
     return [
         {"provider": "anthropic", "replies": claude},
         {"provider": "openai", "replies": turn(43)},
         {"provider": "gemini", "replies": turn(44)},
+        {"provider": "openai_responses", "replies": turn(45)},
     ]
 
 
@@ -683,8 +739,16 @@ def newest_step_tokens(request: dict[str, object]) -> int:
     """The fake server's count of a request's newest step: its last assistant (model)
     message and the tool results after it."""
     body = request["body"]
-    turns = body.get("messages") or body.get("contents")
-    assistant = [i for i, turn in enumerate(turns) if turn["role"] in ("assistant", "model")]
+    turns = body.get("messages") or body.get("contents") or body.get("input") or []
+    # The Responses API's items: the model's are its messages, calls and reasoning.
+    model_items = ("function_call", "reasoning")
+    assistant = [
+        i
+        for i, turn in enumerate(turns)
+        if turn.get("role") in ("assistant", "model") or turn.get("type") in model_items
+    ]
+    while len(assistant) > 1 and assistant[-2] == assistant[-1] - 1:
+        assistant.pop()  # the step's first item: its reasoning, calls and text run together
     return prompt_tokens(turns[assistant[-1] :]) if assistant else 0
 
 
@@ -714,7 +778,21 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
         log = tmp_path / "worker.log"
         with migrated_with_a_worker(host, log):
             output = run([str(host.python), "run_loop.py"], cwd=host.project, env=env)
-        requests = received(url)
+            requests = received(url)
+            (host.project / "web_chat_check.py").write_text(WEB_CHAT_CHECK)
+            web_chat = last_json_line(
+                run([str(host.python), "web_chat_check.py"], cwd=host.project, env=env)
+            )
+        web_requests = received(url)[len(requests) :]
+    # docs/chat-loop.rst's web chat: its page, and an answer streamed from the fake.
+    assert web_chat["page"] == [200, True]
+    assert web_chat["sent"] == 204
+    assert web_chat["events"][-1] == "done" and "delta" in web_chat["events"]
+    assert web_chat["streamed"] == web_chat["done_text"] == "This is the fake provider's answer."
+    assert web_chat["stored"] == ["user", "assistant"]
+    assert [(r["kind"], r["body"]["stream"]) for r in web_requests] == [
+        ("anthropic.messages", True)
+    ]
     result = last_json_line(output)
     trigger = LOOP_COMPACTION["CONTEXT_TOKEN_THRESHOLD"]
     sizes = [(prompt_tokens(r["body"]), newest_step_tokens(r)) for r in requests]
@@ -727,18 +805,20 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
 
     assert (
         "Fixed the typo in post 42.\nFixed the typo in post 43.\nFixed the typo in post 44.\n"
-        in output
+        "Fixed the typo in post 45.\n" in output
     )
-    assert result["last_answer"] == f"Fixed the typo in post {100 + LOOP_TURNS - 4}."
+    assert result["last_answer"] == f"Fixed the typo in post {100 + LOOP_TURNS - 5}."
     assert result["user_messages"] == LOOP_TURNS
     assert result["tool_results"] == LOOP_TURNS + 1  # the last turn's recall
     assert result["answered_by"] == [
         ["anthropic", "claude-sonnet-4-6"],
         ["gemini", "gemini-2.5-flash"],
         ["openai", "gpt-4.1"],
+        ["openai_responses", "gpt-4.1"],
     ]
-    assert [r["kind"] for r in requests].count("anthropic.messages") == 2 * (LOOP_TURNS - 2)
+    assert [r["kind"] for r in requests].count("anthropic.messages") == 2 * (LOOP_TURNS - 3)
     assert [r["kind"] for r in requests].count("openai.chat") == 2
+    assert [r["kind"] for r in requests].count("openai.responses") == 2
     assert [r["kind"] for r in requests].count("gemini.generate") == 2
     assert result["worker_done"] is True, log.read_text()
     # Compaction happened (which kinds, and how many, depends on when the worker's
@@ -750,6 +830,13 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
     first_claude = next(r for r in requests if r["kind"] == "anthropic.messages")["body"]
     first_gpt = next(r for r in requests if r["kind"] == "openai.chat")["body"]
     first_gemini = next(r for r in requests if r["kind"] == "gemini.generate")["body"]
+    first_responses = next(r for r in requests if r["kind"] == "openai.responses")["body"]
+    assert (first_responses["model"], first_responses["store"]) == ("gpt-4.1", False)
+    assert [t["name"] for t in first_responses["tools"]] == [
+        "get_blog_post",
+        "recall",
+        "search_history",
+    ]
     offered = ["get_blog_post", "recall", "search_history"]
     assert [t["name"] for t in first_claude["tools"]] == offered
     assert [t["function"]["name"] for t in first_gpt["tools"]] == offered

@@ -15,7 +15,7 @@ from google import genai
 from google.genai import types
 
 from assistant.models import Conversation, Message
-from assistant.recall import run_tool_call, tool_definitions
+from assistant.recall import recall_result_cap, run_tool_call, tool_definitions
 from assistant.services import (
     add_message,
     answer_tool_calls,
@@ -25,6 +25,7 @@ from assistant.services import (
     ensure_context_summary,
     fork_from_message,
 )
+from assistant.settings.conf import compaction_config
 from assistant.text.artifacts import without_index
 from assistant.text.identifiers import definitions
 from tests.builders import html, tool_turn
@@ -310,11 +311,39 @@ def test_a_long_original_is_read_a_page_at_a_time(db):
     lines = page.splitlines()
     assert lines[0] == (
         f'[ref m{result.pk} · tool result of read_log {{"path": "app.log"}} · 22,000 characters '
-        "· showing 11,000-13,500]"
+        "· showing 11,000-14,000]"
     )
     assert lines[1] == "line 01000"
-    assert lines[-1] == f"[8,500 more characters: recall m{result.pk} with offset 13500]"
-    assert len(page) <= 3000
+    # A page is RECALL_MAX_CHARS characters of the original; its frame comes on top.
+    assert page.split("\n", 1)[1].rsplit("\n", 1)[0] == text[11_000:14_000]
+    assert lines[-1] == f"[8,000 more characters: recall m{result.pk} with offset 14000]"
+    assert len(page) <= recall_result_cap(3000)
+
+
+def test_pages_read_at_offsets_of_recall_max_chars_skip_nothing(db):
+    # Issue 50 point 11: a model computing the next offset from the setting (8,000)
+    # reads the whole original, the first page's calls and frame aside.
+    conversation = Conversation.objects.create(title="t")
+    text = "".join(f"row {n:06d} of the export\n" for n in range(1500))  # 37,500 characters
+    result = tool_turn(conversation, "q", [("export", {"table": "orders"}, text)])[2]
+    step = compaction_config().RECALL_MAX_CHARS
+    assert step == 8000
+
+    pages = []
+    for offset in range(0, len(text), step):
+        reply = run_tool_call(conversation, "recall", {"handle": f"m{result.pk}", "offset": offset})
+        header, page = reply.split("\n", 1)
+        assert header.endswith(f"showing {offset:,}-{min(offset + step, len(text)):,}]")
+        if offset + step < len(text):
+            footer = (
+                f"\n[{len(text) - offset - step:,} more characters: recall m{result.pk} "
+                f"with offset {offset + step}]"
+            )
+            assert page.endswith(footer)
+            page = page.removesuffix(footer)
+        pages.append(page)
+
+    assert "".join(pages) == text
 
 
 INDEX_WINDOW = {

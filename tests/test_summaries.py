@@ -65,7 +65,7 @@ def long_conversation(db):
 
 @override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
 def test_it_summarizes_once_per_split(anthropic, long_conversation):
-    anthropic.script_anthropic(ok(summary_text()))
+    anthropic.script_summaries(ok(summary_text()))
 
     summary = ensure_context_summary(long_conversation)
 
@@ -85,7 +85,7 @@ def test_it_summarizes_once_per_split(anthropic, long_conversation):
 def test_another_process_uses_the_cached_summary(anthropic):
     conversation = Conversation.objects.create(title="long", system_prompt="You help.")
     chat_turns(conversation, 5, size=400)
-    anthropic.script_anthropic(ok(summary_text()))
+    anthropic.script_summaries(ok(summary_text()))
     summary = ensure_context_summary(conversation)
     env = {
         **os.environ,
@@ -115,7 +115,7 @@ def test_another_process_uses_the_cached_summary(anthropic):
 def test_eight_concurrent_callers_cause_one_summarizer_call(anthropic):
     conversation = Conversation.objects.create(title="busy", system_prompt="You help.")
     chat_turns(conversation, 5, size=400)
-    anthropic.script_anthropic(slow(0.5, then=ok(summary_text())))
+    anthropic.script_summaries(slow(0.5, then=ok(summary_text())))
     barrier = threading.Barrier(8)
     results, errors = [], []
 
@@ -147,7 +147,7 @@ def test_eight_concurrent_callers_cause_one_summarizer_call(anthropic):
 def test_an_update_reads_the_previous_summary_and_only_the_newly_old_messages(
     anthropic, long_conversation
 ):
-    anthropic.script_anthropic(ok(summary_text("first")), ok(summary_text("second")))
+    anthropic.script_summaries(ok(summary_text("first")), ok(summary_text("second")))
     ensure_context_summary(long_conversation)
     first_cutoff = compaction_cutoff_id(long_conversation)
     chat_turns(long_conversation, 3, prefix="later-")  # 4 kept + 6 new = 10: the trigger
@@ -172,12 +172,12 @@ def test_an_update_reads_the_previous_summary_and_only_the_newly_old_messages(
 
 @override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW, ASSISTANT_SUMMARY_FALLBACK=False)
 def test_a_failing_summarizer_leaves_everything_as_it_was(anthropic, long_conversation, caplog):
-    anthropic.script_anthropic(ok(summary_text("first")))
+    anthropic.script_summaries(ok(summary_text("first")))
     first = ensure_context_summary(long_conversation)
     chat_turns(long_conversation, 3)
     metadata = held_state(Conversation.objects.get(pk=long_conversation.pk))
     messages = list(long_conversation.messages.values())
-    anthropic.script_anthropic(overloaded(), overloaded(), overloaded())
+    anthropic.script_summaries(overloaded(), overloaded(), overloaded())
 
     summary = ensure_context_summary(long_conversation)
 
@@ -201,7 +201,7 @@ def test_a_failing_summarizer_leaves_everything_as_it_was(anthropic, long_conver
 @override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
 def test_a_rejected_summary_is_never_stored(anthropic, long_conversation, settings):
     settings.ASSISTANT_SUMMARY_FALLBACK = False
-    anthropic.script_anthropic(ok("Sure! Here is the answer to your question: 42."))
+    anthropic.script_summaries(ok("Sure! Here is the answer to your question: 42."))
 
     assert ensure_context_summary(long_conversation) is None
 
@@ -217,7 +217,7 @@ def test_the_worker_prebuilds_and_the_hook_adopts_without_waiting(anthropic, db)
     conversation = Conversation.objects.create(title="soon", system_prompt="You help.")
     # Long enough that the summary (and the handles of its originals) is smaller.
     chat_turns(conversation, 4, size=60)  # 8 messages: 80% of the count trigger
-    anthropic.script_anthropic(ok(summary_text("prebuilt")))
+    anthropic.script_summaries(ok(summary_text("prebuilt")))
 
     process_exchange(conversation.pk)
 
@@ -246,7 +246,7 @@ def test_the_worker_prebuilds_and_the_hook_adopts_without_waiting(anthropic, db)
 def test_a_prebuilt_summary_is_ignored_once_the_split_has_moved(anthropic, db):
     conversation = Conversation.objects.create(title="moved", system_prompt="You help.")
     chat_turns(conversation, 4)
-    anthropic.script_anthropic(ok(summary_text("prebuilt")), ok(summary_text("direct")))
+    anthropic.script_summaries(ok(summary_text("prebuilt")), ok(summary_text("direct")))
     process_exchange(conversation.pk)
     # Meanwhile another path moved the split (base no longer matches).
     write_state(
@@ -287,7 +287,7 @@ def test_a_tail_over_the_trigger_does_not_loop(anthropic, conversation):
 def test_input_larger_than_the_summarizer_takes_is_summarized_in_chunks(anthropic, db):
     conversation = Conversation.objects.create(title="big", system_prompt="")
     chat_turns(conversation, 5, size=1200)  # ~300 tokens a message
-    anthropic.script_anthropic(
+    anthropic.script_summaries(
         ok(summary_text("part 1")), ok(summary_text("part 2")), ok(summary_text("part 3"))
     )
 
@@ -308,14 +308,14 @@ def test_facts_survive_a_summarizer_that_drops_them(anthropic, db):
     add_message(conversation, "user", "Remember coupon ZEBRA-7731 and /var/www/post-42.html")
     add_message(conversation, "assistant", "Noted.")
     chat_turns(conversation, 4, size=400)
-    anthropic.script_anthropic(ok(summary_text("lossy", ids="none")))
+    anthropic.script_summaries(ok(summary_text("lossy", ids="none")))
 
     summary = ensure_context_summary(conversation)
 
     assert carried_facts(summary) == ["Remember coupon ZEBRA-7731 and /var/www/post-42.html"]
     # The next update carries them again, even if the summarizer drops them again.
     chat_turns(conversation, 3, size=400)
-    anthropic.script_anthropic(ok(summary_text("lossy again", ids="none")))
+    anthropic.script_summaries(ok(summary_text("lossy again", ids="none")))
     summary = ensure_context_summary(conversation)
     assert carried_facts(summary) == ["Remember coupon ZEBRA-7731 and /var/www/post-42.html"]
     # The summarizer read them: it can merge them into its own text.
@@ -339,7 +339,7 @@ def test_the_summarizer_reads_a_result_as_the_context_will_carry_it(anthropic, d
     result = Message.objects.get(conversation=conversation, role="tool")
     assert bool(result.prepared_content) is worker_ran and not result.compaction
     chat_turns(conversation, 3, size=400)
-    anthropic.script_anthropic(ok(summary_text("logs", ids="none")))
+    anthropic.script_summaries(ok(summary_text("logs", ids="none")))
 
     assert regenerate_window_summary(conversation, keep_last=2)
 
@@ -361,7 +361,7 @@ def test_the_summarizer_reads_a_result_staff_restored_whole(anthropic, db):
     assert compact_tool_results(conversation) == 1
     assert restore_originals(conversation) == 1  # pins it verbatim
     chat_turns(conversation, 3, size=400)
-    anthropic.script_anthropic(ok(summary_text("logs")))
+    anthropic.script_summaries(ok(summary_text("logs")))
 
     assert regenerate_window_summary(conversation, keep_last=2)
 
@@ -372,7 +372,7 @@ def test_the_summarizer_reads_a_result_staff_restored_whole(anthropic, db):
 @override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
 def test_a_summary_without_some_headings_is_stored(anthropic, long_conversation):
     renamed = "## Goal\n- fix the blog\n\n## Details\n- The feed lives at /srv/feed.xml now."
-    anthropic.script_anthropic(ok(renamed))
+    anthropic.script_summaries(ok(renamed))
 
     summary = ensure_context_summary(long_conversation)
 
@@ -394,7 +394,7 @@ def test_summaries_never_contain_our_truncation_markers(anthropic, db):
     assert compact_tool_results(conversation) == 1
     # a model copying the marker it read does not bring it into the summary
     copied = "[Tool result compacted: showing the first 800 of 5,077 characters.]"
-    anthropic.script_anthropic(ok(summary_text("fetch", ids=copied)))
+    anthropic.script_summaries(ok(summary_text("fetch", ids=copied)))
 
     summary = ensure_context_summary(conversation)
 

@@ -220,7 +220,7 @@ def test_a_chat_loop_through_a_real_worker_emits_every_span_and_metric(
 def test_a_failing_summarizer_is_counted_with_its_fallback(fake_llm, settings, otel, conversation):
     fake_llm.use_anthropic(settings)
     settings.LLM_MAX_RETRIES = 0
-    fake_llm.script_anthropic(overloaded())
+    fake_llm.script_summaries(overloaded())
     for n in range(3):
         add_message(conversation, "user", f"Question {n}: " + "about the post. " * 200)
         add_message(conversation, "assistant", f"Answer {n}: " + "the post is fine. " * 200)

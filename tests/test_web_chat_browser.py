@@ -15,6 +15,7 @@ from django.db import connection
 
 from assistant.models import Conversation
 from config.asgi import application
+from demo import web_chat
 from tests.fake_llm import ok
 from tests.test_admin_browser import (  # noqa: F401  (the browser fixture)
     CHROMIUM,
@@ -74,10 +75,12 @@ def test_the_answer_appears_in_parts_and_is_recorded_whole_with_its_usage(
     asgi_server,
     browser,  # noqa: F811
     fake_llm,
-    settings,
+    monkeypatch,
 ):
-    settings.ANTHROPIC_API_KEY = "test-key-anthropic"
-    settings.ANTHROPIC_BASE_URL = fake_llm.url
+    # The recipe's client reads the SDK's own variables, as a host's would.
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-anthropic")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_llm.url)
+    web_chat.claude.cache_clear()
     fake_llm.script_anthropic(ok(ANSWER, usage=USAGE, pace=0.15))
     conversation = Conversation.objects.create(title="Web chat", system_prompt="You help.")
     page = browser

@@ -26,9 +26,11 @@ from assistant.flows.staff import (
     COMPACT_TOOL_RESULTS,
     EMERGENCY_1,
     EMERGENCY_2,
+    FORK_CONTINUATION,
     LABELS,
     REGENERATE_SUMMARY,
     RESTORE_ORIGINALS,
+    can_continue,
 )
 from assistant.llm.prompts import check_instructions
 from assistant.models import Conversation, Message
@@ -256,20 +258,10 @@ def compact_tool_results_now(
 def continue_in_new_conversation(
     modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
 ) -> None:
-    created, refused = [], []
-    for conversation in live_only(modeladmin, request, queryset):
-        with telemetry.staff_action("fork_continuation", conversation.pk):
-            fork = services.fork_continuation(
-                conversation, tool_services=conversation.tool_services, acting_user=request.user
-            )
-        if fork is None:
-            refused.append(conversation)
-            continue
-        created.append(fork)
-        log(request, [conversation], f"Continued in new conversation #{fork.pk}.")
-        log(request, [fork], f"Created as the continuation of #{conversation.pk}.", ADDITION)
-    if created:
-        modeladmin.message_user(request, f"Created {describe(created)}.", messages.SUCCESS)
+    """Its summary calls the summarizer: queued on the worker, like the other runs
+    that do; one past MAX_FORK_DEPTH is refused at once."""
+    conversations = live_only(modeladmin, request, queryset)
+    refused = [c for c in conversations if not can_continue(c)]
     if refused:
         modeladmin.message_user(
             request,
@@ -278,6 +270,9 @@ def continue_in_new_conversation(
             + ".",
             messages.WARNING,
         )
+    chosen = [c for c in conversations if c not in refused]
+    if chosen:
+        _run(modeladmin, request, FORK_CONTINUATION, chosen)
 
 
 @admin.action(permissions=["fork"], description="Branch from a message…")

@@ -11,14 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.core.exceptions import ValidationError
 
 from assistant.llm.prompts import call_instructions, check_instructions
 from assistant.models import Conversation
 from assistant.ops import telemetry
+from assistant.settings.conf import compaction_config
 from assistant.store.events import acting_as, acting_user_of, one_event
-from assistant.strategies import emergency, shift
+from assistant.strategies import emergency, fork, shift
 from assistant.strategies import tool_results as compaction
 from assistant.strategies.previews import (
     compact_preview,
@@ -35,9 +36,21 @@ EMERGENCY_2 = "emergency_2"
 REGENERATE_SUMMARY = "regenerate_summary"
 COMPACT_TOOL_RESULTS = "compact_tool_results"
 RESTORE_ORIGINALS = "restore_originals"
-ACTIONS = (EMERGENCY_1, EMERGENCY_2, REGENERATE_SUMMARY, COMPACT_TOOL_RESULTS, RESTORE_ORIGINALS)
+FORK_CONTINUATION = "fork_continuation"
+FORK_FROM_MESSAGE = "fork_from_message"
+ACTIONS = (
+    EMERGENCY_1,
+    EMERGENCY_2,
+    REGENERATE_SUMMARY,
+    COMPACT_TOOL_RESULTS,
+    RESTORE_ORIGINALS,
+    FORK_CONTINUATION,
+    FORK_FROM_MESSAGE,
+)
 # These call the summarizer: never inside a web request.
-CALLS_THE_MODEL = frozenset({EMERGENCY_1, EMERGENCY_2, REGENERATE_SUMMARY})
+CALLS_THE_MODEL = frozenset(
+    {EMERGENCY_1, EMERGENCY_2, REGENERATE_SUMMARY, FORK_CONTINUATION, FORK_FROM_MESSAGE}
+)
 
 LABELS = {
     EMERGENCY_1: "Emergency compaction level 1",
@@ -45,6 +58,8 @@ LABELS = {
     REGENERATE_SUMMARY: "Regenerate window summary",
     COMPACT_TOOL_RESULTS: "Compact tool results",
     RESTORE_ORIGINALS: "Restore compacted originals",
+    FORK_CONTINUATION: "Continue in a new conversation",
+    FORK_FROM_MESSAGE: "Branch from a message",
 }
 
 
@@ -56,10 +71,14 @@ class Outcome:
 
 
 def check_action(
-    action: str, conversation_id: int, instructions: str = "", user_id: Any = None
+    action: str,
+    conversation_id: int,
+    instructions: str = "",
+    user_id: Any = None,
+    message_id: int | None = None,
 ) -> int | None:
-    """A known action on a conversation id for a stored user (or None), else
-    ValidationError (before anything runs); returns the user's id."""
+    """A known action on a conversation id (and, to branch, a message id) for a stored
+    user (or None), else ValidationError (before anything runs); returns the user's id."""
     if not isinstance(instructions, str):
         raise ValidationError("instructions must be a text.", code="invalid_instructions")
     check_instructions(instructions)
@@ -69,15 +88,28 @@ def check_action(
             code="unknown_action",
         )
     an_id("conversation_id", conversation_id)
+    if (action == FORK_FROM_MESSAGE) != (message_id is not None) or (
+        message_id is not None and type(message_id) is not int
+    ):
+        raise ValidationError(
+            f"message_id must be an integer id to branch from, and given only for "
+            f"{FORK_FROM_MESSAGE}; got {message_id!r} for {action}.",
+            code="invalid_message_id",
+        )
     return acting_user_of(user_id)
 
 
 def run_staff_action(
-    action: str, conversation_id: int, user_id: int | None, instructions: str = ""
+    action: str,
+    conversation_id: int,
+    user_id: int | None,
+    instructions: str = "",
+    message_id: int | None = None,
 ) -> Outcome:
     """Run one staff action on one conversation for `user_id` and record it;
-    `instructions` go into the prompt of every summary it makes."""
-    user_id = check_action(action, conversation_id, instructions, user_id)
+    `instructions` go into the prompt of every summary it makes, `message_id` is the
+    user message a branch starts at."""
+    user_id = check_action(action, conversation_id, instructions, user_id, message_id)
     conversation = Conversation.objects.filter(pk=conversation_id).first()
     if conversation is None:
         return Outcome(conversation_id, False, f"conversation {conversation_id} no longer exists")
@@ -92,7 +124,11 @@ def run_staff_action(
             telemetry.staff_action(action, conversation_id),
             one_event(conversation_id, lambda: _tokens(conversation)),
         ):
-            outcome = _RUNNERS[action](conversation)
+            if action == FORK_FROM_MESSAGE:
+                assert message_id is not None  # check_action
+                outcome = _branch(conversation, message_id, user_id)
+            else:
+                outcome = _RUNNERS[action](conversation, user_id)
     if user_id is not None:
         focus = f' (instructions: "{instructions.strip()}")' if instructions.strip() else ""
         LogEntry.objects.log_actions(
@@ -105,8 +141,8 @@ def _tokens(conversation: Conversation) -> int:
     return load_window(conversation.pk).context_tokens()
 
 
-def _emergency(level: int) -> Callable[[Conversation], Outcome]:
-    def run(conversation: Conversation) -> Outcome:
+def _emergency(level: int) -> Callable[[Conversation, int | None], Outcome]:
+    def run(conversation: Conversation, user_id: int | None) -> Outcome:
         before = _tokens(conversation)
         outcome = emergency.apply_emergency_level(conversation, level)
         if outcome.shrank:
@@ -129,7 +165,7 @@ def _emergency(level: int) -> Callable[[Conversation], Outcome]:
     return run
 
 
-def _regenerate(conversation: Conversation) -> Outcome:
+def _regenerate(conversation: Conversation, user_id: int | None) -> Outcome:
     before = _tokens(conversation)
     preview = regenerate_preview(conversation)
     if shift.regenerate_window_summary(conversation, on_chat_path=False):
@@ -143,7 +179,7 @@ def _regenerate(conversation: Conversation) -> Outcome:
     return Outcome(conversation.pk, False, f"nothing changed: {because}")
 
 
-def _compact(conversation: Conversation) -> Outcome:
+def _compact(conversation: Conversation, user_id: int | None) -> Outcome:
     before = _tokens(conversation)
     count = compaction.compact_tool_results(conversation)
     if count:
@@ -158,7 +194,7 @@ def _compact(conversation: Conversation) -> Outcome:
     )
 
 
-def _restore(conversation: Conversation) -> Outcome:
+def _restore(conversation: Conversation, user_id: int | None) -> Outcome:
     preview = restore_preview(conversation)
     count = compaction.restore_originals(conversation)
     if count:
@@ -171,10 +207,53 @@ def _restore(conversation: Conversation) -> Outcome:
     return Outcome(conversation.pk, False, f"nothing changed: {preview.nothing_because}")
 
 
-_RUNNERS = {
+def _continue(conversation: Conversation, user_id: int | None) -> Outcome:
+    """A new conversation that continues this one with its summary (the summarizer
+    called here, on the worker)."""
+    continuation = fork.fork_continuation(conversation, tool_services=conversation.tool_services)
+    if continuation is None:
+        return Outcome(conversation.pk, False, _too_deep())
+    _log_created(continuation, user_id, f"Created as the continuation of #{conversation.pk}.")
+    return Outcome(conversation.pk, True, f"continued in new conversation #{continuation.pk}")
+
+
+def _branch(conversation: Conversation, message_id: int, user_id: int | None) -> Outcome:
+    """A new conversation branched at one of this conversation's user messages."""
+    result = fork.fork_from_message(conversation, message_id)
+    if result is None:
+        return Outcome(
+            conversation.pk,
+            False,
+            f"nothing changed: message #{message_id} is not one of this conversation's user "
+            f"messages, or {_too_deep()}",
+        )
+    branched, _text = result
+    _log_created(
+        branched, user_id, f"Created as a branch of #{conversation.pk} at message #{message_id}."
+    )
+    return Outcome(conversation.pk, True, f"branched into #{branched.pk}")
+
+
+def can_continue(conversation: Conversation) -> bool:
+    """Whether a fork of this conversation would be made (under MAX_FORK_DEPTH): the
+    admin refuses one past it at once instead of queuing it."""
+    return fork.can_fork(conversation)
+
+
+def _too_deep() -> str:
+    return f"refused: more than {compaction_config().MAX_FORK_DEPTH} forks deep"
+
+
+def _log_created(created: Conversation, user_id: int | None, message: str) -> None:
+    if user_id is not None:
+        LogEntry.objects.log_actions(user_id, [created], ADDITION, message)
+
+
+_RUNNERS: dict[str, Callable[[Conversation, int | None], Outcome]] = {
     EMERGENCY_1: _emergency(1),
     EMERGENCY_2: _emergency(2),
     REGENERATE_SUMMARY: _regenerate,
     COMPACT_TOOL_RESULTS: _compact,
     RESTORE_ORIGINALS: _restore,
+    FORK_CONTINUATION: _continue,
 }

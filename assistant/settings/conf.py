@@ -180,8 +180,9 @@ class CompactionConfig:
     # with a shift keeping only the newest step verbatim, the index is where the model
     # finds the names the older steps held.
     ARTIFACT_INDEX_MAX_TOKENS: int = key(3000, at_least=0, at_most=10_000)
-    # The recall tools (assistant.recall): the most characters one result returns,
-    # and the most matches search_history lists.
+    # The recall tools (assistant.recall): the characters of an original one recall
+    # page shows (its frame on top) and a search result's cap, and the most matches
+    # search_history lists.
     RECALL_MAX_CHARS: int = key(8000, at_least=1000, at_most=200_000)
     SEARCH_MAX_RESULTS: int = key(8, at_least=1, at_most=50)
     # Pinned messages (docs/compaction.rst, "Pinned messages"): what they may take in

@@ -18,10 +18,20 @@ Alone, for a host's own tests (any language, any process):
 
     python -m assistant.testing.fake_provider --port 8765 [--script replies.json] [--prompt-cache]
 
-and script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic"
+The wires and each SDK's base URL (`fake.url` is `http://HOST:PORT`): Anthropic's Messages
+API (`anthropic.Anthropic(base_url=fake.url)`), OpenAI's Chat Completions and Responses
+API (`openai.OpenAI(base_url=fake.url + "/v1")`, `fake.openai_url`), Gemini's
+generateContent (`genai.Client(http_options={"base_url": fake.url})`).
+
+Script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic"
 (or "openai", "openai_responses", "gemini"),
 "replies": [{"tool_calls": [{"name": "get_post", "arguments": {"id": 1}}]},
-{"text": "Done."}], "repeat": false}` (a reply: text, tool_calls, thinking,
+{"text": "Done."}], "repeat": false}`. Summary requests (those carrying the summarizer's
+instruction, `SUMMARY_REQUEST`) have queues apart: `{"provider"?: ..., "summaries":
+[{"text": "## Goal ..."}]}` (without a provider, for any wire; in Python
+`fake.script_summaries(ok(...), provider=None, repeat=False)`); a summary request takes
+only from those and gets `DEFAULT_SUMMARY` when they are empty, and a chat request never
+takes a summary reply (a reply: text, tool_calls, thinking,
 usage in the provider's wire names, stop_reason, delay, pace, break_after,
 compaction: "failed" (assistant.testing.fake_compaction), or error: overflow,
 rate_limited, overloaded, malformed); `GET /_fake/requests` lists
@@ -253,10 +263,17 @@ class Request:
     headers: dict[str, str]
     body: Any
     usage: dict[str, Any] | None = None  # what the server reported, for a 200 answer
+    summary: bool = False  # a summary request (answered from the summary queues)
 
     def as_json(self) -> dict[str, Any]:
         """For GET /_fake/requests: never the headers (they carry the API key)."""
-        return {"kind": self.kind, "path": self.path, "body": self.body, "usage": self.usage}
+        return {
+            "kind": self.kind,
+            "path": self.path,
+            "body": self.body,
+            "usage": self.usage,
+            "summary": self.summary,
+        }
 
 
 def _retry_headers(seconds: float | None) -> dict[str, str]:
@@ -440,6 +457,22 @@ def default_text(body: Any) -> str:
     return DEFAULT_SUMMARY if SUMMARY_REQUEST in json.dumps(body) else DEFAULT_ANSWER
 
 
+def is_summary(kind: str, body: Any) -> bool:
+    """Whether this is a summarizer's request: a generation request (chat, not a count
+    or a provider compaction) whose body carries the summarizer's instruction."""
+    return kind in PROVIDER_KINDS.values() and SUMMARY_REQUEST in json.dumps(body)
+
+
+def summary_kind(provider: str) -> str:
+    """The chat kind whose summary requests a provider name (or that kind) stands for."""
+    kind = PROVIDER_KINDS.get(provider, provider)
+    if kind not in PROVIDER_KINDS.values():
+        raise ValueError(
+            f"unknown provider {provider!r}: one of {', '.join(PROVIDER_KINDS)} (or its kind)"
+        )
+    return kind
+
+
 def render_anthropic(
     reply: Reply, kind: str, body: Any, usage: dict[str, Any] | None = None
 ) -> tuple[int, dict[str, str], Any]:
@@ -569,6 +602,8 @@ class FakeProvider:
         self._requests: list[Request] = []
         # Each entry: (reply, repeat); a repeated reply goes back to the end of its queue.
         self._scripts: dict[str, deque[tuple[Reply, bool]]] = defaultdict(deque)
+        # Summary requests' replies, by chat kind (None: any wire's).
+        self._summaries: dict[str | None, deque[tuple[Reply, bool]]] = defaultdict(deque)
         self._cache = PromptCache() if prompt_cache else None
         self._server = ThreadingHTTPServer((host, port), self._handler_class())
         self._server.daemon_threads = True
@@ -597,24 +632,55 @@ class FakeProvider:
         with self._lock:
             self._scripts[kind].extend((reply, repeat) for reply in replies)
 
+    def script_summaries(
+        self, *replies: Reply, provider: str | None = None, repeat: bool = False
+    ) -> None:
+        """Queue replies for summary requests alone (a request carrying the summarizer's
+        instruction, `SUMMARY_REQUEST`): on one wire (`provider`: anthropic, gemini,
+        openai, openai_responses, or its kind), or on any with None. A summary request
+        takes only from these queues (its wire's first), never a chat reply; with none
+        queued it gets `DEFAULT_SUMMARY`. With `repeat` they answer in a cycle."""
+        key = None if provider is None else summary_kind(provider)
+        with self._lock:
+            self._summaries[key].extend((reply, repeat) for reply in replies)
+
     def script_json(self, data: Any) -> int:
-        """Queue replies given as JSON: {"provider": "anthropic"|"gemini" (or a kind),
-        "replies": [...], "repeat": false}, or a list of those. Returns the count queued;
-        raises ValueError (nothing queued) on a malformed script."""
+        """Queue replies given as JSON: {"provider": "anthropic"|"gemini"|"openai"|
+        "openai_responses" (or a kind), "replies": [...], "summaries": [...], "repeat":
+        false} (replies, summaries or both; chat replies default to "anthropic", summaries
+        to any wire), or a list of those. Returns the count queued; raises ValueError
+        (nothing queued) on a malformed script."""
         entries = data if isinstance(data, list) else [data]
         queued: list[tuple[str, list[Reply], bool]] = []
+        summaries: list[tuple[str | None, list[Reply], bool]] = []
         for entry in entries:
-            if not isinstance(entry, dict) or not isinstance(entry.get("replies"), list):
-                raise ValueError('a script is {"provider", "replies": [...], "repeat"?}')
-            provider = entry.get("provider", "anthropic")
-            kind = PROVIDER_KINDS.get(provider, provider)
-            if kind not in KINDS:
-                raise ValueError(f"unknown provider {provider!r}")
-            replies = [reply_from_json(reply) for reply in entry["replies"]]
-            queued.append((kind, replies, bool(entry.get("repeat"))))
+            lists = ("replies", "summaries")
+            if (
+                not isinstance(entry, dict)
+                or not any(name in entry for name in lists)
+                or not all(isinstance(entry.get(name, []), list) for name in lists)
+            ):
+                raise ValueError(
+                    'a script is {"provider"?, "replies": [...], "summaries": [...], "repeat"?}'
+                )
+            repeat = bool(entry.get("repeat"))
+            provider = entry.get("provider")
+            if "replies" in entry:
+                kind = PROVIDER_KINDS.get(provider or "anthropic", provider or "anthropic")
+                if kind not in KINDS:
+                    raise ValueError(f"unknown provider {provider!r}")
+                replies = [reply_from_json(reply) for reply in entry["replies"]]
+                queued.append((kind, replies, repeat))
+            if "summaries" in entry:
+                key = None if provider is None else summary_kind(provider)
+                replies = [reply_from_json(reply) for reply in entry["summaries"]]
+                summaries.append((key, replies, repeat))
         for kind, replies, repeat in queued:
             self.script(kind, *replies, repeat=repeat)
-        return sum(len(replies) for _, replies, _ in queued)
+        with self._lock:
+            for key, replies, repeat in summaries:
+                self._summaries[key].extend((reply, repeat) for reply in replies)
+        return sum(len(replies) for _, replies, _ in queued + summaries)
 
     def script_anthropic(self, *replies: Reply) -> None:
         self.script("anthropic.messages", *replies)
@@ -633,9 +699,14 @@ class FakeProvider:
     def script_gemini(self, *replies: Reply) -> None:
         self.script("gemini.generate", *replies)
 
-    def _next_reply(self, kind: str) -> Reply:
+    def _next_reply(self, kind: str, summary: bool = False) -> Reply:
+        """The reply to a request of this kind: a summary request's from the summary
+        queues (its wire's, then any wire's), every other from its kind's script."""
         with self._lock:
-            queue = self._scripts[kind]
+            if summary:
+                queue = self._summaries[kind] or self._summaries[None]
+            else:
+                queue = self._scripts[kind]
             if not queue:
                 return ok()
             reply, repeat = queue.popleft()
@@ -663,6 +734,7 @@ class FakeProvider:
         with self._lock:
             self._requests.clear()
             self._scripts.clear()
+            self._summaries.clear()
 
     # settings
     def use_anthropic(self, settings: Any, key: str = "test-key-anthropic") -> None:
@@ -757,7 +829,7 @@ class FakeProvider:
                 else:
                     self._send(404, {}, {"error": {"code": 404, "message": f"no route {path}"}})
                     return
-                request = Request(kind, path, headers, body)
+                request = Request(kind, path, headers, body, summary=is_summary(kind, body))
                 with fake._lock:
                     fake._requests.append(request)
                 authorized = (
@@ -769,7 +841,7 @@ class FakeProvider:
                     error = _anthropic_error(401, "authentication_error", "invalid x-api-key")
                     self._send(401, {}, error)
                     return
-                reply = fake._next_reply(kind)
+                reply = fake._next_reply(kind, request.summary)
                 if reply.delay:
                     time.sleep(reply.delay)
                 if reply.kind == "malformed":
@@ -876,7 +948,16 @@ def stream_events(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m assistant.testing.fake_provider",
-        description="A fake Anthropic / Gemini server for testing a chat loop without a key.",
+        description=(
+            "A fake LLM server for testing a chat loop without a key. It serves Anthropic's "
+            "Messages API (anthropic SDK base_url: http://HOST:PORT), OpenAI's Chat "
+            "Completions and Responses API (openai SDK base_url: http://HOST:PORT/v1) and "
+            "Gemini's generateContent (google-genai http_options base_url: http://HOST:PORT). "
+            'Script it with POST /_fake/script: {"provider": "anthropic"|"openai"|'
+            '"openai_responses"|"gemini", "replies": [...]} for chat requests, '
+            '{"provider"?: ..., "summaries": [...]} for summary requests; '
+            "GET /_fake/requests lists what it received, POST /_fake/reset forgets it."
+        ),
     )
     parser.add_argument("--port", type=int, default=0, help="0 (default): any free port")
     parser.add_argument("--host", default="127.0.0.1")
