@@ -11,6 +11,7 @@ import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import connections
 
 # The SDK adapters, imported once per test process here rather than by whichever test
@@ -26,6 +27,31 @@ from config.celery import app as celery_app
 pytest_plugins = ["tests.fake_llm"]
 
 QUEUES = ["compaction", "celery"]
+
+
+@pytest.fixture(autouse=True)
+def settings_left_as_found() -> Iterator[None]:
+    """Fail a test that leaves Django's settings overridden, and undo it. Each
+    override restores the settings it found when it is undone, so overrides undone
+    out of order leak: `@override_settings` on a test that also sets a value through
+    pytest-django's `settings` fixture is undone first (at the test's end) and the
+    fixture's own override (at teardown) then restores the decorator's settings for
+    every later test of the process. Set up before any fixture the test asks for, so
+    checked after their teardown."""
+    found = settings._wrapped
+    yield
+    left = settings._wrapped
+    if left is not found:
+        settings._wrapped = found
+        for name in dir(left):  # as override_settings does when undone: caches forget
+            if name.isupper() and getattr(left, name) != getattr(found, name, None):
+                value = getattr(found, name, None)
+                setting_changed.send(sender=type(found), setting=name, value=value, enter=False)
+        pytest.fail(
+            "the test left Django's settings overridden (an @override_settings decorator "
+            "and the `settings` fixture undone out of order?): use one or the other",
+            pytrace=False,
+        )
 
 
 @pytest.fixture

@@ -198,8 +198,8 @@ def test_a_failing_summarizer_leaves_everything_as_it_was(anthropic, long_conver
     assert lease.get(pk=long_conversation.pk) is None
 
 
-@override_settings(ASSISTANT_COMPACTION=SMALL_WINDOW)
 def test_a_rejected_summary_is_never_stored(anthropic, long_conversation, settings):
+    settings.ASSISTANT_COMPACTION = SMALL_WINDOW
     settings.ASSISTANT_SUMMARY_FALLBACK = False
     anthropic.script_anthropic(ok("Sure! Here is the answer to your question: 42."))
 
