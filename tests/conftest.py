@@ -109,8 +109,10 @@ def celery_worker(transactional_db, empty_queues) -> Iterator[None]:
 
 
 def wait_until(
-    predicate: Callable[[], bool], timeout: float = 15.0, interval: float = 0.05
+    predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05
 ) -> bool:
+    """Poll `predicate` until true; False after `timeout`, a bound that only catches a
+    hang (a loaded machine may take many seconds for what takes one when idle)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -142,7 +144,7 @@ def hung_lease_holder(conversation_id: int) -> Iterator[dict]:
     thread = threading.Thread(target=hold)
     thread.start()
     try:
-        assert claimed.wait(timeout=10) and held["lease"] is not None
+        assert claimed.wait(timeout=60) and held["lease"] is not None
         yield held
     finally:
         release.set()
