@@ -101,7 +101,9 @@ def celery_worker(transactional_db, empty_queues) -> Iterator[None]:
             queues=QUEUES,
             perform_ping_check=False,
             loglevel="WARNING",
-            shutdown_timeout=10,
+            # The worker finishes the task it runs when the test ends: seconds on a
+            # loaded machine, so the bound (a RuntimeError past it) only catches a hang.
+            shutdown_timeout=60,
         ):
             yield
     finally:

@@ -312,7 +312,7 @@ def test_exchanges_during_a_redis_outage_are_compacted_by_the_sweep(settings, ca
 
         with redis_server(port), start_worker(
             celery_app, pool="solo", concurrency=1, queues=QUEUES,
-            perform_ping_check=False, loglevel="WARNING", shutdown_timeout=10,
+            perform_ping_check=False, loglevel="WARNING", shutdown_timeout=60,
         ):  # fmt: skip
             result = cleanup.sweep_missed_exchanges()
             assert result.count == 3
@@ -374,7 +374,7 @@ def test_a_hung_redis_costs_finish_exchange_about_a_second_and_the_sweep_recover
 
             with start_worker(
                 celery_app, pool="solo", concurrency=1, queues=QUEUES,
-                perform_ping_check=False, loglevel="WARNING", shutdown_timeout=10,
+                perform_ping_check=False, loglevel="WARNING", shutdown_timeout=60,
             ):  # fmt: skip
                 assert wait_until(lambda: processed(conversations[0]), timeout=60)
                 # A publish that timed out was sent all the same: Redis may
