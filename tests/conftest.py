@@ -29,15 +29,20 @@ pytest_plugins = ["tests.fake_llm"]
 QUEUES = ["compaction", "celery"]
 
 
-@pytest.fixture(autouse=True)
-def settings_left_as_found() -> Iterator[None]:
-    """Fail a test that leaves Django's settings overridden, and undo it. Each
-    override restores the settings it found when it is undone, so overrides undone
-    out of order leak: `@override_settings` on a test that also sets a value through
-    pytest-django's `settings` fixture is undone first (at the test's end) and the
-    fixture's own override (at teardown) then restores the decorator's settings for
-    every later test of the process. Set up before any fixture the test asks for, so
-    checked after their teardown."""
+LEAKED_SETTINGS = (
+    "the test left Django's settings overridden (an @override_settings decorator "
+    "and the `settings` fixture undone out of order?): use one or the other"
+)
+
+
+@contextmanager
+def settings_as_found() -> Iterator[None]:
+    """Fail (pytest.fail) if Django's settings are left overridden on leaving, and
+    undo it first. Each override restores the settings it found when it is undone,
+    so overrides undone out of order leak: `@override_settings` on a test that also
+    sets a value through pytest-django's `settings` fixture is undone first (at the
+    test's end), and the fixture's own override (at teardown) then restores the
+    decorator's settings, for every later test of the process."""
     found = settings._wrapped
     yield
     left = settings._wrapped
@@ -47,11 +52,15 @@ def settings_left_as_found() -> Iterator[None]:
             if name.isupper() and getattr(left, name) != getattr(found, name, None):
                 value = getattr(found, name, None)
                 setting_changed.send(sender=type(found), setting=name, value=value, enter=False)
-        pytest.fail(
-            "the test left Django's settings overridden (an @override_settings decorator "
-            "and the `settings` fixture undone out of order?): use one or the other",
-            pytrace=False,
-        )
+        pytest.fail(LEAKED_SETTINGS, pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def settings_left_as_found() -> Iterator[None]:
+    """Every test: set up before the fixtures it asks for, so checked after their
+    teardown (the `settings` fixture's included)."""
+    with settings_as_found():
+        yield
 
 
 @pytest.fixture
