@@ -335,6 +335,7 @@ def test_a_hung_redis_costs_finish_exchange_about_a_second_and_the_sweep_recover
     40 s and each later one 10 s (the broker's retry policy times the socket
     timeout), then 7.5 s with short socket timeouts alone (kombu's reconnect
     backoff). Now each fails after the enqueue timeout (0.5 s)."""
+    settings.ASSISTANT_ENQUEUE_TIMEOUT_SECONDS = 0.5  # the app's default (the tests': 10 s)
     settings.ASSISTANT_CLEANUP = {"SWEEP_GRACE_SECONDS": 0}
     port = free_port()
     working = celery_app.conf.broker_url
@@ -873,8 +874,10 @@ def test_a_failing_provider_falls_back_offline_and_stores_no_failure(
     assert not [t for t in stored_texts(conversation) if any(w in t for w in ERROR_WORDS)]
     assert conversation.compaction_summary
 
-    # The provider recovers: the next summaries come from it again.
+    # The provider recovers: the next summaries come from it again (answers timed out at
+    # 0.4 s on a loaded machine would be retried, or fall back).
     fake_llm.reset()
+    settings.LLM_TIMEOUT_SECONDS = 30
     tool_turn(conversation, "Read post 9", [("get_blog_post", {"id": 9}, html(3000))])
     assert process_exchange(conversation.pk) is True
 
