@@ -73,8 +73,13 @@ if not (ANTHROPIC_BASE_URL or "").startswith("http://127.0.0.1:"):  # noqa: F405
 if not (GEMINI_BASE_URL or "").startswith("http://127.0.0.1:"):  # noqa: F405
     GEMINI_API_KEY = ""
 ASSISTANT_SUMMARIZER = env_str("ASSISTANT_SUMMARIZER", "offline")
-# A worker subprocess whose summarizer a test makes slow is given a longer one.
-LLM_TIMEOUT_SECONDS = env_float("TEST_LLM_TIMEOUT_SECONDS", 2.0)
+# The app's default: the fake answers in milliseconds, and a loaded machine must not
+# turn an answer into a timeout and a retry. A test of timeouts sets its own, shorter.
+LLM_TIMEOUT_SECONDS = env_float("TEST_LLM_TIMEOUT_SECONDS", 30.0)
 LLM_MAX_RETRIES = 2
+# The app's 0.5 s bounds a down or hung Redis on the chat path; the tests' own Redis
+# answers, and a loaded machine must not turn a publish into an enqueue_failed. The
+# tests of a hung Redis set the app's bound themselves.
+ASSISTANT_ENQUEUE_TIMEOUT_SECONDS = 10.0
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -12,6 +12,7 @@ import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import connections
 from django.utils import deprecation
 
@@ -40,6 +41,40 @@ NEXT_RELEASE_WARNING: type[Warning] = getattr(
 def pytest_configure(config: pytest.Config) -> None:
     name = f"{NEXT_RELEASE_WARNING.__module__}.{NEXT_RELEASE_WARNING.__qualname__}"
     config.addinivalue_line("filterwarnings", f"error::{name}")
+
+
+LEAKED_SETTINGS = (
+    "the test left Django's settings overridden (an @override_settings decorator "
+    "and the `settings` fixture undone out of order?): use one or the other"
+)
+
+
+@contextmanager
+def settings_as_found() -> Iterator[None]:
+    """Fail (pytest.fail) if Django's settings are left overridden on leaving, and
+    undo it first. Each override restores the settings it found when it is undone,
+    so overrides undone out of order leak: `@override_settings` on a test that also
+    sets a value through pytest-django's `settings` fixture is undone first (at the
+    test's end), and the fixture's own override (at teardown) then restores the
+    decorator's settings, for every later test of the process."""
+    found = settings._wrapped
+    yield
+    left = settings._wrapped
+    if left is not found:
+        settings._wrapped = found
+        for name in dir(left):  # as override_settings does when undone: caches forget
+            if name.isupper() and getattr(left, name) != getattr(found, name, None):
+                value = getattr(found, name, None)
+                setting_changed.send(sender=type(found), setting=name, value=value, enter=False)
+        pytest.fail(LEAKED_SETTINGS, pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def settings_left_as_found() -> Iterator[None]:
+    """Every test: set up before the fixtures it asks for, so checked after their
+    teardown (the `settings` fixture's included)."""
+    with settings_as_found():
+        yield
 
 
 @pytest.fixture
@@ -90,7 +125,9 @@ def celery_worker(transactional_db, empty_queues) -> Iterator[None]:
             queues=QUEUES,
             perform_ping_check=False,
             loglevel="WARNING",
-            shutdown_timeout=10,
+            # The worker finishes the task it runs when the test ends: seconds on a
+            # loaded machine, so the bound (a RuntimeError past it) only catches a hang.
+            shutdown_timeout=60,
         ):
             yield
     finally:
@@ -98,8 +135,10 @@ def celery_worker(transactional_db, empty_queues) -> Iterator[None]:
 
 
 def wait_until(
-    predicate: Callable[[], bool], timeout: float = 15.0, interval: float = 0.05
+    predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05
 ) -> bool:
+    """Poll `predicate` until true; False after `timeout`, a bound that only catches a
+    hang (a loaded machine may take many seconds for what takes one when idle)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -131,7 +170,7 @@ def hung_lease_holder(conversation_id: int) -> Iterator[dict]:
     thread = threading.Thread(target=hold)
     thread.start()
     try:
-        assert claimed.wait(timeout=10) and held["lease"] is not None
+        assert claimed.wait(timeout=60) and held["lease"] is not None
         yield held
     finally:
         release.set()

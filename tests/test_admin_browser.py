@@ -88,7 +88,9 @@ def browser(monkeypatch):
             args=CHROMIUM_ARGS,
             viewport={"width": 1440, "height": 900},
         )
-        context.set_default_timeout(20_000)
+        # Every wait of the page (a navigation, a selector) may take seconds on a loaded
+        # machine: the bound only catches a hang.
+        context.set_default_timeout(60_000)
         try:
             yield context.pages[0] if context.pages else context.new_page()
         finally:

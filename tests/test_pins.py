@@ -51,10 +51,10 @@ def _request_text(request) -> str:
     return json.dumps(request.body, ensure_ascii=False)
 
 
-@override_settings(ASSISTANT_COMPACTION=SMALL_TRIGGER)
 def test_a_pinned_user_message_is_in_every_request_of_a_40_step_tool_loop(
     conversation, fake_llm, settings
 ):
+    settings.ASSISTANT_COMPACTION = SMALL_TRIGGER
     fake_llm.use_anthropic(settings)  # the summarizer: every unscripted answer a summary
     chat = FakeProvider().start()
     try:

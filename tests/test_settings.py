@@ -31,6 +31,7 @@ from assistant.settings.conf import (
 from assistant.window import choose_split
 from config import env
 from tests.builders import chat_turns, html, tool_turn
+from tests.conftest import settings_as_found
 
 
 @pytest.mark.parametrize(
@@ -82,6 +83,28 @@ def test_compaction_defaults_match_the_design():
     assert (config.MAX_FORK_DEPTH, config.CHARS_PER_TOKEN) == (3, 4)
     assert config.MAX_CONTENT_BYTES == 5 * 1024 * 1024
     assert (config.VERBATIM_AFTER_SHIFT, config.ARTIFACT_INDEX_MAX_TOKENS) == ("newest_step", 3000)
+
+
+def test_overrides_undone_out_of_order_fail_the_test_and_leak_into_no_other():
+    """As @override_settings beside a value set through the `settings` fixture: the
+    decorator is undone at the test's end, the fixture's override at its teardown."""
+    from django.conf import settings
+
+    before = settings.ASSISTANT_COMPACTION
+    decorator = override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 12_000})
+    fixture = override_settings(ASSISTANT_SUMMARIZER="anthropic")
+    leaked = pytest.raises(pytest.fail.Exception, match="left Django's settings overridden")
+    with leaked, settings_as_found():
+        decorator.enable()
+        fixture.enable()
+        decorator.disable()
+        fixture.disable()  # restores the settings it found: the decorator's
+        assert compaction_config().CONTEXT_TOKEN_THRESHOLD == 12_000
+
+    assert before == settings.ASSISTANT_COMPACTION
+    assert compaction_config().CONTEXT_TOKEN_THRESHOLD == 50_000
+    with settings_as_found(), override_settings(ASSISTANT_SUMMARIZER="anthropic"):
+        pass  # undone in order: nothing to say
 
 
 @pytest.mark.parametrize(
