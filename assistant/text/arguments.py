@@ -47,14 +47,14 @@ def entry_point(**checks: Check) -> Callable[[F], F]:
                 check(args, kwargs)
                 return await function(*args, **kwargs)
 
-            return checked_async  # type: ignore[return-value]
+            return checked_async  # type: ignore[return-value]  # wraps keeps the signature
 
         @functools.wraps(function)
         def checked(*args: Any, **kwargs: Any) -> Any:
             check(args, kwargs)
             return function(*args, **kwargs)
 
-        return checked  # type: ignore[return-value]
+        return checked  # type: ignore[return-value]  # wraps keeps the signature
 
     return decorate
 
