@@ -13,9 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models.functions import Coalesce
+from django.db.models.functions import MD5, Cast, Coalesce
 
 from assistant.metadata_keys import STATE_FIELDS, ConversationMetadata, StateOf, WindowStateColumns
 from assistant.metadata_keys import MetadataKeys as MetadataKeys  # the state fields' names
@@ -35,6 +37,12 @@ def ref(message_id: int) -> str:
 # search_history's full-text index covers this many leading characters of each
 # original: to_tsvector refuses a text whose lexemes pass 1 MB, and content may be 5 MB.
 SEARCH_INDEX_CHARS = 100_000
+
+
+def document_of(content: str) -> SearchVector:
+    """The full-text document search_history matches (`Message.search_vector`), of
+    a text being stored: its first SEARCH_INDEX_CHARS, in the `simple` configuration."""
+    return SearchVector(models.Value(content[:SEARCH_INDEX_CHARS]), config="simple")
 
 
 class Conversation(WindowStateColumns):
@@ -235,6 +243,11 @@ class MessageQuerySet(models.QuerySet):
         )
 
 
+# A tool call's arguments as one short value (jsonb's text is canonical: equal
+# arguments, in any key order, give one digest): the duplicate check's index.
+CALL_DIGEST = MD5(Cast("tool_arguments", models.TextField()))
+
+
 # The message fields the context's size is computed from (`size_values`).
 SIZE_FIELDS = (
     "id",
@@ -327,6 +340,10 @@ class Message(models.Model):
     # "live" (it holds a summary: the requests start at this message), "on_demand",
     # "usage" (the compaction's own tokens)}. NULL: none. The messages before it stay.
     provider_compaction = models.JSONField(null=True, blank=True)
+    # search_history's full-text document of `content` (its first SEARCH_INDEX_CHARS):
+    # written with the message (assistant.store.history), emptied with the original.
+    # NULL on SQLite, the demo's store, which searches substrings only.
+    search_vector = SearchVectorField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = MessageQuerySet.as_manager()
@@ -356,6 +373,39 @@ class Message(models.Model):
                 fields=["conversation", "tool_name", "id"],
                 name="assistant_msg_tool_name",
                 condition=models.Q(role="tool"),
+            ),
+            # The duplicate check: the latest result of one call (tool and arguments).
+            # By a digest: a btree entry holds at most a third of a page, arguments more.
+            models.Index(
+                models.F("conversation_id"),
+                models.F("tool_name"),
+                CALL_DIGEST,
+                models.F("id"),
+                name="assistant_msg_same_call",
+                condition=models.Q(role="tool", pinned=False),
+            ),
+            # The newest assistant message, and the newest final answer (no tool
+            # calls): an index lookup whatever the conversation's length.
+            models.Index(
+                fields=["conversation", "id"],
+                name="assistant_msg_answers",
+                condition=models.Q(role="assistant"),
+            ),
+            models.Index(
+                fields=["conversation", "id"],
+                name="assistant_msg_final",
+                condition=models.Q(role="assistant", tool_calls__isnull=True),
+            ),
+            # search_history (assistant.recall): full text and substrings, each
+            # one GIN index holding the conversation too (btree_gin), so that a
+            # search reads the matches of one conversation, never all its rows.
+            GinIndex(
+                models.F("conversation_id"), models.F("search_vector"), name="assistant_msg_search"
+            ),
+            GinIndex(
+                fields=["conversation", "content"],
+                opclasses=["int8_ops", "gin_trgm_ops"],
+                name="assistant_msg_trgm",
             ),
             # The pre-call hook applying what the worker prepared.
             models.Index(
