@@ -88,6 +88,11 @@ class Conversation(WindowStateColumns):
     # and every save reset it.
     context_estimate = models.PositiveBigIntegerField(null=True, default=None)
     context_counted = models.BooleanField(default=False, db_default=False)
+    # What the conversation cost and saved (assistant.window.cost), as last
+    # computed, with what it covered: {"cover": [newest message id, newest event
+    # id, fixed part's estimate, pricing], "cost": {...}}. The admin list reads it
+    # while it covers what the conversation holds; NULL: never computed.
+    cost_figures = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-updated_at"]
@@ -200,7 +205,7 @@ class Conversation(WindowStateColumns):
 _SAVED_FIELDS = {
     field.name
     for field in Conversation._meta.concrete_fields
-    if not field.primary_key and field.name not in STATE_FIELDS
+    if not field.primary_key and field.name not in {*STATE_FIELDS, "cost_figures"}
 }
 
 
@@ -214,7 +219,12 @@ class MessageQuerySet(models.QuerySet):
         text where there is one, else the original."""
         return (
             self.defer(
-                "content", "compacted_content", "prepared_content", "blocks", "compacted_blocks"
+                "content",
+                "compacted_content",
+                "prepared_content",
+                "blocks",
+                "compacted_blocks",
+                "search_vector",
             )
             .annotate(
                 model_content=Coalesce("compacted_content", "content"),
@@ -275,7 +285,12 @@ class Message(models.Model):
         DEDUPLICATED = "deduplicated"
 
     conversation = models.ForeignKey(
-        Conversation, on_delete=models.CASCADE, related_name="messages"
+        Conversation,
+        on_delete=models.CASCADE,
+        related_name="messages",
+        # (conversation, id) serves every lookup by conversation; an index of the
+        # conversation alone would tempt the planner to filter `id > split` row by row.
+        db_index=False,
     )
     role = models.CharField(max_length=16, choices=Role.choices)
     # The verbatim original, never overwritten by compaction.

@@ -10,9 +10,15 @@ from typing import Any
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from assistant.models import Conversation
+from assistant.models import Conversation, Message
 from assistant.recall import run_tool_call
+from assistant.services import add_message
+from assistant.strategies.tool_results import _consumed_boundary, _with_older_duplicates
+from assistant.window.cost import conversation_cost
+from assistant.window.state import load_window, measure_size
 from bench.bulk import COMMON_WORD, NO_MATCH, TWO_WORDS, analyze, insert_messages, rare_token
+from tests.scenarios import staff_user
+from tests.test_cost import priced_conversation
 
 
 def plan_of(sql: str) -> dict[str, Any]:
@@ -35,11 +41,11 @@ def message_reads(plan: dict[str, Any]) -> list[tuple[str, str | None]]:
     ]
 
 
-def test_search_history_reads_only_its_indexes_at_30k_messages(db):
+def test_search_history_reads_only_its_indexes_at_30k_messages_among_150k(db):
     long = Conversation.objects.create(title="Long")
-    other = Conversation.objects.create(title="Other")
     insert_messages(long.pk, 30_000, salt="long")
-    insert_messages(other.pk, 30_000, salt="other")
+    for number in range(4):  # the conversation a fifth of the table
+        insert_messages(Conversation.objects.create().pk, 30_000, salt=str(number), filler=0)
     analyze()
     rare = rare_token("long", 12_345)
     searches = {
@@ -76,3 +82,130 @@ def test_search_history_reads_only_its_indexes_at_30k_messages(db):
             if shape != "common":
                 indexes = {index for _, index in message_reads(plan)}
                 assert indexes & {"assistant_msg_search", "assistant_msg_trgm"}, (shape, plan)
+
+
+def test_the_window_query_reads_the_window_alone_at_10k_messages_among_100k(db):
+    long = Conversation.objects.create(title="Long", system_prompt="You help.")
+    # Its rows first, the others' after: `id > split` then looks, to the planner's
+    # statistics of the whole table, like most of it (the plan that read all 10k).
+    insert_messages(long.pk, 10_000, salt="long", filler=0)
+    for number in range(10):
+        insert_messages(Conversation.objects.create().pk, 10_000, salt=str(number), filler=0)
+    ids = list(
+        Message.objects.filter(conversation=long).order_by("id").values_list("id", flat=True)
+    )
+    Message.objects.filter(pk__in=ids[100:103]).update(pinned=True)
+    Message.objects.filter(pk=ids[0]).update(role="system")
+    Conversation.objects.filter(pk=long.pk).update(
+        compaction_summary="## Goal\n- audit", compaction_through_message_id=ids[-200]
+    )
+    analyze()
+
+    with CaptureQueriesContext(connection) as queries:
+        state = load_window(long.pk)
+    with CaptureQueriesContext(connection) as size_queries:
+        measure_size(long.pk)
+
+    assert [row.pk for row in state.rows] == ids[-199:]
+    assert [row.pk for row in state.pinned_rows] == ids[100:103]
+    assert [row.pk for row in state.system_rows] == [ids[0]]
+    for sql in (queries[-1]["sql"], size_queries[-1]["sql"]):
+        plan = plan_of(sql)
+        assert "Seq Scan" not in json.dumps(plan), plan
+        # Each part of the window read by an index range of its own: the planner
+        # estimates nothing it could get wrong by 10,000 rows.
+        reads = [read for read in message_reads(plan) if read[1] is not None]
+        assert reads and all(
+            kind in ("Index Scan", "Index Only Scan", "Bitmap Index Scan") for kind, _ in reads
+        ), plan
+        analyzed = nodes(plan_of_analyzed(sql))
+        assert all(
+            node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0) <= 250
+            for node in analyzed
+        ), plan
+
+    # The idle path's newest answer, and newest final answer: one index entry each.
+    for final_answers_only in (False, True):
+        with CaptureQueriesContext(connection) as newest:
+            _consumed_boundary(long.pk, final_answers_only=final_answers_only)
+        reads = message_reads(plan_of_analyzed(newest[-1]["sql"]))
+        name = "assistant_msg_final" if final_answers_only else "assistant_msg_answers"
+        assert ("Index Only Scan", name) in reads, reads
+        assert all(
+            node.get("Actual Rows", 0) <= 1 for node in nodes(plan_of_analyzed(newest[-1]["sql"]))
+        )
+
+
+def plan_of_analyzed(sql: str) -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
+        row = cursor.fetchone()[0]
+    return (json.loads(row) if isinstance(row, str) else row)[0]["Plan"]
+
+
+def test_the_admin_list_reads_stored_costs_whatever_the_conversations_hold(client, db):
+    small, _ = priced_conversation("small")
+    big, _ = priced_conversation("big")
+    insert_messages(big.pk, 3_000)
+    Message.objects.filter(conversation=big, role="assistant", input_tokens__isnull=True).update(
+        input_tokens=900, output_tokens=30, model="claude-sonnet-4-6"
+    )
+    client.force_login(staff_user())
+
+    def listed() -> tuple[dict[int, Any], list[str]]:
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get("/admin/assistant/conversation/")
+        costs = {obj.pk: obj._cost for obj in response.context["cl"].result_list}
+        return costs, [query["sql"] for query in queries]
+
+    first, _ = listed()  # computes and stores both conversations' figures
+    stored, statements = listed()
+    # Read as stored: no message's usage is read, at most 10 queries.
+    assert len(statements) <= 10
+    assert not any('"input_tokens"' in sql for sql in statements)
+    assert stored == first
+    assert stored[big.pk] == conversation_cost(big)[0]  # the change page's figure
+    assert stored[small.pk] == conversation_cost(small)[0]
+    assert stored[big.pk].calls == 3 + 1_000
+
+    # A call recorded since: that conversation's figure is computed again, then stored.
+    add_message(big, "assistant", "later", input_tokens=50, output_tokens=5)
+    after, _ = listed()
+    again, statements = listed()
+    assert after[big.pk].calls == 3 + 1_000 + 1
+    assert after == again and again[big.pk] == conversation_cost(big)[0]
+    assert not any('"input_tokens"' in sql for sql in statements)
+
+
+def test_the_duplicate_check_reads_the_latest_result_of_each_call_alone(db):
+    long = Conversation.objects.create(title="Long")
+    insert_messages(long.pk, 30_000, salt="long", filler=0)  # 200 results of each read
+    analyze()
+    same = {"path": "src/f7.py"}
+    call = {"id": "new1", "name": "read_file", "arguments": same}
+    other = {"id": "new2", "name": "read_file", "arguments": {"path": "src/new.py"}}
+    add_message(long, "assistant", "", tool_calls=[call, other])
+    new = [
+        add_message(
+            long, "tool", "fresh", tool_call_id="new1", tool_name="read_file", tool_arguments=same
+        ),
+        add_message(
+            long,
+            "tool",
+            "other",
+            tool_call_id="new2",
+            tool_name="read_file",
+            tool_arguments=other["arguments"],
+        ),
+    ]
+    earlier = Message.objects.filter(conversation=long, tool_arguments=same).exclude(pk=new[0].pk)
+    assert earlier.count() == 200
+
+    with CaptureQueriesContext(connection) as queries:
+        rows = _with_older_duplicates(long.pk, [Message.objects.get(pk=m.pk) for m in new])
+
+    assert [row.pk for row in rows] == [earlier.order_by("-id")[0].pk, new[0].pk, new[1].pk]
+    plan = plan_of_analyzed(queries[-1]["sql"])
+    assert {index for _, index in message_reads(plan)} == {"assistant_msg_same_call"}, plan
+    # One index entry per call (the newest before the new results), never the 200.
+    assert max(node.get("Actual Rows", 0) for node in nodes(plan)) <= 1, plan

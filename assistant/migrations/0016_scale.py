@@ -6,6 +6,7 @@ production table keeps taking writes while it is built. On SQLite (the demo's
 store) the column is added and the indexes, PostgreSQL's alone, are not built."""
 
 import django.contrib.postgres.indexes
+import django.db.models.deletion
 import django.contrib.postgres.search
 from django.contrib.postgres.operations import (
     AddIndexConcurrently,
@@ -59,6 +60,28 @@ def backfill(apps, schema_editor):
             after = last
 
 
+def drop_conversation_index(apps, schema_editor):
+    """The conversation foreign key's own index, by the name Django gave it."""
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'assistant_message' "
+            "AND indexdef LIKE '%%(conversation_id)'"
+        )
+        names = [row[0] for row in cursor.fetchall()]
+    for name in names:
+        schema_editor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+
+
+def restore_conversation_index(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS assistant_message_conversation_id_37580ec3 "
+            "ON assistant_message (conversation_id)"
+        )
+
+
 def drop_old_index(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {OLD_INDEX}")
@@ -83,6 +106,13 @@ class Migration(migrations.Migration):
         # Both trusted extensions (a database owner may create them); nothing on SQLite.
         BtreeGinExtension(),
         TrigramExtension(),
+        # The admin list's stored cost figures (assistant.window.cost): NULL until
+        # first computed, so adding the column rewrites nothing.
+        migrations.AddField(
+            model_name="conversation",
+            name="cost_figures",
+            field=models.JSONField(blank=True, null=True),
+        ),
         migrations.AddField(
             model_name="message",
             name="search_vector",
@@ -114,6 +144,28 @@ class Migration(migrations.Migration):
                 condition=models.Q(("pinned", False), ("role", "tool")),
                 name="assistant_msg_same_call",
             ),
+        ),
+        # (conversation, id) serves every lookup by conversation: the foreign key's
+        # own index goes (the planner took it for the window query, then filtered
+        # `id > split` over every row of the conversation).
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AlterField(
+                    model_name="message",
+                    name="conversation",
+                    field=models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="messages",
+                        to="assistant.conversation",
+                    ),
+                ),
+            ],
+            database_operations=[
+                migrations.RunPython(
+                    drop_conversation_index, restore_conversation_index, elidable=False
+                ),
+            ],
         ),
         _OnPostgreSQL(
             model_name="message",
