@@ -5,7 +5,9 @@ over generate_series, so 100,000 rows take seconds.
 
 The texts hold what the searches look for: ``token <md5 of n>`` once in the whole
 database (a rare token), ``database`` in a third of the messages (a common word),
-``newsletter campaign`` in a seventh (two words)."""
+``newsletter campaign`` in a seventh (two words). Every assistant message is a
+recorded call of claude-sonnet-4-6 (its usage) with a tool call, whose result
+follows."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ NO_MATCH = "zanzibar quokka"
 _INSERT = """
 INSERT INTO assistant_message (
     conversation_id, role, content, compaction, blocks_tokens, prepared_compaction,
-    tool_call_id, tool_name, tool_arguments, tool_calls, token_estimate,
+    tool_call_id, tool_name, tool_arguments, tool_calls, input_tokens, output_tokens,
+    token_estimate,
     original_token_estimate, metadata, pinned, provider, model, created_at, search_vector
 )
 SELECT %(conversation)s, role, content, '', 0, '',
@@ -32,7 +35,11 @@ SELECT %(conversation)s, role, content, '', 0, '',
            'id', 'c' || (n + 1), 'name', 'read_file',
            'arguments', jsonb_build_object('path', 'src/f' || ((n + 1) %% 50) || '.py')))
        END,
-       length(content) / 4, length(content) / 4, '{}', false, '', '', now(),
+       CASE WHEN role = 'assistant' THEN 2000 + n %% 500 END,
+       CASE WHEN role = 'assistant' THEN 40 END,
+       length(content) / 4, length(content) / 4, '{}', false,
+       CASE WHEN role = 'assistant' THEN 'anthropic' ELSE '' END,
+       CASE WHEN role = 'assistant' THEN 'claude-sonnet-4-6' ELSE '' END, now(),
        to_tsvector('simple', content)
 FROM (
     SELECT n,
