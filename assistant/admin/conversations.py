@@ -27,7 +27,8 @@ from assistant.admin.listing import FittingMedia, date_and_time, with_list_figur
 from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
 from assistant.store.deletion import purge_date
-from assistant.window.cost import Cost, conversation_costs, costs_since
+from assistant.window.cost import Cost, costs_since
+from assistant.window.cost_figures import conversation_costs
 from assistant.window.limits import current_limits
 
 

@@ -22,7 +22,7 @@ from assistant.window import (
     decide,
     load_window,
 )
-from assistant.window.cost import store_costs
+from assistant.window.cost_figures import store_costs
 
 logger = logging.getLogger(__name__)
 
