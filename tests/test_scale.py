@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from django.db import connection
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from assistant.models import Conversation, Message
@@ -206,3 +208,18 @@ def test_the_duplicate_check_reads_the_latest_result_of_each_call_alone(db):
     assert {index for _, index in message_reads(plan)} == {"assistant_msg_same_call"}, plan
     # One index entry per call (the newest before the new results), never the 200.
     assert max(node.get("Actual Rows", 0) for node in nodes(plan)) <= 1, plan
+
+
+def test_a_stored_cost_figure_is_priced_again_when_the_prices_change(client, db):
+    conversation, _ = priced_conversation("repriced")
+    client.force_login(staff_user())
+    page = "/admin/assistant/conversation/"
+    before = client.get(page).context["cl"].result_list[0]._cost
+    doubled = {"input": 6, "output": 30, "cache_read": 0.6, "cache_write": 7.5}
+
+    with override_settings(ASSISTANT_MODEL_PRICES={"claude-sonnet-4-6": doubled}):
+        after = client.get(page).context["cl"].result_list[0]._cost
+        assert after == conversation_cost(conversation)[0]
+
+    assert after.chat == pytest.approx(2 * before.chat)
+    assert client.get(page).context["cl"].result_list[0]._cost == before

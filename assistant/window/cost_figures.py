@@ -27,6 +27,10 @@ from assistant.window.cost import (
 )
 from assistant.window.limits import current_limits
 
+#: The way figures are computed (`cost_of` and what it reads): a release that
+#: changes it bumps this, and every stored figure is computed again when next read.
+FIGURES_VERSION = 1
+
 
 def conversation_costs(conversation_ids: Iterable[int]) -> dict[int, Cost]:
     """The cost of each of these conversations (the admin list's page): the stored
@@ -104,6 +108,7 @@ def _pricing_basis() -> str:
     """What a stored figure was priced with: the prices, the chat model a call
     naming none is priced by, the cache's lifetime. A change of any reprices."""
     basis = {
+        "version": FIGURES_VERSION,
         "prices": {name: vars(price) for name, price in sorted(model_prices().items())},
         "chat_model": current_limits().model,
         "ttl": compaction_config().CACHE_TTL_SECONDS,
