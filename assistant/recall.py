@@ -4,8 +4,10 @@ Every compacted or stubbed tool result, every media placeholder and every window
 names the handle of its stored original ("ref m4182"; a summary names the range it
 covers, "ref m12..m250"). `recall` reads an original by its handle, a page at a time;
 `search_history` searches the originals of the conversation and of its fork ancestors
-(up to each fork point, included) with PostgreSQL full-text search over a GIN index,
-then a plain substring search (the only one on SQLite, the demo's store)::
+(up to each fork point, included) with PostgreSQL full-text search over each message's
+stored document, then a substring search over a trigram index (a plain one on SQLite,
+the demo's store): both GIN indexes lead with the conversation, so a search reads its
+matches, never the whole conversation (docs/operations.rst, "Performance at scale")::
 
     tools = [*my_tools, *tool_definitions("anthropic")]
     ...
@@ -23,9 +25,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank, SearchVector
+from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank
 from django.db import connection
-from django.db.models import F, Q, Value
+from django.db.models import F, Lookup, Q, Value
 from django.db.models.functions import Greatest, Left, Length, StrIndex, Substr, Upper
 
 from assistant.llm.catalog import wire
@@ -57,6 +59,9 @@ RANGE_PREVIEW_CHARS = 160
 SNIPPET_CHARS = 300
 #: PostgreSQL's substring() takes an integer: the page starts at offset + 1.
 MAX_OFFSET = 2**31 - 2
+#: A substring search needs a trigram of the query (assistant_msg_trgm): shorter
+#: queries are searched as words alone.
+TRIGRAM_CHARS = 3
 #: A longer query is not words to look for but a pasted text: refused.
 MAX_QUERY_CHARS = 500
 #: How much of a name the model wrote an error message repeats (it may be anything).
@@ -364,17 +369,13 @@ def _search(conversation_id: int, query: str, most: int) -> str:
     return "\n".join(lines)
 
 
-def _vector() -> SearchVector:
-    # The expression of the GIN index assistant_msg_fts (migration 0009_recall), exactly.
-    return SearchVector(Left("content", SEARCH_INDEX_CHARS), config="simple")
-
-
 def _full_text(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int, str, str]]:
     search = SearchQuery(query, config="simple", search_type="websearch")
+    # The stored document, through the GIN index assistant_msg_search (conversation
+    # and document in one index: only the conversation's matches are read).
     rows = (
-        scope.annotate(document=_vector())
-        .filter(document=search)
-        .annotate(rank=SearchRank(_vector(), search))
+        scope.filter(search_vector=search)
+        .annotate(rank=SearchRank(F("search_vector"), search))
         .order_by("-rank", "-id")
         .values("id", "role", "tool_name")[:most]
     )
@@ -399,11 +400,29 @@ def _full_text(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int,
     return [(row["id"], _who(row), _clean(snippets.get(row["id"]) or "")) for row in rows]
 
 
+class _ILike(Lookup):
+    """PostgreSQL's ILIKE, as the trigram index assistant_msg_trgm serves it (Django's
+    icontains is UPPER(...) LIKE UPPER(...), which that index does not)."""
+
+    lookup_name = "ilike"
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        rhs, rhs_params = self.process_rhs(compiler, connection)
+        return f"{lhs} ILIKE {rhs}", [*lhs_params, *rhs_params]
+
+
 def _substring(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int, str, str]]:
+    if connection.vendor == "postgresql":
+        if len(query) < TRIGRAM_CHARS:
+            return []  # no trigram to look up: the full-text search alone
+        pattern = f"%{connection.ops.prep_for_like_query(query)}%"
+        scope = scope.filter(_ILike(F("content"), Value(pattern)))
+    else:
+        scope = scope.filter(content__icontains=query)
     position = StrIndex(Upper("content"), Upper(Value(query)))
     rows = (
-        scope.filter(content__icontains=query)
-        .annotate(at=position)
+        scope.annotate(at=position)
         .annotate(
             snippet=Substr("content", Greatest(F("at") - SNIPPET_CHARS // 2, 1), SNIPPET_CHARS)
         )

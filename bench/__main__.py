@@ -67,6 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help="replay only these real sessions (file names without .jsonl)",
     )
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="only the production-size figures (bench/scale.py); prints them, writes nothing",
+    )
+    parser.add_argument("--scale-messages", type=int, default=None, metavar="N")
+    parser.add_argument("--scale-bulk", type=int, default=None, metavar="N")
+    parser.add_argument("--scale-conversations", type=int, default=None, metavar="N")
     args = parser.parse_args(argv)
 
     os.environ["DJANGO_SETTINGS_MODULE"] = os.environ.get("BENCH_SETTINGS", "bench.settings")
@@ -74,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
 
     django.setup()
 
+    if args.scale:
+        return scale_only(args)
     if args.offpath_only:
         return offpath_only()
     if args.offpath_run:
@@ -535,6 +545,27 @@ def main(argv: list[str] | None = None) -> int:
         f"{tables_path.relative_to(tables_path.parents[2])} and "
         f"{chart_path.relative_to(chart_path.parents[2])} in {elapsed:.0f} s"
     )
+    return 0
+
+
+def scale_only(args: argparse.Namespace) -> int:
+    """`--scale`: the long conversation in the large database (bench/scale.py), at
+    the issue's sizes unless told (`--scale-messages`, `--scale-bulk`,
+    `--scale-conversations`)."""
+    from bench import scale
+
+    started = time.perf_counter()
+
+    def step(text: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {text}", flush=True)
+
+    lines = scale.run(
+        args.scale_messages or scale.LONG_MESSAGES,
+        args.scale_bulk or scale.BULK_MESSAGES,
+        args.scale_conversations or scale.BULK_CONVERSATIONS,
+        step,
+    )
+    print("\n".join(lines))
     return 0
 
 

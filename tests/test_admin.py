@@ -224,11 +224,15 @@ def test_the_list_costs_the_same_queries_for_2_and_12_conversations(
     staff_client.get(CHANGELIST)  # warm the session and permission caches
     with CaptureQueriesContext(connection) as few:
         staff_client.get(CHANGELIST)
+    queries = len(few.captured_queries)  # read now: a request clears the log
     for _ in range(10):
         parent, _ = tool_heavy_conversation()
         fork_continuation(parent)
+    # The post-exchange task stores each conversation's cost figures; here the
+    # first read of the page computes and stores those it lacks.
+    staff_client.get(CHANGELIST)
 
-    with django_assert_num_queries(len(few.captured_queries)):
+    with django_assert_num_queries(queries):
         response = staff_client.get(CHANGELIST)
     assert len(response.context["cl"].result_list) == 22
 

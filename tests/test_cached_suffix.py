@@ -23,7 +23,7 @@ from assistant.store.state import read_state
 from assistant.strategies.guidance import guidance_for
 from assistant.testing.fake_provider import DEFAULT_SUMMARY, FakeProvider, ok
 from assistant.window.context import as_neutral
-from assistant.window.cost import conversation_costs
+from assistant.window.cost_figures import conversation_costs
 from tests.builders import html
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,8 @@ from django.utils import timezone
 from assistant.models import Conversation, Message
 from assistant.services import add_message
 from assistant.store.events import record_compaction
-from assistant.window.cost import conversation_cost, conversation_costs, price_of, total_cost
+from assistant.window.cost import conversation_cost, price_of, total_cost
+from assistant.window.cost_figures import conversation_costs
 
 M = 1_000_000
 

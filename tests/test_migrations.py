@@ -62,7 +62,7 @@ def test_migrate_moves_the_window_state_out_of_metadata_and_back():
     stored = conversations.create(title="0.3.0", metadata={**window, "host_key": {"kept": 1}})
     plain = conversations.create(title="host only", metadata={"host_key": 2})
 
-    call_command("migrate", "assistant", "0015", verbosity=0)
+    call_command("migrate", "assistant", verbosity=0)  # 0015, and on to the newest
 
     migrated = Conversation.objects.get(pk=stored.pk)
     assert migrated.metadata == {"host_key": {"kept": 1}}  # the host's keys, untouched

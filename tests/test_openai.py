@@ -16,7 +16,7 @@ from assistant.llm.catalog import model_context_window
 from assistant.llm.overflow import context_overflow
 from assistant.models import CompactionEvent, Message
 from assistant.services import add_message, chat_step, context_status
-from assistant.window.cost import conversation_costs
+from assistant.window.cost_figures import conversation_costs
 from tests.builders import html
 from tests.fake_llm import ok, overflow, rate_limited
 from tests.scenarios import tool_heavy_conversation

@@ -37,7 +37,8 @@ from assistant.ops.health import live_worker_check
 from assistant.settings.app import app_setting
 from assistant.store.deletion import purge_date
 from assistant.text.figures import share, token_count
-from assistant.window.cost import Cost, conversation_costs, costs_since
+from assistant.window.cost import Cost, costs_since
+from assistant.window.cost_figures import conversation_costs
 from assistant.window.limits import current_limits, limits_for
 
 

@@ -96,6 +96,7 @@ class MessageAdmin(ReadOnlyAdmin):
         return request.user.has_perm("assistant.compact_conversation")
 
     search_fields = ("=conversation__id", "tool_name", "tool_call_id")
+    exclude = ("search_vector",)  # search_history's document of the content shown
     list_select_related = ("conversation",)
     raw_id_fields = ("conversation",)
     ordering = ("-id",)

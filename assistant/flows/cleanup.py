@@ -173,7 +173,7 @@ def drop_compacted_originals(
         count = (
             droppable_originals(now, config)
             .filter(pk__in=ids)
-            .update(content="", original_dropped_at=now)
+            .update(content="", search_vector=None, original_dropped_at=now)
         )
     log_event("drop_originals", messages=count, duration_ms=_elapsed_ms(started))
     return CleanupResult("drop_originals", count, len(ids) == batch)

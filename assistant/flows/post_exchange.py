@@ -23,6 +23,7 @@ from assistant.window import (
     decide,
     load_window,
 )
+from assistant.window.cost_figures import store_costs
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ def process_exchange(conversation_id: int) -> bool:
         if config.COMPACTION_TIMING == "eager":
             prepared += compact_old_blocks(conversation_id)
         prebuilt = shift_ahead(conversation_id, config) and prebuild_window_summary(conversation)
+        # The admin list's figures, with this exchange's calls and compactions.
+        store_costs([conversation_id])
     # Record which exchange was processed; the sweep compares the two stamps.
     Conversation.objects.filter(pk=conversation_id).update(post_exchange_done_at=exchange_stamp)
     log_event(

@@ -20,7 +20,7 @@ from django.utils import timezone
 from assistant import llm
 from assistant.llm.base import new_tool_call_id
 from assistant.llm.catalog import media_rates, telemetry_name
-from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message
+from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message, document_of
 from assistant.ops import telemetry
 from assistant.settings.conf import compaction_config
 from assistant.store import provider_compaction
@@ -94,6 +94,9 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
         **usage,
         **answered_by,
     )
+    if connection.vendor == "postgresql":
+        # search_history's document, in the INSERT itself (assistant.recall).
+        message.search_vector = document_of(content)
     _insert(conversation, message)
     if not add_to_size(live(conversation.pk), message, updated_at=timezone.now()):
         _store_measured_size(conversation, message)

@@ -10,13 +10,15 @@ planned below, in the window (assistant.window.results); this module writes it.
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
-from django.db.models import F, Max, Q, QuerySet
+from django.db import connection, transaction
+from django.db.models import F, JSONField, Max, Q, QuerySet, TextField, Value
+from django.db.models.functions import MD5, Cast
 from django.utils import timezone
 
 from assistant import llm
 from assistant.llm.catalog import media_rates
 from assistant.models import (
+    CALL_DIGEST,
     CompactionEvent,
     Conversation,
     Message,
@@ -223,7 +225,14 @@ def _tool_rows(conversation_id: int) -> MessageQuerySet:
         Message.objects.filter(
             conversation_id=conversation_id, role=Message.Role.TOOL, pinned=False
         )
-        .defer("content", "compacted_content", "prepared_content", "blocks", "compacted_blocks")
+        .defer(
+            "content",
+            "compacted_content",
+            "prepared_content",
+            "blocks",
+            "compacted_blocks",
+            "search_vector",
+        )
         .order_by("id")
     )
 
@@ -240,17 +249,32 @@ def _consumed_boundary(conversation_id: int, *, final_answers_only: bool) -> int
 
 
 def _with_older_duplicates(conversation_id: int, rows: list[Message]) -> list[Message]:
-    """`rows` plus the earlier results of the same calls, which a new copy
-    turns into duplicates (jsonb equality ignores key order): one query for
-    all the new calls, never a scan of the whole history."""
+    """`rows` plus the latest earlier result of each of their calls, which a new
+    copy turns into a duplicate (jsonb equality ignores key order; the results
+    before that one were its duplicates, handled when it came): one statement,
+    each call one entry of the index assistant_msg_same_call, never a scan of
+    the tool's history."""
     calls = {(row.tool_name, canonical_arguments(row.tool_arguments)): row for row in rows}
     if not calls:
         return rows
-    same_calls = Q()
-    for row in calls.values():
-        same_calls |= Q(tool_name=row.tool_name, tool_arguments=row.tool_arguments, id__lt=row.pk)
     seen = {row.pk for row in rows}
-    older = [m for m in _tool_rows(conversation_id).filter(same_calls) if m.pk not in seen]
+    first = min(seen)
+    latest = [
+        _tool_rows(conversation_id)
+        .alias(digest=CALL_DIGEST)
+        .filter(
+            tool_name=row.tool_name,
+            digest=MD5(Cast(Value(row.tool_arguments, JSONField()), TextField())),
+            tool_arguments=row.tool_arguments,
+            id__lt=first,
+        )
+        .order_by("-id")[:1]
+        for row in calls.values()
+    ]
+    if len(latest) > 1 and connection.features.supports_slicing_ordering_in_compound:
+        older = list(latest[0].union(*latest[1:], all=True))
+    else:  # SQLite (the demo's store) takes no LIMIT inside a UNION: one per call
+        older = [row for query in latest for row in query]
     return sorted([*older, *rows], key=lambda row: row.pk)
 
 

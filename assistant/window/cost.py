@@ -389,15 +389,6 @@ def recorded_summarizer_calls(
     return found
 
 
-def conversation_costs(conversation_ids: Iterable[int]) -> dict[int, Cost]:
-    """The cost of each of these conversations (the admin list's page): three queries."""
-    ids = list(conversation_ids)
-    calls = recorded_calls(ids)
-    summaries = recorded_summarizer_calls(ids)
-    prices = model_prices()
-    return {pk: cost_of(calls.get(pk, []), summaries.get(pk, ()), prices=prices) for pk in ids}
-
-
 def conversation_cost(conversation: Conversation) -> tuple[Cost, list[Call]]:
     """One conversation's cost and its calls (the conversation page's chart)."""
     calls = recorded_calls([conversation.pk]).get(conversation.pk, [])

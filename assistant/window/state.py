@@ -263,7 +263,7 @@ def load_window(
     database (never from a possibly stale in-memory object): two queries.
     `config`: the caller's settings (read here only when it has none).
     `live`: a deleted conversation is not found (Conversation.DoesNotExist)."""
-    return _load(conversation_id, config, through_id, MessageQuerySet.model_view, live)
+    return _load(conversation_id, config, through_id, _model_rows, live)
 
 
 def saved_window(conversation: Conversation) -> WindowState:
@@ -322,15 +322,50 @@ class SizeRow(NamedTuple):
     prompt_tokens = Message.prompt_tokens  # type: ignore[misc]  # mypy: NamedTuple fields only
 
 
-def _size_rows(rows: MessageQuerySet) -> Iterator[SizeRow]:
-    return (SizeRow(*values) for values in rows.size_values())
+def _model_rows(parts: list[MessageQuerySet]) -> Iterable[Message]:
+    return _in_order([part.model_view() for part in parts])
+
+
+def _size_rows(parts: list[MessageQuerySet]) -> Iterator[SizeRow]:
+    return (SizeRow(*values) for values in _in_order([part.size_values() for part in parts]))
+
+
+def _in_order(parts: list[QuerySet]) -> QuerySet:
+    """The parts of a window, disjoint, as one statement in id order: UNION ALL, so
+    that each part is read by an index range of its own."""
+    if len(parts) == 1:
+        return parts[0]
+    first, *rest = [part.order_by() for part in parts]
+    return first.union(*rest, all=True).order_by("id")
+
+
+def _window_parts(
+    rows: MessageQuerySet, cutoff: int | None, anchor_id: int | None
+) -> list[MessageQuerySet]:
+    """The window's messages: those after the split, and below it the system and
+    pinned messages and the anchor. Parts, not one OR: an OR leaves the planner to
+    guess how much of the conversation `id > split` holds, and a long conversation's
+    early ids in a large table looked like most of it (a scan of all its rows; see
+    docs/operations.rst, "Performance at scale"). Each part has an index of its own:
+    (conversation, id), and the partial ones of system and pinned messages."""
+    if cutoff is None:
+        return [rows]
+    below = rows.filter(id__lte=cutoff)
+    parts = [
+        rows.filter(id__gt=cutoff),
+        below.filter(role=Message.Role.SYSTEM),
+        below.filter(pinned=True).exclude(role=Message.Role.SYSTEM),
+    ]
+    if anchor_id is not None:
+        parts.append(below.filter(id=anchor_id, pinned=False).exclude(role=Message.Role.SYSTEM))
+    return parts
 
 
 def _load(
     conversation_id: int,
     config: CompactionConfig | None,
     through_id: int | None,
-    view: Callable[[MessageQuerySet], Iterable[Any]],  # Messages, or SizeRows
+    view: Callable[[list[MessageQuerySet]], Iterable[Any]],  # Messages, or SizeRows
     live: bool = False,
 ) -> WindowState:
     rows = Conversation.objects.filter(deleted_at__isnull=True) if live else Conversation.objects
@@ -348,12 +383,8 @@ def _load(
     cutoff = state.through_id if through_id is None else through_id
     anchor_id = state.meta.anchor_id
     rows = Message.objects.filter(conversation_id=conversation_id)
-    if cutoff is not None:
-        wanted = Q(id__gt=cutoff) | Q(role=Message.Role.SYSTEM) | Q(pinned=True)
-        if anchor_id is not None and through_id is None:
-            wanted |= Q(id=anchor_id)
-        rows = rows.filter(wanted)
-    for row in view(rows):
+    anchored = anchor_id if through_id is None else None
+    for row in view(_window_parts(rows, cutoff, anchored)):
         if row.role == Message.Role.SYSTEM:
             state.system_rows.append(row)
         elif cutoff is not None and row.pk <= cutoff:

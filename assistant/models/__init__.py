@@ -13,12 +13,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models.functions import Coalesce
 
 from assistant.metadata_keys import STATE_FIELDS, ConversationMetadata, StateOf, WindowStateColumns
 from assistant.metadata_keys import MetadataKeys as MetadataKeys  # the state fields' names
+from assistant.models.querysets import CALL_DIGEST, MessageQuerySet
+from assistant.models.querysets import SEARCH_INDEX_CHARS as SEARCH_INDEX_CHARS
+from assistant.models.querysets import SIZE_FIELDS as SIZE_FIELDS
+from assistant.models.querysets import document_of as document_of
 
 
 def handle(message_id: int) -> str:
@@ -30,11 +35,6 @@ def handle(message_id: int) -> str:
 
 def ref(message_id: int) -> str:
     return f"ref {handle(message_id)}"
-
-
-# search_history's full-text index covers this many leading characters of each
-# original: to_tsvector refuses a text whose lexemes pass 1 MB, and content may be 5 MB.
-SEARCH_INDEX_CHARS = 100_000
 
 
 class Conversation(WindowStateColumns):
@@ -80,6 +80,11 @@ class Conversation(WindowStateColumns):
     # and every save reset it.
     context_estimate = models.PositiveBigIntegerField(null=True, default=None)
     context_counted = models.BooleanField(default=False, db_default=False)
+    # What the conversation cost and saved (assistant.window.cost), as last
+    # computed, with what it covered: {"cover": [newest message id, newest event
+    # id, fixed part's estimate, pricing], "cost": {...}}. The admin list reads it
+    # while it covers what the conversation holds; NULL: never computed.
+    cost_figures = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-updated_at"]
@@ -192,61 +197,11 @@ class Conversation(WindowStateColumns):
 _SAVED_FIELDS = {
     field.name
     for field in Conversation._meta.concrete_fields
-    if not field.primary_key and field.name not in STATE_FIELDS
+    if not field.primary_key and field.name not in {*STATE_FIELDS, "cost_figures"}
 }
 
 
 ONE_RESULT_PER_CALL = "assistant_msg_one_result_per_call"
-
-
-class MessageQuerySet(models.QuerySet):
-    def model_view(self) -> MessageQuerySet:
-        """Messages as the model sees them, in order, without loading the
-        originals of compacted messages: `model_content` is the compacted
-        text where there is one, else the original."""
-        return (
-            self.defer(
-                "content", "compacted_content", "prepared_content", "blocks", "compacted_blocks"
-            )
-            .annotate(
-                model_content=Coalesce("compacted_content", "content"),
-                model_blocks=Coalesce("compacted_blocks", "blocks"),
-            )
-            .order_by("id")
-        )
-
-    def size_values(self) -> MessageQuerySet:
-        """What the context's size reads (`assistant.window.context_size`), as
-        tuples of SIZE_FIELDS, in order: the counts and estimates of every
-        message, and the text of system messages alone (they make the system
-        part of every request; "" for the others)."""
-        system_text = models.Case(
-            models.When(role=self.model.Role.SYSTEM, then=Coalesce("compacted_content", "content")),
-            default=models.Value(""),
-            output_field=models.TextField(),
-        )
-        provider_live = models.ExpressionWrapper(
-            models.Q(provider_compaction__live=True), output_field=models.BooleanField()
-        )
-        return (
-            self.annotate(system_text=system_text, provider_live=provider_live)
-            .order_by("id")
-            .values_list(*SIZE_FIELDS)
-        )
-
-
-# The message fields the context's size is computed from (`size_values`).
-SIZE_FIELDS = (
-    "id",
-    "role",
-    "token_estimate",
-    "input_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "system_text",
-    "provider_live",
-    "pinned",
-)
 
 
 class Message(models.Model):
@@ -262,7 +217,12 @@ class Message(models.Model):
         DEDUPLICATED = "deduplicated"
 
     conversation = models.ForeignKey(
-        Conversation, on_delete=models.CASCADE, related_name="messages"
+        Conversation,
+        on_delete=models.CASCADE,
+        related_name="messages",
+        # (conversation, id) serves every lookup by conversation; an index of the
+        # conversation alone would tempt the planner to filter `id > split` row by row.
+        db_index=False,
     )
     role = models.CharField(max_length=16, choices=Role.choices)
     # The verbatim original, never overwritten by compaction.
@@ -327,6 +287,10 @@ class Message(models.Model):
     # "live" (it holds a summary: the requests start at this message), "on_demand",
     # "usage" (the compaction's own tokens)}. NULL: none. The messages before it stay.
     provider_compaction = models.JSONField(null=True, blank=True)
+    # search_history's full-text document of `content` (its first SEARCH_INDEX_CHARS):
+    # written with the message (assistant.store.history), emptied with the original.
+    # NULL on SQLite, the demo's store, which searches substrings only.
+    search_vector = SearchVectorField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = MessageQuerySet.as_manager()
@@ -356,6 +320,39 @@ class Message(models.Model):
                 fields=["conversation", "tool_name", "id"],
                 name="assistant_msg_tool_name",
                 condition=models.Q(role="tool"),
+            ),
+            # The duplicate check: the latest result of one call (tool and arguments).
+            # By a digest: a btree entry holds at most a third of a page, arguments more.
+            models.Index(
+                models.F("conversation_id"),
+                models.F("tool_name"),
+                CALL_DIGEST,
+                models.F("id"),
+                name="assistant_msg_same_call",
+                condition=models.Q(role="tool", pinned=False),
+            ),
+            # The newest assistant message, and the newest final answer (no tool
+            # calls): an index lookup whatever the conversation's length.
+            models.Index(
+                fields=["conversation", "id"],
+                name="assistant_msg_answers",
+                condition=models.Q(role="assistant"),
+            ),
+            models.Index(
+                fields=["conversation", "id"],
+                name="assistant_msg_final",
+                condition=models.Q(role="assistant", tool_calls__isnull=True),
+            ),
+            # search_history (assistant.recall): full text and substrings, each
+            # one GIN index holding the conversation too (btree_gin), so that a
+            # search reads the matches of one conversation, never all its rows.
+            GinIndex(
+                models.F("conversation_id"), models.F("search_vector"), name="assistant_msg_search"
+            ),
+            GinIndex(
+                fields=["conversation", "content"],
+                opclasses=["int8_ops", "gin_trgm_ops"],
+                name="assistant_msg_trgm",
             ),
             # The pre-call hook applying what the worker prepared.
             models.Index(

@@ -1,0 +1,247 @@
+"""`python -m bench --scale`: the app at production size (docs/benchmarks.rst, "At
+scale"). It builds the large database itself: the bulk through SQL (bench/bulk.py,
+`--scale-bulk` messages over `--scale-conversations` conversations), one long
+conversation through the app's write path (`add_message`, `--scale-messages`), and
+small baselines the same way; then prints each figure as a ratio against its
+baseline, measured in the same run: search_history per query shape (235 messages
+against the long one), the admin list (time and queries: a page of small
+conversations in an empty database against the full one), prepare_context at 100
+messages against a third of the long one and the whole of it, and the post-exchange
+work at 235 against the long one. Not part of `make bench` nor `make test`."""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+#: The issue's sizes (issue 49): a conversation of 30,000 messages in a database of
+#: 1,000,000 more, over 5,000 conversations.
+LONG_MESSAGES, BULK_MESSAGES, BULK_CONVERSATIONS = 30_000, 1_000_000, 5_000
+#: The baselines: a conversation of this many messages for search and post-exchange,
+#: and of this many for prepare_context.
+SMALL_MESSAGES, PRECALL_BASELINE = 235, 100
+#: Each bulk message's length, in filler sentences (about 1 KB in all).
+FILLER = 16
+REPEATS = 5
+CHANGELIST = "/admin/assistant/conversation/"
+#: The admin list's page: its baseline is a page of small conversations.
+PAGE = 50
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    baseline: float  # ms
+    measured: float  # ms
+    extra: str = ""
+
+    def line(self) -> str:
+        ratio = self.measured / self.baseline if self.baseline > 0 else float("inf")
+        return (
+            f"{self.name:<44} {self.baseline:9.2f} ms  {self.measured:9.2f} ms  "
+            f"{ratio:6.2f}x{'  ' + self.extra if self.extra else ''}"
+        )
+
+
+def median_ms(work: Callable[[], Any], repeats: int = REPEATS) -> float:
+    work()  # warm: caches, the first plan
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def token(n: int) -> str:
+    """The rare token of the long conversation's n-th turn (nowhere else)."""
+    return hashlib.md5(f"scale-{n}".encode()).hexdigest()
+
+
+def grow(conversation: Any, messages: int, start: int = 0) -> int:
+    """Turns through add_message until the conversation holds `messages` more: a user
+    message, an assistant call of read_file, its result (about 1 KB), an answer.
+    Returns the next turn's number."""
+    from assistant.services import add_message
+
+    turn = start
+    added = 0
+    while added < messages:
+        path = f"src/f{turn % 50}.py"
+        add_message(conversation, "user", f"Step {turn}: check {path}, token {token(turn)}.")
+        call = {"id": f"t{turn}", "name": "read_file", "arguments": {"path": path}}
+        add_message(
+            conversation,
+            "assistant",
+            "",
+            tool_calls=[call],
+            input_tokens=2000,
+            output_tokens=40,
+            model="claude-sonnet-4-6",
+        )
+        word = "database" if turn % 3 == 0 else "cache"
+        campaign = "The newsletter campaign went out. " if turn % 7 == 0 else ""
+        body = f"# {path}\nThe {word} layer, line {turn}. {campaign}" + "x = 1  # setting\n" * 50
+        add_message(conversation, "tool", body, tool_call_id=f"t{turn}")
+        add_message(
+            conversation, "assistant", f"Checked {path}.", input_tokens=2100, output_tokens=20
+        )
+        added += 4
+        turn += 1
+    return turn
+
+
+def run(
+    long_messages: int, bulk_messages: int, conversations: int, step: Callable[[str], None]
+) -> list[str]:
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from assistant.models import Conversation
+    from assistant.services import add_message, prepare_context, process_exchange, run_tool_call
+    from bench.bulk import analyze, insert_messages
+    from bench.fake_summarizer import FakeSummarizer
+    from bench.measures import prepare_database, use_fake
+
+    step("preparing the benchmark database")
+    prepare_database()
+    figures: list[Figure] = []
+    users = get_user_model().objects
+    staff = users.filter(username="scale").first() or users.create_superuser("scale", "", "x")
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(staff)
+
+    def admin_list() -> tuple[float, int]:
+        # median_ms's first, unmeasured read computes the figures a page lacks (the
+        # post-exchange task's job in production).
+        seconds = median_ms(lambda: client.get(CHANGELIST))
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(CHANGELIST)
+        assert response.status_code == 200, response.status_code
+        return seconds, len(queries.captured_queries)
+
+    with use_fake(FakeSummarizer()):
+        step(f"baselines through add_message: {PRECALL_BASELINE} and {SMALL_MESSAGES} messages")
+        precall_small = Conversation.objects.create(
+            title="precall baseline", system_prompt="You help."
+        )
+        grow(precall_small, PRECALL_BASELINE)
+        small = Conversation.objects.create(title="small", system_prompt="You help.")
+        grow(small, SMALL_MESSAGES)
+        # A page of conversations as the list shows it, each of a few messages.
+        for number in range(PAGE):
+            insert_messages(Conversation.objects.create(title=f"page {number}").pk, 4)
+        empty_ms, empty_queries = admin_list()
+
+        step(
+            f"the bulk through SQL: {bulk_messages:,} messages over {conversations:,} conversations"
+        )
+        per = max(bulk_messages // conversations, 1)
+        for number in range(conversations):
+            insert_messages(
+                Conversation.objects.create(title=f"bulk {number}").pk,
+                per,
+                salt=f"b{number}",
+                filler=FILLER,
+            )
+        analyze()
+
+        step(f"the long conversation through add_message: {long_messages:,} messages")
+        long = Conversation.objects.create(title="long", system_prompt="You help.")
+        checkpoints = {}
+        turn = grow(long, long_messages // 3)
+        analyze()
+        prepare_context(long)  # its first call may shift the window
+        checkpoints[long_messages // 3] = median_ms(lambda: prepare_context(long))
+        turn = grow(long, long_messages - long_messages // 3, start=turn)
+        analyze()
+        prepare_context(long)
+        checkpoints[long_messages] = median_ms(lambda: prepare_context(long))
+        prepare_context(precall_small)
+        baseline = median_ms(lambda: prepare_context(precall_small))
+        for size, measured in checkpoints.items():
+            figures.append(
+                Figure(f"prepare_context {PRECALL_BASELINE} vs {size:,}", baseline, measured)
+            )
+
+        step("search_history per query shape")
+        shapes = {
+            "rare token": (token(5), token(turn // 2)),
+            "common word": ("database", "database"),
+            "two words": ("newsletter campaign", "newsletter campaign"),
+            "no match": ("zanzibar quokka", "zanzibar quokka"),
+        }
+        for shape, (small_query, long_query) in shapes.items():
+            measured_small = median_ms(
+                partial(run_tool_call, small, "search_history", {"query": small_query})
+            )
+            measured_long = median_ms(
+                partial(run_tool_call, long, "search_history", {"query": long_query})
+            )
+            figures.append(
+                Figure(
+                    f"search_history {shape}, {SMALL_MESSAGES} vs {long_messages:,}",
+                    measured_small,
+                    measured_long,
+                )
+            )
+
+        step("the admin list")
+        full_ms, full_queries = admin_list()
+        figures.append(
+            Figure(
+                "admin list, empty vs full database",
+                empty_ms,
+                full_ms,
+                f"queries {empty_queries} vs {full_queries}",
+            )
+        )
+
+        step("post-exchange: the same tool results at each size")
+
+        def exchange(conversation: Conversation) -> float:
+            times = []
+            for n in range(REPEATS):
+                call = {"id": f"post{n}", "name": "read_file", "arguments": {"path": "src/f7.py"}}
+                add_message(conversation, "user", "Read it again.")
+                add_message(
+                    conversation,
+                    "assistant",
+                    "",
+                    tool_calls=[call],
+                    input_tokens=2000,
+                    output_tokens=10,
+                )
+                add_message(conversation, "tool", "x = 1\n" * 400, tool_call_id=f"post{n}")
+                add_message(
+                    conversation,
+                    "assistant",
+                    "Same as before.",
+                    input_tokens=2000,
+                    output_tokens=10,
+                )
+                Conversation.objects.filter(pk=conversation.pk).update(
+                    last_exchange_at=timezone.now()
+                )
+                started = time.perf_counter()
+                process_exchange(conversation.pk)
+                times.append(time.perf_counter() - started)
+            return statistics.median(times) * 1000
+
+        figures.append(
+            Figure(
+                f"post-exchange {SMALL_MESSAGES} vs {long_messages:,}",
+                exchange(small),
+                exchange(long),
+            )
+        )
+    header = f"{'figure':<44} {'baseline':>12}  {'measured':>12}  ratio"
+    return [header, *(figure.line() for figure in figures)]
