@@ -589,6 +589,8 @@ def test_an_early_shift_compacts_the_consumed_results_it_keeps_in_the_same_step(
         .order_by("id")
         .values_list("kind", flat=True)
     )
-    assert kinds[0] == "window_summary" and kinds[1:] == ["tool_results", "tool_results"]
+    # One shift and the two reads' compactions in the same step (the window
+    # summary's event is written last: its figures are of the whole rewrite).
+    assert sorted(kinds) == ["tool_results", "tool_results", "window_summary"]
     reads = conversation.messages.filter(role="tool")
     assert all(read.compacted_content for read in reads)

@@ -113,7 +113,7 @@ def test_a_branch_from_a_message_is_queued_with_its_message_id(celery_worker):
 )
 def test_a_message_id_goes_with_a_branch_only(action, message_id):
     with pytest.raises(ValidationError) as raised:
-        check_action(action, 1, "", message_id)
+        check_action(action, 1, "", message_id=message_id)
     assert raised.value.code == "invalid_message_id"
 
 
