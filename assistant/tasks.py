@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TypeGuard
 
-from celery import Task, shared_task
+from celery import Task, bootsteps, shared_task
 from celery.signals import worker_init, worker_process_init, worker_shutdown
 from django.db import InterfaceError, OperationalError
 
@@ -68,8 +68,17 @@ def start_worker_heartbeat(sender: object = None, **_: object) -> None:
     """A worker's main process stamps its heartbeat in Redis while it lives, which
     /readyz and the admin read to tell a live worker from a dead or frozen one
     (docs/operations.rst, "Health"). Started before the pool forks: a thread of
-    the main process only."""
-    health.start_heartbeat(str(getattr(sender, "hostname", "")))
+    the main process only. A worker stopped cold (terminated: Celery sends no
+    worker_shutdown then) stops stamping too, though its process lives on: a
+    worker run in a thread of another process, as tests do."""
+    health.start_heartbeat(
+        str(getattr(sender, "hostname", "")), running=lambda: _not_stopped(sender)
+    )
+
+
+def _not_stopped(worker: object) -> bool:
+    state = getattr(getattr(worker, "blueprint", None), "state", None)
+    return state not in (bootsteps.CLOSE, bootsteps.TERMINATE)
 
 
 @worker_shutdown.connect

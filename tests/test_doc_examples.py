@@ -21,6 +21,7 @@ from django.db import transaction
 from assistant.models import Conversation
 from assistant.services import compact_tool_results
 from assistant.settings.conf import compaction_config
+from assistant.text.figures import ARROW
 from assistant.window.cost import model_prices, price_of
 from tests.doc_examples import (
     CODE_LANGUAGES,
@@ -210,9 +211,11 @@ def test_a_make_example_runs_on_a_fresh_var_dir(example: Example, tmp_path: Path
 def demo_screen(stdout: str, var_dir: Path) -> None:
     """The demo's screen: a line per compaction step, the log lines in var/demo.log
     (not on the screen), and a final table of tokens beside their cost under caching."""
-    steps = [line for line in stdout.splitlines() if " -> " in line and "tokens   context" in line]
+    lines = stdout.splitlines()
+    steps = [line for line in lines if line.startswith("turn") and f" {ARROW} " in line]
     assert steps, "no compaction line under the progress bar"
-    assert "window summary" in "\n".join(steps)
+    assert any("window summary" in step and "the request: " in step for step in steps)
+    assert any("the next request" in line and "of the model's window" in line for line in lines)
     assert "assistant.events" not in stdout  # the log lines went to the file
     assert "event=window_summary" in (var_dir / "demo.log").read_text()
     (header,) = [line for line in stdout.splitlines() if "cost under caching" in line]

@@ -936,7 +936,6 @@ def strings_in(value: object) -> list[str]:
     return []
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["anthropic", "gemini"])
 @pytest.mark.parametrize("failure", ["overloaded", "timeout"])
 def test_a_failing_provider_falls_back_offline_and_stores_no_failure(
@@ -1048,7 +1047,6 @@ STOPPED_HOLDER = {**HUNG_TRIGGER, "SUMMARY_STALL_SECONDS": 0.25}
 LIVE_HOLDER = {"SUMMARY_STALL_SECONDS": 10}
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_hung_lease_holder_costs_each_chat_call_under_two_seconds_and_no_oversized_request(
     fake_llm, settings
@@ -1167,7 +1165,6 @@ def worker_summarizing(conversation: Conversation, fake) -> tuple[threading.Thre
     return thread, built
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_frozen_in_its_summarizer_call_is_taken_over_within_two_seconds(
     fake_llm, settings, empty_queues, tmp_path
@@ -1215,7 +1212,6 @@ def test_a_worker_frozen_in_its_summarizer_call_is_taken_over_within_two_seconds
     assert snapshot(conversation)[: len(originals)] == originals
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_chat_waits_for_a_live_slow_worker_and_sends_with_its_summary(fake_llm, settings):
     import time
@@ -1251,7 +1247,6 @@ def test_the_chat_waits_for_a_live_slow_worker_and_sends_with_its_summary(fake_l
     )
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_two_callers_past_the_trigger_share_one_slow_summary(fake_llm, settings):
     import time
@@ -1295,7 +1290,6 @@ def test_two_callers_past_the_trigger_share_one_slow_summary(fake_llm, settings)
     assert conversation.summary_failure is None
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_hanging_summarizer_holds_the_chat_only_until_its_deadline(fake_llm, settings):
     import time
@@ -1324,7 +1318,6 @@ def test_a_hanging_summarizer_holds_the_chat_only_until_its_deadline(fake_llm, s
     )
 
 
-@pytest.mark.slow
 def test_past_the_deadline_the_worker_makes_the_models_summary_of_the_offline_split(
     fake_llm, settings, celery_worker
 ):
@@ -1370,7 +1363,6 @@ def test_past_the_deadline_the_worker_makes_the_models_summary_of_the_offline_sp
     ]
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_holder_still_summarizing_past_the_chat_deadline_gives_way_to_an_offline_shift(
     fake_llm, settings
@@ -1398,7 +1390,6 @@ def test_a_holder_still_summarizing_past_the_chat_deadline_gives_way_to_an_offli
     assert_offline_takeover(conversation, "late")
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_late_holders_summary_replaces_the_offline_one_at_the_next_prefix_rewrite(
     fake_llm, settings
@@ -1453,7 +1444,6 @@ def test_a_late_holders_summary_replaces_the_offline_one_at_the_next_prefix_rewr
     assert conversation.pending_summary is None
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_late_holders_summary_landing_during_the_offline_write_is_kept(
     fake_llm, settings, empty_queues, tmp_path, monkeypatch
@@ -1529,7 +1519,6 @@ def test_a_late_holders_summary_landing_during_the_offline_write_is_kept(
     ]
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_staff_regenerate_run_has_the_summarizers_own_timeout_not_the_chat_deadline(
     fake_llm, settings

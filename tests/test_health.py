@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from celery.contrib.testing.worker import start_worker
 
 from assistant.models import Conversation
 from assistant.ops.health import beat_worker, forget_worker, forget_worker_check
@@ -173,6 +174,23 @@ def test_readyz_tells_a_live_worker_by_its_heartbeat_and_a_stopped_one_at_once(
 
 def worker_detail(response) -> str:
     return response.json()["checks"]["worker"]["detail"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_stopped_cold_in_a_thread_of_a_living_process_stops_its_heartbeat(
+    client, settings, empty_queues
+):
+    # Celery's test worker is terminated, with no worker_shutdown signal: its
+    # heartbeat thread went on stamping, so /readyz reported a live worker for
+    # as long as the process lived (every later test of the process included).
+    settings.ASSISTANT_HEALTH_WORKER_CACHE_SECONDS = 0
+    with start_worker(
+        celery_app, pool="solo", perform_ping_check=False, loglevel="WARNING",
+        shutdown_timeout=60,
+    ):  # fmt: skip
+        assert wait_until(lambda: client.get("/readyz").status_code == 200, timeout=60)
+
+    assert wait_until(lambda: worker_detail(client.get("/readyz")) == "no live worker", timeout=30)
 
 
 @pytest.mark.django_db

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -97,10 +98,11 @@ _heartbeats: dict[str, threading.Event] = {}
 _heartbeats_lock = threading.Lock()
 
 
-def start_heartbeat(hostname: str) -> None:
+def start_heartbeat(hostname: str, running: Callable[[], bool] = lambda: True) -> None:
     """Stamp `hostname`'s heartbeat now and every HEARTBEAT_SECONDS, in a thread
-    of this process, until stop_heartbeat (a worker's main process, once it is
-    ready). A stamp Redis refused is simply missed: the next one comes anyway."""
+    of this process, until stop_heartbeat or until `running()` turns false (a
+    worker's main process, once it is ready). A stamp Redis refused is simply
+    missed: the next one comes anyway."""
     if not _broker_url().startswith(_REDIS_SCHEMES):
         return
     with _heartbeats_lock:
@@ -109,11 +111,12 @@ def start_heartbeat(hostname: str) -> None:
         stop = _heartbeats[hostname] = threading.Event()
 
     def beat() -> None:
-        while True:
+        while running():
             with contextlib.suppress(redis.RedisError):
                 beat_worker(hostname)
             if stop.wait(HEARTBEAT_SECONDS):
                 return
+        stop_heartbeat(hostname)  # stopped without worker_shutdown: a cold stop
 
     threading.Thread(target=beat, name=f"assistant-heartbeat-{hostname}", daemon=True).start()
 
