@@ -102,13 +102,16 @@ def start_heartbeat(hostname: str, running: Callable[[], bool] = lambda: True) -
     """Stamp `hostname`'s heartbeat now and every HEARTBEAT_SECONDS, in a thread
     of this process, until stop_heartbeat or until `running()` turns false (a
     worker's main process, once it is ready). A stamp Redis refused is simply
-    missed: the next one comes anyway."""
+    missed: the next one comes anyway. A worker of the same name started again in
+    this process takes the stamps over from the one before."""
     if not _broker_url().startswith(_REDIS_SCHEMES):
         return
+    stop = threading.Event()
     with _heartbeats_lock:
-        if hostname in _heartbeats:
-            return
-        stop = _heartbeats[hostname] = threading.Event()
+        previous = _heartbeats.get(hostname)
+        _heartbeats[hostname] = stop
+    if previous is not None:
+        previous.set()
 
     def beat() -> None:
         while running():
@@ -116,16 +119,23 @@ def start_heartbeat(hostname: str, running: Callable[[], bool] = lambda: True) -
                 beat_worker(hostname)
             if stop.wait(HEARTBEAT_SECONDS):
                 return
-        stop_heartbeat(hostname)  # stopped without worker_shutdown: a cold stop
+        _stop(hostname, stop)  # stopped without worker_shutdown: a cold stop
 
     threading.Thread(target=beat, name=f"assistant-heartbeat-{hostname}", daemon=True).start()
 
 
 def stop_heartbeat(hostname: str) -> None:
     with _heartbeats_lock:
-        stop = _heartbeats.pop(hostname, None)
-    if stop is None:
-        return
+        stop = _heartbeats.get(hostname)
+    if stop is not None:
+        _stop(hostname, stop)
+
+
+def _stop(hostname: str, stop: threading.Event) -> None:
+    with _heartbeats_lock:
+        if _heartbeats.get(hostname) is not stop:
+            return  # another worker of that name stamps now
+        del _heartbeats[hostname]
     stop.set()
     with contextlib.suppress(redis.RedisError):
         forget_worker(hostname)
