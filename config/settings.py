@@ -59,6 +59,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # The app's full-text and trigram indexes (Django 6.1 checks it is installed).
+    "django.contrib.postgres",
     "assistant",
     "demo",  # `manage.py demo`: this repository only, not in the wheel
 ]
