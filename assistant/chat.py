@@ -9,7 +9,7 @@ and calls its own SDK client, e.g.
 or `lambda request: client.models.generate_content(model=M, **request)`; or the SDK's
 stream (`client.messages.stream(...)`), whose text deltas go to the host's `on_text`.
 `achat_step` is the same step for the SDKs' async clients.
-Each provider's shapes are its module's in assistant.llm (docs/providers.rst).
+Each provider's shapes are its module's in assistant.providers (docs/providers.rst).
 With `recall=True` the model is also offered the recall tools (assistant.recall),
 and `answer_tool_calls` answers them from the stored originals, the host's own
 tools with the host's function.
@@ -26,21 +26,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
-from assistant.flows.overflow import acall_with_overflow_recovery, call_with_overflow_recovery
-from assistant.flows.precall import prepare_context
-from assistant.flows.provider_compaction import ProviderStep, provider_step
-from assistant.flows.responses import record_response
-from assistant.llm.catalog import CHAT_PROVIDERS, DEFAULT_PROVIDER, wire
-from assistant.llm.streaming import OnText, aread_answer, read_answer
-from assistant.llm.wire import Wire
-from assistant.models import Conversation, Message, MetadataKeys
-from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
-from assistant.settings.conf import compaction_config
-from assistant.store.deletion import require_live
-from assistant.store.fields import check_content
-from assistant.store.history import add_message, check_results_wanted, validated_fields
-from assistant.store.state import fresh_state, write_state
-from assistant.text.arguments import (
+from assistant.emergency.retry import acall_with_overflow_recovery, call_with_overflow_recovery
+from assistant.history.append import add_message, check_results_wanted, validated_fields
+from assistant.history.arguments import (
     a_callable,
     a_flag,
     entry_point,
@@ -49,6 +37,18 @@ from assistant.text.arguments import (
     optional_count,
     optional_seconds,
 )
+from assistant.history.deletion import require_live
+from assistant.history.fields import check_content
+from assistant.history.state_writes import fresh_state, write_state
+from assistant.models import Conversation, Message, MetadataKeys
+from assistant.precall.hook import prepare_context
+from assistant.provider_compaction.choice import ProviderStep, provider_step
+from assistant.providers.catalog import CHAT_PROVIDERS, DEFAULT_PROVIDER, wire
+from assistant.providers.streaming import OnText, aread_answer, read_answer
+from assistant.providers.wire import Wire
+from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
+from assistant.responses import record_response
+from assistant.settings.conf import compaction_config
 from assistant.window.context import Context
 
 #: The providers whose wire format ``chat_step`` speaks.

@@ -8,10 +8,9 @@ from typing import Any
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from assistant.llm import offline_reason
-from assistant.llm.catalog import MODEL_SETTINGS, model_info
+from assistant.providers import offline_reason
+from assistant.providers.catalog import MODEL_SETTINGS, model_info, price_of
 from assistant.settings.app import app_setting
-from assistant.window.cost import price_of
 
 UNKNOWN_SUMMARIZER = "assistant.E001"
 SUMMARIZER_OFFLINE = "assistant.W001"

@@ -1,7 +1,7 @@
 """The window's own state: the names of its columns on `Conversation`, the
 columns stored and cleared together, and the typed reads over them
 (`Conversation.meta`, `WindowState.meta`). The state is written by
-assistant.store.state alone; `Conversation.metadata` is the host's.
+assistant.history.state_writes alone; `Conversation.metadata` is the host's.
 
 Until migration 0015 the state was kept as keys of `Conversation.metadata`;
 each column keeps the name its key had, so `MetadataKeys` still names them.
@@ -66,7 +66,7 @@ class MetadataKeys:
     # so the hook knows one answers.
     PREBUILD_REQUEST = "prebuild_request"
     WORKER_SEEN_AT = "worker_seen_at"
-    # The cumulative artifact index of the summarized messages (assistant.text.artifacts),
+    # The cumulative artifact index of the summarized messages (assistant.recall.artifact_index),
     # and the one a pre-built summary was rendered with.
     ARTIFACT_INDEX = "artifact_index"
     PENDING_ARTIFACT_INDEX = "pending_artifact_index"
@@ -77,7 +77,7 @@ class MetadataKeys:
 
 
 # The cached window summary: the columns stored together by a shift, and cleared
-# together when its split message no longer exists (assistant.flows.cleanup).
+# together when its split message no longer exists (assistant.cleanup.jobs).
 WINDOW_SUMMARY_KEYS = (
     MetadataKeys.COMPACTION_SUMMARY,
     MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID,
@@ -113,7 +113,7 @@ STATE_EMPTY: dict[str, Any] = {
 }
 STATE_EMPTY[MetadataKeys.TOOL_SERVICES] = []
 
-# The state the context's size is made of (assistant.window.state): a write
+# The state the context's size is made of (assistant.window.loading): a write
 # of one of these makes the next stored message measure the window again.
 SIZE_STATE = frozenset(
     {
@@ -129,10 +129,10 @@ SIZE_STATE = frozenset(
 
 class WindowStateColumns(models.Model):
     """The window's own state, as columns of `Conversation` (which inherits
-    them): typed, loaded with the row, written by assistant.store.state alone."""
+    them): typed, loaded with the row, written by assistant.history.state_writes alone."""
 
     # The window's own state (docs/architecture.rst, "Conversation state"):
-    # written only through assistant.store.state; `metadata` is the host's.
+    # written only through assistant.history.state_writes; `metadata` is the host's.
     # The cached window summary, the id of the last message it covers (the
     # split), the turn's user message sent verbatim when the split falls
     # inside a turn (the anchor), and the artifact index of what it covers.
@@ -290,7 +290,7 @@ class ConversationMetadata:
 
     def summary_backing_off(self, at: float) -> bool:
         """A summary from the current split failed lately: at `at` (a timestamp) its
-        retry delay has not run out (assistant.strategies.backoff)."""
+        retry delay has not run out (assistant.summary.backoff)."""
         failure = self.summary_failure
         return failure.get("base") == self.through_id and at < failure.get("retry_at", 0)
 

@@ -2,10 +2,10 @@
 and tests call these names; the work is done in the modules behind them.
 
 The actions staff run by hand take `acting_user=None`: the compaction events
-they record name that user (see `assistant.store.events.acting_as`). Those that
+they record name that user (see `assistant.history.events.acting_as`). Those that
 change a conversation refuse a deleted one (`conversation_deleted`), as
 add_message, finish_exchange, chat_step and the pre-call hook do: `@_live`,
-over `assistant.store.deletion.require_live`.
+over `assistant.history.deletion.require_live`.
 """
 
 from __future__ import annotations
@@ -22,47 +22,49 @@ from assistant.chat import (
     model_request,
     remember_chat_tools,
 )
-from assistant.flows.overflow import acall_with_overflow_recovery, call_with_overflow_recovery
-from assistant.flows.planning import RunPlan, plan_run
-from assistant.flows.post_exchange import process_exchange
-from assistant.flows.precall import (
+from assistant.cleanup.retention import restore_deleted
+from assistant.emergency import levels as emergency
+from assistant.emergency.levels import ContextTooLarge, compact_if_flagged
+from assistant.emergency.retry import acall_with_overflow_recovery, call_with_overflow_recovery
+from assistant.fork import branching as forking
+from assistant.fork.branching import generate_parent_summary
+from assistant.history.append import add_message
+from assistant.history.arguments import entry_point
+from assistant.history.deletion import mark_deleted, require_live, require_live_id
+from assistant.history.events import acting_as
+from assistant.history.queue import enqueue_on_commit
+from assistant.models import Conversation, Message, SummaryVersion
+from assistant.pins.pinning import pin_message as _pin
+from assistant.post_exchange.exchanges import finish_exchange
+from assistant.post_exchange.pipeline import process_exchange
+from assistant.precall.hook import (
     NextRequest,
     ensure_context_summary,
     next_request,
     prepare_context,
 )
-from assistant.flows.responses import record_response
-from assistant.flows.staff import Outcome, check_action, run_staff_action
-from assistant.llm.overflow import context_overflow
-from assistant.llm.prompts import call_instructions
-from assistant.llm.streaming import StreamInterrupted
-from assistant.models import Conversation, Message, SummaryVersion
+from assistant.providers.overflow import context_overflow
+from assistant.providers.streaming import StreamInterrupted
+from assistant.providers.summary_prompt import call_instructions
 from assistant.recall import run_tool_call, tool_definitions
-from assistant.store.deletion import mark_deleted, require_live, require_live_id, restore_deleted
-from assistant.store.events import acting_as
-from assistant.store.exchanges import finish_exchange
-from assistant.store.history import add_message
-from assistant.store.queue import enqueue_on_commit
-from assistant.store.summaries import correct_summary as _correct
-from assistant.store.summaries import revert_summary as _revert
-from assistant.store.summaries import review_summary as _review
-from assistant.strategies import emergency, shift
-from assistant.strategies import fork as forking
-from assistant.strategies import tool_results as compaction
-from assistant.strategies.emergency import ContextTooLarge, compact_if_flagged
-from assistant.strategies.fork import generate_parent_summary
-from assistant.strategies.pins import pin_message as _pin
-from assistant.strategies.prebuild import prebuild_window_summary
-from assistant.strategies.previews import (
+from assistant.responses import record_response
+from assistant.staff.actions import Outcome, check_action, run_staff_action
+from assistant.staff.planning import RunPlan, plan_run
+from assistant.staff.previews import (
     Preview,
     emergency_preview,
     regenerate_preview,
     restore_preview,
 )
-from assistant.strategies.shift import compaction_cutoff_id
-from assistant.strategies.summary import summarize_messages
+from assistant.summary import shift
+from assistant.summary.generate import summarize_messages
+from assistant.summary.prebuild import prebuild_window_summary
+from assistant.summary.shift import compaction_cutoff_id
+from assistant.summary.versions import correct_summary as _correct
+from assistant.summary.versions import revert_summary as _revert
+from assistant.summary.versions import review_summary as _review
 from assistant.tasks import staff_action_task
-from assistant.text.arguments import entry_point
+from assistant.tool_results import compaction
 from assistant.window.context import Context, IncompleteToolCall, build_context, context_tokens
 from assistant.window.status import ContextStatus, context_status
 
@@ -72,7 +74,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _live(service: F) -> F:
-    """The service binds its arguments (assistant.text.arguments.entry_point: an unknown
+    """The service binds its arguments (assistant.history.arguments.entry_point: an unknown
     keyword is `unknown_field`) and refuses a conversation that is not saved or is
     deleted, before it runs: the one guard of the services that write."""
     return entry_point(conversation=lambda _, conversation: require_live(conversation))(service)

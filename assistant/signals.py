@@ -2,7 +2,7 @@
 their context (a client notice like "Compacted (157k -> 9.1k)"). Both are
 sent once the transaction that recorded the compaction commits (at once
 outside a transaction; never when it rolls back), by
-`assistant.store.events.record_compaction`, the one place compaction events are
+`assistant.history.events.record_compaction`, the one place compaction events are
 recorded. Receivers get keyword arguments only, with `sender=Conversation`.
 """
 

@@ -9,21 +9,23 @@ from celery import Task, bootsteps, shared_task
 from celery.signals import worker_init, worker_process_init, worker_shutdown
 from django.db import InterfaceError, OperationalError
 
-from assistant.flows import cleanup, post_exchange, prebuild
-from assistant.flows import staff as staff_actions
-from assistant.llm import ProviderError, forget_clients, import_sdk
-from assistant.models import Conversation
-from assistant.ops import health, telemetry
-from assistant.ops.logs import log_event
-from assistant.settings.app import app_setting
-from assistant.store.deliveries import over_delivery_cap
-from assistant.store.queue import (
+from assistant.cleanup import jobs as cleanup
+from assistant.fork.branching import generate_parent_summary
+from assistant.history.deliveries import over_delivery_cap
+from assistant.history.queue import (
     PARENT_SUMMARY_TASK,
     POST_EXCHANGE_TASK,
     PREBUILD_TASK,
     task_started,
 )
-from assistant.strategies.fork import generate_parent_summary
+from assistant.models import Conversation
+from assistant.ops import health, telemetry
+from assistant.ops.logs import log_event
+from assistant.post_exchange import pipeline as post_exchange
+from assistant.providers import ProviderError, forget_clients, import_sdk
+from assistant.settings.app import app_setting
+from assistant.staff import actions as staff_actions
+from assistant.summary import worker as prebuild
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +169,7 @@ def staff_action_task(
     staff_actions.run_staff_action(action, conversation_id, user_id, instructions, message_id)
 
 
-# --- Scheduled cleanup (beat; see assistant/settings/cleanup.py) -----------------
+# --- Scheduled cleanup (beat; see assistant/cleanup/schedule.py) -----------------
 # Each runs one bounded batch and re-enqueues itself while work remains.
 
 

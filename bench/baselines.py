@@ -69,7 +69,7 @@ def _canonical(arguments: Any) -> str:
 
 
 def _render(messages: list[dict[str, Any]]) -> str:
-    from assistant.llm.prompts import render_transcript
+    from assistant.providers.summary_prompt import render_transcript
 
     return render_transcript(messages)
 

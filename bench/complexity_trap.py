@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from assistant.llm.prompts import render_transcript
+from assistant.providers.summary_prompt import render_transcript
 from bench.fake_summarizer import FakeSummarizer
 from bench.sessions import HYBRID, MASKING
 from bench.strategies import Request, Strategy

@@ -208,11 +208,11 @@ def _hash(text: str) -> int:
 
 
 def make_provider(summarizer: FakeSummarizer, kind_of: Any = None) -> Any:
-    """The fake as an `assistant.llm` provider, for the engine under test.
+    """The fake as an `assistant.providers` provider, for the engine under test.
 
     `kind_of(transcript, previous_summary, instructions)` names the call's kind
     ("window" or "tool_result") for the accounting."""
-    from assistant.llm.base import Provider, SummaryResult, Usage
+    from assistant.providers.base import Provider, SummaryResult, Usage
 
     class FakeProvider(Provider):
         name = "fake"

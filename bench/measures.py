@@ -118,8 +118,8 @@ def bulk_load(workload: Workload, title: str) -> Any:
 @contextlib.contextmanager
 def use_fake(summarizer: FakeSummarizer) -> Iterator[None]:
     """Every summary the engine asks for goes to `summarizer`: the provider
-    `assistant.llm.get_provider()` returns is the fake."""
-    from assistant import llm
+    `assistant.providers.get_provider()` returns is the fake."""
+    from assistant import providers as llm
 
     provider = make_provider(summarizer)
     with contextlib.ExitStack() as stack:
@@ -136,7 +136,7 @@ def use_fake(summarizer: FakeSummarizer) -> Iterator[None]:
         else:
             reached = False
         if not reached:
-            # assistant.llm resolves its provider another way: replace summarize itself.
+            # assistant.providers resolves its provider another way: replace summarize itself.
             def fake_summarize(transcript: str, previous_summary: str | None = None, **_: Any):
                 return provider.summarize(transcript, previous_summary=previous_summary)
 

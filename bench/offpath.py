@@ -29,8 +29,8 @@ from celery import current_app
 from django.conf import settings
 from django.test import override_settings
 
-from assistant.llm.offline import OFFLINE_MODEL
 from assistant.models import CompactionEvent, Conversation
+from assistant.providers.offline.provider import OFFLINE_MODEL
 from assistant.services import add_message, build_context, ensure_context_summary, finish_exchange
 from assistant.settings.conf import compaction_config
 from bench.measures import worker_command

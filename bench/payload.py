@@ -1,7 +1,7 @@
 """What one provider request costs and whether a provider would accept it.
 
 Every strategy's request is measured on the Anthropic payload
-(`{"system": [blocks], "messages": [...]}`, as `assistant.llm.convert` builds
+(`{"system": [blocks], "messages": [...]}`, as `assistant.providers.convert` builds
 it) with the bench's one token rule (`bench.record.message_tokens`).
 
 Cost under prompt caching (docs/benchmarks.rst): the leading units of a request
@@ -236,7 +236,7 @@ class CostMeter:
     well-formedness, retention probes."""
 
     trigger: int = 50_000
-    # Opens the artifact index in a request (ours: assistant.text.artifacts.HEADING), whose
+    # Opens the artifact index in a request (ours: assistant.recall.artifact_index.HEADING), whose
     # text runs to the next blank line: the present probes it holds are counted.
     index_heading: str = ""
     requests: list[RequestFigures] = field(default_factory=list)

@@ -29,12 +29,12 @@ from django.conf import settings
 from django.test import override_settings
 
 from assistant import services
-from assistant.flows.provider_compaction import compact_on_demand, provider_step
-from assistant.llm.anthropic import ANTHROPIC
-from assistant.llm.base import ChatResult, Usage
-from assistant.llm.prompts import render_transcript
-from assistant.llm.server_compaction import Record
 from assistant.models import Conversation
+from assistant.provider_compaction.choice import compact_on_demand, provider_step
+from assistant.providers.anthropic.wire import ANTHROPIC
+from assistant.providers.base import ChatResult, Usage
+from assistant.providers.compaction_blocks import Record
+from assistant.providers.summary_prompt import render_transcript
 from assistant.settings.conf import compaction_config
 from assistant.testing.fake_compaction import signature
 from assistant.window import WindowState

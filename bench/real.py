@@ -36,8 +36,8 @@ from django.test import override_settings
 
 from assistant import services
 from assistant.models import Conversation
+from assistant.recall.artifact_index import HEADING as INDEX_HEADING
 from assistant.settings.conf import compaction_config
-from assistant.text.artifacts import HEADING as INDEX_HEADING
 from assistant.window import decision
 from assistant.window.ledger import cache_prices
 from bench import peers as lib
@@ -105,7 +105,7 @@ COUNTERS = ("summaries", "placeholders", "condensations", "compactions")
 
 
 # The models whose cache prices the real sessions are priced under, by provider: each
-# one's prices are the app's own table's (assistant.llm), relative to its input price.
+# one's prices are the app's own table's (assistant.providers), relative to its input price.
 PRICE_MODELS = {"Anthropic": "claude-sonnet-4-6", "OpenAI": "gpt-5"}
 
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from assistant.llm.prompts import render_transcript
+from assistant.providers.summary_prompt import render_transcript
 from bench.fake_summarizer import FakeSummarizer, count_tokens
 from bench.payload import CACHE_READ, neutral_tokens
 from bench.sessions import COMPACT

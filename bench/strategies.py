@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from assistant.llm.convert import to_anthropic
+from assistant.providers.convert import to_anthropic
 
 
 @dataclass

@@ -16,15 +16,16 @@ from django.core.signals import setting_changed
 from django.db import connections
 from django.utils import deprecation
 
+from assistant.models import Conversation
+from assistant.ops.health import WORKERS_KEY
+
 # The SDK adapters, imported once per test process here rather than by whichever test
 # builds the first client (the registry imports them lazily): importing an SDK takes
 # seconds on a loaded machine, and under pytest-xdist any test may be its process's
 # first, so a test bounding a wait (a hung lease holder costs a chat call under two
 # seconds) would otherwise also time a one-off import.
-from assistant.llm import anthropic_provider, gemini_provider, openai_provider  # noqa: F401
-from assistant.models import Conversation
-from assistant.ops.health import WORKERS_KEY
-from assistant.store.leases import claim
+from assistant.providers.openai import provider as openai_provider  # noqa: F401
+from assistant.summary.leases import claim
 from config.celery import app as celery_app
 
 pytest_plugins = ["tests.fake_llm"]

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from assistant import services
-from assistant.llm import convert
 from assistant.models import Conversation
+from assistant.providers import convert
 from bench.chat import finish_turn, store
 from bench.payload import CostMeter, anthropic_problems, gemini_problems, payload_tokens
 from bench.sessions import SYSTEM_PROMPT

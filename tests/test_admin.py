@@ -20,6 +20,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from assistant.admin.inspector import context_inspector
+from assistant.history.events import acting_as, acting_user_id
+from assistant.history.state_writes import write_state
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import (
@@ -28,8 +30,6 @@ from assistant.services import (
     fork_continuation,
     run_staff_action,
 )
-from assistant.store.events import acting_as, acting_user_id
-from assistant.store.state import write_state
 from assistant.text.tokens import estimate_tokens
 from tests.builders import html, tool_turn
 from tests.conftest import wait_until

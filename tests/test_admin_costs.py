@@ -8,6 +8,7 @@ from django.contrib.auth.models import Permission
 
 from assistant.admin.inspector import context_inspector
 from assistant.admin.listing import with_list_figures
+from assistant.history.state_writes import write_state
 from assistant.management.commands.context_report import context_report
 from assistant.models import Conversation, Message, MetadataKeys
 from assistant.services import (
@@ -20,7 +21,6 @@ from assistant.services import (
     regenerate_window_summary,
     restore_originals,
 )
-from assistant.store.state import write_state
 from assistant.window import load_window, refresh_size
 from tests.scenarios import staff_user, tool_heavy_conversation
 from tests.test_cost import priced_conversation, two_turns

@@ -13,9 +13,9 @@ from django.core.exceptions import ValidationError
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from assistant.flows.staff import REGENERATE_SUMMARY
 from assistant.models import Message
 from assistant.services import add_message, queue_staff_action
+from assistant.staff.actions import REGENERATE_SUMMARY
 from tests.builders import html
 from tests.scenarios import staff_user, tool_heavy_conversation
 

@@ -12,13 +12,13 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from assistant.flows.post_exchange import process_exchange
-from assistant.llm import convert
+from assistant.history.state_writes import write_state
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.post_exchange.pipeline import process_exchange
+from assistant.providers import convert
 from assistant.services import add_message, build_context, ensure_context_summary
-from assistant.store.leases import SummaryInTransaction, claim, summary_lease
-from assistant.store.state import write_state
+from assistant.summary.leases import SummaryInTransaction, claim, summary_lease
 from bench.payload import CostMeter
 from tests.builders import chat_turns, html
 
@@ -461,7 +461,7 @@ def strip(payload):
 def test_the_turns_user_message_is_summarized_once_the_split_leaves_its_turn(
     conversation, monkeypatch
 ):
-    from assistant import llm
+    from assistant import providers as llm
 
     transcripts = []
     real = llm.summarize

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from assistant.models import Conversation
 from assistant.recall import run_tool_call
+from assistant.recall.artifact_index import HEADING, render, without_index
 from assistant.services import add_message, ensure_context_summary
-from assistant.text.artifacts import HEADING, render, without_index
-from assistant.text.identifiers import names_in
+from assistant.text.names import names_in
 from assistant.text.tokens import estimate_tokens
 from tests.builders import tool_turn
 

@@ -6,7 +6,7 @@ trigger plus the newest step)."""
 
 from __future__ import annotations
 
-from assistant.llm.convert import to_anthropic
+from assistant.providers.convert import to_anthropic
 from bench.frontier import aggregate, at_most, dominates, frontier, frontier_lines, frontier_rows
 from bench.outcome import Outcome
 from bench.payload import CostMeter

@@ -3,7 +3,7 @@ payload, the provider-shape checks, and the incremental payload builder."""
 
 from __future__ import annotations
 
-from assistant.llm.convert import to_anthropic, to_gemini
+from assistant.providers.convert import to_anthropic, to_gemini
 from bench.payload import CostMeter, _units, anthropic_problems, gemini_problems, unit_tokens
 from bench.strategies import PayloadBuilder, Request
 from bench.targets import written_once

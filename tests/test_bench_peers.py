@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from assistant.llm.prompts import render_transcript
+from assistant.providers.summary_prompt import render_transcript
 from bench.complexity_trap import SUMMARY_PROMPT, Hybrid, ObservationMasking
 from bench.fake_summarizer import FakeSummarizer, count_tokens
 from bench.openhands import OpenHandsCondenser

@@ -4,9 +4,9 @@ rules, and the placeholders of compacted images and documents."""
 import pytest
 from django.core.exceptions import ValidationError
 
-from assistant.llm.anthropic import ANTHROPIC, anthropic_image_tokens
-from assistant.llm.gemini import GEMINI, gemini_image_tokens
-from assistant.llm.openai import OPENAI, openai_image_tokens
+from assistant.providers.anthropic.wire import ANTHROPIC, anthropic_image_tokens
+from assistant.providers.gemini.wire import GEMINI, gemini_image_tokens
+from assistant.providers.openai.wire import OPENAI, openai_image_tokens
 from assistant.text import blocks
 from tests.media import b64, gif, image_block, jpeg, pdf, pdf_block, png, thinking_block, webp
 

@@ -16,14 +16,18 @@ from django.test import override_settings
 from google import genai
 from google.genai import types
 
-from assistant.llm.prompts import describe_message, suffix_instruction, summary_guidance
+from assistant.cost.stored import conversation_costs
+from assistant.history.state_writes import read_state
 from assistant.models import CompactionEvent, Message, MetadataKeys
+from assistant.providers.summary_prompt import (
+    describe_message,
+    suffix_instruction,
+    summary_guidance,
+)
 from assistant.services import add_message, chat_step, remember_chat_tools
-from assistant.store.state import read_state
-from assistant.strategies.guidance import guidance_for
+from assistant.summary.guidance import guidance_for
 from assistant.testing.fake_provider import DEFAULT_SUMMARY, FakeProvider, ok
 from assistant.window.context import as_neutral
-from assistant.window.cost_figures import conversation_costs
 from tests.builders import html
 
 pytestmark = pytest.mark.django_db

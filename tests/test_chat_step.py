@@ -13,8 +13,8 @@ from django.test import override_settings
 from google import genai
 from google.genai import types
 
-from assistant.llm.base import ChatResult, Usage
 from assistant.models import CompactionEvent, Message
+from assistant.providers.base import ChatResult, Usage
 from assistant.services import add_message, chat_step, record_response
 from assistant.testing.content import thinking_block
 from assistant.testing.fake_provider import FakeProvider, prompt_tokens

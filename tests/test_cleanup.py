@@ -13,14 +13,14 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from assistant.flows import cleanup
+from assistant.cleanup import jobs as cleanup
+from assistant.cleanup.schedule import beat_schedule, cleanup_config, cleanup_settings
+from assistant.history.state_writes import write_state
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, SummaryVersion
 from assistant.ops.logs import log_event
 from assistant.services import add_message
-from assistant.settings.cleanup import beat_schedule, cleanup_config, cleanup_settings
-from assistant.store.state import write_state
-from assistant.store.summaries import record_version
+from assistant.summary.versions import record_version
 from tests.conftest import wait_until
 
 NOW = timezone.now()
@@ -237,8 +237,8 @@ def test_the_sweep_does_not_enqueue_work_already_queued(
 ):
     """During a backlog every sweep finds the same unprocessed exchanges:
     each is queued once, however many sweeps run, until its task starts."""
-    from assistant.store.exchanges import finish_exchange
-    from assistant.store.queue import POST_EXCHANGE_TASK, task_started
+    from assistant.history.queue import POST_EXCHANGE_TASK, task_started
+    from assistant.post_exchange.exchanges import finish_exchange
 
     ids = [
         make_conversation(f"c{i}", last_exchange_at=NOW - timedelta(hours=1)).pk for i in range(3)

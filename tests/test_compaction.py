@@ -218,11 +218,11 @@ def test_a_summarize_policy_commits_each_result_so_a_killed_run_keeps_its_work(
         calls.append(transcript)
         if len(calls) == 3:
             raise Killed
-        from assistant.llm.offline import OfflineProvider
+        from assistant.providers.offline.provider import OfflineProvider
 
         return OfflineProvider().summarize(transcript)
 
-    monkeypatch.setattr("assistant.strategies.tool_results.llm.summarize", summarize)
+    monkeypatch.setattr("assistant.tool_results.compaction.llm.summarize", summarize)
 
     with pytest.raises(Killed):
         compact_tool_results(conversation)
@@ -236,7 +236,7 @@ def test_the_worker_reads_only_results_it_has_not_looked_at(conversation):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from assistant.strategies.tool_results import prepare_tool_results
+    from assistant.tool_results.compaction import prepare_tool_results
 
     for n in range(30):
         tool_turn(conversation, f"q{n}", [("get_blog_post", {"id": n}, html(3000))])

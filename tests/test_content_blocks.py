@@ -14,15 +14,14 @@ from django.utils import timezone
 from google import genai
 from google.genai import errors as genai_errors
 
-from assistant.flows.post_exchange import process_exchange
-from assistant.flows.precall import ensure_context_summary
-from assistant.llm import ProviderError, get_provider
-from assistant.llm.anthropic import anthropic_image_tokens
-from assistant.llm.gemini import gemini_image_tokens
 from assistant.models import CompactionEvent, Conversation, Message
+from assistant.post_exchange.pipeline import process_exchange
+from assistant.precall.hook import ensure_context_summary
+from assistant.providers import ProviderError, get_provider
+from assistant.providers.anthropic.wire import anthropic_image_tokens
+from assistant.providers.gemini.wire import gemini_image_tokens
 from assistant.services import add_message, build_context
-from assistant.strategies.summary import summarize_messages
-from assistant.strategies.tool_results import compact_tool_results, restore_originals
+from assistant.summary.generate import summarize_messages
 from assistant.testing.content import (
     ANTHROPIC_THINKING_REQUIRED,
     GEMINI_BAD_IMAGE,
@@ -30,6 +29,7 @@ from assistant.testing.content import (
     thinking_block,
 )
 from assistant.text.tokens import estimate_tokens
+from assistant.tool_results.compaction import compact_tool_results, restore_originals
 from tests.fake_llm import ok
 from tests.media import b64, image_block, jpeg, pdf, pdf_block, png
 

@@ -4,9 +4,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from assistant.history.state_writes import write_state
 from assistant.models import Conversation, Message
 from assistant.services import add_message, build_context, ensure_context_summary, prepare_context
-from assistant.store.state import write_state
 from assistant.window.context import MISSING_RESULT, IncompleteToolCall
 from tests.builders import chat_turns, tool_turn
 

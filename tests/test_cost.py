@@ -1,6 +1,6 @@
 """What a conversation cost at the providers' cache prices, and what sending
 everything would have cost, from the usage recorded on its messages and the
-summarizer tokens of its compaction events (assistant/window/cost.py)."""
+summarizer tokens of its compaction events (assistant/cost/pricing.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from assistant.cost.pricing import conversation_cost, price_of, total_cost
+from assistant.cost.stored import conversation_costs
+from assistant.history.events import record_compaction
 from assistant.models import Conversation, Message
 from assistant.services import add_message
-from assistant.store.events import record_compaction
-from assistant.window.cost import conversation_cost, price_of, total_cost
-from assistant.window.cost_figures import conversation_costs
 
 M = 1_000_000
 

@@ -8,12 +8,12 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
+from assistant.history.state_writes import write_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import add_message, build_context, ensure_context_summary
 from assistant.settings.conf import compaction_config
-from assistant.store.state import write_state
-from assistant.strategies.prebuild import prebuild_window_summary
-from assistant.strategies.shift import shift_window
+from assistant.summary.prebuild import prebuild_window_summary
+from assistant.summary.shift import shift_window
 from assistant.window import (
     AT_TRIGGER,
     BATCH_IN_SHIFT,

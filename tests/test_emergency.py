@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from assistant.flows import overflow
-from assistant.llm.overflow import overflow_token_counts
+from assistant.emergency import levels as emergency
+from assistant.emergency import retry as overflow
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.providers.overflow import overflow_token_counts
 from assistant.services import emergency_compact
-from assistant.strategies import emergency
-from assistant.strategies.tool_results import restore_originals
+from assistant.tool_results.compaction import restore_originals
 from assistant.window.context import build_context, context_tokens
 from tests.scenarios import BIG_RESULT, SMALL_RESULT, tool_heavy_conversation
 
@@ -133,7 +133,7 @@ def test_a_failure_returns_false_and_loses_nothing(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("summarizer exploded")
 
-    monkeypatch.setattr("assistant.strategies.emergency.regenerate_window_summary", broken)
+    monkeypatch.setattr("assistant.emergency.levels.regenerate_window_summary", broken)
 
     assert emergency_compact(conversation, level=2) is False
     assert originals(conversation) == before

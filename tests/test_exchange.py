@@ -9,9 +9,9 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from assistant.history.state_writes import write_state
 from assistant.models import Conversation
 from assistant.services import add_message, ensure_context_summary, finish_exchange
-from assistant.store.state import write_state
 from tests.conftest import use_broker, wait_until
 
 
@@ -148,8 +148,8 @@ def test_the_worker_retries_an_overloaded_summarizer_later(celery_worker, fake_l
 def test_deliveries_are_capped_per_exchange_not_per_task_id(settings, redis_client, caplog):
     """The sweep re-enqueues under new task ids: the count follows the
     exchange, and a new exchange starts a new count."""
-    from assistant.store.deliveries import over_delivery_cap, work_key
-    from assistant.store.queue import POST_EXCHANGE_TASK
+    from assistant.history.deliveries import over_delivery_cap, work_key
+    from assistant.history.queue import POST_EXCHANGE_TASK
 
     settings.ASSISTANT_MAX_TASK_DELIVERIES = 3
     conversation = Conversation.objects.create(title="t")
@@ -177,7 +177,7 @@ def test_a_crash_looping_exchange_stops_at_the_cap_whatever_the_task_id(
     """Through a real worker: an exchange already delivered to the cap is
     acknowledged without running, even under a fresh task id (as the sweep
     would send it)."""
-    from assistant.store.deliveries import work_key
+    from assistant.history.deliveries import work_key
     from assistant.tasks import post_exchange_task
 
     settings.ASSISTANT_MAX_TASK_DELIVERIES = 2
@@ -209,9 +209,9 @@ def test_a_crash_looping_exchange_stops_at_the_cap_whatever_the_task_id(
 def test_in_turn_summary_deliveries_are_capped_per_request(settings, redis_client):
     """Each request of the pre-call hook is new work: past the cap one request
     is dropped, and the hook's next request is served again."""
+    from assistant.history.deliveries import over_delivery_cap, work_key
+    from assistant.history.queue import PREBUILD_TASK
     from assistant.models import MetadataKeys
-    from assistant.store.deliveries import over_delivery_cap, work_key
-    from assistant.store.queue import PREBUILD_TASK
 
     settings.ASSISTANT_MAX_TASK_DELIVERIES = 3
     conversation = Conversation.objects.create(title="t")

@@ -5,7 +5,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from assistant.settings.conf import compaction_config
-from assistant.text.facts import CARRIED_HEADING, carried_facts, summary_body, with_carried_facts
+from assistant.summary.facts import CARRIED_HEADING, carried_facts, summary_body, with_carried_facts
 
 BODY = "## Goal\n- Ship the autumn newsletter.\n\n## Critical context\n- none"
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 from google import genai
 
-from assistant.llm import summarize
+from assistant.providers import summarize
 from assistant.testing.fake_provider import DEFAULT_SUMMARY, FakeProvider, ok, overloaded
 
 TRANSCRIPT = "[user] Fix post-17.\n[assistant] Post-17 is fixed."

@@ -30,11 +30,11 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from assistant import services
-from assistant.flows import cleanup
-from assistant.flows import precall as hooks
-from assistant.llm import get_provider
+from assistant.cleanup import jobs as cleanup
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message
+from assistant.precall import hook as hooks
+from assistant.providers import get_provider
 from assistant.services import add_message, finish_exchange
 from config.celery import app as celery_app
 from tests.builders import html, tool_turn
@@ -865,7 +865,7 @@ def test_a_tool_result_for_another_conversations_call_is_refused(two_conversatio
 
 
 def test_restoring_ids_of_another_conversation_touches_nothing(two_conversations):
-    from assistant.strategies.tool_results import compact_tool_results, restore_originals
+    from assistant.tool_results.compaction import compact_tool_results, restore_originals
 
     mine, other = two_conversations
     compact_tool_results(other)
@@ -883,7 +883,7 @@ def test_a_five_megabyte_tool_result_is_stored_whole_and_compacted(db):
     tool_turn(conversation, "Dump the table", [("run_sql", {"sql": "select *"}, big)])
 
     finish_exchange(conversation)
-    from assistant.flows.post_exchange import process_exchange
+    from assistant.post_exchange.pipeline import process_exchange
 
     assert process_exchange(conversation.pk) is True
 
@@ -943,9 +943,9 @@ def strings_in(value: object) -> list[str]:
 def test_a_failing_provider_falls_back_offline_and_stores_no_failure(
     db, fake_llm, settings, provider, failure
 ):
-    from assistant.flows.post_exchange import process_exchange
-    from assistant.flows.precall import ensure_context_summary
-    from assistant.llm.offline import OFFLINE_MODEL
+    from assistant.post_exchange.pipeline import process_exchange
+    from assistant.precall.hook import ensure_context_summary
+    from assistant.providers.offline.provider import OFFLINE_MODEL
     from assistant.window.context import build_context
 
     getattr(fake_llm, f"use_{provider}")(settings)
@@ -997,7 +997,7 @@ def test_a_failing_provider_falls_back_offline_and_stores_no_failure(
 def test_without_fallback_a_failed_summary_stores_nothing_and_the_chat_goes_on(
     db, fake_llm, settings, failure
 ):
-    from assistant.flows.precall import ensure_context_summary
+    from assistant.precall.hook import ensure_context_summary
     from assistant.window.context import build_context
 
     fake_llm.use_anthropic(settings)
@@ -1055,7 +1055,7 @@ def test_a_hung_lease_holder_costs_each_chat_call_under_two_seconds_and_no_overs
 ):
     import time
 
-    from assistant.flows.precall import ensure_context_summary
+    from assistant.precall.hook import ensure_context_summary
     from assistant.window.context import build_context
     from tests.builders import chat_turns
 
@@ -1085,7 +1085,7 @@ def test_a_hung_lease_holder_costs_each_chat_call_under_two_seconds_and_no_overs
     assert fake_llm.count("anthropic.messages") == 0  # the chat path did not call the summarizer
     assert held["renewed_after_hang"] is False  # the hung holder lost its lease: it writes nothing
     # One shift, on the first call, by the offline summarizer, after taking the lease over.
-    from assistant.llm.offline import OFFLINE_MODEL
+    from assistant.providers.offline.provider import OFFLINE_MODEL
 
     shifts = CompactionEvent.objects.filter(conversation=conversation, kind="window_summary")
     assert [(e.summarizer_model, e.details["took_over_stalled_lease"]) for e in shifts] == [
@@ -1118,7 +1118,7 @@ def window_shifts(conversation: Conversation) -> list[tuple[str, dict]]:
 def assert_offline_takeover(conversation: Conversation, holder: str) -> None:
     """One shift, by the offline summarizer, after taking over a `holder`
     ("stalled" or "late") lease, and no summarizer failure booked for it."""
-    from assistant.llm.offline import OFFLINE_MODEL
+    from assistant.providers.offline.provider import OFFLINE_MODEL
 
     [(model, details)] = window_shifts(conversation)
     assert (model, details[f"took_over_{holder}_lease"], details["offline_fallback"]) == (
@@ -1151,7 +1151,7 @@ def over_the_trigger(
 def worker_summarizing(conversation: Conversation, fake) -> tuple[threading.Thread, list[bool]]:
     """A worker's pre-build of the next summary in a thread (its own database
     connection, its own heartbeat), once its summarizer call has started."""
-    from assistant.strategies.prebuild import prebuild_window_summary
+    from assistant.summary.prebuild import prebuild_window_summary
 
     built: list[bool] = []
 
@@ -1173,7 +1173,7 @@ def test_a_worker_frozen_in_its_summarizer_call_is_taken_over_within_two_seconds
 ):
     import time
 
-    from assistant.flows.precall import ensure_context_summary
+    from assistant.precall.hook import ensure_context_summary
     from tests.builders import chat_turns
 
     fake_llm.use_anthropic(settings)
@@ -1218,7 +1218,7 @@ def test_a_worker_frozen_in_its_summarizer_call_is_taken_over_within_two_seconds
 def test_the_chat_waits_for_a_live_slow_worker_and_sends_with_its_summary(fake_llm, settings):
     import time
 
-    from assistant.flows.precall import ensure_context_summary
+    from assistant.precall.hook import ensure_context_summary
 
     # Three times the stall limit: a holder judged by its progress would be taken over.
     # The deadline is wide: only a holder taken for a stalled one is not waited for.
@@ -1253,7 +1253,7 @@ def test_the_chat_waits_for_a_live_slow_worker_and_sends_with_its_summary(fake_l
 def test_two_callers_past_the_trigger_share_one_slow_summary(fake_llm, settings):
     import time
 
-    from assistant.flows.precall import ensure_context_summary
+    from assistant.precall.hook import ensure_context_summary
 
     reply = slow(3, ok(text="One summary for both."))
     conversation = over_the_trigger(
@@ -1296,8 +1296,8 @@ def test_two_callers_past_the_trigger_share_one_slow_summary(fake_llm, settings)
 def test_a_hanging_summarizer_holds_the_chat_only_until_its_deadline(fake_llm, settings):
     import time
 
-    from assistant.flows.precall import ensure_context_summary
-    from assistant.llm.offline import OFFLINE_MODEL
+    from assistant.precall.hook import ensure_context_summary
+    from assistant.providers.offline.provider import OFFLINE_MODEL
 
     settings.LLM_MAX_RETRIES = 2  # the worker's chain: 3 x 30 s; the chat's deadline: 5 s
     conversation = over_the_trigger(fake_llm, settings, "hanging", slow(60), slow(60), slow(60))
@@ -1327,8 +1327,8 @@ def test_past_the_deadline_the_worker_makes_the_models_summary_of_the_offline_sp
 
     from django.utils import timezone
 
-    from assistant.flows.precall import ensure_context_summary
-    from assistant.llm.offline import OFFLINE_MODEL
+    from assistant.precall.hook import ensure_context_summary
+    from assistant.providers.offline.provider import OFFLINE_MODEL
 
     # The chat path's call hangs past its deadline; the worker's answers at once.
     conversation = over_the_trigger(
@@ -1371,7 +1371,7 @@ def test_a_holder_still_summarizing_past_the_chat_deadline_gives_way_to_an_offli
 ):
     import time
 
-    from assistant.flows.precall import ensure_context_summary
+    from assistant.precall.hook import ensure_context_summary
 
     # Alive, beating, and later than the deadline by 8 s.
     conversation = over_the_trigger(
@@ -1400,8 +1400,8 @@ def test_a_late_holders_summary_replaces_the_offline_one_at_the_next_prefix_rewr
 
     from django.utils import timezone
 
-    from assistant.flows.precall import ensure_context_summary
-    from assistant.llm.offline import OFFLINE_MODEL
+    from assistant.precall.hook import ensure_context_summary
+    from assistant.providers.offline.provider import OFFLINE_MODEL
 
     # Cache-aware timing: the worker's summary must wait for a rewrite of the prefix.
     conversation = over_the_trigger(
@@ -1454,8 +1454,8 @@ def test_a_late_holders_summary_landing_during_the_offline_write_is_kept(
 
     from django.utils import timezone
 
-    from assistant.flows.precall import ensure_context_summary
-    from assistant.llm.offline import OFFLINE_MODEL, OfflineProvider
+    from assistant.precall.hook import ensure_context_summary
+    from assistant.providers.offline.provider import OFFLINE_MODEL, OfflineProvider
 
     # The worker's summarizer answers in 8 s, the chat's deadline is 1 s: the chat takes
     # the live holder's lease over and shifts with the offline summarizer.
@@ -1525,8 +1525,8 @@ def test_a_late_holders_summary_landing_during_the_offline_write_is_kept(
 def test_a_staff_regenerate_run_has_the_summarizers_own_timeout_not_the_chat_deadline(
     fake_llm, settings
 ):
-    from assistant.flows.staff import run_staff_action
     from assistant.services import regenerate_window_summary
+    from assistant.staff.actions import run_staff_action
 
     reply = slow(3, ok(text="The staff's summary."))
     conversation = over_the_trigger(

@@ -9,7 +9,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
-import assistant.strategies.fork
+import assistant.fork.branching
+from assistant.fork import branching as forking
+from assistant.history.state_writes import write_state
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.services import (
@@ -19,8 +21,6 @@ from assistant.services import (
     fork_from_message,
     generate_parent_summary,
 )
-from assistant.store.state import write_state
-from assistant.strategies import fork as forking
 from assistant.text.tokens import estimate_tokens
 from tests.conftest import wait_until
 from tests.scenarios import tool_heavy_conversation
@@ -32,13 +32,13 @@ pytestmark = pytest.mark.django_db
 def summarizer_spy(monkeypatch):
     """Records what each summarize_messages call read; the real one answers."""
     calls: list[dict] = []
-    real = assistant.strategies.fork.summarize_messages
+    real = assistant.fork.branching.summarize_messages
 
     def spy(messages, *, previous_summary=None):
         calls.append({"ids": [m.pk for m in messages], "previous_summary": previous_summary})
         return real(messages, previous_summary=previous_summary)
 
-    monkeypatch.setattr(assistant.strategies.fork, "summarize_messages", spy)
+    monkeypatch.setattr(assistant.fork.branching, "summarize_messages", spy)
     return calls
 
 
@@ -283,7 +283,7 @@ def test_generate_parent_summary_racing_a_metadata_update_keeps_both(monkeypatch
     alone, and a save leaves the state columns alone, so both survive."""
     parent, _ = tool_heavy_conversation()
     fork = fork_continuation(parent, pending_user_message="next", summarize=False)
-    real = assistant.strategies.fork.summarize_messages
+    real = assistant.fork.branching.summarize_messages
 
     def concurrent_write():
         try:
@@ -300,7 +300,7 @@ def test_generate_parent_summary_racing_a_metadata_update_keeps_both(monkeypatch
         return real(messages, previous_summary=previous_summary)
 
     monkeypatch.setattr(
-        assistant.strategies.fork, "summarize_messages", summarize_while_another_process_writes
+        assistant.fork.branching, "summarize_messages", summarize_while_another_process_writes
     )
 
     summary = generate_parent_summary(fork)
@@ -318,7 +318,7 @@ def test_when_two_runs_race_the_first_stored_summary_stands(monkeypatch):
     parent, _ = tool_heavy_conversation()
     fork = fork_continuation(parent, pending_user_message="next", summarize=False)
     redelivered = Conversation.objects.get(pk=fork.pk)
-    real = assistant.strategies.fork.summarize_messages
+    real = assistant.fork.branching.summarize_messages
     answers = iter(["summary of run A", "summary of run B"])
 
     def summarize(messages, *, previous_summary=None):
@@ -328,7 +328,7 @@ def test_when_two_runs_race_the_first_stored_summary_stands(monkeypatch):
         outcome = real(messages, previous_summary=previous_summary)
         return type(outcome)(**{**outcome.__dict__, "text": text})
 
-    monkeypatch.setattr(assistant.strategies.fork, "summarize_messages", summarize)
+    monkeypatch.setattr(assistant.fork.branching, "summarize_messages", summarize)
 
     assert generate_parent_summary(fork) == "summary of run B"
 

@@ -15,8 +15,8 @@ from django.db import connections
 from google import genai
 from google.genai import types
 
-from assistant.llm.catalog import send_bound, wire
 from assistant.models import CompactionEvent, Conversation, Message
+from assistant.providers.catalog import send_bound, wire
 from assistant.services import (
     ContextTooLarge,
     IncompleteToolCall,

@@ -8,10 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from assistant.checks import models_are_known
-from assistant.llm.catalog import model_context_window, telemetry_name
-from assistant.llm.openai import usage_from_openai
-from assistant.window.cost import price_of
-from assistant.window.state import cache_prices
+from assistant.providers.catalog import model_context_window, price_of, telemetry_name
+from assistant.providers.openai.wire import usage_from_openai
+from assistant.window.loading import cache_prices
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from assistant.llm.convert import (
+from assistant.providers.convert import (
     MAX_CACHE_BREAKPOINTS,
     InvalidRequest,
     check_anthropic_messages,

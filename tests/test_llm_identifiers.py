@@ -2,7 +2,7 @@
 
 import pytest
 
-from assistant.llm import extract_identifiers
+from assistant.providers import extract_identifiers
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@
 
 import pytest
 
-from assistant.llm import OfflineProvider, render_transcript, validate_summary
-from assistant.llm.prompts import HEADINGS
+from assistant.providers import OfflineProvider, render_transcript, validate_summary
+from assistant.providers.summary_prompt import HEADINGS
 
 PLANTED = [
     "post-1001", "post-1002", "ORD-2024-0042", "ORD-2024-0043", "#4821", "#4822",
@@ -186,7 +186,7 @@ def test_an_empty_transcript_still_gives_a_valid_summary(transcript):
 
 
 def test_an_update_keeps_a_previous_summary_that_has_no_sections():
-    from assistant.llm.offline import OfflineProvider
+    from assistant.providers.offline.provider import OfflineProvider
 
     previous = "Notes from the old system.\nThe refund for ORD-1999-0001 was approved."
 

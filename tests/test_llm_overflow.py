@@ -2,10 +2,10 @@
 
 import pytest
 
-from assistant.llm import ChatResult, ProviderError, Usage, context_overflow, get_provider
-from assistant.llm.catalog import model_context_window
-from assistant.llm.overflow import overflow_token_counts
-from assistant.strategies.emergency import note_response
+from assistant.emergency.levels import note_response
+from assistant.providers import ChatResult, ProviderError, Usage, context_overflow, get_provider
+from assistant.providers.catalog import model_context_window
+from assistant.providers.overflow import overflow_token_counts
 from tests.fake_llm import fake_llm, ok, overflow, overloaded, raw
 
 __all__ = ["fake_llm"]  # the fixture, until conftest loads tests.fake_llm as a plugin

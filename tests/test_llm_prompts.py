@@ -2,8 +2,8 @@
 
 import pytest
 
-from assistant.llm import SummaryRejected, build_summary_prompt, render_transcript
-from assistant.llm.prompts import (
+from assistant.providers import SummaryRejected, build_summary_prompt, render_transcript
+from assistant.providers.summary_prompt import (
     HEADINGS,
     SUFFIX_INSTRUCTIONS,
     SYSTEM_INSTRUCTIONS,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from assistant.llm import (
+from assistant.providers import (
     ProviderError,
     SummaryRejected,
     Usage,
@@ -17,9 +17,9 @@ from assistant.llm import (
     provider_name,
     summarize,
 )
-from assistant.llm.anthropic_provider import AnthropicProvider
-from assistant.llm.gemini_provider import GeminiProvider
-from assistant.llm.suffix import CachedRequest
+from assistant.providers.anthropic.provider import AnthropicProvider
+from assistant.providers.cached_request import CachedRequest
+from assistant.providers.gemini.provider import GeminiProvider
 from assistant.services import add_message, build_context
 from tests.fake_llm import fake_llm, malformed, ok, overflow, overloaded, rate_limited, slow
 
@@ -289,7 +289,7 @@ def test_retries_are_bounded_then_the_offline_summarizer_answers(
     assert provider_fake.count(provider_fake.kind) == retries + 1
     assert (result.provider, result.fallback) == ("offline", True)
     assert "post-17" in result.text
-    (warning,) = [r for r in caplog.records if r.name == "assistant.llm"]
+    (warning,) = [r for r in caplog.records if r.name == "assistant.providers"]
     assert warning.levelno == logging.WARNING
     assert "error=ProviderError" in warning.getMessage()
     assert "SECRET" not in caplog.text

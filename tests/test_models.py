@@ -4,9 +4,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from assistant.history.state_writes import write_state
 from assistant.models import Conversation, Message
 from assistant.services import add_message
-from assistant.store.state import write_state
 
 
 def make_conversation(turns: int) -> Conversation:

@@ -10,13 +10,13 @@ import time
 import pytest
 from django.test import override_settings
 
-from assistant.flows.prebuild import defer_to_worker
+from assistant.history.queue import PREBUILD_TASK
+from assistant.history.state_writes import write_state
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, MetadataKeys
 from assistant.services import add_message, context_tokens, ensure_context_summary, finish_exchange
 from assistant.settings.conf import compaction_config
-from assistant.store.queue import PREBUILD_TASK
-from assistant.store.state import write_state
+from assistant.summary.worker import defer_to_worker
 from assistant.window import load_window
 from tests.builders import html
 from tests.conftest import hung_lease_holder, wait_until
@@ -193,7 +193,7 @@ def test_a_prebuild_the_chat_moved_past_is_adopted_without_a_second_shift(fake_l
 
     from django.db import connections
 
-    from assistant.flows.prebuild import serve_prebuild_request
+    from assistant.summary.worker import serve_prebuild_request
 
     fake_llm.use_anthropic(settings)
     fake_llm.script_summaries(slow(1, ok(text="The worker's summary.")))
@@ -263,7 +263,7 @@ def test_asked_before_the_split_can_move_the_worker_leaves_the_request_to_be_ask
     step to summarize yet: it builds nothing, and the request is not marked
     answered (that would leave the shift to the chat path), so the hook asks
     again once the window grew; the worker's last latency is kept."""
-    from assistant.flows.prebuild import ask_worker_ahead, serve_prebuild_request
+    from assistant.summary.worker import ask_worker_ahead, serve_prebuild_request
 
     fake_llm.use_anthropic(settings)
     settings.ASSISTANT_COMPACTION = {"PREBUILD_IN_TURN": True}

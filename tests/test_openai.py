@@ -12,11 +12,11 @@ import pytest
 from django.test import override_settings
 
 from assistant.admin.inspector import context_inspector, request_body
-from assistant.llm.catalog import model_context_window
-from assistant.llm.overflow import context_overflow
+from assistant.cost.stored import conversation_costs
 from assistant.models import CompactionEvent, Message
+from assistant.providers.catalog import model_context_window
+from assistant.providers.overflow import context_overflow
 from assistant.services import add_message, chat_step, context_status
-from assistant.window.cost_figures import conversation_costs
 from tests.builders import html
 from tests.fake_llm import ok, overflow, rate_limited
 from tests.scenarios import tool_heavy_conversation

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from assistant.flows.overflow import call_with_overflow_recovery
-from assistant.llm import get_provider
-from assistant.llm.base import ProviderError
+from assistant.emergency.levels import ContextTooLarge
+from assistant.emergency.retry import call_with_overflow_recovery
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.providers import get_provider
+from assistant.providers.base import ProviderError
 from assistant.services import add_message
-from assistant.strategies.emergency import ContextTooLarge
 from tests.fake_llm import fake_llm, ok, overflow, overloaded, raw  # noqa: F401
 from tests.scenarios import tool_heavy_conversation
 
@@ -79,15 +79,15 @@ def small_windows(settings):
 def terse_summarizer(monkeypatch):
     """A summarizer whose summaries stay short, so each level's effect on the
     context is the window it keeps (the summarizer is not under test here)."""
-    import assistant.llm
-    from assistant.llm.base import SummaryResult, Usage
+    import assistant.providers
+    from assistant.providers.base import SummaryResult, Usage
 
     def summarize(transcript, *, previous_summary=None, instructions=None, provider=None):
         return SummaryResult(
             text="Goal: publish post 42.", usage=Usage(10, 5), model="terse", provider="test"
         )
 
-    monkeypatch.setattr(assistant.llm, "summarize", summarize)
+    monkeypatch.setattr(assistant.providers, "summarize", summarize)
 
 
 def emergency_kinds(conversation: Conversation) -> list[str]:

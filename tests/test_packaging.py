@@ -885,7 +885,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
 django.setup()
 
 from assistant.models import CompactionEvent, Conversation, Message
-from assistant.window.cost import conversation_cost
+from assistant.cost.pricing import conversation_cost
 from mysite.chat import answer, call_claude_compacting, gpt
 
 

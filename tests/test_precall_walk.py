@@ -4,7 +4,7 @@ through `ensure_context_summary` (docs/architecture.rst, the flows).
 The measure. A profile hook (`sys.setprofile`) sees every Python function
 the call enters. A function entry counts when it is in an `assistant.*`
 module and the nearest `assistant.*` frame below it on the stack is the
-pre-call flow module (`assistant.flows.precall`), or none (the entry itself):
+pre-call flow module (`assistant.precall.hook`), or none (the entry itself):
 the calls the flow makes, into its own helpers and into the modules it runs
 steps from. What those callees do inside (the window's loading, the
 summarizer, the ORM, Celery, the SDKs) is theirs and not counted;
@@ -43,7 +43,7 @@ from tests.builders import html
 
 pytestmark = pytest.mark.django_db
 
-FLOW = "assistant.flows.precall"
+FLOW = "assistant.precall.hook"
 _GENERATORS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 

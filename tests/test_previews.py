@@ -6,13 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from assistant.flows.staff import (
-    COMPACT_TOOL_RESULTS,
-    EMERGENCY_1,
-    EMERGENCY_2,
-    REGENERATE_SUMMARY,
-    RESTORE_ORIGINALS,
-)
 from assistant.models import CompactionEvent, Message
 from assistant.services import (
     add_message,
@@ -22,6 +15,13 @@ from assistant.services import (
     regenerate_window_summary,
     restore_preview,
     run_staff_action,
+)
+from assistant.staff.actions import (
+    COMPACT_TOOL_RESULTS,
+    EMERGENCY_1,
+    EMERGENCY_2,
+    REGENERATE_SUMMARY,
+    RESTORE_ORIGINALS,
 )
 from assistant.window import load_window
 from tests.builders import html

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from assistant.llm.catalog import CHAT_PROVIDERS
+from assistant.providers.catalog import CHAT_PROVIDERS
 
 APP = Path(__file__).resolve().parent.parent / "assistant"
 EXEMPT = ("llm", "testing", "migrations")

@@ -16,17 +16,17 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import connections
 from django.test import override_settings
 
-from assistant.flows.post_exchange import shift_ahead
-from assistant.llm.anthropic import ANTHROPIC, MIN_TRIGGER, anthropic_usage
+from assistant.cost.pricing import conversation_cost, price_of
 from assistant.models import CompactionEvent, Conversation, Message
+from assistant.post_exchange.pipeline import shift_ahead
+from assistant.providers.anthropic.wire import ANTHROPIC, MIN_TRIGGER, anthropic_usage
+from assistant.providers.compaction_blocks import validated
 from assistant.recall import run_tool_call
 from assistant.services import achat_step, add_message, answer_tool_calls, chat_step, pin_message
 from assistant.settings.conf import compaction_config
-from assistant.store.provider_compaction import validated
 from assistant.testing.fake_compaction import ANTHROPIC_COMPACTION, SUMMARY_TOKENS, signature
 from assistant.testing.fake_openai import RESPONSES_COMPACT
 from assistant.testing.fake_provider import FakeProvider, ok, overloaded, prompt_tokens, raw
-from assistant.window.cost import conversation_cost, price_of
 
 pytestmark = pytest.mark.django_db
 

@@ -16,6 +16,7 @@ from google.genai import types
 
 from assistant.models import Conversation, Message
 from assistant.recall import recall_result_cap, run_tool_call, tool_definitions
+from assistant.recall.artifact_index import without_index
 from assistant.services import (
     add_message,
     answer_tool_calls,
@@ -26,8 +27,7 @@ from assistant.services import (
     fork_from_message,
 )
 from assistant.settings.conf import compaction_config
-from assistant.text.artifacts import without_index
-from assistant.text.identifiers import definitions
+from assistant.text.names import definitions
 from tests.builders import html, tool_turn
 from tests.fake_llm import ok
 from tests.scenarios import staff_user

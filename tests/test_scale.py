@@ -12,12 +12,12 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
+from assistant.cost.pricing import conversation_cost
 from assistant.models import Conversation, Message
 from assistant.recall import run_tool_call
 from assistant.services import add_message
-from assistant.strategies.tool_results import _consumed_boundary, _with_older_duplicates
-from assistant.window.cost import conversation_cost
-from assistant.window.state import load_window, measure_size
+from assistant.tool_results.compaction import _consumed_boundary, _with_older_duplicates
+from assistant.window.loading import load_window, measure_size
 from bench.bulk import COMMON_WORD, NO_MATCH, TWO_WORDS, analyze, insert_messages, rare_token
 from tests.scenarios import staff_user
 from tests.test_cost import priced_conversation

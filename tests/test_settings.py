@@ -15,10 +15,10 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from assistant import llm
+from assistant import providers as llm
 from assistant.checks import summarizer_can_run
-from assistant.llm import registry
 from assistant.models import CompactionEvent
+from assistant.providers import registry
 from assistant.services import build_context, ensure_context_summary
 from assistant.settings import conf
 from assistant.settings.conf import (
@@ -454,7 +454,7 @@ def test_the_first_offline_fallback_is_logged_once_per_process(settings, caplog,
     settings.ASSISTANT_SUMMARIZER = "gemini"
     settings.GEMINI_API_KEY = ""
     registry._warn_offline_once.cache_clear()
-    caplog.set_level(logging.WARNING, logger="assistant.llm")
+    caplog.set_level(logging.WARNING, logger="assistant.providers")
 
     first = llm.summarize("<conversation>user: ship the fix on Friday</conversation>")
     llm.summarize("<conversation>user: and the docs</conversation>")

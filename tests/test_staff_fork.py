@@ -10,15 +10,15 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 from django.urls import reverse
 
-from assistant.flows.staff import (
+from assistant.history.state_writes import write_state
+from assistant.models import CompactionEvent, Conversation
+from assistant.services import queue_staff_action
+from assistant.staff.actions import (
     FORK_CONTINUATION,
     FORK_FROM_MESSAGE,
     check_action,
     run_staff_action,
 )
-from assistant.models import CompactionEvent, Conversation
-from assistant.services import queue_staff_action
-from assistant.store.state import write_state
 from assistant.tasks import staff_action_task
 from tests.conftest import wait_until
 from tests.fake_llm import ok

@@ -6,11 +6,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from assistant.history.state_writes import write_state
 from assistant.models import Conversation, MetadataKeys
 from assistant.services import add_message
-from assistant.store.state import write_state
 from assistant.window import load_window, measure_size
-from assistant.window.state import MIN_JUDGED_ESTIMATE
+from assistant.window.loading import MIN_JUDGED_ESTIMATE
 
 CALL = {"id": "call_1", "name": "read_file", "arguments": {"path": "a.py"}}
 LONG = "word " * 2_000  # about 2,500 tokens: over MIN_JUDGED_ESTIMATE

@@ -11,8 +11,10 @@ import pytest
 from django.db import connection, connections
 from django.test import override_settings
 
+from assistant.history.state_writes import write_state
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message
+from assistant.recall.artifact_index import without_index
 from assistant.services import (
     build_context,
     compact_tool_results,
@@ -22,9 +24,7 @@ from assistant.services import (
     regenerate_window_summary,
     restore_originals,
 )
-from assistant.store.state import write_state
-from assistant.text.artifacts import without_index
-from assistant.text.facts import CARRIED_HEADING, carried_facts
+from assistant.summary.facts import CARRIED_HEADING, carried_facts
 from tests.builders import chat_turns, tool_turn
 from tests.fake_llm import ok, overloaded, slow
 

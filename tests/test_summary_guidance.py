@@ -14,9 +14,8 @@ from django.contrib.admin.models import LogEntry
 from django.core.management import call_command
 from django.test import override_settings
 
-from assistant.flows.staff import REGENERATE_SUMMARY
-from assistant.llm.prompts import HEADINGS
 from assistant.models import Message
+from assistant.providers.summary_prompt import HEADINGS
 from assistant.services import (
     add_message,
     build_context,
@@ -26,8 +25,9 @@ from assistant.services import (
     regenerate_window_summary,
     run_staff_action,
 )
-from assistant.strategies.guidance import guidance_for
-from assistant.text.language import detect_language
+from assistant.staff.actions import REGENERATE_SUMMARY
+from assistant.summary.guidance import guidance_for
+from assistant.summary.language import detect_language
 from tests.builders import html
 from tests.scenarios import staff_user
 

@@ -20,7 +20,7 @@ from assistant.services import (
     revert_summary,
     review_summary,
 )
-from assistant.store.summaries import compaction_diff, current_version
+from assistant.summary.versions import compaction_diff, current_version
 from tests.scenarios import staff_user, tool_heavy_conversation
 
 pytestmark = pytest.mark.django_db

@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from assistant.history import queue
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.ops import telemetry
 from assistant.services import (
@@ -34,7 +35,7 @@ from assistant.services import (
 )
 from assistant.settings.app import app_setting
 from assistant.settings.conf import compaction_config
-from assistant.store import leases, queue
+from assistant.summary import leases
 from tests.conftest import wait_until
 from tests.fake_llm import overloaded
 from tests.scenarios import staff_user

@@ -97,7 +97,7 @@ def test_usage_input_tokens_alone_under_caching_still_compacts_at_the_trigger(
     client = anthropic.Anthropic(api_key="test-key", base_url=fake_llm.url, max_retries=0)
     sizes: list[int] = []
     over: list = []
-    caplog.set_level(logging.WARNING, logger="assistant.flows.precall")
+    caplog.set_level(logging.WARNING, logger="assistant.precall.hook")
 
     largest_count = max(
         chat_turn(client, fake_llm, conversation, sizes, turn, over) for turn in range(16)

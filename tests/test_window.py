@@ -7,6 +7,7 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from assistant.history.state_writes import write_state
 from assistant.models import Conversation, Message
 from assistant.services import (
     add_message,
@@ -15,7 +16,6 @@ from assistant.services import (
     regenerate_window_summary,
 )
 from assistant.settings.conf import compaction_config
-from assistant.store.state import write_state
 from assistant.window import choose_split, load_window, should_shift
 from tests.builders import chat_turns, html, tool_turn
 

@@ -21,7 +21,12 @@ from django.urls import reverse
 
 from assistant import services
 from assistant.admin.listing import ConversationModelAdmin
-from assistant.flows.staff import (
+from assistant.cleanup.retention import purge_after
+from assistant.models import Conversation, Message
+from assistant.ops import telemetry
+from assistant.providers.summary_prompt import check_instructions
+from assistant.settings.conf import compaction_config
+from assistant.staff.actions import (
     CALLS_THE_MODEL,
     COMPACT_TOOL_RESULTS,
     EMERGENCY_1,
@@ -32,11 +37,6 @@ from assistant.flows.staff import (
     RESTORE_ORIGINALS,
     can_continue,
 )
-from assistant.llm.prompts import check_instructions
-from assistant.models import Conversation, Message
-from assistant.ops import telemetry
-from assistant.settings.conf import compaction_config
-from assistant.store.deletion import purge_after
 
 Conversations = QuerySet[Conversation]
 # What a confirmation page shows of one conversation (assistant.services previews).

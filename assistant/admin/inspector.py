@@ -12,8 +12,8 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from assistant.llm.catalog import wire
 from assistant.models import Conversation
+from assistant.providers.catalog import wire
 from assistant.services import next_request
 from assistant.text.figures import measures, share, token_change
 from assistant.window.limits import current_limits, request_shape

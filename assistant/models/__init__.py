@@ -73,14 +73,14 @@ class Conversation(WindowStateColumns):
     # a conversation stored before the column, until `migrate` measures it.
     context_tokens = models.PositiveBigIntegerField(null=True, default=0)
     # What a stored message adds to that size without measuring the window
-    # again (assistant.store.history): our estimate of the context when it was
+    # again (assistant.history.append): our estimate of the context when it was
     # stored (WindowState.estimated_tokens), and whether it was the provider's
     # count plus estimates. NULL: unknown; the next message measures the
-    # window. A write of the state the size is made of (assistant.store.state)
+    # window. A write of the state the size is made of (assistant.history.state_writes)
     # and every save reset it.
     context_estimate = models.PositiveBigIntegerField(null=True, default=None)
     context_counted = models.BooleanField(default=False, db_default=False)
-    # What the conversation cost and saved (assistant.window.cost), as last
+    # What the conversation cost and saved (assistant.cost.pricing), as last
     # computed, with what it covered: {"cover": [newest message id, newest event
     # id, fixed part's estimate, pricing], "cost": {...}}. The admin list reads it
     # while it covers what the conversation holds; NULL: never computed.
@@ -153,7 +153,7 @@ class Conversation(WindowStateColumns):
         self.context_estimate = None
         updating = not (self._state.adding or kwargs.get("force_insert") or args)
         if kwargs.get("update_fields") is None and updating:
-            # The state columns are written by assistant.store.state alone: a
+            # The state columns are written by assistant.history.state_writes alone: a
             # save of a copy loaded earlier must not put back what it held.
             kwargs["update_fields"] = _SAVED_FIELDS
         if kwargs.get("update_fields") is not None:
@@ -271,7 +271,7 @@ class Message(models.Model):
     output_tokens = models.PositiveIntegerField(null=True, blank=True)
     cache_read_tokens = models.PositiveIntegerField(null=True, blank=True)
     cache_write_tokens = models.PositiveIntegerField(null=True, blank=True)
-    # Who answered (assistant messages): the provider's name in assistant.llm
+    # Who answered (assistant messages): the provider's name in assistant.providers
     # ("anthropic", "gemini", "openai", "openai_responses") and the model id it
     # reported. Prices, windows and telemetry read them (docs/providers.rst).
     provider = models.CharField(max_length=32, blank=True, default="", db_default="")
@@ -281,14 +281,14 @@ class Message(models.Model):
     token_estimate = models.PositiveIntegerField(default=0)
     original_token_estimate = models.PositiveIntegerField(default=0)
     metadata = models.JSONField(default=dict, blank=True, db_default={})
-    pinned = models.BooleanField(default=False, db_default=False)  # see strategies/pins.py
+    pinned = models.BooleanField(default=False, db_default=False)  # see pins/pinning.py
     # The provider's own compaction this message carries (docs/provider-compaction.rst):
     # {"wire", "block" (Anthropic's compaction block or OpenAI's compaction item, verbatim),
     # "live" (it holds a summary: the requests start at this message), "on_demand",
     # "usage" (the compaction's own tokens)}. NULL: none. The messages before it stay.
     provider_compaction = models.JSONField(null=True, blank=True)
     # search_history's full-text document of `content` (its first SEARCH_INDEX_CHARS):
-    # written with the message (assistant.store.history), emptied with the original.
+    # written with the message (assistant.history.append), emptied with the original.
     # NULL on SQLite, the demo's store, which searches substrings only.
     search_vector = SearchVectorField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -462,7 +462,7 @@ _USER = settings.AUTH_USER_MODEL
 
 
 class SummaryVersion(models.Model):
-    """A window summary as written (model, staff edit, revert): assistant.store.summaries."""
+    """A window summary as written (model, staff edit, revert): assistant.summary.versions."""
 
     class Kind(models.TextChoices):
         MODEL = "model", "Written by the summarizer"

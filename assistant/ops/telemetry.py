@@ -12,7 +12,7 @@ gen_ai.usage.input_tokens) and `output`, and, for the parts of the input,
 
 `provider` arguments are gen_ai.provider.name values as the conventions name them
 (anthropic, aws.bedrock, gcp.vertex_ai, gcp.gemini, openai): each provider's module
-in assistant.llm names its own (`assistant.llm.catalog.telemetry_name`).
+in assistant.providers names its own (`assistant.providers.catalog.telemetry_name`).
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ class CompactionConfig:
     SOFT_WATERMARK: float = key(0.8, above=0, at_most=1)
     # Once a Celery worker serves the conversation, ask it for the next window
     # summary inside a turn, and let every shift the request does not need to fit
-    # wait for it (assistant.flows.prebuild): the chat waits on the summarizer only to
+    # wait for it (assistant.summary.worker): the chat waits on the summarizer only to
     # fit the trigger. Off: the hook summarizes early shifts itself (a chat much
     # faster than its worker shifts later and sends more tokens; `make bench`,
     # "summaries off the chat path", measures both).
@@ -128,7 +128,7 @@ class CompactionConfig:
     SUMMARY_CHAT_DEADLINE_SECONDS: float = key(5.0, above=0, at_most=600)
     # A lease holder whose heartbeat stopped for this long (a frozen or partitioned
     # process) is given up on and its lease taken over (< SUMMARY_LEASE_SECONDS):
-    # see assistant.store.leases.
+    # see assistant.summary.leases.
     SUMMARY_STALL_SECONDS: float = key(1.0, above=0)
     # The summarizer's input is cut into chunks of at most this many tokens.
     SUMMARIZER_MAX_INPUT_TOKENS: int = key(60_000, at_least=500)
@@ -190,7 +190,7 @@ class CompactionConfig:
     # follows that room (4,000 of the defaults' 30,000).
     PINNED_MAX_TOKENS: int = key(4000, at_least=0)
     # The language summaries are written in: "auto" (that of the conversation's user
-    # messages, assistant.text.language) or a language's name ("French").
+    # messages, assistant.summary.language) or a language's name ("French").
     SUMMARY_LANGUAGE: str = "auto"
     # The deployment's own instructions, added to every summarizer prompt.
     SUMMARY_INSTRUCTIONS: str = ""

@@ -87,8 +87,8 @@ KINDS = (
 
 #: The reply to a chat request that scripts none.
 DEFAULT_ANSWER = "This is the fake provider's answer."
-#: What every summarizer prompt says (assistant/llm/prompts.py): a request that says it is a
-#: summary request.
+#: What every summarizer prompt says (assistant/providers/summary_prompt.py): a
+#: request that says it is a summary request.
 SUMMARY_REQUEST = "Write only the summary"
 #: The reply to a summary request that scripts none.
 DEFAULT_SUMMARY = """## Goal

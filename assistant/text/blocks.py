@@ -311,7 +311,7 @@ def _raw(block: dict[str, Any]) -> bytes | None:
 @dataclass(frozen=True)
 class MediaRates:
     """What images and document pages cost a provider, in tokens: each wire of
-    assistant.llm has its own (`Wire.media`)."""
+    assistant.providers has its own (`Wire.media`)."""
 
     image_tokens: Callable[[int, int], int]  # (width, height) -> tokens
     pdf_page_tokens: int

@@ -4,9 +4,9 @@ text; compaction stores it, the summarizer reads it."""
 
 from __future__ import annotations
 
-from assistant.llm.statements import key_statements
 from assistant.settings.conf import CompactionConfig, compaction_config
-from assistant.text.identifiers import names_within
+from assistant.text.names import names_within
+from assistant.text.statements import key_statements
 
 # Message metadata key: staff restored this result's original, so it is never
 # compacted or cut again, for the model or for the summarizer.

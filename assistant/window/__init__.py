@@ -1,11 +1,11 @@
 """The window: what the next request carries, how large it is, and what is
 done about it, decided in one place with no query of its own.
 
-- assistant.window.state: the window loaded once (`WindowState`,
+- assistant.window.loading: the window loaded once (`WindowState`,
   `load_window`), its one size (`context_tokens`, `context_size`);
 - assistant.window.split: the triggers and where a split may fall;
 - assistant.window.results: which consumed tool results to compact or stub
-  (`plan_compaction`), applied by assistant.strategies.tool_results;
+  (`plan_compaction`), applied by assistant.tool_results.compaction;
 - assistant.window.decision: `decide(state, config, now) -> Plan`, whose
   ordered steps the pre-call flow runs, which the worker and the lease
   recheck ask, and the dry run puts into words.
@@ -38,6 +38,21 @@ from assistant.window.decision import (
     shift_within_latency,
     split_for,
 )
+from assistant.window.loading import (
+    TOKEN_RATIO_DRIFT,
+    SizeBasis,
+    WindowState,
+    add_to_size,
+    context_size,
+    load_window,
+    measure_size,
+    measure_unsized,
+    refresh_size,
+    refreshed_window,
+    require_saved,
+    saved_window,
+    store_size,
+)
 from assistant.window.payoff import tail_tokens
 from assistant.window.projection import adopted_split, worker_split
 from assistant.window.results import (
@@ -57,21 +72,6 @@ from assistant.window.split import (
     split_parts,
     trigger_estimate,
     verbatim_budget,
-)
-from assistant.window.state import (
-    TOKEN_RATIO_DRIFT,
-    SizeBasis,
-    WindowState,
-    add_to_size,
-    context_size,
-    load_window,
-    measure_size,
-    measure_unsized,
-    refresh_size,
-    refreshed_window,
-    require_saved,
-    saved_window,
-    store_size,
 )
 
 __all__ = [

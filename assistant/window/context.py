@@ -18,10 +18,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from assistant.llm import catalog
-from assistant.llm.server_compaction import summary_text
-from assistant.llm.wire import Wire
 from assistant.models import Conversation, Message, handle
+from assistant.providers import catalog
+from assistant.providers.compaction_blocks import summary_text
+from assistant.providers.wire import Wire
 from assistant.text.tokens import estimate_tokens
 from assistant.window import WindowState, saved_window
 
@@ -29,7 +29,7 @@ MISSING_RESULT = "[No result was recorded for this tool call]"
 
 
 def as_neutral(message: Message) -> dict:
-    """A message as the model sees it, in the neutral format of assistant.llm."""
+    """A message as the model sees it, in the neutral format of assistant.providers."""
     content = getattr(message, "model_content", None)
     if content is None:  # not loaded through model_view()
         content = message.compacted_content
@@ -138,7 +138,7 @@ class Context:
         return "\n\n".join([self.system, *self.summaries])
 
     def request(self, wire: Wire, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """This context in `wire`'s request shape (assistant.llm.catalog.wire(name)).
+        """This context in `wire`'s request shape (assistant.providers.catalog.wire(name)).
         A context built with pending calls is for staff to look at, never to send: it
         is not checked."""
         check = not self.pending_calls

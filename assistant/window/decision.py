@@ -1,19 +1,19 @@
 """What the next request sends, decided in one place: `decide(state, config,
 now) -> Plan`, a pure function (no query, no clock read) over a window loaded
-once (assistant.window.state). The plan's `steps` are typed, immutable values
-in the order the pre-call flow runs them (assistant.flows.precall): note the
+once (assistant.window.loading). The plan's `steps` are typed, immutable values
+in the order the pre-call flow runs them (assistant.precall.hook): note the
 provider's usage, compact these results, adopt the pending summary, move the
 window (shift here, or leave the shift to the worker, or ask it ahead), write
 the ledger. The worker asks the plan whether a shift is in sight
 (`Plan.shift_in_sight`) and where it would fall, and the dry run puts it into
-words (assistant.flows.planning).
+words (assistant.staff.planning).
 
 A plan is decided once, on the window at the call. A step that meets a window
 an earlier step changed (a results batch, an adopted summary) is checked
 there (`MoveWindow.on`): the call's facts (the size at the call, whether the
 cache was cold) kept, where the split falls and whether the request needs the
 shift taken from the window it meets; under the summary lease the shift is
-checked as still due once more (`Shift.still_due`, assistant.strategies.shift).
+checked as still due once more (`Shift.still_due`, assistant.summary.shift).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Literal
 
 from assistant.settings.conf import CompactionConfig
 from assistant.window.ledger import Ledger, step_cost
+from assistant.window.loading import TOKEN_RATIO_DRIFT, WindowState, load_window
 from assistant.window.payoff import outlook, step_pays, tail_tokens
 from assistant.window.results import CompactionPlan, consumed_tool_rows, plan_compaction
 from assistant.window.split import (
@@ -31,7 +32,6 @@ from assistant.window.split import (
     should_shift,
     verbatim_budget,
 )
-from assistant.window.state import TOKEN_RATIO_DRIFT, WindowState, load_window
 
 # Why a plan does what it does: reason codes, for logs, tests and the dry run's words.
 AT_TRIGGER = "at_trigger"  # the context reached the token trigger: the prefix breaks anyway
@@ -180,7 +180,7 @@ class Plan:
     eager: bool
     cold: bool
     # PREBUILD_IN_TURN with a worker known to serve the conversation: a shift the
-    # request does not need to fit is left to it (assistant.flows.prebuild).
+    # request does not need to fit is left to it (assistant.summary.worker).
     worker_ahead: bool
     at_trigger: bool
     suffix_first: bool

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from assistant.llm.catalog import (
+from assistant.models import Message
+from assistant.providers.catalog import (
     ANTHROPIC,
     CHAT_PROVIDERS,
     configured_chat_model,
     model_context_window,
     send_bound,
 )
-from assistant.llm.registry import provider_name
-from assistant.models import Message
+from assistant.providers.registry import provider_name
 from assistant.settings.conf import compaction_config
 
 
@@ -79,3 +79,16 @@ def answered_by(conversation_id: int | None) -> tuple[str, str]:
         .first()
     )
     return newest or ("", "")
+
+
+# The key of a chat message's metadata that names the model that wrote it.
+MODEL_KEY = "model"
+
+
+def chat_model(metadata: dict | None, model: str = "") -> str:
+    """The model of a recorded chat call: the one that answered, else the one its metadata
+    names, else the configured one."""
+    if model:
+        return model
+    named = (metadata or {}).get(MODEL_KEY)
+    return named if isinstance(named, str) and named else current_limits().model

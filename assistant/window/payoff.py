@@ -8,9 +8,9 @@ from __future__ import annotations
 from assistant.models import Message
 from assistant.settings.conf import CompactionConfig
 from assistant.window.ledger import Ledger, Outlook
+from assistant.window.loading import WindowState
 from assistant.window.results import CompactionPlan
 from assistant.window.split import trigger_estimate, verbatim_budget
-from assistant.window.state import WindowState
 
 
 def tail_tokens(state: WindowState, plan: CompactionPlan) -> int:

@@ -11,8 +11,8 @@ import math
 
 from assistant.settings.conf import CompactionConfig
 from assistant.window.decision import Shift
+from assistant.window.loading import WindowState
 from assistant.window.split import anticipated_keep, choose_split, should_shift, verbatim_budget
-from assistant.window.state import WindowState
 
 
 def worker_split(state: WindowState, config: CompactionConfig, *, requested: bool) -> int | None:

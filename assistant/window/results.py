@@ -1,6 +1,6 @@
 """Which consumed tool results to compact and which to stub, planned over
 the window's rows with no query and no write: what the decision weighs
-(assistant.window.decision) and what assistant.strategies.tool_results applies.
+(assistant.window.decision) and what assistant.tool_results.compaction applies.
 
 A result the policy keeps or a restore pinned is never planned; an older
 copy of a call repeated MIN_CALLS_TO_DEDUP times is stubbed (when longer

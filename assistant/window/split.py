@@ -9,7 +9,7 @@ import math
 from assistant.models import Message
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.text.tokens import MAX_TOKEN_RATIO
-from assistant.window.state import WindowState
+from assistant.window.loading import WindowState
 
 
 def should_shift(

@@ -2,7 +2,7 @@
 
 - ``assistant-settings``: a table of one settings declaration of the app
   (``compaction``: ``ASSISTANT_COMPACTION`` in assistant/settings/conf.py; ``cleanup``:
-  ``ASSISTANT_CLEANUP`` in assistant/settings/cleanup.py; ``app``: the plain
+  ``ASSISTANT_CLEANUP`` in assistant/cleanup/schedule.py; ``app``: the plain
   settings of assistant/settings/app.py), names, types, defaults and ranges read
   from the declaration at build time. Its content describes each setting, one
   ``NAME: text`` paragraph each; a declared setting with no description, or a
@@ -85,7 +85,7 @@ def compaction_rows() -> list[tuple[str, str, str, str]]:
 
 
 def cleanup_rows() -> list[tuple[str, str, str]]:
-    from assistant.settings import cleanup as cleanup_conf
+    from assistant.cleanup import schedule as cleanup_conf
 
     rows = []
     for spec in dataclasses.fields(cleanup_conf.CleanupConfig):
@@ -116,7 +116,7 @@ def app_rows() -> list[tuple[str, str, str]]:
 
 DECLARATIONS = {
     "compaction": (compaction_rows, "assistant/settings/conf.py"),
-    "cleanup": (cleanup_rows, "assistant/settings/cleanup.py"),
+    "cleanup": (cleanup_rows, "assistant/cleanup/schedule.py"),
     "app": (app_rows, "assistant/settings/app.py"),
 }
 

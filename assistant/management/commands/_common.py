@@ -8,8 +8,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 
+from assistant.history.arguments import MAX_ID
 from assistant.models import Conversation
-from assistant.text.arguments import MAX_ID
 
 
 def get_conversation(raw_id: str) -> Conversation:

@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from assistant.flows import cleanup
+from assistant.cleanup import jobs as cleanup
 
 
 class Command(BaseCommand):

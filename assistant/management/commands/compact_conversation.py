@@ -5,9 +5,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from assistant import services
-from assistant.llm.prompts import MAX_INSTRUCTIONS_CHARS, check_instructions
 from assistant.management.commands._common import get_conversation, refused_as_command_error
 from assistant.models import Conversation
+from assistant.providers.summary_prompt import MAX_INSTRUCTIONS_CHARS, check_instructions
 
 LEVELS = (0, 1, 2)
 

@@ -7,9 +7,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Q
 
 from assistant import services
+from assistant.history.arguments import MAX_INT
 from assistant.management.commands._common import get_conversation
 from assistant.models import CompactionEvent, Conversation, Message
-from assistant.text.arguments import MAX_INT
 from assistant.text.figures import measures, token_change
 
 

@@ -26,8 +26,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from assistant.llm.catalog import model_context_window
+from assistant.cost.pricing import conversation_cost
 from assistant.models import CompactionEvent, Conversation
+from assistant.providers.catalog import model_context_window
 from assistant.services import (
     add_message,
     build_context,
@@ -37,7 +38,6 @@ from assistant.services import (
 )
 from assistant.testing.fake_provider import PromptCache, default_usage
 from assistant.text.figures import measures, share, token_change, token_count
-from assistant.window.cost import conversation_cost
 from bench.workload import generate
 from demo.scenes import run_overflow_and_fork_demo
 

@@ -1,0 +1,322 @@
+"""Fork and branch (the fourth strategy of docs/compaction.rst).
+
+A fork is a new conversation that carries a summary of its parent in
+`Conversation.parent_conversation_summary`; it never copies the parent's
+messages and never changes the parent.
+
+- `fork_continuation`: "continue with context" when a conversation has grown
+  too large; the summary covers the whole parent.
+- `fork_from_message`: "branch from here" at one of the parent's own user
+  messages; the summary covers everything before it, and the message's text
+  comes back so the caller can offer it for edit-and-resend.
+
+The summary is built from the parent's cached window summary plus only the
+messages after its cutoff (the summarizer reads the new slice, not the whole
+history). With `summarize=False` the fork is created at once and a Celery task
+writes the summary later, into its column alone (assistant.history.state_writes).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models.functions import Coalesce
+
+from assistant.history.append import add_message
+from assistant.history.events import record_compaction
+from assistant.history.queue import PARENT_SUMMARY_TASK, enqueue_on_commit
+from assistant.history.state_writes import new_conversation, read_state, remember, write_state
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.settings.conf import compaction_config
+from assistant.summary.generate import summarize_messages
+from assistant.text.tokens import estimate_tokens
+from assistant.window import refresh_size
+
+logger = logging.getLogger(__name__)
+
+TITLE_PREFIX_CHARS = 44
+CONTINUATION_SUFFIX = " (cont.)"
+FORK_SUFFIX = " (fork)"
+# The last parent message a deferred continuation summary covers: messages the
+# parent gains after the fork was made are not the fork's context.
+FORK_THROUGH_MESSAGE_ID = MetadataKeys.FORK_THROUGH_MESSAGE_ID
+_TITLE_MAX = Conversation._meta.get_field("title").max_length or 255
+
+
+@dataclass(frozen=True)
+class ParentSummary:
+    text: str | None
+    messages_summarized: int = 0
+    model: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    duration_ms: int = 0
+    called_summarizer: bool = False
+    # The parent's context the summary stands for: its system part, the summaries it
+    # built on and the messages summarized, as their requests carried them (estimates).
+    tokens_summarized: int = 0
+
+
+def fork_depth(conversation: Conversation) -> int:
+    """How many ancestors the conversation has (0 for a root). Reads at most
+    MAX_FORK_DEPTH + 1 rows: past the limit the exact number does not matter."""
+    limit = compaction_config().MAX_FORK_DEPTH + 1
+    depth, parent_id, seen = 0, conversation.parent_conversation_id, {conversation.pk}
+    while parent_id is not None and depth < limit and parent_id not in seen:
+        seen.add(parent_id)
+        depth += 1
+        parent_id = (
+            Conversation.objects.filter(pk=parent_id)
+            .values_list("parent_conversation_id", flat=True)
+            .first()
+        )
+    return depth
+
+
+def can_fork(conversation: Conversation) -> bool:
+    """A fork of this conversation would stay within MAX_FORK_DEPTH ancestors."""
+    return fork_depth(conversation) < compaction_config().MAX_FORK_DEPTH
+
+
+def _validated_services(tool_services: Any) -> list[str]:
+    """A list of service names: any iterable of strings but a string itself."""
+    if isinstance(tool_services, Iterable) and not isinstance(tool_services, str | bytes):
+        services = list(tool_services)
+        if all(isinstance(name, str) for name in services):
+            return services
+    raise ValidationError(
+        f"tool_services must be a list of service names (strings), got {tool_services!r}.",
+        code="invalid_tool_services",
+    )
+
+
+def fork_continuation(
+    conversation: Conversation,
+    pending_user_message: str | None = None,
+    tool_services: Iterable[str] = (),
+    summarize: bool = True,
+) -> Conversation | None:
+    """A new conversation that continues this one with its summary: same owner,
+    title "<first 44 chars> (cont.)", the given tool services, and the pending
+    user message as its first message. None (logged) past MAX_FORK_DEPTH."""
+    services = _validated_services(tool_services)
+    if not can_fork(conversation):
+        _log_refused(conversation, "max_fork_depth")
+        return None
+    through_id = _last_message_id(conversation)
+    title = f"{conversation.title[:TITLE_PREFIX_CHARS]}{CONTINUATION_SUFFIX}"
+    state: dict[str, Any] = {MetadataKeys.TOOL_SERVICES: services}
+    if through_id is not None:
+        state[FORK_THROUGH_MESSAGE_ID] = through_id
+    return _create_fork(
+        conversation,
+        title=title,
+        state=state,
+        end_before=through_id + 1 if through_id is not None else None,
+        first_message=pending_user_message,
+        summarize=summarize,
+    )
+
+
+def fork_from_message(
+    conversation: Conversation, message_id: Any, summarize: bool = True
+) -> tuple[Conversation, str] | None:
+    """Branch at one of this conversation's own user messages: a new
+    conversation "<title> (fork)" with a summary of everything before that
+    message. Returns the fork and the message's text (to edit and resend), or
+    None, creating nothing, for another conversation's message, a non-user
+    message, a missing id, or past MAX_FORK_DEPTH."""
+    try:
+        message_id = int(message_id)
+    except (TypeError, ValueError):
+        _log_refused(conversation, "invalid_message_id")
+        return None
+    message = (
+        Message.objects.filter(pk=message_id, conversation_id=conversation.pk)
+        .only("id", "role", "content")
+        .first()
+    )
+    if message is None or message.role != Message.Role.USER:
+        _log_refused(conversation, "not_a_user_message_of_this_conversation", message_id)
+        return None
+    if not can_fork(conversation):
+        _log_refused(conversation, "max_fork_depth")
+        return None
+    suffix_room = _TITLE_MAX - len(FORK_SUFFIX)
+    fork = _create_fork(
+        conversation,
+        title=f"{conversation.title[:suffix_room]}{FORK_SUFFIX}",
+        state={
+            MetadataKeys.FORK_MESSAGE_ID: message.pk,
+            MetadataKeys.TOOL_SERVICES: conversation.tool_services,
+        },
+        end_before=message.pk,
+        first_message=None,
+        summarize=summarize,
+    )
+    return (fork, message.content) if fork is not None else None
+
+
+def generate_parent_summary(conversation: Conversation) -> str | None:
+    """Write the deferred parent summary of a fork made with summarize=False.
+    A no-op returning the stored summary when one exists; None for a
+    conversation without a parent (or whose parent is gone). The summary is
+    written to its column in the database, so a concurrent write of other state
+    is kept, and a second run does not overwrite the first."""
+    columns = read_state(conversation.pk)
+    existing = columns.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY)
+    if existing:
+        return existing
+    parent = (
+        Conversation.objects.filter(pk=conversation.parent_conversation_id).first()
+        if conversation.parent_conversation_id
+        else None
+    )
+    if parent is None:
+        logger.info("parent_summary_skipped conversation=%s reason=no_parent", conversation.pk)
+        return None
+    if columns.get(MetadataKeys.FORK_MESSAGE_ID) is not None:
+        end_before: int | None = int(columns[MetadataKeys.FORK_MESSAGE_ID])
+    elif columns.get(FORK_THROUGH_MESSAGE_ID) is not None:
+        end_before = int(columns[FORK_THROUGH_MESSAGE_ID]) + 1
+    else:
+        end_before = None
+    summary = summarize_parent(parent, end_before=end_before)
+    values: dict[str, Any] = {MetadataKeys.SUMMARY_DEFERRED: False}
+    if summary.text:
+        values[MetadataKeys.PARENT_CONVERSATION_SUMMARY] = summary.text
+    with transaction.atomic():
+        # First writer wins: a second run (a redelivered task) changes nothing.
+        unsummarized = Conversation.objects.filter(
+            pk=conversation.pk, parent_conversation_summary__isnull=True
+        )
+        stored = write_state(unsummarized, values) == 1
+        if stored and summary.called_summarizer:
+            size = refresh_size(conversation.pk)
+            _record_event(conversation.pk, parent, summary, size, deferred=True)
+        elif stored:
+            refresh_size(conversation.pk)
+    if not stored:  # another run wrote it first: theirs stands
+        return read_state(conversation.pk).get(MetadataKeys.PARENT_CONVERSATION_SUMMARY)
+    remember(conversation, values)
+    return summary.text
+
+
+def summarize_parent(parent: Conversation, *, end_before: int | None = None) -> ParentSummary:
+    """The context a fork inherits: the parent's own parent summary and cached
+    window summary (when its cutoff lies before `end_before`), updated with a
+    summary of only the messages after that cutoff and before `end_before`.
+    No database writes. Raises what the summarizer raises."""
+    stored = read_state(parent.pk)
+    previous: list[str] = []
+    if stored.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY):
+        previous.append(stored[MetadataKeys.PARENT_CONVERSATION_SUMMARY])
+    window = stored.get(MetadataKeys.COMPACTION_SUMMARY)
+    cutoff = stored.get(MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID)
+    messages = Message.objects.filter(conversation_id=parent.pk)
+    if window and cutoff is not None and (end_before is None or int(cutoff) < end_before):
+        previous.append(window)
+        messages = messages.filter(id__gt=int(cutoff))
+    if end_before is not None:
+        messages = messages.filter(id__lt=end_before)
+    selected = list(
+        messages.annotate(model_content=Coalesce("compacted_content", "content")).order_by("id")
+    )
+    previous_summary = "\n\n".join(previous) or None
+    if not selected:
+        return ParentSummary(text=previous_summary)
+    started = time.monotonic()
+    outcome = summarize_messages(selected, previous_summary=previous_summary)
+    return ParentSummary(
+        text=outcome.text or previous_summary,
+        messages_summarized=len(selected),
+        model=outcome.model or "",
+        input_tokens=outcome.input_tokens or 0,
+        output_tokens=outcome.output_tokens or 0,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        called_summarizer=True,
+        tokens_summarized=estimate_tokens(parent.system_prompt)
+        + estimate_tokens(previous_summary)
+        + sum(message.token_estimate for message in selected),
+    )
+
+
+def _create_fork(
+    parent: Conversation,
+    *,
+    title: str,
+    state: dict[str, Any],
+    end_before: int | None,
+    first_message: str | None,
+    summarize: bool,
+) -> Conversation:
+    summary: ParentSummary | None = None
+    if summarize:
+        # The summarizer runs before the transaction: no row is held meanwhile.
+        try:
+            summary = summarize_parent(parent, end_before=end_before)
+        except Exception:
+            logger.exception("fork_summary_failed parent=%s; deferring it to a task", parent.pk)
+    if summary is not None:
+        if summary.text:
+            state[MetadataKeys.PARENT_CONVERSATION_SUMMARY] = summary.text
+    else:
+        state[MetadataKeys.SUMMARY_DEFERRED] = True
+
+    with transaction.atomic():
+        fork = new_conversation(
+            state,
+            user_id=parent.user_id,
+            title=title,
+            parent_conversation=parent,
+            system_prompt=parent.system_prompt,
+        )
+        if first_message:
+            add_message(fork, Message.Role.USER, first_message)
+        size = refresh_size(fork.pk)
+        if summary is not None and summary.called_summarizer:
+            _record_event(fork.pk, parent, summary, size, deferred=False)
+        if summary is None:
+            enqueue_on_commit(PARENT_SUMMARY_TASK, fork.pk)
+    logger.info("fork_created parent=%s fork=%s deferred=%s", parent.pk, fork.pk, summary is None)
+    return fork
+
+
+def _record_event(
+    conversation_id: int, parent: Conversation, summary: ParentSummary, size: int, *, deferred: bool
+) -> None:
+    """The fork summary's event: the parent's context it stands for, then the fork's
+    request with it (`size`, docs/admin.rst "Token figures")."""
+    record_compaction(
+        conversation_id,
+        CompactionEvent.Kind.FORK_SUMMARY,
+        tokens_before=summary.tokens_summarized,
+        tokens_after=size,
+        messages_affected=summary.messages_summarized,
+        summarizer_model=summary.model[:128],
+        summarizer_input_tokens=summary.input_tokens,
+        summarizer_output_tokens=summary.output_tokens,
+        duration_ms=summary.duration_ms,
+        details={"parent_id": parent.pk, "deferred": deferred},
+    )
+
+
+def _last_message_id(conversation: Conversation) -> int | None:
+    return (
+        Message.objects.filter(conversation_id=conversation.pk)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+
+
+def _log_refused(conversation: Conversation, reason: str, message_id: Any = None) -> None:
+    logger.warning(
+        "fork_refused conversation=%s reason=%s message=%s", conversation.pk, reason, message_id
+    )

@@ -1,0 +1,74 @@
+"""The post-exchange flow, run by a worker after each exchange
+(`assistant.tasks.post_exchange_task`): it prepares the compaction of consumed
+tool results (applied at once with COMPACTION_TIMING "eager") and builds the
+next window summary ahead when a shift is in sight, without changing what the
+next request sends. See docs/architecture.rst."""
+
+from __future__ import annotations
+
+import logging
+from typing import TypeVar
+
+from django.utils import timezone
+
+from assistant.cost.stored import store_costs
+from assistant.history.arguments import an_id, entry_point
+from assistant.history.events import stopwatch
+from assistant.models import Conversation
+from assistant.ops.logs import log_event
+from assistant.provider_compaction.choice import provider_compacts
+from assistant.settings.conf import CompactionConfig, compaction_config
+from assistant.summary.prebuild import prebuild_window_summary
+from assistant.tool_results.compaction import compact_old_blocks, prepare_tool_results
+from assistant.window import (
+    decide,
+    load_window,
+)
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@entry_point(conversation_id=an_id)
+def process_exchange(conversation_id: int) -> bool:
+    """The post-exchange pipeline: prepare compaction of consumed tool results
+    (applied at once with COMPACTION_TIMING "eager") and pre-build the next
+    window summary. Idempotent; False when the conversation is gone or deleted."""
+    conversation = Conversation.objects.filter(pk=conversation_id, deleted_at__isnull=True).first()
+    if conversation is None:
+        log_event("post_exchange_skipped", conversation_id=conversation_id, reason="missing")
+        return False
+    exchange_stamp = conversation.last_exchange_at
+    with stopwatch() as elapsed:
+        config = compaction_config()
+        prepared = prepare_tool_results(conversation)
+        if config.COMPACTION_TIMING == "eager":
+            prepared += compact_old_blocks(conversation_id)
+        prebuilt = shift_ahead(conversation_id, config) and prebuild_window_summary(conversation)
+        # The admin list's figures, with this exchange's calls and compactions.
+        store_costs([conversation_id])
+    # Record which exchange was processed; the sweep compares the two stamps.
+    Conversation.objects.filter(pk=conversation_id).update(post_exchange_done_at=exchange_stamp)
+    log_event(
+        "post_exchange_done",
+        conversation_id=conversation_id,
+        compacted=prepared,
+        prebuilt=prebuilt,
+        duration_ms=elapsed.ms,
+    )
+    return True
+
+
+def shift_ahead(conversation_id: int, config: CompactionConfig) -> bool:
+    """Whether a window shift is in sight (`Plan.shift_in_sight`), so a
+    summary the worker builds now will be used: never while the provider
+    compacts in ours' place (PROVIDER_COMPACTION "provider")."""
+    if config.PROVIDER_COMPACTION == "provider":
+        state = load_window(conversation_id, config)
+        if provider_compacts(state, config):
+            return False
+    if config.COMPACTION_TIMING == "eager":
+        return True
+    state = load_window(conversation_id, config)
+    return decide(state, config, timezone.now()).shift_in_sight

@@ -1,0 +1,132 @@
+"""Anthropic through the official SDK's Messages API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+
+from assistant.providers import convert
+from assistant.providers.anthropic.wire import anthropic_result
+from assistant.providers.base import ChatResult, Provider, ProviderError, SummaryResult, Usage
+from assistant.providers.cached_request import CachedRequest
+from assistant.providers.catalog import model_context_window
+from assistant.providers.http import sdk_client
+from assistant.providers.overflow import OVERFLOW_STOP_REASON, context_overflow
+from assistant.providers.summary_prompt import build_summary_prompt, validate_summary
+
+# A malformed 200 body surfaces as a ValueError (JSON decoding), not as an APIError.
+_CALL_ERRORS = (anthropic.APIError, ValueError)
+
+
+class AnthropicProvider(Provider):
+    name = "anthropic"
+    reads_prompt_cache = True
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str,
+        chat_model: str,
+        base_url: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 2,
+        max_output_tokens: int = 2048,
+    ) -> None:
+        self.model = model
+        self.chat_model = chat_model
+        self.max_output_tokens = max_output_tokens
+        self.max_input_tokens = model_context_window(model) - max_output_tokens
+        self._client = sdk_client(
+            anthropic.Anthropic,
+            anthropic.DefaultHttpxClient,
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+        )
+
+    def _error(self, error: Exception, model: str) -> ProviderError:
+        status = getattr(error, "status_code", None)
+        return ProviderError(
+            f"anthropic {type(error).__name__} (status {status})",
+            provider=self.name,
+            model=model,
+            status=status,
+            overflow=context_overflow(error),
+        )
+
+    def _create(self, model: str, **request: Any) -> Any:
+        try:
+            return self._client.messages.create(model=model, **request)
+        except _CALL_ERRORS as error:
+            raise self._error(error, model) from error
+
+    def summarize(
+        self,
+        transcript: str,
+        *,
+        previous_summary: str | None = None,
+        instructions: str | None = None,
+    ) -> SummaryResult:
+        system, user_text = build_summary_prompt(transcript, previous_summary)
+        if instructions:
+            system = f"{system}\n\n{instructions}"
+        response = self._create(
+            self.model,
+            max_tokens=self.max_output_tokens,
+            system=system,
+            messages=[{"role": "user", "content": user_text}],
+        )
+        return self._summary(response, self.model)
+
+    def summarize_cached(self, request: CachedRequest) -> SummaryResult:
+        """The conversation's request to the chat model (its cache holds all of it
+        but the instruction), tools included so the cached prefix matches."""
+        response = self._create(
+            self.chat_model, max_tokens=self.max_output_tokens, **request.anthropic()
+        )
+        return self._summary(response, self.chat_model)
+
+    def _summary(self, response: Any, model: str) -> SummaryResult:
+        if response.stop_reason == OVERFLOW_STOP_REASON:
+            raise ProviderError(
+                "anthropic stopped at the context window",
+                provider=self.name,
+                model=model,
+                overflow=True,
+            )
+        text = "".join(b.text for b in response.content if b.type == "text")
+        try:
+            text = validate_summary(text)
+        except ProviderError as error:
+            error.provider, error.model = self.name, model
+            raise
+        return SummaryResult(
+            text=text,
+            usage=Usage.from_anthropic(response.usage),
+            model=response.model or model,
+            provider=self.name,
+        )
+
+    def chat(
+        self,
+        system: str,
+        summaries: list[str],
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        tools: list[dict[str, Any]] | None = None,
+        thinking: dict[str, Any] | None = None,
+    ) -> ChatResult:
+        """`thinking`: Anthropic's extended-thinking setting, e.g.
+        {"type": "enabled", "budget_tokens": 2048}; the answer's thinking blocks come back
+        in `ChatResult.blocks`."""
+        request = convert.to_anthropic(system, summaries, messages)
+        if tools:
+            request["tools"] = convert.anthropic_tools(tools)
+        if thinking:
+            request["thinking"] = thinking
+        response = self._create(self.chat_model, max_tokens=max_tokens, **request)
+        return anthropic_result(response, self.chat_model)

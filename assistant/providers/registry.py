@@ -1,0 +1,332 @@
+"""Which provider summarizes, from settings and the SDKs' own environment variables;
+and the summarize() entry point with its fallback. A key is read, passed to its SDK's
+client, and never logged."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable
+
+from django.core.exceptions import ImproperlyConfigured
+
+from assistant.ops import telemetry
+from assistant.providers.base import Provider, ProviderError, SummaryResult
+from assistant.providers.cached_request import CachedRequest
+from assistant.providers.catalog import telemetry_name
+from assistant.providers.offline.provider import OfflineProvider
+from assistant.providers.summary_prompt import validate_summary
+from assistant.settings.app import app_setting
+
+logger = logging.getLogger("assistant.providers")
+
+# In the order "auto" looks for a key: each provider's settings key, then the
+# environment variables its SDK reads itself.
+KEYS = {
+    "anthropic": ("ANTHROPIC_API_KEY", ("ANTHROPIC_API_KEY",)),
+    "openai": ("OPENAI_API_KEY", ("OPENAI_API_KEY",)),
+    "gemini": ("GEMINI_API_KEY", ("GOOGLE_API_KEY", "GEMINI_API_KEY")),
+}
+PROVIDERS = (*KEYS, "offline")
+# What ASSISTANT_SUMMARIZER may say (any case).
+SUMMARIZER_CHOICES = (*PROVIDERS, "auto")
+
+
+def summarizer_setting() -> str:
+    """ASSISTANT_SUMMARIZER, lower case ("auto" when empty); a name that is none of
+    SUMMARIZER_CHOICES (e.g. "claude") raises ImproperlyConfigured rather than being
+    taken for "auto" (`manage.py check` reports it as assistant.E001)."""
+    raw = app_setting("ASSISTANT_SUMMARIZER") or "auto"
+    chosen = raw.lower() if isinstance(raw, str) else raw
+    if chosen not in SUMMARIZER_CHOICES:
+        raise ImproperlyConfigured(
+            f"ASSISTANT_SUMMARIZER is {raw!r}: expected one of {', '.join(SUMMARIZER_CHOICES)}."
+        )
+    return str(chosen)
+
+
+def settings_key(provider: str) -> str:
+    return str(app_setting(KEYS[provider][0]) or "")
+
+
+def environment_key(provider: str) -> str:
+    return next((os.environ[n] for n in KEYS[provider][1] if os.environ.get(n)), "")
+
+
+def api_key(provider: str) -> str:
+    """The provider's key: its Django setting, else its SDK's environment variable."""
+    return settings_key(provider) or environment_key(provider)
+
+
+def provider_name() -> str:
+    """The summarizer's provider: the one ASSISTANT_SUMMARIZER names, or for "auto" the
+    first whose key is found, settings' keys first (Anthropic, OpenAI, Gemini), then
+    the SDKs' environment variables in the same order; offline when none is."""
+    chosen = summarizer_setting()
+    if chosen in PROVIDERS:
+        return chosen
+    for read in (settings_key, environment_key):
+        found = next((name for name in KEYS if read(name)), None)
+        if found is not None:
+            return found
+    return "offline"
+
+
+def _common() -> tuple[float, int, int]:
+    return (
+        float(app_setting("LLM_TIMEOUT_SECONDS")),
+        int(app_setting("LLM_MAX_RETRIES")),
+        int(app_setting("SUMMARY_MAX_OUTPUT_TOKENS")),
+    )
+
+
+def _client_key(provider: str) -> tuple:
+    """What builds an Anthropic or OpenAI summarizer: its settings (the key from the
+    environment where the settings have none)."""
+    prefix = provider.upper()
+    return (
+        provider,
+        api_key(provider),
+        app_setting(f"{prefix}_BASE_URL") or None,
+        app_setting(f"{prefix}_SUMMARY_MODEL"),
+        app_setting(f"{prefix}_CHAT_MODEL"),
+        *_common(),
+    )
+
+
+def _gemini_key() -> tuple:
+    return (
+        api_key("gemini"),
+        app_setting("GEMINI_BASE_URL") or None,
+        app_setting("GEMINI_SUMMARY_MODEL"),
+        app_setting("GEMINI_CHAT_MODEL"),
+        *_common(),
+        float(app_setting("LLM_RETRY_INITIAL_DELAY")),
+        float(app_setting("LLM_RETRY_MAX_DELAY")),
+    )
+
+
+def _bounded(key: tuple, timeout_at: int, within: float | None) -> tuple:
+    """A client key (`_common` at `timeout_at`) whose calls end within `within` seconds."""
+    if within is None:
+        return key
+    timeout = min(key[timeout_at], within)
+    return (*key[:timeout_at], timeout, 0, *key[timeout_at + 2 :])
+
+
+def _client_class(provider: str) -> Callable[..., Provider]:
+    # Imported here: an SDK costs seconds to import, and only the one in use is needed.
+    if provider == "openai":
+        from assistant.providers.openai.provider import OpenAIProvider
+
+        return OpenAIProvider
+    from assistant.providers.anthropic.provider import AnthropicProvider
+
+    return AnthropicProvider
+
+
+def _gemini_class() -> Callable[..., Provider]:
+    from assistant.providers.gemini.provider import GeminiProvider
+
+    return GeminiProvider
+
+
+def import_sdk() -> None:
+    """Import the configured summarizer's SDK (seconds of CPU for some) and build
+    no client. A worker's main process calls it before it forks its pool, so a
+    child, replaced after a crash however loaded the machine, starts with the SDK
+    already in memory and builds its own client, with its own sockets, at first use
+    (docs/operations.rst, "Faults")."""
+    name = provider_name()
+    if name in ("anthropic", "openai") and api_key(name):
+        _client_class(name)
+    elif name == "gemini" and api_key(name):
+        _gemini_class()
+
+
+def forget_clients() -> None:
+    """Drop the clients built so far: a forked process builds its own, since one
+    built before the fork would share its parent's connections."""
+    _client_provider.cache_clear()
+    _gemini.cache_clear()
+
+
+# Clients are built once per distinct configuration, so a test that overrides settings
+# gets a fresh client and production reuses one connection pool.
+@functools.lru_cache(maxsize=8)
+def _client_provider(
+    provider: str,
+    key: str,
+    base_url: str | None,
+    model: str,
+    chat_model: str,
+    timeout: float,
+    retries: int,
+    max_out: int,
+) -> Provider:
+    chosen = _client_class(provider)
+    return chosen(
+        api_key=key,
+        base_url=base_url,
+        model=model,
+        chat_model=chat_model,
+        timeout=timeout,
+        max_retries=retries,
+        max_output_tokens=max_out,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _gemini(
+    key: str,
+    base_url: str | None,
+    model: str,
+    chat_model: str,
+    timeout: float,
+    retries: int,
+    max_out: int,
+    delay: float,
+    max_delay: float,
+) -> Provider:
+    return _gemini_class()(
+        api_key=key,
+        base_url=base_url,
+        model=model,
+        chat_model=chat_model,
+        timeout=timeout,
+        max_retries=retries,
+        max_output_tokens=max_out,
+        retry_initial_delay=delay,
+        retry_max_delay=max_delay,
+    )
+
+
+def offline_reason() -> str | None:
+    """Why the configured summarizer cannot run and the offline one answers
+    instead (a provider, or "auto", with no key in the Django settings nor in
+    its SDK's environment variables); None when it can run, or when "offline"
+    is what was asked for."""
+    chosen = summarizer_setting()
+    if chosen == "offline":
+        return None
+    if chosen in KEYS:
+        if api_key(chosen):
+            return None
+        places = " nor ".join(_key_places(chosen))
+        return f"ASSISTANT_SUMMARIZER is {chosen!r} but neither {places} is set"
+    if provider_name() != "offline":
+        return None
+    places = ", ".join(place for name in KEYS for place in _key_places(name))
+    return f"ASSISTANT_SUMMARIZER is {chosen!r} and none of {places} is set"
+
+
+def _key_places(provider: str) -> list[str]:
+    setting, variables = KEYS[provider]
+    return [f"settings.{setting}", *variables]
+
+
+@functools.cache
+def _warn_offline_once(reason: str) -> None:
+    # Once per process (and per reason): the system check said it at start-up.
+    logger.warning("summarizer_offline: %s; summaries come from the offline summarizer", reason)
+
+
+def get_provider(name: str | None = None, *, within: float | None = None) -> Provider:
+    """The configured provider (or the one named); offline when its key is
+    missing, which the first time is logged as a warning. `within`: a call
+    is bounded by these seconds, attempt and retries together (the chat
+    path's deadline): one attempt, timed out at the smaller of `within` and
+    LLM_TIMEOUT_SECONDS. Built once per configuration, so the SDK is imported
+    and the client ready when this returns."""
+    configured = name is None
+    name = name or provider_name()
+    if name in ("anthropic", "openai") and api_key(name):
+        return _client_provider(*_bounded(_client_key(name), 5, within))
+    if name == "gemini" and api_key(name):
+        return _gemini(*_bounded(_gemini_key(), 4, within))
+    if configured and (reason := offline_reason()) is not None:
+        _warn_offline_once(reason)
+    return OfflineProvider()
+
+
+def summarize(
+    transcript: str,
+    previous_summary: str | None = None,
+    *,
+    instructions: str | None = None,
+    provider: Provider | None = None,
+) -> SummaryResult:
+    """A validated summary from the configured provider; on failure (after the SDK's own
+    retries) or a rejected summary, the offline summarizer's, unless fallback is off."""
+    provider = provider or get_provider()
+    try:
+        with telemetry.summarizer_call(
+            telemetry_name(provider.name, provider.model), provider.model
+        ) as span:
+            result = provider.summarize(
+                transcript, previous_summary=previous_summary, instructions=instructions
+            )
+            telemetry.summarizer_usage(
+                span, telemetry_name(provider.name, provider.model), provider.model, result.usage
+            )
+            validate_summary(result.text)
+        return result
+    except ProviderError as error:
+        _log_failure(provider, error, provider.model)
+        if not app_setting("ASSISTANT_SUMMARY_FALLBACK") or isinstance(provider, OfflineProvider):
+            raise
+    return _offline(provider, transcript, previous_summary)
+
+
+def summarize_cached(request: CachedRequest, *, provider: Provider) -> SummaryResult:
+    """A validated summary from `provider`'s chat model, asked with the conversation's
+    own cached request (`CachedRequest`); on failure or a rejected summary, the offline
+    summarizer's of `request.transcript`, unless fallback is off."""
+    try:
+        with telemetry.summarizer_call(
+            telemetry_name(provider.name, provider.chat_model), provider.chat_model
+        ) as span:
+            result = provider.summarize_cached(request)
+            telemetry.summarizer_usage(
+                span,
+                telemetry_name(provider.name, provider.chat_model),
+                provider.chat_model,
+                result.usage,
+            )
+            validate_summary(result.text)
+        return result
+    except ProviderError as error:
+        _log_failure(provider, error, provider.chat_model)
+        if not app_setting("ASSISTANT_SUMMARY_FALLBACK"):
+            raise
+    return _offline(provider, request.transcript, request.previous_summary)
+
+
+def _log_failure(provider: Provider, error: ProviderError, model: str) -> None:
+    # Never the key or any message content: provider, model, class, status only.
+    cause = error.__cause__
+    logger.warning(
+        "summarizer call failed: provider=%s model=%s error=%s cause=%s status=%s reason=%s",
+        provider.name,
+        model,
+        type(error).__name__,
+        type(cause).__name__ if cause else None,
+        error.status,
+        getattr(error, "reason", None),
+    )
+
+
+def _offline(provider: Provider, transcript: str, previous_summary: str | None) -> SummaryResult:
+    offline = OfflineProvider()
+    telemetry.summarizer_fallback(telemetry_name(provider.name, provider.model), provider.model)
+    with telemetry.summarizer_call(offline.name, offline.model) as span:
+        result = offline.summarize(transcript, previous_summary=previous_summary)
+        telemetry.summarizer_usage(span, offline.name, offline.model, result.usage)
+    return SummaryResult(
+        text=validate_summary(result.text),
+        usage=result.usage,
+        model=result.model,
+        provider=result.provider,
+        fallback=True,
+    )

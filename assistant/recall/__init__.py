@@ -1,0 +1,449 @@
+"""The recall tools a host offers its model beside its own: nothing compacted is out of reach.
+
+Every compacted or stubbed tool result, every media placeholder and every window summary
+names the handle of its stored original ("ref m4182"; a summary names the range it
+covers, "ref m12..m250"). `recall` reads an original by its handle, a page at a time;
+`search_history` searches the originals of the conversation and of its fork ancestors
+(up to each fork point, included) with PostgreSQL full-text search over each message's
+stored document, then a substring search over a trigram index (a plain one on SQLite,
+the demo's store): both GIN indexes lead with the conversation, so a search reads its
+matches, never the whole conversation (docs/operations.rst, "Performance at scale")::
+
+    tools = [*my_tools, *tool_definitions("anthropic")]
+    ...
+    text = run_tool_call(conversation, call["name"], call["arguments"])
+
+Scoped: a handle of another conversation gets the same error text as one that does not
+exist. Capped at RECALL_MAX_CHARS. The result is an ordinary tool result: stored with
+add_message, compacted like any other. A bad call gets an error text, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank
+from django.db import connection
+from django.db.models import F, Lookup, Q, Value
+from django.db.models.functions import Greatest, Left, Length, StrIndex, Substr, Upper
+
+from assistant.history.arguments import entry_point
+from assistant.models import (
+    SEARCH_INDEX_CHARS,
+    Conversation,
+    Message,
+    MessageQuerySet,
+    MetadataKeys,
+    handle,
+)
+from assistant.providers.catalog import wire
+from assistant.settings.conf import compaction_config
+from assistant.text.blocks import MEDIA_TYPES, THINKING_TYPES, describe
+from assistant.window import require_saved
+
+#: The name of the tool that reads an original by its handle.
+RECALL = "recall"
+#: The name of the tool that searches the originals.
+SEARCH_HISTORY = "search_history"
+# A handle as the model may write it: "m4182", "ref m4182", "4182"; a range "m12..m250".
+_HANDLE = re.compile(r"^\s*(?:ref\s+)?m?(\d{1,18})\s*(?:\.\.\s*m?(\d{1,18})\s*)?$", re.I)
+#: Handles in a text the model sees (one message's, not a range): the bench's recoverable probes.
+HANDLE_IN_TEXT = re.compile(r"\bref m(\d{1,18})\b(?!\.\.)")
+#: How much of each message a recalled range shows.
+RANGE_PREVIEW_CHARS = 160
+#: How much of a message a search hit shows around the match.
+SNIPPET_CHARS = 300
+#: PostgreSQL's substring() takes an integer: the page starts at offset + 1.
+MAX_OFFSET = 2**31 - 2
+#: A substring search needs a trigram of the query (assistant_msg_trgm): shorter
+#: queries are searched as words alone.
+TRIGRAM_CHARS = 3
+#: A longer query is not words to look for but a pasted text: refused.
+MAX_QUERY_CHARS = 500
+#: How much of a name the model wrote an error message repeats (it may be anything).
+ECHO_CHARS = 80
+#: An original's calls, thinking and attachments (its first page only) take at most
+#: this share of the limit, beside the page's text.
+EXTRAS_SHARE = 4
+#: The room of a page's header and footer, beside its text: a page shows `limit`
+#: (RECALL_MAX_CHARS) characters of the original, so the next page starts at the
+#: offset plus that limit and none is skipped.
+PAGE_FRAME_CHARS = 500
+#: The arguments shown beside a tool result's handle, like a preview.
+ARGUMENTS_PREVIEW_CHARS = 300
+#: Messages listed per page of a range; one line each, so a page stays readable.
+RANGE_PAGE_MESSAGES = 200
+#: The room the highlight marks and a split word may add to a snippet.
+SNIPPET_SLACK_CHARS = 40
+#: The note a cut text ends with takes about this much.
+CUT_NOTE_CHARS = 60
+
+#: The recall tools, in no provider's shape (``tool_definitions`` shapes them).
+NEUTRAL_TOOLS = [
+    {
+        "name": RECALL,
+        "description": (
+            "Read the stored original of something compacted earlier in this conversation: "
+            "a tool result, a message, an image or document placeholder, or a summary. Texts "
+            'you see name them by handle, as "ref m4182" (a summary: "ref m12..m250", a '
+            "range of messages). Long originals come a page at a time: pass offset (the "
+            "character to start at; for a range, the number of messages to skip) and limit."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "handle": {"type": "string", "description": 'e.g. "m4182" or "m12..m250"'},
+                "offset": {"type": "integer", "description": "where to start (default 0)"},
+                "limit": {"type": "integer", "description": "how many characters at most"},
+            },
+            "required": ["handle"],
+        },
+    },
+    {
+        "name": SEARCH_HISTORY,
+        "description": (
+            "Search the full originals of this conversation's earlier messages and tool "
+            "results (and of the conversation it continues) for words, names, ids, paths or "
+            "values no longer in view. Returns the best matches with a snippet and the "
+            "handle to recall each one."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "what to look for"}},
+            "required": ["query"],
+        },
+    },
+]
+
+
+def tool_definitions(provider: str) -> list[dict[str, Any]]:
+    """The `recall` and `search_history` tools in the shape `provider` takes (a provider
+    of chat_step: "anthropic", "openai", "openai_responses" a list of tools, "gemini"
+    one Tool's function declarations). An unknown provider raises ValidationError
+    (unknown_provider)."""
+    return wire(provider).tool_definitions(NEUTRAL_TOOLS)
+
+
+def is_recall_tool(name: str) -> bool:
+    return name in (RECALL, SEARCH_HISTORY)
+
+
+@entry_point(conversation=lambda _, conversation: require_saved(conversation))
+def run_tool_call(conversation: Conversation, name: str, arguments: Any) -> str:
+    """Answer one call of a recall tool with the text of its tool result. A bad
+    call (unknown tool, missing or malformed arguments, a handle this conversation
+    cannot see) gets an error text the model can act on, never an exception; a
+    `conversation` that is not a saved Conversation is `invalid_conversation`."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except ValueError:
+            return "Error: the arguments must be a JSON object."
+    if not isinstance(arguments, dict):
+        return "Error: the arguments must be a JSON object."
+    config = compaction_config()
+    cap = config.RECALL_MAX_CHARS
+    if name == RECALL:
+        call = _recall_arguments(arguments, config.RECALL_MAX_CHARS)
+        if isinstance(call, str):
+            return call
+        text = _recall(conversation.pk, call)
+        cap = recall_result_cap(config.RECALL_MAX_CHARS)
+    elif name == SEARCH_HISTORY:
+        query = arguments.get("query")
+        error = _query_error(query)
+        if error is not None or not isinstance(query, str):
+            return error or ""
+        text = _search(conversation.pk, query.strip(), config.SEARCH_MAX_RESULTS)
+    else:
+        return (
+            f"Error: unknown tool {str(name)[:ECHO_CHARS]!r}; the recall tools are "
+            "recall and search_history."
+        )
+    if not text.startswith("Error:"):
+        # A deleted conversation is read, never changed (docs/chat-loop.rst, "Recall").
+        Conversation.objects.filter(pk=conversation.pk, deleted_at__isnull=True).update(
+            recall_count=F("recall_count") + 1
+        )
+    return _capped(text, cap)
+
+
+def recall_result_cap(page_chars: int) -> int:
+    """The most characters a `recall` result takes: a page of `page_chars` characters
+    of the original, its first page's calls and thinking, its header and footer."""
+    return page_chars + page_chars // EXTRAS_SHARE + PAGE_FRAME_CHARS
+
+
+@dataclass(frozen=True)
+class _RecallCall:
+    first: int
+    last: int | None  # a range
+    offset: int
+    limit: int
+
+
+def _recall_arguments(arguments: dict[str, Any], cap: int) -> _RecallCall | str:
+    match = _HANDLE.match(str(arguments.get("handle") or ""))
+    if match is None:
+        return 'Error: recall needs a "handle" as the text names it, e.g. "m4182".'
+    numbers = {}
+    for key, default in (("offset", 0), ("limit", cap)):
+        value = arguments.get(key, default)
+        if value is None:
+            value = default
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if key == "offset":
+                return f"Error: offset must be a whole number from 0 to {MAX_OFFSET}."
+            return f"Error: {key} must be a whole number of at least 0."
+        numbers[key] = value
+    if numbers["offset"] > MAX_OFFSET:
+        return f"Error: offset must be a whole number from 0 to {MAX_OFFSET}."
+    last = int(match.group(2)) if match.group(2) else None
+    first = int(match.group(1))
+    if last is not None and last < first:
+        first, last = last, first
+    return _RecallCall(first, last, numbers["offset"], max(min(numbers["limit"], cap), 1))
+
+
+def _query_error(query: Any) -> str | None:
+    """The error text that says what is wrong with a search query, None if nothing."""
+    if not isinstance(query, str) or not query.strip():
+        return 'Error: search_history needs a "query": the words or value to look for.'
+    if len(query) > MAX_QUERY_CHARS:
+        return (
+            f"Error: the query is {len(query)} characters long; search_history takes "
+            f"at most {MAX_QUERY_CHARS}."
+        )
+    if "\x00" in query:
+        return "Error: the query contains a NUL character (\\x00); search without it."
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError:
+        return "Error: the query is not valid Unicode (it contains a lone surrogate)."
+    return None
+
+
+def visible_messages(conversation_id: int) -> Q:
+    """The messages this conversation may recall and search: its own, and each fork
+    ancestor's up to the fork point (included)."""
+    scope = Q(conversation_id=conversation_id)
+    seen = {conversation_id}
+    bounds = (
+        "parent_conversation_id",
+        MetadataKeys.FORK_MESSAGE_ID,
+        MetadataKeys.FORK_THROUGH_MESSAGE_ID,
+    )
+    current = Conversation.objects.filter(pk=conversation_id).values(*bounds).first()
+    for _ in range(compaction_config().MAX_FORK_DEPTH + 1):
+        parent = current["parent_conversation_id"] if current is not None else None
+        if current is None or not parent or parent in seen:
+            break
+        bound = current[MetadataKeys.FORK_MESSAGE_ID]
+        if bound is None:
+            bound = current[MetadataKeys.FORK_THROUGH_MESSAGE_ID]
+        if bound is None:
+            break
+        scope |= Q(conversation_id=parent, id__lte=int(bound))
+        seen.add(parent)
+        current = Conversation.objects.filter(pk=parent).values(*bounds).first()
+    return scope
+
+
+def _missing(text: str) -> str:
+    return f"Error: no stored original named {text} in this conversation."
+
+
+def _recall(conversation_id: int, call: _RecallCall) -> str:
+    scope = Message.objects.filter(visible_messages(conversation_id))
+    if call.last is not None:
+        return _recall_range(scope, call, call.last)
+    row = (
+        scope.filter(pk=call.first)
+        .annotate(size=Length("content"), page=Substr("content", call.offset + 1, call.limit))
+        .values(
+            "role",
+            "tool_name",
+            "tool_arguments",
+            "tool_calls",
+            "blocks",
+            "size",
+            "page",
+            "original_dropped_at",
+            "compacted_content",
+        )
+        .first()
+    )
+    if row is None:
+        return _missing(handle(call.first))
+    name = handle(call.first)
+    if row["original_dropped_at"] is not None:
+        return (
+            f"[ref {name}: the original was removed by the retention policy; what the "
+            f"context showed is all that remains]\n{row['compacted_content'] or ''}"
+        )
+    size, page = row["size"] or 0, row["page"] or ""
+    extras = "\n".join(_extras(row)) if call.offset == 0 else ""
+    extras = extras[: call.limit // EXTRAS_SHARE]
+    end = call.offset + len(page)
+    lines = [
+        f"[ref {name} · {_describe(row)} · {size:,} characters · showing {call.offset:,}-{end:,}]",
+        extras,
+        page,
+    ]
+    if end < size:
+        lines.append(f"[{size - end:,} more characters: recall {name} with offset {end}]")
+    return "\n".join(line for line in lines if line)
+
+
+def _describe(row: dict[str, Any]) -> str:
+    if row["role"] == Message.Role.TOOL:
+        arguments = json.dumps(row["tool_arguments"] or {}, ensure_ascii=False)
+        if len(arguments) > ARGUMENTS_PREVIEW_CHARS:
+            arguments = arguments[:ARGUMENTS_PREVIEW_CHARS] + "…"
+        return f"tool result of {row['tool_name']} {arguments}"
+    return f"{row['role']} message"
+
+
+def _extras(row: dict[str, Any]) -> list[str]:
+    """Beside the text: an assistant message's calls and thinking, the images and
+    documents of a message (by name: a tool result is text)."""
+    lines = []
+    for block in row["blocks"] or ():
+        if block["type"] in THINKING_TYPES and block.get("thinking"):
+            lines.append(f"[thinking]\n{block['thinking']}\n[/thinking]")
+        elif block["type"] in MEDIA_TYPES:
+            lines.append(f"[attached: {describe(block)}]")
+    for call in row["tool_calls"] or ():
+        arguments = json.dumps(call.get("arguments") or {}, ensure_ascii=False)
+        lines.append(f"[called {call.get('name')} {arguments}]")
+    return lines
+
+
+def _recall_range(scope: MessageQuerySet, call: _RecallCall, last: int) -> str:
+    rows = list(
+        scope.filter(pk__gte=call.first, pk__lte=last)
+        .order_by("id")
+        .annotate(preview=Left("content", RANGE_PREVIEW_CHARS), size=Length("content"))
+        .values("id", "role", "tool_name", "preview", "size")[
+            call.offset : call.offset + RANGE_PAGE_MESSAGES
+        ]
+    )
+    label = f"{handle(call.first)}..{handle(last)}"
+    if not rows:
+        return _missing(label) if call.offset == 0 else f"[ref {label}: no more messages]"
+    lines = [f"[ref {label}: messages from {call.offset + 1}, each recallable by its handle]"]
+    used = len(lines[0])
+    for shown, row in enumerate(rows):
+        who = f"tool {row['tool_name']}" if row["tool_name"] else row["role"]
+        preview = " ".join((row["preview"] or "").split())
+        more = "…" if (row["size"] or 0) > RANGE_PREVIEW_CHARS else ""
+        line = f"ref {handle(row['id'])} ({who}, {row['size'] or 0:,} chars): {preview}{more}"
+        if used + len(line) > call.limit:
+            lines.append(f"[more: recall {label} with offset {call.offset + shown}]")
+            break
+        lines.append(line)
+        used += len(line) + 1
+    else:
+        if len(rows) == RANGE_PAGE_MESSAGES:
+            lines.append(f"[more: recall {label} with offset {call.offset + len(rows)}]")
+    return "\n".join(lines)
+
+
+def _search(conversation_id: int, query: str, most: int) -> str:
+    scope = Message.objects.filter(visible_messages(conversation_id))
+    found: list[tuple[int, str, str]] = []  # (id, who, snippet)
+    if connection.vendor == "postgresql":
+        found = _full_text(scope, query, most)
+    seen = {pk for pk, _, _ in found}
+    if len(found) < most:
+        found += [hit for hit in _substring(scope, query, most) if hit[0] not in seen][
+            : most - len(found)
+        ]
+    if not found:
+        return f'No stored original matches "{query}".'
+    lines = [f'{len(found)} match{"es" if len(found) != 1 else ""} for "{query}" (best first):']
+    lines += [f"- ref {handle(pk)} ({who}): {snippet}" for pk, who, snippet in found]
+    lines.append("Recall a ref to read its original.")
+    return "\n".join(lines)
+
+
+def _full_text(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int, str, str]]:
+    search = SearchQuery(query, config="simple", search_type="websearch")
+    # The stored document, through the GIN index assistant_msg_search (conversation
+    # and document in one index: only the conversation's matches are read).
+    rows = (
+        scope.filter(search_vector=search)
+        .annotate(rank=SearchRank(F("search_vector"), search))
+        .order_by("-rank", "-id")
+        .values("id", "role", "tool_name")[:most]
+    )
+    rows = list(rows)
+    snippets = dict(
+        Message.objects.filter(pk__in=[row["id"] for row in rows])
+        .annotate(
+            snippet=SearchHeadline(
+                Left("content", SEARCH_INDEX_CHARS),
+                search,
+                config="simple",
+                start_sel="«",
+                stop_sel="»",
+                # About two sentences around the match, in at most two pieces.
+                max_words=35,
+                min_words=15,
+                max_fragments=2,
+            )
+        )
+        .values_list("id", "snippet")
+    )
+    return [(row["id"], _who(row), _clean(snippets.get(row["id"]) or "")) for row in rows]
+
+
+class _ILike(Lookup):
+    """PostgreSQL's ILIKE, as the trigram index assistant_msg_trgm serves it (Django's
+    icontains is UPPER(...) LIKE UPPER(...), which that index does not)."""
+
+    lookup_name = "ilike"
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        rhs, rhs_params = self.process_rhs(compiler, connection)
+        return f"{lhs} ILIKE {rhs}", [*lhs_params, *rhs_params]
+
+
+def _substring(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int, str, str]]:
+    if connection.vendor == "postgresql":
+        if len(query) < TRIGRAM_CHARS:
+            return []  # no trigram to look up: the full-text search alone
+        pattern = f"%{connection.ops.prep_for_like_query(query)}%"
+        scope = scope.filter(_ILike(F("content"), Value(pattern)))
+    else:
+        scope = scope.filter(content__icontains=query)
+    position = StrIndex(Upper("content"), Upper(Value(query)))
+    rows = (
+        scope.annotate(at=position)
+        .annotate(
+            snippet=Substr("content", Greatest(F("at") - SNIPPET_CHARS // 2, 1), SNIPPET_CHARS)
+        )
+        .order_by("-id")
+        .values("id", "role", "tool_name", "snippet")[:most]
+    )
+    return [(row["id"], _who(row), _clean(row["snippet"] or "")) for row in rows]
+
+
+def _who(row: dict[str, Any]) -> str:
+    return f"tool {row['tool_name']}" if row["tool_name"] else str(row["role"])
+
+
+def _clean(snippet: str) -> str:
+    return " ".join(snippet.split())[: SNIPPET_CHARS + SNIPPET_SLACK_CHARS]
+
+
+def _capped(text: str, cap: int) -> str:
+    if len(text) <= cap:
+        return text
+    return text[: cap - CUT_NOTE_CHARS].rstrip() + "\n[cut at RECALL_MAX_CHARS: ask for less]"

@@ -1,0 +1,134 @@
+"""The compacted form of a tool result (truncated, or summarized under a
+"summarize" policy) and its write: a batch of results compacted at once
+for the pre-call hook and `compact_tool_results` (assistant.tool_results.compaction),
+each result with its own audit row."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from assistant import providers as llm
+from assistant.history.events import record_compaction, stopwatch
+from assistant.models import CompactionEvent, Message, ref
+from assistant.providers.summary_prompt import render_transcript
+from assistant.settings.conf import CompactionConfig
+from assistant.summary.guidance import guided_by
+from assistant.text.tokens import estimate_tokens
+from assistant.text.truncation import truncate_tool_result
+
+logger = logging.getLogger(__name__)
+
+
+def compact_batch(conversation_id: int, rows: list[Message], config: CompactionConfig) -> int:
+    """Compact these results, each with its own audit row and duration: the
+    prepared texts read in one query and written in one transaction (an
+    interrupted batch loses nothing: the originals stay); a result summarized
+    now is committed right after its LLM call, so a killed run keeps what
+    it paid for."""
+    with_prepared = [row.pk for row in rows if _uses_prepared(row)]
+    prepared = dict(
+        Message.objects.filter(pk__in=with_prepared).values_list("pk", "prepared_content")
+        if with_prepared
+        else []
+    )
+    writes, count = [], 0
+    for row in rows:
+        with stopwatch() as made:
+            text, kind, model = _text_for(row, prepared, config)
+        tokens = estimate_tokens(text) + row.blocks_tokens
+        if tokens >= row.token_estimate:
+            continue  # never replace a result by something as long or longer
+        if kind == Message.Compaction.SUMMARIZED and prepared.get(row.pk) is None:
+            with transaction.atomic():
+                count += _write_compacted(
+                    conversation_id, row, (text, kind, model), tokens, made.ms
+                )
+        else:
+            writes.append((row, text, kind, model, tokens, made.ms))
+    if not writes:
+        return count
+    with transaction.atomic():
+        for row, text, kind, model, tokens, made_ms in writes:
+            count += _write_compacted(conversation_id, row, (text, kind, model), tokens, made_ms)
+    return count
+
+
+def _uses_prepared(row: Message) -> bool:
+    return bool(row.prepared_compaction) and (
+        row.prepared_compaction != Message.Compaction.DEDUPLICATED
+    )
+
+
+def _text_for(
+    row: Message, prepared: dict[int, str | None], config: CompactionConfig
+) -> tuple[str, str, str]:
+    """(text, kind, summarizer model): the worker's prepared text, else made now."""
+    text = prepared.get(row.pk)
+    if _uses_prepared(row) and text is not None:
+        return text, row.prepared_compaction, ""
+    original = Message.objects.only("conversation_id", "content", "tool_name", "tool_call_id").get(
+        pk=row.pk
+    )
+    return compacted_text(original, config)
+
+
+def _write_compacted(
+    conversation_id: int, row: Message, made: tuple[str, str, str], tokens: int, made_ms: int
+) -> int:
+    text, kind, model = made
+    with stopwatch() as elapsed:
+        # Conditional: a concurrent run that got there first wins.
+        updated = Message.objects.filter(pk=row.pk, compaction="", pinned=False).update(
+            compacted_content=text,
+            compaction=kind,
+            compacted_at=timezone.now(),
+            token_estimate=tokens,
+            prepared_content=None,
+            prepared_compaction="",
+            prepared_token_estimate=None,
+        )
+    if updated:
+        record_compaction(
+            conversation_id,
+            CompactionEvent.Kind.TOOL_RESULTS,
+            tokens_before=row.token_estimate,
+            tokens_after=tokens,
+            messages_affected=1,
+            duration_ms=made_ms + elapsed.ms,
+            summarizer_model=model,
+            details={"message_id": row.pk},
+        )
+    return updated
+
+
+def compacted_text(message: Message, config: CompactionConfig) -> tuple[str, str, str]:
+    """(model-facing text, compaction kind, summarizer model or "")."""
+    if config.policy_for(message.tool_name) == "summarize":
+        try:
+            with guided_by(message.conversation_id, config):
+                result = llm.summarize(
+                    render_transcript(
+                        [
+                            {
+                                "role": "tool",
+                                "content": message.content,
+                                "tool_name": message.tool_name,
+                                "tool_call_id": message.tool_call_id,
+                            }
+                        ]
+                    )
+                )
+            header = (
+                f"[Summary of a {len(message.content):,}-character {message.tool_name} result; "
+                f"the full original is stored and can be restored ({ref(message.pk)}).]"
+            )
+            return f"{header}\n{result.text}", Message.Compaction.SUMMARIZED, result.model
+        except Exception as exc:  # fall back to truncation, never lose the turn
+            logger.warning(
+                "tool_summary_failed message=%s error=%s", message.pk, type(exc).__name__
+            )
+    text = truncate_tool_result(message.content, config, handle_ref=ref(message.pk))
+    return text, Message.Compaction.TRUNCATED, ""
