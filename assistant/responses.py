@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 
 from assistant.history.append import add_message
 from assistant.models import Conversation, Message
-from assistant.provider_compaction import stored as provider_compaction
+from assistant.provider_compaction import recording as provider_compaction
 from assistant.providers.catalog import CHAT_PROVIDERS, read_response
 from assistant.window import refresh_size
 

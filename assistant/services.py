@@ -48,7 +48,7 @@ from assistant.providers.streaming import StreamInterrupted
 from assistant.providers.summary_prompt import call_instructions
 from assistant.recall import run_tool_call, tool_definitions
 from assistant.responses import record_response
-from assistant.staff.actions import Outcome, check_action, run_staff_action
+from assistant.staff.operations import Outcome, check_action, run_staff_action
 from assistant.staff.planning import RunPlan, plan_run
 from assistant.staff.previews import (
     Preview,

@@ -24,7 +24,7 @@ from assistant.ops.logs import log_event
 from assistant.post_exchange import pipeline as post_exchange
 from assistant.providers import ProviderError, forget_clients, import_sdk
 from assistant.settings.app import app_setting
-from assistant.staff import actions as staff_actions
+from assistant.staff import operations as staff_actions
 from assistant.summary import worker as prebuild
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from assistant.models import Message
 from assistant.services import add_message, queue_staff_action
-from assistant.staff.actions import REGENERATE_SUMMARY
+from assistant.staff.operations import REGENERATE_SUMMARY
 from tests.builders import html
 from tests.scenarios import staff_user, tool_heavy_conversation
 

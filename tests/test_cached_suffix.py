@@ -16,7 +16,7 @@ from django.test import override_settings
 from google import genai
 from google.genai import types
 
-from assistant.cost.stored import conversation_costs
+from assistant.cost.stored_figures import conversation_costs
 from assistant.history.state_writes import read_state
 from assistant.models import CompactionEvent, Message, MetadataKeys
 from assistant.providers.summary_prompt import (

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from assistant.cost.pricing import conversation_cost, price_of, total_cost
-from assistant.cost.stored import conversation_costs
+from assistant.cost.stored_figures import conversation_costs
 from assistant.history.events import record_compaction
 from assistant.models import Conversation, Message
 from assistant.services import add_message

@@ -1526,7 +1526,7 @@ def test_a_staff_regenerate_run_has_the_summarizers_own_timeout_not_the_chat_dea
     fake_llm, settings
 ):
     from assistant.services import regenerate_window_summary
-    from assistant.staff.actions import run_staff_action
+    from assistant.staff.operations import run_staff_action
 
     reply = slow(3, ok(text="The staff's summary."))
     conversation = over_the_trigger(

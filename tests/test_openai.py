@@ -12,7 +12,7 @@ import pytest
 from django.test import override_settings
 
 from assistant.admin.inspector import context_inspector, request_body
-from assistant.cost.stored import conversation_costs
+from assistant.cost.stored_figures import conversation_costs
 from assistant.models import CompactionEvent, Message
 from assistant.providers.catalog import model_context_window
 from assistant.providers.overflow import context_overflow

@@ -16,7 +16,7 @@ from assistant.services import (
     restore_preview,
     run_staff_action,
 )
-from assistant.staff.actions import (
+from assistant.staff.operations import (
     COMPACT_TOOL_RESULTS,
     EMERGENCY_1,
     EMERGENCY_2,

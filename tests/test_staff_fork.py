@@ -13,7 +13,7 @@ from django.urls import reverse
 from assistant.history.state_writes import write_state
 from assistant.models import CompactionEvent, Conversation
 from assistant.services import queue_staff_action
-from assistant.staff.actions import (
+from assistant.staff.operations import (
     FORK_CONTINUATION,
     FORK_FROM_MESSAGE,
     check_action,

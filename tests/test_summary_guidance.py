@@ -25,7 +25,7 @@ from assistant.services import (
     regenerate_window_summary,
     run_staff_action,
 )
-from assistant.staff.actions import REGENERATE_SUMMARY
+from assistant.staff.operations import REGENERATE_SUMMARY
 from assistant.summary.guidance import guidance_for
 from assistant.summary.language import detect_language
 from tests.builders import html

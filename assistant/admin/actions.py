@@ -26,7 +26,7 @@ from assistant.models import Conversation, Message
 from assistant.ops import telemetry
 from assistant.providers.summary_prompt import check_instructions
 from assistant.settings.conf import compaction_config
-from assistant.staff.actions import (
+from assistant.staff.operations import (
     CALLS_THE_MODEL,
     COMPACT_TOOL_RESULTS,
     EMERGENCY_1,

@@ -33,7 +33,7 @@ from assistant.admin.listing import (
 )
 from assistant.cleanup.retention import purge_date
 from assistant.cost.pricing import Cost, costs_since
-from assistant.cost.stored import conversation_costs
+from assistant.cost.stored_figures import conversation_costs
 from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
 from assistant.ops.health import live_worker_check

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from django.utils import timezone
 
-from assistant.cost.stored import store_costs
+from assistant.cost.stored_figures import store_costs
 from assistant.history.arguments import an_id, entry_point
 from assistant.history.events import stopwatch
 from assistant.models import Conversation

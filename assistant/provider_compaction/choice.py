@@ -7,7 +7,7 @@ came after it: then ours runs, never nothing. "auto": the hook runs, and a windo
 shift it would make is the provider's on-demand compaction instead, made through
 the host's own `call_model` (OpenAI's, which call_model cannot reach, with the app's
 own client: assistant.providers.registry); a failed one (an error, or no summary) leaves the
-shift to ours. What the provider returns is stored by assistant.provider_compaction.stored.
+shift to ours. What the provider returns is stored by assistant.provider_compaction.recording.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from asgiref.sync import async_to_sync
 
 from assistant.models import Conversation, Message
 from assistant.ops.logs import log_event
-from assistant.provider_compaction import stored as provider_compaction
+from assistant.provider_compaction import recording as provider_compaction
 from assistant.providers.catalog import WIRES, read_response
 from assistant.providers.registry import get_provider
 from assistant.providers.streaming import aread_answer, asynchronous, read_answer
