@@ -11,7 +11,7 @@ class AssistantConfig(AppConfig):
 
     def ready(self) -> None:
         from assistant import checks  # noqa: F401  (registers the system checks)
-        from assistant.history.queue import queued_exchanges_older_than
+        from assistant.history import queued_exchanges_older_than
         from assistant.ops import telemetry
         from assistant.settings.conf import check_summarizer_deadline, compaction_config
         from assistant.window import measure_unsized

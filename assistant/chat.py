@@ -26,30 +26,39 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
-from assistant.emergency.retry import acall_with_overflow_recovery, call_with_overflow_recovery
-from assistant.history.append import add_message, check_results_wanted, validated_fields
-from assistant.history.arguments import (
+from assistant.emergency import acall_with_overflow_recovery, call_with_overflow_recovery
+from assistant.history import (
     a_callable,
     a_flag,
+    add_message,
+    check_content,
+    check_results_wanted,
     entry_point,
+    fresh_state,
     instance_of,
     optional_callable,
     optional_count,
     optional_seconds,
+    require_live,
+    validated_fields,
+    write_state,
 )
-from assistant.history.deletion import require_live
-from assistant.history.fields import check_content
-from assistant.history.state_writes import fresh_state, write_state
 from assistant.models import Conversation, Message, MetadataKeys
-from assistant.precall.hook import prepare_context
-from assistant.provider_compaction.choice import ProviderStep, provider_step
-from assistant.providers.catalog import CHAT_PROVIDERS, DEFAULT_PROVIDER, wire
-from assistant.providers.streaming import OnText, aread_answer, read_answer
-from assistant.providers.wire import Wire
+from assistant.precall import prepare_context
+from assistant.provider_compaction import ProviderStep, provider_step
+from assistant.providers import (
+    CHAT_PROVIDERS,
+    DEFAULT_PROVIDER,
+    OnText,
+    Wire,
+    aread_answer,
+    read_answer,
+    wire_of,
+)
 from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
 from assistant.responses import record_response
 from assistant.settings.conf import compaction_config
-from assistant.window.context import Context
+from assistant.window import Context
 
 #: The providers whose wire format ``chat_step`` speaks.
 PROVIDERS = CHAT_PROVIDERS
@@ -99,7 +108,7 @@ def model_request(
     `models.generate_content` contents and a config holding the system instruction and
     tools. `tools`: {name, description, parameters} specs; with `recall`, the recall and
     search_history tools after them."""
-    chosen = wire(provider)
+    chosen = wire_of(provider)
     tools = _with_recall_tools(tools) if recall else tools
     return context.request(chosen, list(tools) if tools else None)
 
@@ -240,7 +249,7 @@ def _checked(
     """The provider's wire and the tools sent; an unknown provider, bad tools, a name
     clash with the recall tools and fields the answer's message could not store are
     refused before any call."""
-    chosen = wire(provider)
+    chosen = wire_of(provider)
     _tool_specs(tools)
     validated_fields(Message.Role.ASSISTANT, fields)
     return chosen, _with_recall_tools(tools) if recall else tools
@@ -280,7 +289,7 @@ def _request(
     left = ends - time.monotonic()
     if left <= 0:
         raise TimeoutError("chat_step's deadline passed before the model call could be made.")
-    return wire(provider).with_timeout(request, left)
+    return wire_of(provider).with_timeout(request, left)
 
 
 def _ends(deadline: float | None) -> float | None:

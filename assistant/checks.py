@@ -8,8 +8,7 @@ from typing import Any
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from assistant.providers import offline_reason
-from assistant.providers.catalog import MODEL_SETTINGS, model_info, price_of
+from assistant.providers import MODEL_SETTINGS, model_info, offline_reason, price_of
 from assistant.settings.app import app_setting
 
 UNKNOWN_SUMMARIZER = "assistant.E001"

@@ -12,10 +12,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from assistant.history.append import add_message
+from assistant.history import add_message
 from assistant.models import Conversation, Message
-from assistant.provider_compaction import recording as provider_compaction
-from assistant.providers.catalog import CHAT_PROVIDERS, read_response
+from assistant.provider_compaction import record_event
+from assistant.providers import CHAT_PROVIDERS, read_response
 from assistant.window import refresh_size
 
 
@@ -57,8 +57,6 @@ def record_response(
     before = conversation.context_tokens or 0
     message = add_message(conversation, Message.Role.ASSISTANT, result.text, **recorded)
     if message.provider_compaction:
-        provider_compaction.record_event(
-            message, message.provider_compaction, model=result.model, before=before
-        )
+        record_event(message, message.provider_compaction, model=result.model, before=before)
         refresh_size(conversation.pk)
     return message

@@ -22,51 +22,64 @@ from assistant.chat import (
     model_request,
     remember_chat_tools,
 )
-from assistant.cleanup.retention import restore_deleted
-from assistant.emergency import levels as emergency
-from assistant.emergency.levels import ContextTooLarge, compact_if_flagged
-from assistant.emergency.retry import acall_with_overflow_recovery, call_with_overflow_recovery
-from assistant.fork import branching as forking
-from assistant.fork.branching import generate_parent_summary
-from assistant.history.append import add_message
-from assistant.history.arguments import entry_point
-from assistant.history.deletion import mark_deleted, require_live, require_live_id
-from assistant.history.events import acting_as
-from assistant.history.queue import enqueue_on_commit
-from assistant.models import Conversation, Message, SummaryVersion
-from assistant.pins.pinning import pin_message as _pin
-from assistant.post_exchange.exchanges import finish_exchange
-from assistant.post_exchange.pipeline import process_exchange
-from assistant.precall.hook import (
-    NextRequest,
-    ensure_context_summary,
-    next_request,
-    prepare_context,
+from assistant.cleanup import restore_deleted
+from assistant.emergency import (
+    ContextTooLarge,
+    acall_with_overflow_recovery,
+    call_with_overflow_recovery,
+    compact_if_flagged,
 )
-from assistant.providers.overflow import context_overflow
-from assistant.providers.streaming import StreamInterrupted
-from assistant.providers.summary_prompt import call_instructions
+from assistant.emergency import emergency_compact as _emergency_compact
+from assistant.fork import fork_continuation as _fork_continuation
+from assistant.fork import fork_from_message as _fork_from_message
+from assistant.fork import generate_parent_summary
+from assistant.history import (
+    acting_as,
+    add_message,
+    enqueue_on_commit,
+    entry_point,
+    mark_deleted,
+    require_live,
+    require_live_id,
+)
+from assistant.models import Conversation, Message, SummaryVersion
+from assistant.pins import pin_message as _pin
+from assistant.post_exchange import finish_exchange, process_exchange
+from assistant.precall import NextRequest, ensure_context_summary, next_request, prepare_context
+from assistant.providers import StreamInterrupted, call_instructions, context_overflow
 from assistant.recall import run_tool_call, tool_definitions
 from assistant.responses import record_response
-from assistant.staff.operations import Outcome, check_action, run_staff_action
-from assistant.staff.planning import RunPlan, plan_run
-from assistant.staff.previews import (
+from assistant.staff import (
+    Outcome,
     Preview,
+    RunPlan,
+    check_action,
     emergency_preview,
+    plan_run,
     regenerate_preview,
     restore_preview,
+    run_staff_action,
 )
-from assistant.summary import shift
-from assistant.summary.generate import summarize_messages
-from assistant.summary.prebuild import prebuild_window_summary
-from assistant.summary.shift import compaction_cutoff_id
-from assistant.summary.versions import correct_summary as _correct
-from assistant.summary.versions import revert_summary as _revert
-from assistant.summary.versions import review_summary as _review
+from assistant.summary import (
+    compaction_cutoff_id,
+    prebuild_window_summary,
+    summarize_messages,
+)
+from assistant.summary import correct_summary as _correct
+from assistant.summary import regenerate_window_summary as _regenerate_window_summary
+from assistant.summary import revert_summary as _revert
+from assistant.summary import review_summary as _review
 from assistant.tasks import staff_action_task
-from assistant.tool_results import compaction
-from assistant.window.context import Context, IncompleteToolCall, build_context, context_tokens
-from assistant.window.status import ContextStatus, context_status
+from assistant.tool_results import compact_tool_results as _compact_tool_results
+from assistant.tool_results import restore_originals as _restore_originals
+from assistant.window import (
+    Context,
+    ContextStatus,
+    IncompleteToolCall,
+    build_context,
+    context_status,
+    context_tokens,
+)
 
 # Whom a staff action acts for: a django.contrib.auth user, a user id, or None.
 User = Any
@@ -91,7 +104,7 @@ def compact_tool_results(
 ) -> int:
     """`instructions`: added to the prompt of every tool result summarized here."""
     with acting_as(acting_user), call_instructions(instructions):
-        return compaction.compact_tool_results(
+        return _compact_tool_results(
             conversation, include_current_turn=include_current_turn, min_chars=min_chars
         )
 
@@ -104,7 +117,7 @@ def restore_originals(
     acting_user: User = None,
 ) -> int:
     with acting_as(acting_user):
-        return compaction.restore_originals(conversation, message_ids)
+        return _restore_originals(conversation, message_ids)
 
 
 @_live
@@ -116,7 +129,7 @@ def emergency_compact(
     instructions: str | None = None,
 ) -> bool:
     with acting_as(acting_user), call_instructions(instructions):
-        return emergency.emergency_compact(conversation, level=level)
+        return _emergency_compact(conversation, level=level)
 
 
 @_live
@@ -132,7 +145,7 @@ def regenerate_window_summary(
     """`instructions`: this summary's focus (Claude Code's `/compact focus`), added to
     the prompt after SUMMARY_INSTRUCTIONS."""
     with acting_as(acting_user), call_instructions(instructions):
-        return shift.regenerate_window_summary(
+        return _regenerate_window_summary(
             conversation,
             recent_fraction=recent_fraction,
             keep_last=keep_last,
@@ -150,7 +163,7 @@ def fork_continuation(
     acting_user: User = None,
 ) -> Conversation | None:
     with acting_as(acting_user):
-        return forking.fork_continuation(
+        return _fork_continuation(
             conversation,
             pending_user_message=pending_user_message,
             tool_services=tool_services,
@@ -163,7 +176,7 @@ def fork_from_message(
     conversation: Conversation, message_id: Any, summarize: bool = True, *, acting_user: User = None
 ) -> tuple[Conversation, str] | None:
     with acting_as(acting_user):
-        return forking.fork_from_message(conversation, message_id, summarize=summarize)
+        return _fork_from_message(conversation, message_id, summarize=summarize)
 
 
 def queue_staff_action(

@@ -9,23 +9,29 @@ from celery import Task, bootsteps, shared_task
 from celery.signals import worker_init, worker_process_init, worker_shutdown
 from django.db import InterfaceError, OperationalError
 
-from assistant.cleanup import jobs as cleanup
-from assistant.fork.branching import generate_parent_summary
-from assistant.history.deliveries import over_delivery_cap
-from assistant.history.queue import (
+from assistant.cleanup import (
+    clear_stale_state,
+    drop_compacted_originals,
+    enqueue_missing_fork_summaries,
+    purge_deleted_conversations,
+    sweep_missed_exchanges,
+)
+from assistant.fork import generate_parent_summary
+from assistant.history import (
     PARENT_SUMMARY_TASK,
     POST_EXCHANGE_TASK,
     PREBUILD_TASK,
+    over_delivery_cap,
     task_started,
 )
 from assistant.models import Conversation
 from assistant.ops import health, telemetry
 from assistant.ops.logs import log_event
-from assistant.post_exchange import pipeline as post_exchange
+from assistant.post_exchange import process_exchange
 from assistant.providers import ProviderError, forget_clients, import_sdk
 from assistant.settings.app import app_setting
-from assistant.staff import operations as staff_actions
-from assistant.summary import worker as prebuild
+from assistant.staff import run_staff_action
+from assistant.summary import note_worker, serve_prebuild_request
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +100,7 @@ def post_exchange_task(self: Task, conversation_id: int) -> None:
         return
     try:
         with telemetry.post_exchange(conversation_id):
-            post_exchange.process_exchange(conversation_id)
+            process_exchange(conversation_id)
     except ProviderError as exc:
         # A rate-limited or overloaded summarizer (after the SDK's own retries,
         # with no fallback configured): try again later, with backoff. When the
@@ -130,7 +136,7 @@ def _worker_takes(task: Task, conversation_id: object, *, refused: str) -> bool:
     task_started(task.name, conversation_id)
     if over_delivery_cap(task.name, conversation_id):
         return False
-    prebuild.note_worker(conversation_id)
+    note_worker(conversation_id)
     return True
 
 
@@ -138,7 +144,7 @@ def _worker_takes(task: Task, conversation_id: object, *, refused: str) -> bool:
 def prebuild_summary_task(self: Task, conversation_id: int) -> None:
     """The next window summary, asked for by the pre-call hook inside a turn."""
     if _worker_takes(self, conversation_id, refused="prebuild_refused"):
-        prebuild.serve_prebuild_request(conversation_id)
+        serve_prebuild_request(conversation_id)
 
 
 @shared_task(bind=True, name=PARENT_SUMMARY_TASK, **_DB_RETRY)
@@ -166,16 +172,16 @@ def staff_action_task(
     """An admin action run on the worker (a model call, or many rows); its
     result goes to the conversation's admin history. Arguments added later are
     trailing and optional, so a task queued before them still runs."""
-    staff_actions.run_staff_action(action, conversation_id, user_id, instructions, message_id)
+    run_staff_action(action, conversation_id, user_id, instructions, message_id)
 
 
-# --- Scheduled cleanup (beat; see assistant/cleanup/schedule.py) -----------------
+# --- Scheduled cleanup (beat; see assistant/settings/schedule.py) -----------------
 # Each runs one bounded batch and re-enqueues itself while work remains.
 
 
 @shared_task(**_DB_RETRY)
 def purge_deleted_conversations_task() -> int:
-    result = cleanup.purge_deleted_conversations()
+    result = purge_deleted_conversations()
     if result.remains:
         purge_deleted_conversations_task.delay()
     return result.count
@@ -183,7 +189,7 @@ def purge_deleted_conversations_task() -> int:
 
 @shared_task(**_DB_RETRY)
 def drop_compacted_originals_task() -> int:
-    result = cleanup.drop_compacted_originals()
+    result = drop_compacted_originals()
     if result.remains:
         drop_compacted_originals_task.delay()
     return result.count
@@ -191,7 +197,7 @@ def drop_compacted_originals_task() -> int:
 
 @shared_task(**_DB_RETRY)
 def sweep_missed_exchanges_task(after_id: int = 0) -> int:
-    result = cleanup.sweep_missed_exchanges(after_id=after_id)
+    result = sweep_missed_exchanges(after_id=after_id)
     if result.remains:
         sweep_missed_exchanges_task.delay(result.after_id)
     return result.count
@@ -199,7 +205,7 @@ def sweep_missed_exchanges_task(after_id: int = 0) -> int:
 
 @shared_task(**_DB_RETRY)
 def missing_fork_summaries_task(after_id: int = 0) -> int:
-    result = cleanup.enqueue_missing_fork_summaries(after_id=after_id)
+    result = enqueue_missing_fork_summaries(after_id=after_id)
     if result.remains:
         missing_fork_summaries_task.delay(result.after_id)
     return result.count
@@ -207,7 +213,7 @@ def missing_fork_summaries_task(after_id: int = 0) -> int:
 
 @shared_task(**_DB_RETRY)
 def clear_stale_state_task() -> int:
-    result = cleanup.clear_stale_state()
+    result = clear_stale_state()
     if result.remains:
         clear_stale_state_task.delay()
     return result.count

@@ -14,12 +14,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from assistant.cleanup import jobs as cleanup
-from assistant.cleanup.schedule import beat_schedule, cleanup_config, cleanup_settings
 from assistant.history.state_writes import write_state
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, SummaryVersion
 from assistant.ops.logs import log_event
 from assistant.services import add_message
+from assistant.settings.schedule import beat_schedule, cleanup_config, cleanup_settings
 from assistant.summary.versions import record_version
 from tests.conftest import wait_until
 

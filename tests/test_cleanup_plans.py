@@ -11,8 +11,8 @@ from django.db import connection
 from django.utils import timezone
 
 from assistant.cleanup import jobs as cleanup
-from assistant.cleanup.schedule import cleanup_config
 from assistant.models import Conversation, Message, MetadataKeys
+from assistant.settings.schedule import cleanup_config
 
 CONVERSATIONS = 100_000
 K = MetadataKeys

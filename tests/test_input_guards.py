@@ -16,7 +16,7 @@ from google import genai
 from google.genai import types
 
 from assistant.models import CompactionEvent, Conversation, Message
-from assistant.providers.catalog import send_bound, wire
+from assistant.providers.catalog import send_bound, wire_of
 from assistant.services import (
     ContextTooLarge,
     IncompleteToolCall,
@@ -216,7 +216,7 @@ def test_a_request_over_the_models_bound_is_made_to_fit_before_it_is_sent(fake_l
 
     # The overflow flow alone (no pre-call hook, which would shift the window first).
     response = call_with_overflow_recovery(
-        conversation, lambda context: call(context.request(wire("anthropic")))
+        conversation, lambda context: call(context.request(wire_of("anthropic")))
     )
 
     (request,) = fake_llm.requests_for("anthropic.messages")

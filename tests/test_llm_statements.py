@@ -2,7 +2,7 @@
 
 import pytest
 
-from assistant.text.statements import key_statements, statements
+from assistant.text.fact_statements import key_statements, statements
 
 FILLER = "<p>We talked about tone and structure for new readers. It reads well.</p>\n"
 

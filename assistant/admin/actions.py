@@ -21,12 +21,12 @@ from django.urls import reverse
 
 from assistant import services
 from assistant.admin.listing import ConversationModelAdmin
-from assistant.cleanup.retention import purge_after
+from assistant.cleanup import purge_after
 from assistant.models import Conversation, Message
 from assistant.ops import telemetry
-from assistant.providers.summary_prompt import check_instructions
+from assistant.providers import check_instructions
 from assistant.settings.conf import compaction_config
-from assistant.staff.operations import (
+from assistant.staff import (
     CALLS_THE_MODEL,
     COMPACT_TOOL_RESULTS,
     EMERGENCY_1,

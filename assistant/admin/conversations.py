@@ -31,15 +31,14 @@ from assistant.admin.listing import (
     date_and_time,
     with_list_figures,
 )
-from assistant.cleanup.retention import purge_date
-from assistant.cost.pricing import Cost, costs_since
-from assistant.cost.stored_figures import conversation_costs
+from assistant.cleanup import purge_date
+from assistant.cost import Cost, conversation_costs, costs_since
 from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
 from assistant.ops.health import live_worker_check
 from assistant.settings.app import app_setting
-from assistant.text.figures import share, token_count
-from assistant.window.limits import current_limits, limits_for
+from assistant.text import share, token_count
+from assistant.window import current_limits, limits_for
 
 
 class Listed(Protocol):

@@ -11,9 +11,9 @@ from typing import Any
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from assistant.cost.pricing import Call, Cost, conversation_cost
+from assistant.cost import Call, Cost, conversation_cost
 from assistant.models import CompactionEvent, Conversation
-from assistant.text.figures import measures, token_change
+from assistant.text import measures, token_change
 
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 960, 240, 56, 24, 10
 CALLS_DRAWN = 400  # the newest ones: the page stays light however long the conversation

@@ -9,7 +9,7 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 
 from assistant.models import CompactionEvent, Conversation, OfflineFallback
-from assistant.window.limits import current_limits
+from assistant.window import current_limits
 
 
 class DeletedFilter(admin.SimpleListFilter):

@@ -13,10 +13,10 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 
 from assistant.models import Conversation
-from assistant.providers.catalog import wire
+from assistant.providers import wire_of
 from assistant.services import next_request
-from assistant.text.figures import measures, share, token_change
-from assistant.window.limits import current_limits, request_shape
+from assistant.text import measures, share, token_change
+from assistant.window import current_limits, request_shape
 
 MESSAGES_SHOWN = 30
 CHARS_SHOWN = 2000
@@ -115,7 +115,7 @@ def request_body(conversation: Conversation, shape: str = "") -> dict[str, Any]:
     named one, else that of the provider of the conversation's newest answer, else the
     configured summarizer's (Anthropic's when offline)."""
     context = next_request(conversation).context
-    return context.request(wire(shape or request_shape(conversation.pk)))
+    return context.request(wire_of(shape or request_shape(conversation.pk)))
 
 
 class WireJSONEncoder(DjangoJSONEncoder):

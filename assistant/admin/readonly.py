@@ -16,7 +16,7 @@ from assistant import services
 from assistant.admin.filters import OfflineFallbackFilter
 from assistant.admin.listing import FittingMedia, date_and_time
 from assistant.models import CompactionEvent, Message, OfflineFallback
-from assistant.text.figures import measures, token_change
+from assistant.text import measures, token_change
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -22,9 +22,9 @@ from django.views.decorators.http import require_POST
 
 from assistant import services
 from assistant.admin.listing import FittingMedia, SummaryVersionModelAdmin, date_and_time
-from assistant.cost.pricing import SummarizerCall, price_of, summarizer_cost
+from assistant.cost import SummarizerCall, price_of, summarizer_cost
 from assistant.models import Conversation, SummaryVersion
-from assistant.summary.versions import compaction_diff, current_version
+from assistant.summary import compaction_diff, current_version
 from assistant.window import load_window
 
 COMPACT_PERMISSION = "assistant.compact_conversation"

@@ -21,12 +21,16 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from assistant.cleanup.schedule import CleanupConfig, cleanup_config
-from assistant.history.queue import PARENT_SUMMARY_TASK, POST_EXCHANGE_TASK, enqueue_on_commit
-from assistant.history.state_writes import write_state
+from assistant.history import (
+    PARENT_SUMMARY_TASK,
+    POST_EXCHANGE_TASK,
+    enqueue_on_commit,
+    write_state,
+)
 from assistant.metadata_keys import PENDING_SUMMARY_KEYS, WINDOW_SUMMARY_KEYS
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, SummaryVersion
 from assistant.ops.logs import log_event
+from assistant.settings.schedule import CleanupConfig, cleanup_config
 from assistant.window import refresh_size
 
 logger = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from assistant.cleanup.schedule import cleanup_config
-from assistant.history.deletion import validated_ids
+from assistant.history import validated_ids
 from assistant.models import Conversation
+from assistant.settings.schedule import cleanup_config
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,10 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, NullIf
 
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
-from assistant.providers.catalog import Price, model_prices, price_of
+from assistant.providers import Price, model_prices, price_of
 from assistant.settings.conf import compaction_config
-from assistant.text.tokens import MIN_JUDGED_ESTIMATE, MIN_TOKEN_RATIO, estimate_tokens
-from assistant.window.limits import MODEL_KEY, current_limits
+from assistant.text import MIN_JUDGED_ESTIMATE, MIN_TOKEN_RATIO, estimate_tokens
+from assistant.window import MODEL_KEY, current_limits
 
 PER_TOKENS = 1_000_000
 

@@ -24,8 +24,8 @@ from assistant.cost.pricing import (
 )
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.settings.conf import compaction_config
-from assistant.text.tokens import estimate_tokens
-from assistant.window.limits import current_limits
+from assistant.text import estimate_tokens
+from assistant.window import current_limits
 
 #: The way figures are computed (`cost_of` and what it reads): a release that
 #: changes it bumps this, and every stored figure is computed again when next read.

@@ -25,15 +25,18 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from assistant.history.events import one_rewrite, record_compaction
-from assistant.history.state_writes import refresh_state, remember, write_state
+from assistant.history import one_rewrite, record_compaction, refresh_state, remember, write_state
 from assistant.models import CompactionEvent, Conversation, MetadataKeys
-from assistant.providers.base import ChatResult, Usage
-from assistant.providers.catalog import model_context_window, read_response
-from assistant.providers.overflow import OVERFLOW_STOP_REASON
+from assistant.providers import (
+    OVERFLOW_STOP_REASON,
+    ChatResult,
+    Usage,
+    model_context_window,
+    read_response,
+)
 from assistant.settings.conf import compaction_config
-from assistant.summary.shift import regenerate_window_summary
-from assistant.tool_results.compaction import compact_tool_results
+from assistant.summary import regenerate_window_summary
+from assistant.tool_results import compact_tool_results
 from assistant.window import load_window
 
 logger = logging.getLogger(__name__)

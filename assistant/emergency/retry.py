@@ -18,10 +18,8 @@ from assistant.emergency.levels import (
     note_response,
 )
 from assistant.models import Conversation
-from assistant.providers.catalog import smallest_send_bound
-from assistant.providers.overflow import context_overflow, overflow_token_counts
-from assistant.window.context import Context, build_context
-from assistant.window.limits import current_limits
+from assistant.providers import context_overflow, overflow_token_counts, smallest_send_bound
+from assistant.window import Context, build_context, current_limits
 
 logger = logging.getLogger(__name__)
 

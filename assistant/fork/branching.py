@@ -28,14 +28,20 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models.functions import Coalesce
 
-from assistant.history.append import add_message
-from assistant.history.events import record_compaction
-from assistant.history.queue import PARENT_SUMMARY_TASK, enqueue_on_commit
-from assistant.history.state_writes import new_conversation, read_state, remember, write_state
+from assistant.history import (
+    PARENT_SUMMARY_TASK,
+    add_message,
+    enqueue_on_commit,
+    new_conversation,
+    read_state,
+    record_compaction,
+    remember,
+    write_state,
+)
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.settings.conf import compaction_config
-from assistant.summary.generate import summarize_messages
-from assistant.text.tokens import estimate_tokens
+from assistant.summary import summarize_messages
+from assistant.text import estimate_tokens
 from assistant.window import refresh_size
 
 logger = logging.getLogger(__name__)

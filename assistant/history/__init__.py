@@ -1,1 +1,102 @@
 """TODO docstring."""
+
+from assistant.history.append import add_message, check_results_wanted, validated_fields
+from assistant.history.arguments import (
+    MAX_ID,
+    MAX_INT,
+    a_callable,
+    a_flag,
+    an_id,
+    entry_point,
+    instance_of,
+    optional_callable,
+    optional_count,
+    optional_seconds,
+    optional_text,
+    sequence_of,
+)
+from assistant.history.deletion import (
+    deleted_error,
+    live,
+    mark_deleted,
+    require_live,
+    require_live_id,
+    saved_id,
+    validated_ids,
+)
+from assistant.history.deliveries import over_delivery_cap
+from assistant.history.events import (
+    acting_as,
+    acting_user_id,
+    acting_user_of,
+    one_event,
+    one_rewrite,
+    record_compaction,
+    stopwatch,
+)
+from assistant.history.fields import check_content, checked_text
+from assistant.history.metadata import merge_metadata
+from assistant.history.queue import (
+    PARENT_SUMMARY_TASK,
+    POST_EXCHANGE_TASK,
+    PREBUILD_TASK,
+    enqueue_on_commit,
+    queued_exchanges_older_than,
+    task_started,
+)
+from assistant.history.state_writes import (
+    fresh_state,
+    new_conversation,
+    read_state,
+    refresh_state,
+    remember,
+    write_state,
+)
+
+__all__ = [
+    "MAX_ID",
+    "MAX_INT",
+    "PARENT_SUMMARY_TASK",
+    "POST_EXCHANGE_TASK",
+    "PREBUILD_TASK",
+    "a_callable",
+    "a_flag",
+    "acting_as",
+    "acting_user_id",
+    "acting_user_of",
+    "add_message",
+    "an_id",
+    "check_content",
+    "check_results_wanted",
+    "checked_text",
+    "deleted_error",
+    "enqueue_on_commit",
+    "entry_point",
+    "fresh_state",
+    "instance_of",
+    "live",
+    "mark_deleted",
+    "merge_metadata",
+    "new_conversation",
+    "one_event",
+    "one_rewrite",
+    "optional_callable",
+    "optional_count",
+    "optional_seconds",
+    "optional_text",
+    "over_delivery_cap",
+    "queued_exchanges_older_than",
+    "read_state",
+    "record_compaction",
+    "refresh_state",
+    "remember",
+    "require_live",
+    "require_live_id",
+    "saved_id",
+    "sequence_of",
+    "stopwatch",
+    "task_started",
+    "validated_fields",
+    "validated_ids",
+    "write_state",
+]

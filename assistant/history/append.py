@@ -30,14 +30,16 @@ from assistant.history.fields import (
 )
 from assistant.models import ONE_RESULT_PER_CALL, Conversation, Message, document_of
 from assistant.ops import telemetry
-from assistant.providers import compaction_blocks
-from assistant.providers.base import new_tool_call_id
-from assistant.providers.catalog import media_rates, telemetry_name
+from assistant.providers import (
+    block_tokens,
+    media_rates,
+    new_tool_call_id,
+    telemetry_name,
+    validated,
+)
 from assistant.settings.conf import compaction_config
-from assistant.text.blocks import blocks_tokens, has_media, validate_blocks
-from assistant.text.tokens import estimate_message_tokens
-from assistant.window import add_to_size, measure_size, require_saved
-from assistant.window.limits import chat_model
+from assistant.text import blocks_tokens, estimate_message_tokens, has_media, validate_blocks
+from assistant.window import add_to_size, chat_model, measure_size, require_saved
 
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 _CALL_KEYS = {"id", "name", "arguments"}
@@ -78,7 +80,7 @@ def add_message(conversation: Conversation, role: str, content: str = "", **fiel
     tool_fields = _tool_result_fields(conversation, fields) if role == "tool" else {}
     media_tokens = blocks_tokens(blocks, media_rates(llm.provider_name()))
     estimate = estimate_message_tokens(content, tool_calls) + media_tokens
-    estimate += compaction_blocks.block_tokens(compaction)
+    estimate += block_tokens(compaction)
     message = Message(
         conversation=conversation,
         role=role,
@@ -120,7 +122,7 @@ def validated_fields(role: str, fields: dict[str, Any]) -> dict[str, Any]:
         "tool_calls": _validated_tool_calls(role, fields.get("tool_calls")),
         "blocks": blocks,
         **{name: _validated_count(name, fields.get(name)) for name in _USAGE_FIELDS},
-        "provider_compaction": compaction_blocks.validated(fields.get("provider_compaction")),
+        "provider_compaction": validated(fields.get("provider_compaction")),
         **{name: _validated_name(name, fields.get(name)) for name in _ANSWERED_BY},
     }
 

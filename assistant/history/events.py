@@ -33,7 +33,7 @@ from assistant.history.arguments import MAX_ID
 from assistant.models import CompactionEvent, Conversation
 from assistant.ops import telemetry
 from assistant.ops.logs import log_event
-from assistant.window.limits import current_limits
+from assistant.window import current_limits
 
 EMERGENCY_LEVELS: dict[str, int] = {
     CompactionEvent.Kind.EMERGENCY_1: 1,

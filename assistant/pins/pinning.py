@@ -14,7 +14,7 @@ from django.db.models import Sum
 
 from assistant.models import Conversation, Message
 from assistant.settings.conf import compaction_config
-from assistant.tool_results.compaction import restore_originals
+from assistant.tool_results import restore_originals
 from assistant.window import refresh_size
 
 

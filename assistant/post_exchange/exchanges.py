@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from assistant.history.deletion import deleted_error, live
-from assistant.history.queue import POST_EXCHANGE_TASK, enqueue_on_commit
+from assistant.history import POST_EXCHANGE_TASK, deleted_error, enqueue_on_commit, live
 from assistant.models import Conversation
 from assistant.window import require_saved
 

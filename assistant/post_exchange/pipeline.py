@@ -11,15 +11,14 @@ from typing import TypeVar
 
 from django.utils import timezone
 
-from assistant.cost.stored_figures import store_costs
-from assistant.history.arguments import an_id, entry_point
-from assistant.history.events import stopwatch
+from assistant.cost import store_costs
+from assistant.history import an_id, entry_point, stopwatch
 from assistant.models import Conversation
 from assistant.ops.logs import log_event
-from assistant.provider_compaction.choice import provider_compacts
+from assistant.provider_compaction import provider_compacts
 from assistant.settings.conf import CompactionConfig, compaction_config
-from assistant.summary.prebuild import prebuild_window_summary
-from assistant.tool_results.compaction import compact_old_blocks, prepare_tool_results
+from assistant.summary import prebuild_window_summary
+from assistant.tool_results import compact_old_blocks, prepare_tool_results
 from assistant.window import (
     decide,
     load_window,

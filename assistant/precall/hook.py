@@ -31,27 +31,28 @@ from typing import Any
 
 from django.utils import timezone
 
-from assistant.emergency.levels import compact_if_flagged
-from assistant.history.deletion import deleted_error, saved_id
-from assistant.history.events import one_rewrite
-from assistant.history.state_writes import remember, write_state
+from assistant.emergency import compact_if_flagged
+from assistant.history import deleted_error, one_rewrite, remember, saved_id, write_state
 from assistant.models import Conversation, MetadataKeys
 from assistant.ops import telemetry
 from assistant.precall.steps import Shifted, adopt, compact_results, shift_here
 from assistant.settings.conf import CompactionConfig, compaction_config
-from assistant.summary.pending import adoption, adopts
-from assistant.summary.worker import ask_after_shift, leave_to_worker
-from assistant.window import Shift, WindowState, load_window, store_size
-from assistant.window.context import Context, context_from_state
-from assistant.window.decision import (
+from assistant.summary import adoption, adopts, ask_after_shift, leave_to_worker
+from assistant.window import (
     AdoptPending,
     ApplyEmergency,
     CompactResults,
+    Context,
     MoveWindow,
     NoteUsage,
     Plan,
+    Shift,
+    WindowState,
     WriteLedger,
+    context_from_state,
+    load_window,
     plan_call,
+    store_size,
 )
 
 logger = logging.getLogger(__name__)

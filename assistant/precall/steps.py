@@ -15,20 +15,22 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from assistant.models import MetadataKeys
-from assistant.summary.shift import adopt_pending_summary, shift_window
-from assistant.tool_results.compaction import apply_plan_window, compact_old_blocks
+from assistant.summary import adopt_pending_summary, shift_window
+from assistant.tool_results import apply_plan_window, compact_old_blocks
 from assistant.window import (
+    AdoptPending,
+    Ledger,
+    MoveWindow,
     Results,
     WindowState,
+    adopted_split,
     consumed_tool_rows,
     load_window,
     plan_compaction,
     results_step,
+    step_cost,
     tail_tokens,
 )
-from assistant.window.decision import AdoptPending, MoveWindow
-from assistant.window.ledger import Ledger, step_cost
-from assistant.window.projection import adopted_split
 
 
 class Shifted(NamedTuple):

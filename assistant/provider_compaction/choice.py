@@ -21,14 +21,17 @@ from asgiref.sync import async_to_sync
 from assistant.models import Conversation, Message
 from assistant.ops.logs import log_event
 from assistant.provider_compaction import recording as provider_compaction
-from assistant.providers.catalog import WIRES, read_response
-from assistant.providers.registry import get_provider
-from assistant.providers.streaming import aread_answer, asynchronous, read_answer
-from assistant.providers.wire import Wire
+from assistant.providers import (
+    WIRES,
+    Wire,
+    aread_answer,
+    asynchronous,
+    get_provider,
+    read_answer,
+    read_response,
+)
 from assistant.settings.conf import CompactionConfig
-from assistant.window import WindowState
-from assistant.window.context import context_before
-from assistant.window.decision import Shift
+from assistant.window import Shift, WindowState, context_before
 
 # The host's call: request keyword arguments in, the SDK's answer (or stream) out.
 CallModel = Callable[[dict[str, Any]], Any]

@@ -13,9 +13,9 @@ from typing import Any
 
 from django.db.models import F
 
-from assistant.history.events import record_compaction
+from assistant.history import record_compaction
 from assistant.models import CompactionEvent, Message
-from assistant.providers.compaction_blocks import Record, block_tokens, validated
+from assistant.providers import Record, block_tokens, validated
 from assistant.window import refresh_size
 
 

@@ -21,7 +21,7 @@ from assistant.providers.openai.responses_api import OPENAI_RESPONSES
 from assistant.providers.openai.wire import OPENAI
 from assistant.providers.wire import ModelInfo, Wire, longest_prefix, normalized_model
 from assistant.settings.app import app_setting
-from assistant.text.blocks import MediaRates
+from assistant.text import MediaRates
 
 WIRES: dict[str, Wire] = {wire.name: wire for wire in (ANTHROPIC, GEMINI, OPENAI, OPENAI_RESPONSES)}
 CHAT_PROVIDERS = tuple(WIRES)
@@ -44,7 +44,7 @@ CHAT_MODEL_SETTINGS = {
 }
 
 
-def wire(provider: str) -> Wire:
+def wire_of(provider: str) -> Wire:
     """The named provider's wire; an unknown name raises ValidationError (unknown_provider)."""
     found = WIRES.get(provider) if isinstance(provider, str) else None
     if found is None:

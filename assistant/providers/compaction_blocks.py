@@ -18,7 +18,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from assistant.providers.base import Usage
-from assistant.text.tokens import estimate_tokens
+from assistant.text import estimate_tokens
 
 # How a compaction of one wire reads in another's request (a conversation that changed
 # provider): Anthropic's summary is text; OpenAI's item is encrypted.

@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from assistant.text.blocks import THINKING_TYPES, current_turn_start
+from assistant.text import THINKING_TYPES, current_turn_start
 
 EPHEMERAL = {"type": "ephemeral"}
 REASONING = "reasoning"  # the Responses API's reasoning items, sent to it alone

@@ -18,7 +18,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from assistant.providers.base import SummaryRejected
-from assistant.text.blocks import attachments_line
+from assistant.text import attachments_line
 
 SECTIONS = ("Goal", "Constraints", "Progress", "Key decisions", "Next steps", "Critical context")
 HEADINGS = tuple(f"## {name}" for name in SECTIONS)

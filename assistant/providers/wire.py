@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from assistant.providers.base import ChatResult
-from assistant.text.blocks import MediaRates
+from assistant.text import MediaRates
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from django.db import connection
 from django.db.models import F, Lookup, Q, Value
 from django.db.models.functions import Greatest, Left, Length, StrIndex, Substr, Upper
 
-from assistant.history.arguments import entry_point
+from assistant.history import entry_point
 from assistant.models import (
     SEARCH_INDEX_CHARS,
     Conversation,
@@ -39,9 +39,12 @@ from assistant.models import (
     MetadataKeys,
     handle,
 )
-from assistant.providers.catalog import wire
+from assistant.providers import wire_of
+from assistant.recall.artifact_index import render as render
+from assistant.recall.artifact_index import updated_index as updated_index
+from assistant.recall.artifact_index import without_index as without_index
 from assistant.settings.conf import compaction_config
-from assistant.text.blocks import MEDIA_TYPES, THINKING_TYPES, describe
+from assistant.text import MEDIA_TYPES, THINKING_TYPES, describe
 from assistant.window import require_saved
 
 #: The name of the tool that reads an original by its handle.
@@ -124,7 +127,7 @@ def tool_definitions(provider: str) -> list[dict[str, Any]]:
     of chat_step: "anthropic", "openai", "openai_responses" a list of tools, "gemini"
     one Tool's function declarations). An unknown provider raises ValidationError
     (unknown_provider)."""
-    return wire(provider).tool_definitions(NEUTRAL_TOOLS)
+    return wire_of(provider).tool_definitions(NEUTRAL_TOOLS)
 
 
 def is_recall_tool(name: str) -> bool:

@@ -35,8 +35,7 @@ from django.db.models.functions import Left, Length
 from assistant.models import SEARCH_INDEX_CHARS, Message, handle
 from assistant.recall.paths import absolute_form, listed, same_file
 from assistant.settings.conf import compaction_config
-from assistant.text.names import PATH, names_within
-from assistant.text.tokens import estimate_tokens
+from assistant.text import PATH, estimate_tokens, names_within
 
 # Opens the index: the handles of every summarized original (the recall tools' description
 # says what a ref is), then one line per category.

@@ -14,13 +14,12 @@ from typing import Any
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.core.exceptions import ValidationError
 
-from assistant.emergency import levels as emergency
-from assistant.fork import branching as fork
-from assistant.history.arguments import an_id
-from assistant.history.events import acting_as, acting_user_of, one_event
+from assistant.emergency import apply_emergency_level
+from assistant.fork import can_fork, fork_continuation, fork_from_message
+from assistant.history import acting_as, acting_user_of, an_id, one_event
 from assistant.models import Conversation
 from assistant.ops import telemetry
-from assistant.providers.summary_prompt import call_instructions, check_instructions
+from assistant.providers import call_instructions, check_instructions
 from assistant.settings.conf import compaction_config
 from assistant.staff.previews import (
     compact_preview,
@@ -28,9 +27,9 @@ from assistant.staff.previews import (
     regenerate_preview,
     restore_preview,
 )
-from assistant.summary import shift
-from assistant.text.figures import token_change, token_count
-from assistant.tool_results import compaction
+from assistant.summary import regenerate_window_summary
+from assistant.text import token_change, token_count
+from assistant.tool_results import compact_tool_results, restore_originals
 from assistant.window import load_window
 
 EMERGENCY_1 = "emergency_1"
@@ -146,7 +145,7 @@ def _tokens(conversation: Conversation) -> int:
 def _emergency(level: int) -> Callable[[Conversation, int | None], Outcome]:
     def run(conversation: Conversation, user_id: int | None) -> Outcome:
         before = _tokens(conversation)
-        outcome = emergency.apply_emergency_level(conversation, level)
+        outcome = apply_emergency_level(conversation, level)
         if outcome.shrank:
             # The figures of its one event (`run_staff_action`): the request's size.
             return Outcome(
@@ -170,7 +169,7 @@ def _emergency(level: int) -> Callable[[Conversation, int | None], Outcome]:
 def _regenerate(conversation: Conversation, user_id: int | None) -> Outcome:
     before = _tokens(conversation)
     preview = regenerate_preview(conversation)
-    if shift.regenerate_window_summary(conversation, on_chat_path=False):
+    if regenerate_window_summary(conversation, on_chat_path=False):
         return Outcome(
             conversation.pk,
             True,
@@ -183,7 +182,7 @@ def _regenerate(conversation: Conversation, user_id: int | None) -> Outcome:
 
 def _compact(conversation: Conversation, user_id: int | None) -> Outcome:
     before = _tokens(conversation)
-    count = compaction.compact_tool_results(conversation)
+    count = compact_tool_results(conversation)
     if count:
         return Outcome(
             conversation.pk,
@@ -198,7 +197,7 @@ def _compact(conversation: Conversation, user_id: int | None) -> Outcome:
 
 def _restore(conversation: Conversation, user_id: int | None) -> Outcome:
     preview = restore_preview(conversation)
-    count = compaction.restore_originals(conversation)
+    count = restore_originals(conversation)
     if count:
         return Outcome(
             conversation.pk,
@@ -212,7 +211,7 @@ def _restore(conversation: Conversation, user_id: int | None) -> Outcome:
 def _continue(conversation: Conversation, user_id: int | None) -> Outcome:
     """A new conversation that continues this one with its summary (the summarizer
     called here, on the worker)."""
-    continuation = fork.fork_continuation(conversation, tool_services=conversation.tool_services)
+    continuation = fork_continuation(conversation, tool_services=conversation.tool_services)
     if continuation is None:
         return Outcome(conversation.pk, False, _too_deep())
     _log_created(continuation, user_id, f"Created as the continuation of #{conversation.pk}.")
@@ -221,7 +220,7 @@ def _continue(conversation: Conversation, user_id: int | None) -> Outcome:
 
 def _branch(conversation: Conversation, message_id: int, user_id: int | None) -> Outcome:
     """A new conversation branched at one of this conversation's user messages."""
-    result = fork.fork_from_message(conversation, message_id)
+    result = fork_from_message(conversation, message_id)
     if result is None:
         return Outcome(
             conversation.pk,
@@ -239,7 +238,7 @@ def _branch(conversation: Conversation, message_id: int, user_id: int | None) ->
 def can_continue(conversation: Conversation) -> bool:
     """Whether a fork of this conversation would be made (under MAX_FORK_DEPTH): the
     admin refuses one past it at once instead of queuing it."""
-    return fork.can_fork(conversation)
+    return can_fork(conversation)
 
 
 def _too_deep() -> str:

@@ -13,10 +13,9 @@ from django.utils import timezone
 
 from assistant.models import Conversation, Message, MetadataKeys, ref
 from assistant.settings.conf import CompactionConfig, compaction_config
-from assistant.summary.backoff import failure_blocks
-from assistant.text.tokens import estimate_tokens
-from assistant.text.truncation import truncate_tool_result
-from assistant.tool_results.compaction import plan_tool_results
+from assistant.summary import failure_blocks
+from assistant.text import estimate_tokens, truncate_tool_result
+from assistant.tool_results import plan_tool_results
 from assistant.window import CompactionPlan, Plan, WindowState, decide, load_window, stub_text
 
 

@@ -15,7 +15,7 @@ from django.db.models.functions import Length
 
 from assistant.models import Conversation, Message
 from assistant.settings.conf import compaction_config
-from assistant.tool_results.compaction import compactable_count, restorable
+from assistant.tool_results import compactable_count, restorable
 from assistant.window import (
     WindowState,
     choose_split,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from assistant.history.state_writes import write_state
+from assistant.history import write_state
 from assistant.models import MetadataKeys
 from assistant.ops.logs import log_event
 from assistant.summary.leases import Lease

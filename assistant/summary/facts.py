@@ -1,7 +1,7 @@
 """Facts carried forward from summary to summary, as statements that say what each value is.
 
 A summarizer may drop a fact at any update. After each summary, the fact statements of
-the newly summarized messages (assistant.text.statements) and those the previous summary
+the newly summarized messages (assistant.text.fact_statements) and those the previous summary
 held are checked against the new text: any the summarizer did not keep verbatim is
 appended under CARRIED_HEADING, newest first in priority, within CARRIED_FACTS_MAX_TOKENS.
 A model asked "what was the webhook secret for the autumn newsletter?" can answer from
@@ -14,14 +14,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from assistant.text.statements import (
+from assistant.text import (
     MAX_STATEMENT_CHARS,
     OUR_MARKERS,
     Statement,
+    estimate_tokens,
     message_facts,
     statements,
 )
-from assistant.text.tokens import estimate_tokens
 
 CARRIED_HEADING = "## Facts carried forward"
 _CONTENT_WORD = re.compile(r"[a-z]{4,}")

@@ -24,17 +24,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from assistant import providers as llm
-from assistant.history.arguments import entry_point, optional_text, sequence_of
+from assistant.history import entry_point, optional_text, sequence_of
 from assistant.models import (
     Message,
 )
-from assistant.providers.convert import InvalidRequest
-from assistant.providers.summary_prompt import (
+from assistant.providers import (
+    InvalidRequest,
     describe_message,
     render_transcript,
     suffix_instruction,
 )
-from assistant.recall.artifact_index import render, without_index
+from assistant.recall import render, without_index
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.summary.facts import (
     summary_body,
@@ -43,14 +43,16 @@ from assistant.summary.facts import (
     without_markers,
 )
 from assistant.summary.guidance import guided_by
-from assistant.text.tokens import estimate_tokens
-from assistant.text.truncation import KEEP_VERBATIM, truncate_tool_result
+from assistant.text import KEEP_VERBATIM, estimate_tokens, truncate_tool_result
 from assistant.window import (
     TOKEN_RATIO_DRIFT,
+    Context,
+    IncompleteToolCall,
     WindowState,
+    as_neutral,
+    context_from_state,
     trigger_estimate,
 )
-from assistant.window.context import Context, IncompleteToolCall, as_neutral, context_from_state
 
 logger = logging.getLogger(__name__)
 

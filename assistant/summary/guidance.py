@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from django.db.models.functions import Substr
 
 from assistant.models import Message
-from assistant.providers.summary_prompt import Guidance, current_call_instructions, summary_guidance
+from assistant.providers import Guidance, current_call_instructions, summary_guidance
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.summary.language import detect_language
 

@@ -10,8 +10,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from assistant.history.queue import PREBUILD_TASK, enqueue_on_commit
-from assistant.history.state_writes import fresh_state, write_state
+from assistant.history import PREBUILD_TASK, enqueue_on_commit, fresh_state, write_state
 from assistant.models import Conversation, Message, MetadataKeys
 from assistant.ops.logs import log_event
 from assistant.summary.generate import (

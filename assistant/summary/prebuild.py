@@ -8,10 +8,10 @@ import logging
 from collections.abc import Sequence
 
 from assistant import providers as llm
-from assistant.history.state_writes import fresh_state, write_state
+from assistant.history import fresh_state, write_state
 from assistant.models import Conversation, Message
 from assistant.ops.logs import log_event
-from assistant.recall.artifact_index import updated_index
+from assistant.recall import updated_index
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.summary.backoff import failure_blocks, record_failure
 from assistant.summary.generate import (

@@ -16,13 +16,12 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from assistant import providers as llm
-from assistant.history.events import record_compaction, stopwatch
-from assistant.history.state_writes import fresh_state, write_state
+from assistant.history import fresh_state, record_compaction, stopwatch, write_state
 from assistant.metadata_keys import PENDING_SUMMARY_KEYS
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, OfflineFallback
 from assistant.ops import telemetry
 from assistant.ops.logs import log_event
-from assistant.recall.artifact_index import updated_index
+from assistant.recall import updated_index
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.summary.backoff import failure_blocks, record_failure
 from assistant.summary.generate import (

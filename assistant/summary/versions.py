@@ -16,10 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from assistant.history.arguments import an_id
-from assistant.history.events import acting_user_id
-from assistant.history.fields import checked_text
-from assistant.history.state_writes import write_state
+from assistant.history import acting_user_id, an_id, checked_text, write_state
 from assistant.metadata_keys import PENDING_SUMMARY_KEYS, MetadataKeys
 from assistant.models import Conversation, Message, SummaryVersion, handle
 from assistant.window import load_window, refresh_size

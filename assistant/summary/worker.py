@@ -19,20 +19,19 @@ from __future__ import annotations
 import logging
 import time
 
-from assistant.history.queue import PREBUILD_TASK, enqueue_on_commit
-from assistant.history.state_writes import fresh_state, remember, write_state
+from assistant.history import PREBUILD_TASK, enqueue_on_commit, fresh_state, remember, write_state
 from assistant.models import Conversation, MetadataKeys
 from assistant.providers import ProviderError
 from assistant.settings.conf import CompactionConfig
 from assistant.summary.prebuild import prebuild_window_summary
 from assistant.window import (
+    MoveWindow,
     WindowState,
     load_window,
     shift_within_latency,
     split_parts,
     worker_split,
 )
-from assistant.window.decision import MoveWindow
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import binascii
 import hashlib
 from typing import Any
 
-from assistant.text.blocks import sniff_media_type
+from assistant.text import sniff_media_type
 
 #: The image media types Anthropic accepts.
 ANTHROPIC_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")

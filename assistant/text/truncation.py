@@ -5,8 +5,8 @@ text; compaction stores it, the summarizer reads it."""
 from __future__ import annotations
 
 from assistant.settings.conf import CompactionConfig, compaction_config
+from assistant.text.fact_statements import key_statements
 from assistant.text.names import names_within
-from assistant.text.statements import key_statements
 
 # Message metadata key: staff restored this result's original, so it is never
 # compacted or cut again, for the model or for the summarizer.

@@ -11,13 +11,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from assistant import providers as llm
-from assistant.history.events import record_compaction, stopwatch
+from assistant.history import record_compaction, stopwatch
 from assistant.models import CompactionEvent, Message, ref
-from assistant.providers.summary_prompt import render_transcript
+from assistant.providers import render_transcript
 from assistant.settings.conf import CompactionConfig
-from assistant.summary.guidance import guided_by
-from assistant.text.tokens import estimate_tokens
-from assistant.text.truncation import truncate_tool_result
+from assistant.summary import guided_by
+from assistant.text import estimate_tokens, truncate_tool_result
 
 logger = logging.getLogger(__name__)
 

@@ -16,10 +16,14 @@ from django.db.models.functions import MD5, Cast
 from django.utils import timezone
 
 from assistant import providers as llm
-from assistant.history.deletion import validated_ids
-from assistant.history.events import record_compaction, stopwatch
-from assistant.history.metadata import merge_metadata
-from assistant.history.state_writes import fresh_state, write_state
+from assistant.history import (
+    fresh_state,
+    merge_metadata,
+    record_compaction,
+    stopwatch,
+    validated_ids,
+    write_state,
+)
 from assistant.models import (
     CALL_DIGEST,
     CompactionEvent,
@@ -29,11 +33,16 @@ from assistant.models import (
     MetadataKeys,
     ref,
 )
-from assistant.providers.catalog import media_rates
+from assistant.providers import media_rates
 from assistant.settings.conf import CompactionConfig, compaction_config
-from assistant.text.blocks import blocks_tokens, compacted_blocks, has_media
-from assistant.text.tokens import estimate_tokens
-from assistant.text.truncation import KEEP_VERBATIM, truncate_tool_result
+from assistant.text import (
+    KEEP_VERBATIM,
+    blocks_tokens,
+    compacted_blocks,
+    estimate_tokens,
+    has_media,
+    truncate_tool_result,
+)
 from assistant.tool_results.compacted import compact_batch, compacted_text
 from assistant.window import (
     CompactionPlan,

@@ -19,11 +19,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from assistant.models import Conversation, Message, handle
-from assistant.providers import catalog
-from assistant.providers.compaction_blocks import summary_text
-from assistant.providers.wire import Wire
-from assistant.text.tokens import estimate_tokens
-from assistant.window import WindowState, saved_window
+from assistant.providers import ANTHROPIC, GEMINI, Wire, summary_text
+from assistant.text import estimate_tokens
+from assistant.window.loading import WindowState, saved_window
 
 MISSING_RESULT = "[No result was recorded for this tool call]"
 
@@ -138,7 +136,7 @@ class Context:
         return "\n\n".join([self.system, *self.summaries])
 
     def request(self, wire: Wire, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """This context in `wire`'s request shape (assistant.providers.catalog.wire(name)).
+        """This context in `wire`'s request shape (assistant.providers.catalog.wire_of(name)).
         A context built with pending calls is for staff to look at, never to send: it
         is not checked."""
         check = not self.pending_calls
@@ -147,14 +145,12 @@ class Context:
 
     def to_anthropic(self) -> dict[str, Any]:
         """{"system": [text blocks], "messages": [...]}: Anthropic's shape."""
-        return self.request(catalog.ANTHROPIC)
+        return self.request(ANTHROPIC)
 
     def to_gemini(self) -> dict[str, Any]:
         """{"system_instruction": str, "contents": [...]}: Gemini's shape."""
-        messages = with_provider_compaction(self.messages, catalog.GEMINI)
-        return catalog.GEMINI.shape(
-            self.system, self.summaries, messages, check=not self.pending_calls
-        )
+        messages = with_provider_compaction(self.messages, GEMINI)
+        return GEMINI.shape(self.system, self.summaries, messages, check=not self.pending_calls)
 
 
 def build_context(conversation: Conversation, *, allow_pending: bool = False) -> Context:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from assistant.models import Message, MetadataKeys
-from assistant.providers.catalog import price_of
+from assistant.providers import price_of
 
 
 @dataclass(frozen=True)

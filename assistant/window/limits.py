@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from assistant.models import Message
-from assistant.providers.catalog import (
+from assistant.providers import (
     ANTHROPIC,
     CHAT_PROVIDERS,
     configured_chat_model,
     model_context_window,
+    provider_name,
     send_bound,
 )
-from assistant.providers.registry import provider_name
 from assistant.settings.conf import compaction_config
 
 

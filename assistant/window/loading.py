@@ -29,12 +29,7 @@ from django.utils import timezone
 from assistant.metadata_keys import STATE_FIELDS, ConversationMetadata
 from assistant.models import Conversation, Message, MessageQuerySet
 from assistant.settings.conf import CompactionConfig, compaction_config
-from assistant.text.tokens import (
-    MAX_TOKEN_RATIO,
-    MIN_JUDGED_ESTIMATE,
-    MIN_TOKEN_RATIO,
-    estimate_tokens,
-)
+from assistant.text import MAX_TOKEN_RATIO, MIN_JUDGED_ESTIMATE, MIN_TOKEN_RATIO, estimate_tokens
 from assistant.window.ledger import CachePrices, cache_prices
 from assistant.window.limits import chat_model
 

@@ -17,8 +17,7 @@ from typing import Any
 
 from assistant.models import Message, ref
 from assistant.settings.conf import CompactionConfig
-from assistant.text.tokens import estimate_tokens
-from assistant.text.truncation import KEEP_VERBATIM
+from assistant.text import KEEP_VERBATIM, estimate_tokens
 
 STUB = "[Already retrieved earlier — omitted to reduce context]"
 

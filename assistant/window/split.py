@@ -8,7 +8,7 @@ import math
 
 from assistant.models import Message
 from assistant.settings.conf import CompactionConfig, compaction_config
-from assistant.text.tokens import MAX_TOKEN_RATIO
+from assistant.text import MAX_TOKEN_RATIO
 from assistant.window.loading import WindowState
 
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from assistant.models import CompactionEvent, Conversation
-from assistant.window import saved_window
 from assistant.window.limits import limits_for
+from assistant.window.loading import saved_window
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 
-from assistant.history.arguments import MAX_ID
+from assistant.history import MAX_ID
 from assistant.models import Conversation
 
 

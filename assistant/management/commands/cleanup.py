@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from assistant.cleanup import jobs as cleanup
+from assistant.cleanup import JOBS, pending_counts, run_job
 
 
 class Command(BaseCommand):
@@ -25,14 +25,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--only",
             action="append",
-            choices=cleanup.JOBS,
+            choices=JOBS,
             help="Run just this job (repeatable).",
         )
         parser.add_argument("--no-progress", action="store_true", help="No progress bars.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        jobs = options["only"] or list(cleanup.JOBS)
-        counts = cleanup.pending_counts()
+        jobs = options["only"] or list(JOBS)
+        counts = pending_counts()
         if options["dry_run"]:
             for job in jobs:
                 self.stdout.write(f"{job}: {counts[job]} (dry run, nothing changed)")
@@ -43,7 +43,7 @@ class Command(BaseCommand):
                 total=counts[job], desc=job, unit="row", disable=not progress, file=sys.stderr
             ) as bar:
                 try:
-                    total = cleanup.run_job(job, on_batch=lambda result: bar.update(result.count))
+                    total = run_job(job, on_batch=lambda result: bar.update(result.count))
                 except ValueError as exc:
                     raise CommandError(str(exc)) from None
             self.stdout.write(f"{job}: {total}")

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from assistant import services
 from assistant.management.commands._common import get_conversation, refused_as_command_error
 from assistant.models import Conversation
-from assistant.providers.summary_prompt import MAX_INSTRUCTIONS_CHARS, check_instructions
+from assistant.providers import MAX_INSTRUCTIONS_CHARS, check_instructions
 
 LEVELS = (0, 1, 2)
 

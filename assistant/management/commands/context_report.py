@@ -7,10 +7,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Q
 
 from assistant import services
-from assistant.history.arguments import MAX_INT
+from assistant.history import MAX_INT
 from assistant.management.commands._common import get_conversation
 from assistant.models import CompactionEvent, Conversation, Message
-from assistant.text.figures import measures, token_change
+from assistant.text import measures, token_change
 
 
 class Command(BaseCommand):

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from assistant.management.commands._common import get_conversation
 from assistant.models import Message
 from assistant.services import context_tokens, restore_originals, restore_preview
-from assistant.window.limits import current_limits
+from assistant.window import current_limits
 
 
 class Command(BaseCommand):

@@ -13,7 +13,7 @@ from assistant.providers import convert
 from assistant.providers.base import ChatResult, Usage
 from assistant.providers.compaction_blocks import Record
 from assistant.providers.wire import ModelInfo, StreamReader, Wire, loaded_sdk, normalized_model
-from assistant.text.blocks import MediaRates
+from assistant.text import MediaRates
 
 # What a stored thinking block keeps of the SDK's: assistant.text.blocks validates these keys.
 _THINKING_KEYS = {"thinking": ("thinking", "signature"), "redacted_thinking": ("data",)}

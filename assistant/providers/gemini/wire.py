@@ -10,7 +10,7 @@ from typing import Any
 from assistant.providers import convert
 from assistant.providers.base import ChatResult, Usage, new_tool_call_id
 from assistant.providers.wire import ModelInfo, StreamReader, Wire
-from assistant.text.blocks import MediaRates
+from assistant.text import MediaRates
 
 # Longest prefix wins; USD per million tokens. Implicit caching: cached input at 0.1x,
 # no write premium (written at the input price).

@@ -11,7 +11,7 @@ from typing import Any
 from assistant.providers.base import ChatResult, Provider, SummaryResult, Usage
 from assistant.providers.summary_prompt import HEADINGS, SECTIONS
 from assistant.settings.conf import compaction_config
-from assistant.text.statements import message_facts, plain_text
+from assistant.text import message_facts, plain_text
 
 OFFLINE_MODEL = "offline-summarizer"
 _MESSAGE_START = re.compile(r"^\[(user|assistant|tool|system)\b([^\]\n]*)\] ?", re.M)

@@ -19,7 +19,7 @@ from assistant.providers.openai.wire import (
     usage_from_openai,
 )
 from assistant.providers.wire import StreamReader, loaded_sdk
-from assistant.text.blocks import MEDIA_TYPES, describe
+from assistant.text import MEDIA_TYPES, describe
 
 REASONING = convert.REASONING
 

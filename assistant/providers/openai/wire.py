@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from assistant.providers import convert
 from assistant.providers.base import ChatResult, Usage
 from assistant.providers.wire import ModelInfo, StreamReader, Wire, loaded_sdk
-from assistant.text.blocks import MEDIA_TYPES, MediaRates, describe
+from assistant.text import MEDIA_TYPES, MediaRates, describe
 
 OVERFLOW_CODE = "context_length_exceeded"
 # Vision docs (detail "high", the default for large images): scaled to fit 2048 x 2048,
