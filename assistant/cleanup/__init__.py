@@ -1,4 +1,15 @@
-"""TODO docstring."""
+"""The scheduled cleanup jobs (Celery beat and `manage.py cleanup`), and the purge
+retention a deleted conversation is kept for. The schedule and its settings
+are in assistant.settings.schedule: the project's settings import it before
+Django's apps are loaded.
+
+- jobs: purge, dropping compacted originals, the missed-exchange sweep,
+  missing fork summaries, stale state;
+- retention: how long a deleted conversation is kept, and restoring one.
+
+May import: history, metadata_keys, models, ops, settings, window.
+See docs/architecture.rst.
+"""
 
 from assistant.cleanup.jobs import (
     JOBS,

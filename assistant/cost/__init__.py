@@ -1,4 +1,14 @@
-"""TODO docstring."""
+"""What conversations cost at the providers' cache prices, against sending
+everything, and the admin's stored figures (`Conversation.cost_figures`), kept
+current as messages and events are written. Prices are each provider's
+(assistant.providers.catalog).
+
+- pricing: the cost of a conversation's calls and summaries;
+- stored_figures: the figures the admin list shows, stored per conversation.
+
+May import: models, providers, settings, text, window.
+See docs/architecture.rst.
+"""
 
 from assistant.cost.pricing import (
     Call,

@@ -1,4 +1,15 @@
-"""TODO docstring."""
+"""Emergency and overflow: when a request cannot fit the model's window, or the
+provider says it overflowed, the emergency levels shrink the context and the
+call is retried once.
+
+- levels: the levels, in order, and what each changes (`emergency_compact`);
+- retry: the model call wrapped so an overflow error runs a level and retries
+  (`call_with_overflow_recovery`, async too). Which errors are overflows is each
+  provider's to say (assistant.providers).
+
+May import: history, models, providers, settings, summary, tool_results, window.
+See docs/architecture.rst.
+"""
 
 from assistant.emergency.levels import (
     ContextTooLarge,

@@ -1,4 +1,20 @@
-"""TODO docstring."""
+"""The rows of a conversation: appending with validation at the door, soft
+deletion, message metadata, the conversation's own state writes, the audit
+events, and the task queue that runs after a commit.
+
+- append: `add_message`, every field checked before anything is written;
+- arguments, fields: the one check of a public entry point's arguments, and of
+  a stored field's value;
+- deletion: the guard every writing entry point passes (`require_live`);
+- state_writes: every write of the conversation's window state;
+- events: a CompactionEvent row and one log line per compaction;
+- metadata: atomic writes to a message's metadata;
+- queue, deliveries: tasks enqueued by name after the transaction, and a cap
+  on how often the same work is delivered.
+
+May import: metadata_keys, models, ops, providers, settings, signals, text, window.
+See docs/architecture.rst.
+"""
 
 from assistant.history.append import add_message, check_results_wanted, validated_fields
 from assistant.history.arguments import (

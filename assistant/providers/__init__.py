@@ -1,4 +1,21 @@
-"""LLM providers: Anthropic, Gemini, and an offline summarizer, behind one interface."""
+"""The providers: one folder each (anthropic: direct, Bedrock and Vertex;
+openai: Chat Completions and Responses; gemini; offline) over one small base.
+Each folder holds its wire (the request shape, the answer and stream reading,
+usage, overflow words, its compaction blocks) and its summarizer client
+(provider). Adding a provider is adding a folder and naming it in the catalog.
+
+- base: the interface (`Provider`, `ProviderError`, `Usage`);
+- wire, convert, streaming: what differs between wires, the neutral messages
+  turned into each request shape, an answer read as it arrives;
+- catalog: the providers by name, their models' windows, output caps and prices;
+- registry: which provider summarizes, from settings and the SDKs' environment;
+- overflow: is this error a context-window overflow;
+- summary_prompt, cached_request: what a summarizer client sends;
+- compaction_blocks: the providers' own compaction blocks, checked and sized.
+
+May import: ops, settings, text.
+See docs/architecture.rst.
+"""
 
 from assistant.providers.base import (
     ChatResult,

@@ -16,6 +16,9 @@ matches, never the whole conversation (docs/operations.rst, "Performance at scal
 Scoped: a handle of another conversation gets the same error text as one that does not
 exist. Capped at RECALL_MAX_CHARS. The result is an ordinary tool result: stored with
 add_message, compacted like any other. A bad call gets an error text, never an exception.
+
+May import: history, models, providers, settings, text, window.
+See docs/architecture.rst.
 """
 
 from __future__ import annotations

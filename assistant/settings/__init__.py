@@ -1,5 +1,7 @@
-"""The app's settings: ASSISTANT_COMPACTION (conf), ASSISTANT_CLEANUP
-(cleanup) and the plain ASSISTANT_* settings (app), each validated once.
+"""The app's settings, each validated once: ASSISTANT_COMPACTION (conf),
+ASSISTANT_CLEANUP and the beat schedule (schedule), and the plain ASSISTANT_*
+settings (app). Each module is public: they are read everywhere.
 
-May import nothing of the app but each other. See docs/architecture.rst.
+May import: nothing of the app.
+See docs/architecture.rst.
 """

@@ -1,4 +1,14 @@
-"""TODO docstring."""
+"""What staff run by hand: the admin's actions and their worker runs, each a call
+into the package that owns the change, with a preview in words before it runs.
+
+- operations: the actions by name (`run_staff_action`, `check_action`);
+- previews: what an action would change, before it runs;
+- planning: what a compaction run would do (`plan_run`, the dry run).
+
+May import: emergency, fork, history, models, ops, providers, settings, summary, text,
+tool_results, window.
+See docs/architecture.rst.
+"""
 
 from assistant.staff.operations import (
     CALLS_THE_MODEL,

@@ -1,4 +1,23 @@
-"""TODO docstring."""
+"""The window summary: how it is made, pre-built and adopted.
+
+- shift: moving the split, summarizing the newly old messages or adopting a
+  pre-built summary (`shift_window`, `regenerate_window_summary`);
+- generate: summarizing messages, in chunks, through the conversation's own
+  cached request where the provider reads a prompt cache;
+- prebuild, worker, pending: the next summary built ahead on the worker, kept
+  as pending and adopted at the next shift;
+- leases: one summary generation per conversation at a time, with heartbeat;
+- backoff: a failed summary's retries; guidance and language: what every
+  summary is told (the user's language, the host's instructions);
+- facts: fact statements carried forward from summary to summary;
+- versions: every summary kept, corrected or reverted by staff.
+The prompt every summarizer sends is beside the clients that send it
+(assistant.providers.summary_prompt).
+
+May import: history, metadata_keys, models, ops, providers, recall, settings, text,
+window.
+See docs/architecture.rst.
+"""
 
 from assistant.summary.backoff import failure_blocks
 from assistant.summary.generate import summarize_messages

@@ -1,10 +1,9 @@
-"""Pure functions over text and content blocks: identifiers, statements,
-facts, artifacts, paths, truncation, blocks, tokens; and the one check of the
-public entry points' arguments (arguments).
+"""Pure functions over text and content blocks: token estimates, content blocks,
+truncation of a tool result, fact statements, the names and exact values a
+text holds, and how a token figure reads. No database query, no provider call.
 
-No database, no provider. May import settings/ and models (for constants);
-nothing above, but text/fact_statements.py (sentence picking, which belongs here: a
-declared exception in .importlinter). See docs/architecture.rst.
+May import: models, settings.
+See docs/architecture.rst.
 """
 
 from assistant.text.blocks import (

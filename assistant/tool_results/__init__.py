@@ -1,4 +1,14 @@
-"""TODO docstring."""
+"""Tool results after an exchange: consumed results compacted (truncated, or
+summarized under a budget), repeated tool calls stubbed, originals restored on
+request. Originals are never changed: the compacted form is stored beside them.
+
+- compaction: strategy 1, run by the post-exchange pipeline and the pre-call
+  plan's results batch (`compact_tool_results`, `restore_originals`);
+- compacted: the compacted form of one result.
+
+May import: history, models, providers, settings, summary, text, window.
+See docs/architecture.rst.
+"""
 
 from assistant.tool_results.compaction import (
     apply_plan_window,

@@ -1,19 +1,25 @@
-"""The window: what the next request carries, how large it is, and what is
-done about it, decided in one place with no query of its own.
+"""The window: what the next request carries, how large it is, and what is done
+about it, decided in one place.
 
-- assistant.window.loading: the window loaded once (`WindowState`,
+- loading: the window loaded from the database once (`WindowState`,
   `load_window`), its one size (`context_tokens`, `context_size`);
-- assistant.window.split: the triggers and where a split may fall;
-- assistant.window.results: which consumed tool results to compact or stub
-  (`plan_compaction`), applied by assistant.tool_results.compaction;
-- assistant.window.decision: `decide(state, config, now) -> Plan`, whose
-  ordered steps the pre-call flow runs, which the worker and the lease
-  recheck ask, and the dry run puts into words.
+- decision: `decide(state, config, now) -> Plan`, whose ordered steps the
+  pre-call hook runs, which the worker and the lease recheck ask, and the dry
+  run puts into words; payoff and ledger: whether a voluntary step pays under
+  prompt caching, and what the steps so far saved;
+- split, projection: the triggers, where a split may fall, and the splits of
+  a summary the worker builds ahead;
+- results: which consumed tool results to compact or stub (`plan_compaction`),
+  applied by assistant.tool_results;
+- context: the request itself, in a fixed, cache-friendly order;
+- limits: the figures the size is compared with, for the answering model;
+- status: what a chat's /status command shows.
+decision, payoff, ledger, split, projection and results read the loaded value
+and make no query; loading, context (the turn's start, when the split falls
+inside it), limits (the newest answer's model) and status read rows.
 
-Beside them: context (the request itself), ledger (what a step costs and
-saves under prompt caching), cost, limits and status. May import llm/,
-text/, settings/ and models; the store and the layers above import the
-window, never the reverse (docs/architecture.rst).
+May import: metadata_keys, models, providers, settings, text.
+See docs/architecture.rst.
 """
 
 from assistant.window.context import (
