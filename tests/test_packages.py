@@ -96,3 +96,12 @@ def test_every_provider_folder_has_the_base_interfaces_modules():
         assert (folder / "provider.py").exists(), f"{folder.name} has no summarizer client"
         if folder.name != "offline":
             assert (folder / "wire.py").exists(), f"{folder.name} has no wire"
+
+
+def test_the_architecture_page_lists_what_each_package_may_import():
+    page = (APP.parent / "docs" / "architecture.rst").read_text()
+    table = page.split("What each package may import in fact", 1)[1].split("Why these cuts", 1)[0]
+    rows = re.findall(r"\* - ``(\w+)``\n\s+- ([^*]+)", table)
+    shown = {name: {n.strip() for n in names.split(",")} for name, names in rows}
+    for package in set(packages()) - {"settings", "ops"}:
+        assert shown.get(package) == may_import(package), package
