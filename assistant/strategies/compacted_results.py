@@ -18,6 +18,7 @@ from assistant.store.events import record_compaction, stopwatch
 from assistant.strategies.guidance import guided_by
 from assistant.text.tokens import estimate_tokens
 from assistant.text.truncation import truncate_tool_result
+from assistant.window.results import stub_text
 
 logger = logging.getLogger(__name__)
 
@@ -132,3 +133,31 @@ def compacted_text(message: Message, config: CompactionConfig) -> tuple[str, str
             )
     text = truncate_tool_result(message.content, config, handle_ref=ref(message.pk))
     return text, Message.Compaction.TRUNCATED, ""
+
+
+def planned_texts(
+    rows: list[Message], stubbed: list[Message], config: CompactionConfig
+) -> tuple[dict[int, tuple[str, str]], int]:
+    """What a batch's compaction (`compact_batch` and the stubs) would write, without
+    writing it or calling the summarizer: {message id: (text, kind)} for each result it
+    replaces, and how many results a "summarize" policy summarizes first (left out:
+    their text is the summarizer's to write). The pre-call hook's view ahead of it
+    (assistant.flows.precall.next_request)."""
+    texts: dict[int, tuple[str, str]] = {}
+    for row in stubbed:
+        if not row.pinned and row.compaction != Message.Compaction.DEDUPLICATED:
+            texts[row.pk] = (stub_text(row.pk), Message.Compaction.DEDUPLICATED)
+    summarized = 0
+    for row in rows:
+        if _uses_prepared(row) and row.prepared_content is not None:
+            text, kind = row.prepared_content, row.prepared_compaction
+        elif config.policy_for(row.tool_name) == "summarize":
+            summarized += 1
+            continue
+        else:
+            text = truncate_tool_result(row.content, config, handle_ref=ref(row.pk))
+            kind = Message.Compaction.TRUNCATED
+        shorter = estimate_tokens(text) + row.blocks_tokens < row.token_estimate
+        if shorter and not row.compaction and not row.pinned:
+            texts[row.pk] = (text, kind)
+    return texts, summarized
