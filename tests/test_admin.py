@@ -33,6 +33,7 @@ from assistant.services import (
 from assistant.store.events import acting_as, acting_user_id
 from assistant.store.state import write_state
 from assistant.tasks import staff_action_task
+from assistant.text.figures import share
 from assistant.text.tokens import estimate_tokens
 from assistant.window import load_window
 from assistant.window.limits import request_shape
@@ -1282,3 +1283,45 @@ def test_the_inspectors_request_is_what_the_pre_call_hook_then_sends(staff_clien
         str(message.get("content") or "")[:2000] for message in sent.messages
     ]
     assert inspector["total"] == load_window(conversation.pk).context_tokens()
+
+
+def test_the_list_and_the_page_give_one_conversation_the_same_figures(staff_client):
+    """Issue 50's trial: one conversation's size, % trigger and % window read the same
+    on the list and on its page, a compaction pending included (the page shows the
+    next request; the list read the size the previous call left)."""
+    conversation, rows = tool_heavy_conversation()
+    add_message(conversation, "assistant", "Answered.", provider="openai", model="gpt-4.1")
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk),
+        {
+            MetadataKeys.PENDING_SUMMARY: "## Goal\n- Fix post 42.",
+            MetadataKeys.PENDING_THROUGH_MESSAGE_ID: rows[1].pk,
+            MetadataKeys.PENDING_BASE_MESSAGE_ID: None,
+            MetadataKeys.PENDING_ANCHOR_MESSAGE_ID: None,
+            MetadataKeys.PENDING_ARTIFACT_INDEX: None,
+            MetadataKeys.PENDING_USAGE: {},
+        },
+    )
+    hour_ago = timezone.now() - timedelta(hours=1)
+    Message.objects.filter(conversation=conversation).update(created_at=hour_ago)  # cold cache
+
+    inspector = staff_client.get(change_url(conversation)).context["inspector"]
+    listed = staff_client.get(CHANGELIST).content.decode()
+
+    page = staff_client.get(change_url(conversation)).content.decode()
+    stored = Conversation.objects.get(pk=conversation.pk).context_tokens
+    shares = f"{share(stored, 50_000)} · {share(stored, 1_047_576)}"
+    assert inspector["limits"].model == "gpt-4.1"
+    assert (
+        context_cell(
+            "ok", "color:inherit;", f"{stored:,}", shares, model="gpt-4.1", window=1_047_576
+        )
+        in listed
+    )
+    # The next request is smaller (the pending summary adopted first), and the page
+    # names the list's figure beside it, with the same shares, instead of disagreeing.
+    assert inspector["total"] < stored
+    assert (
+        f"The conversation list shows {stored:,} tokens ({shares}): the size the previous "
+        "call left, until the pre-call hook makes the next request." in page
+    )

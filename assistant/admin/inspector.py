@@ -70,8 +70,15 @@ def context_inspector(conversation: Conversation) -> dict[str, Any]:
     events = conversation.compaction_events.select_related("acting_user").order_by(
         "-created_at", "-id"
     )
+    listed = conversation.context_tokens  # the list's figure (`store_size`)
     return {
         **_header(total, limits),
+        "listed": listed,
+        "listed_shares": (
+            f"{share(listed, limits.trigger)} · {share(listed, limits.window)}"
+            if listed is not None
+            else ""
+        ),
         "system": _cut(context.system)[0],
         "parent_summary": context.parent_summary,
         "window_summary": context.window_summary,
