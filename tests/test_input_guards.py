@@ -29,7 +29,7 @@ from assistant.services import (
 )
 from assistant.testing.fake_provider import prompt_tokens
 from assistant.text.tokens import estimate_message_tokens
-from tests.fake_llm import ok, slow
+from tests.fake_llm import ok, overloaded, slow
 
 pytestmark = pytest.mark.django_db
 
@@ -274,6 +274,55 @@ def test_a_gemini_step_carries_its_deadline_in_its_http_options(fake_llm):
     assert "timeout" in type(raised.value).__name__.lower() + str(raised.value).lower()
     assert time.monotonic() - started < 15
     assert conversation.messages.count() == 1
+
+
+def retrying_call(fake, retries):
+    client = anthropic.Anthropic(api_key="test-key", base_url=fake.url, max_retries=retries)
+    return lambda request: client.messages.create(model=MODEL, max_tokens=64, **request)
+
+
+def async_retrying_call(fake, retries):
+    client = anthropic.AsyncAnthropic(api_key="test-key", base_url=fake.url, max_retries=retries)
+    return lambda request: client.messages.create(model=MODEL, max_tokens=64, **request)
+
+
+# The SDK's retries: 529s whose retry-after (3 s) it sleeps out, 4 retries (15 s and more
+# before the bound), or a hanging provider whose every attempt gets the request's timeout.
+RETRIED = {
+    "overloaded": ([overloaded(retry_after=3) for _ in range(5)], 4),
+    "hanging": ([slow(20, ok("too late")) for _ in range(4)], 3),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(RETRIED))
+def test_a_deadline_bounds_the_sdks_retries_too(fake_llm, fault):
+    replies, retries = RETRIED[fault]
+    fake_llm.script_anthropic(*replies)
+    conversation = with_question()
+    started = time.monotonic()
+
+    with pytest.raises((TimeoutError, anthropic.APITimeoutError)):
+        chat_step(conversation, retrying_call(fake_llm, retries), deadline=2)
+
+    assert time.monotonic() - started < 5  # 2 s and the grace; unbounded: 8 s and more
+    assert list(conversation.messages.values_list("role", flat=True)) == ["user"]
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fault", sorted(RETRIED))
+async def test_an_async_deadline_bounds_the_sdks_retries_too(fake_llm, closing, fault):
+    replies, retries = RETRIED[fault]
+    fake_llm.script_anthropic(*replies)
+    conversation = await sync_to_async(with_question)()
+    started = time.monotonic()
+
+    with pytest.raises((TimeoutError, anthropic.APITimeoutError)):
+        await achat_step(conversation, async_retrying_call(fake_llm, retries), deadline=2)
+
+    assert time.monotonic() - started < 5
+    count = await sync_to_async(Message.objects.filter(conversation=conversation).count)()
+    assert count == 1
 
 
 def test_a_step_within_its_deadline_is_recorded(fake_llm):
