@@ -5,6 +5,7 @@ which must have received no request when the call is refused."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import anthropic
@@ -15,6 +16,7 @@ from django.db import connections
 from google import genai
 from google.genai import types
 
+from assistant.llm.base import ChatResult, Usage
 from assistant.llm.catalog import send_bound, wire
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.services import (
@@ -26,6 +28,7 @@ from assistant.services import (
     build_context,
     call_with_overflow_recovery,
     chat_step,
+    record_response,
 )
 from assistant.testing.fake_provider import prompt_tokens
 from assistant.text.tokens import estimate_message_tokens
@@ -350,6 +353,39 @@ def test_a_number_jsonb_would_change_is_refused(value):
     assert raised.value.code == "invalid_tool_arguments"
     assert in_metadata.value.code == "invalid_metadata"
     assert conversation.messages.count() == 1
+
+
+# What the host's add_message refuses, the model's own answer is stored with.
+MODELS_NUMBERS = {"v": 1e16, "w": -0.0, "x": 1e308, "y": -2.5e20, "z": [0.5, {"n": 3e17}]}
+
+
+def test_a_models_tool_call_with_a_number_jsonb_would_change_is_stored_not_lost(fake_llm):
+    fake_llm.script_anthropic(
+        ok("", tool_calls=[{"id": "t1", "name": "set", "arguments": MODELS_NUMBERS}])
+    )
+    conversation = with_question()
+
+    step = chat_step(conversation, anthropic_call(fake_llm))
+
+    (call,) = step.tool_calls
+    assert call["arguments"] == MODELS_NUMBERS  # the model's, as it sent them
+    assert math.copysign(1.0, call["arguments"]["w"]) < 0
+    assert type(call["arguments"]["x"]) is float
+    stored = Message.objects.get(pk=step.message.pk)
+    assert stored.tool_calls[0]["arguments"] == MODELS_NUMBERS  # reads back equal
+    assert stored.original_token_estimate == estimate_message_tokens("", stored.tool_calls)
+    assert fake_llm.count("anthropic.messages") == 1
+
+
+def test_a_models_arguments_as_json_text_with_such_a_number_are_stored():
+    conversation = with_question()
+    call = {"id": "t1", "name": "set", "arguments": '{"v": 1e+16, "w": -0.0}'}
+    answer = ChatResult(text="", usage=Usage(), model=MODEL, tool_calls=[call])
+
+    message = record_response(conversation, answer, provider="openai")
+
+    assert message.tool_calls[0]["arguments"] == {"v": 1e16, "w": -0.0}
+    assert Message.objects.get(pk=message.pk).tool_calls[0]["arguments"] == {"v": 1e16, "w": 0}
 
 
 def test_stored_arguments_read_back_equal_and_their_estimate_is_of_what_is_stored():
