@@ -231,6 +231,40 @@ def test_a_request_over_the_models_bound_is_made_to_fit_before_it_is_sent(fake_l
     assert CompactionEvent.Kind.EMERGENCY_1 in kinds
 
 
+def test_an_oversized_newest_tool_result_is_truncated_to_fit_before_it_is_sent(fake_llm, settings):
+    settings.ASSISTANT_SUMMARIZER = "offline"
+    fake_llm.script_anthropic(ok("Read it."))
+    conversation = with_question()
+    add_message(
+        conversation,
+        "assistant",
+        "",
+        tool_calls=[{"id": "c1", "name": "read_log", "arguments": {}}],
+        provider="anthropic",
+        model=MODEL,
+    )
+    original = "log line 42 ok\n" * 80_000 + "the error is E4471 in /var/app.log\n"
+    result = add_message(conversation, "tool", original, tool_call_id="c1")
+    bound = send_bound(MODEL, "anthropic")
+    assert build_context(conversation).tokens.total > bound  # the newest step alone
+
+    step = chat_step(conversation, anthropic_call(fake_llm))
+
+    (request,) = fake_llm.requests_for("anthropic.messages")
+    assert prompt_tokens(request.body) <= bound
+    assert step.text == "Read it."
+    sent = request.body["messages"][-1]["content"][0]["content"]
+    assert f"ref m{result.pk}" in str(sent)  # the recall handle of the original
+    stored = Message.objects.get(pk=result.pk)
+    assert stored.content == original  # the original kept
+    assert stored.compaction == Message.Compaction.TRUNCATED
+    kinds = list(
+        CompactionEvent.objects.filter(conversation=conversation).values_list("kind", flat=True)
+    )
+    assert CompactionEvent.Kind.EMERGENCY_2 in kinds
+    assert CompactionEvent.Kind.TOOL_RESULTS in kinds
+
+
 def test_a_request_that_cannot_be_made_to_fit_is_never_sent(fake_llm, settings):
     settings.ASSISTANT_SUMMARIZER = "offline"
     conversation = Conversation.objects.create(title="huge", system_prompt="You help.")
