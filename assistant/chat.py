@@ -18,6 +18,7 @@ tools with the host's function.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -315,7 +316,8 @@ def _within(
         return call_model(request)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chat_step_call")
     try:
-        future = pool.submit(call_model, request)
+        # The host's context variables (tracing spans, request ids) go with the call.
+        future = pool.submit(contextvars.copy_context().run, call_model, request)
         try:
             return future.result(timeout=max(0.0, ends - time.monotonic()) + _GRACE_SECONDS)
         except FutureTimeout:
