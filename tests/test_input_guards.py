@@ -265,6 +265,30 @@ def test_an_oversized_newest_tool_result_is_truncated_to_fit_before_it_is_sent(f
     assert CompactionEvent.Kind.TOOL_RESULTS in kinds
 
 
+def test_the_issues_five_million_character_newest_result_is_made_to_fit_in_time(fake_llm, settings):
+    settings.ASSISTANT_SUMMARIZER = "offline"
+    fake_llm.script_anthropic(ok("Read it."))
+    conversation = with_question()
+    add_message(
+        conversation,
+        "assistant",
+        "",
+        tool_calls=[{"id": "c1", "name": "export", "arguments": {}}],
+        provider="anthropic",
+        model=MODEL,
+    )
+    rows = "".join(f"row {i} id=A{i:07d} at /srv/out/{i}.json\n" for i in range(140_000))
+    add_message(conversation, "tool", rows[:5_000_000], tool_call_id="c1")
+    started = time.monotonic()
+
+    step = chat_step(conversation, anthropic_call(fake_llm))
+
+    assert time.monotonic() - started < 60  # the whole result scanned: minutes
+    (request,) = fake_llm.requests_for("anthropic.messages")
+    assert prompt_tokens(request.body) <= send_bound(MODEL, "anthropic")
+    assert step.text == "Read it."
+
+
 def test_a_request_that_cannot_be_made_to_fit_is_never_sent(fake_llm, settings):
     settings.ASSISTANT_SUMMARIZER = "offline"
     conversation = Conversation.objects.create(title="huge", system_prompt="You help.")

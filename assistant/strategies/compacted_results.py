@@ -56,6 +56,12 @@ def compact_batch(conversation_id: int, rows: list[Message], config: CompactionC
     return count
 
 
+# On the way to a model call, the key statements of a newest result are looked for in
+# its first 200,000 characters only: the scan of a whole 5,000,000-character result
+# takes minutes.
+_SCAN_CHARS = 200_000
+
+
 def truncate_to_fit(
     conversation_id: int, rows: list[Message], excess: int, config: CompactionConfig
 ) -> int:
@@ -69,7 +75,9 @@ def truncate_to_fit(
             break
         with stopwatch() as made:
             content = Message.objects.values_list("content", flat=True).get(pk=row.pk)
-            text = truncate_tool_result(content, config, handle_ref=ref(row.pk))
+            text = truncate_tool_result(
+                content, config, handle_ref=ref(row.pk), scan_chars=_SCAN_CHARS
+            )
         tokens = estimate_tokens(text) + row.blocks_tokens
         if tokens >= row.token_estimate:
             continue
