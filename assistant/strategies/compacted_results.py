@@ -57,6 +57,39 @@ def compact_batch(conversation_id: int, rows: list[Message], config: CompactionC
     return count
 
 
+# On the way to a model call, the key statements of a newest result are looked for in
+# its first 200,000 characters only: the scan of a whole 5,000,000-character result
+# takes minutes.
+_SCAN_CHARS = 200_000
+
+
+def truncate_to_fit(
+    conversation_id: int, rows: list[Message], excess: int, config: CompactionConfig
+) -> int:
+    """Truncate these results, largest first, until `excess` tokens are saved: the last
+    resort for a newest step the model has not read yet, which cannot fit otherwise.
+    Truncated, never summarized (no model call on the way to one); each original kept,
+    its recall handle in the marker, each with its audit row as compact_batch's."""
+    count = 0
+    for row in sorted(rows, key=lambda row: row.token_estimate, reverse=True):
+        if excess <= 0:
+            break
+        with stopwatch() as made:
+            content = Message.objects.values_list("content", flat=True).get(pk=row.pk)
+            text = truncate_tool_result(
+                content, config, handle_ref=ref(row.pk), scan_chars=_SCAN_CHARS
+            )
+        tokens = estimate_tokens(text) + row.blocks_tokens
+        if tokens >= row.token_estimate:
+            continue
+        made_text = (text, Message.Compaction.TRUNCATED, "")
+        with transaction.atomic():
+            if _write_compacted(conversation_id, row, made_text, tokens, made.ms):
+                count += 1
+                excess -= row.token_estimate - tokens
+    return count
+
+
 def _uses_prepared(row: Message) -> bool:
     return bool(row.prepared_compaction) and (
         row.prepared_compaction != Message.Compaction.DEDUPLICATED

@@ -10,7 +10,13 @@ summary in the conversation's state) and can be undone with `restore_originals`.
   window summary is regenerated with a tighter recent window
   (EMERGENCY_RECENT_FRACTION).
 - Level 2: everything but the current turn's user message and the newest
-  step is summarized, and every consumed tool result is compacted.
+  step is summarized, and every consumed tool result is compacted. When the
+  request is still larger than the answering model can take (`Limits.bound`),
+  the newest step's own tool results, which the model has not read yet, are
+  truncated, largest first, until it fits (the originals kept, each marker
+  naming its recall handle): the last resort before ContextTooLarge. A pinned
+  result, one staff restored and a tool whose policy is "keep" are not; a
+  user message is never cut, so one larger than the window is still refused.
 
 A summary that would not make the context smaller is never stored
 (assistant.strategies.shift), so a level cannot make things worse.
@@ -28,13 +34,16 @@ from django.core.exceptions import ValidationError
 from assistant.llm.base import ChatResult, Usage
 from assistant.llm.catalog import model_context_window, read_response
 from assistant.llm.overflow import OVERFLOW_STOP_REASON
-from assistant.models import CompactionEvent, Conversation, MetadataKeys
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.settings.conf import compaction_config
 from assistant.store.events import one_rewrite, record_compaction
 from assistant.store.state import refresh_state, remember, write_state
+from assistant.strategies.compacted_results import truncate_to_fit
 from assistant.strategies.shift import regenerate_window_summary
 from assistant.strategies.tool_results import compact_tool_results
+from assistant.text.truncation import KEEP_VERBATIM
 from assistant.window import load_window
+from assistant.window.limits import current_limits
 
 logger = logging.getLogger(__name__)
 LEVELS = (1, 2)
@@ -134,7 +143,35 @@ def _apply(conversation: Conversation, level: int) -> tuple[int, bool]:
         return compacted, regenerated
     regenerated = regenerate_window_summary(conversation, newest_step_only=True)
     compacted = compact_tool_results(conversation, include_current_turn=True, min_chars=0)
-    return compacted, regenerated
+    return compacted + _truncate_newest_step(conversation.pk), regenerated
+
+
+def _truncate_newest_step(conversation_id: int) -> int:
+    """Level 2's last resort: the results after the newest answer truncated until the
+    request fits the answering model's bound; 0 when it already fits."""
+    excess = load_window(conversation_id).context_tokens() - current_limits(conversation_id).bound
+    if excess <= 0:
+        return 0
+    config = compaction_config()
+    newest_answer = (
+        Message.objects.filter(conversation_id=conversation_id, role=Message.Role.ASSISTANT)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    unread = Message.objects.filter(
+        conversation_id=conversation_id,
+        role=Message.Role.TOOL,
+        pinned=False,
+        compaction="",
+        id__gt=newest_answer or 0,
+    ).defer("content", "compacted_content", "prepared_content")
+    rows = [
+        row
+        for row in unread
+        if config.policy_for(row.tool_name) != "keep" and KEEP_VERBATIM not in (row.metadata or {})
+    ]
+    return truncate_to_fit(conversation_id, rows, excess, config)
 
 
 def _request(conversation: Conversation) -> int:
