@@ -17,9 +17,13 @@ tools with the host's function.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,16 +194,24 @@ def chat_step(
     (stored as it came; requests leave it out). Bad arguments and a deleted
     conversation are refused before anything is written or any model called: `fields`
     too, as the answer's message would be (`unknown_field` for an unknown one).
-    `deadline`: seconds the whole step may take; each request carries the time left as
-    its `timeout` (Gemini: its config's `http_options`), and none is sent once it is
-    spent (TimeoutError). docs/chat-loop.rst, "Timeouts and retries"."""
+    `deadline`: seconds the whole step may take, the SDK's own retries and their waits
+    included. Each request carries the time left as its `timeout` (Gemini: its config's
+    `http_options`), which bounds one attempt only: the SDK retries with the same
+    timeout and sleeps as long as a `retry-after` says, and no request keyword turns
+    its retries off. So the step stops waiting for the call itself once the deadline
+    is spent (TimeoutError; a retry already under way runs on in the SDK's thread, and
+    its answer is not recorded: build the client with max_retries=0 where that
+    matters); no request is sent past it either. docs/chat-loop.rst, "Timeouts and
+    retries"."""
     ends = _ends(deadline)
     chosen, sent = _checked(provider, tools, recall, fields)
     step, prepared = _before_call(conversation, sent, chosen, call_model)
     response = call_with_overflow_recovery(
         conversation,
         lambda context: read_answer(
-            chosen, call_model(_request(context, provider, tools, recall, step, ends)), on_text
+            chosen,
+            _within(ends, call_model, _request(context, provider, tools, recall, step, ends)),
+            on_text,
         ),
         window_tokens=window_tokens,
         context=prepared,
@@ -225,14 +237,16 @@ async def achat_step(
     `genai.Client().aio.models.generate_content(...)`) or an async stream
     (`AsyncAnthropic().messages.stream(...)`); `on_text` may be a coroutine function.
     The database work (the hook, the context, overflow recovery, the record) runs in
-    a worker thread (`sync_to_async`), never on the event loop."""
+    a worker thread (`sync_to_async`), never on the event loop. `deadline` bounds the
+    whole step as chat_step's does; here the call (its SDK retries and their sleeps,
+    a stream's reading too) is cancelled once it is spent (TimeoutError)."""
     ends = _ends(deadline)
     chosen, sent = _checked(provider, tools, recall, fields)
     step, prepared = await sync_to_async(_before_call)(conversation, sent, chosen, call_model)
 
     async def call(context: Context) -> Any:
         request = _request(context, provider, tools, recall, step, ends)
-        return await aread_answer(chosen, call_model(request), on_text)
+        return await _awithin(ends, aread_answer(chosen, call_model(request), on_text))
 
     response = await acall_with_overflow_recovery(
         conversation, call, window_tokens=window_tokens, context=prepared
@@ -294,6 +308,53 @@ def _request(
 
 def _ends(deadline: float | None) -> float | None:
     return None if deadline is None else time.monotonic() + deadline
+
+
+# How long past the deadline the step still waits for the SDK's own timeout error of an
+# attempt that carried the time left: that error says more than the step's TimeoutError.
+_GRACE_SECONDS = 0.5
+
+
+def _within(
+    ends: float | None, call_model: Callable[[dict[str, Any]], Any], request: dict[str, Any]
+) -> Any:
+    """call_model(request), waited for until `ends` (and the grace) at most: the SDK's
+    retries run inside the call, each with the request's whole timeout and a sleep
+    between, so only the step's own wait bounds them all."""
+    if ends is None:
+        return call_model(request)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chat_step_call")
+    try:
+        # The host's context variables (tracing spans, request ids) go with the call.
+        future = pool.submit(contextvars.copy_context().run, call_model, request)
+        try:
+            return future.result(timeout=max(0.0, ends - time.monotonic()) + _GRACE_SECONDS)
+        except FutureTimeout:
+            raise _spent() from None
+    finally:
+        pool.shutdown(wait=False)
+
+
+async def _awithin(ends: float | None, answer: Awaitable[Any]) -> Any:
+    """`answer` awaited until `ends` (and the grace) at most, then cancelled: its SDK
+    retries and their sleeps with it."""
+    if ends is None:
+        return await answer
+    bound = asyncio.timeout(max(0.0, ends - time.monotonic()) + _GRACE_SECONDS)
+    try:
+        async with bound:
+            return await answer
+    except TimeoutError:
+        if bound.expired():
+            raise _spent() from None
+        raise
+
+
+def _spent() -> TimeoutError:
+    return TimeoutError(
+        "chat_step's deadline was spent before the model's answer came (the SDK's retries "
+        "included)."
+    )
 
 
 @entry_point(run_tool=a_callable)

@@ -8,11 +8,12 @@ and the context size the pre-call hook decides on is their sum.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from assistant.history import add_message
+from assistant.history import add_message, jsonb_equal
 from assistant.models import Conversation, Message
 from assistant.provider_compaction import record_event
 from assistant.providers import CHAT_PROVIDERS, read_response
@@ -34,7 +35,11 @@ def record_response(
     event and price (docs/provider-compaction.rst). `provider` names the provider
     called (chat_step passes its own) where the response cannot say. `fields` go to
     `add_message` as they are (e.g. metadata) and win over what the response says.
-    Anything else raises ValidationError (code "unknown_response") and stores nothing."""
+    Anything else raises ValidationError (code "unknown_response") and stores nothing.
+    The model's tool-call arguments are stored even where add_message would refuse a
+    host's number jsonb gives back changed (1e16, -0.0): in the form that reads back
+    equal (`jsonb_equal`), and the returned message still carries them as the model
+    sent them, so a paid answer is never lost to its spelling of a number."""
     result = read_response(response)
     if result is None:
         raise ValidationError(
@@ -42,8 +47,12 @@ def record_response(
             f"providers ({', '.join(CHAT_PROVIDERS)}) or a ChatResult.",
             code="unknown_response",
         )
+    sent_calls = [_parsed(call) for call in result.tool_calls]
     recorded: dict[str, Any] = {
-        "tool_calls": result.tool_calls or None,
+        "tool_calls": [
+            {**call, "arguments": jsonb_equal(call.get("arguments"))} for call in sent_calls
+        ]
+        or None,
         "blocks": result.blocks or None,
         "input_tokens": result.usage.input_tokens,
         "output_tokens": result.usage.output_tokens,
@@ -56,7 +65,29 @@ def record_response(
     recorded.update(fields)
     before = conversation.context_tokens or 0
     message = add_message(conversation, Message.Role.ASSISTANT, result.text, **recorded)
+    if message.tool_calls and "tool_calls" not in fields:
+        _as_sent(message, sent_calls)
     if message.provider_compaction:
         record_event(message, message.provider_compaction, model=result.model, before=before)
         refresh_size(conversation.pk)
     return message
+
+
+def _parsed(call: dict[str, Any]) -> dict[str, Any]:
+    """`call` with its arguments as an object where they are a JSON string (OpenAI's),
+    parsed as add_message would; one that does not parse is left for it to refuse."""
+    arguments = call.get("arguments")
+    if isinstance(arguments, str) and arguments.strip():
+        try:
+            return {**call, "arguments": json.loads(arguments)}
+        except (ValueError, RecursionError):
+            pass
+    return call
+
+
+def _as_sent(message: Message, sent: list[dict[str, Any]]) -> None:
+    """The stored message's calls with the model's arguments as it sent them (equal in
+    value to the stored ones), for the host's Step.tool_calls."""
+    for call, original in zip(message.tool_calls or [], sent, strict=True):
+        if isinstance(original.get("arguments"), dict):
+            call["arguments"] = original["arguments"]

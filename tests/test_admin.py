@@ -3,13 +3,14 @@ permissions, history entries, refused actions, and what each page shows."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 
 import pytest
 from django.contrib import messages as django_messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -19,18 +20,23 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from assistant.admin.inspector import context_inspector
+from assistant.admin.inspector import WireJSONEncoder, context_inspector
 from assistant.history.events import acting_as, acting_user_id
 from assistant.history.state_writes import write_state
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.providers.catalog import wire
 from assistant.services import (
     add_message,
     compact_tool_results,
     fork_continuation,
     run_staff_action,
 )
+from assistant.tasks import staff_action_task
+from assistant.text.figures import share
 from assistant.text.tokens import estimate_tokens
+from assistant.window import load_window
+from assistant.window.limits import request_shape
 from tests.builders import html, tool_turn
 from tests.conftest import wait_until
 from tests.media import b64, image_block, pdf, pdf_block, png
@@ -622,30 +628,51 @@ def test_the_branch_page_searches_the_user_messages(staff_client):
     assert "11 of 120 user messages match." in found.content.decode()
 
 
-def test_the_branch_page_forks_and_the_fork_page_shows_the_whole_message(staff_client, staff):
+def test_the_branch_page_queues_the_branch_on_the_worker_and_calls_no_summarizer(
+    staff_client, staff, django_capture_on_commit_callbacks, monkeypatch
+):
+    """Issue 50, point 7: the confirming POST forked inline, its summary made by the
+    summarizer inside the admin request; it is queued like every run that calls it
+    (the worker makes it: tests/test_staff_fork.py)."""
+    import assistant.fork.branching
+
+    def no_summarizer(*args, **kwargs):
+        raise AssertionError("the summarizer was called inside the admin request")
+
+    monkeypatch.setattr(assistant.fork.branching, "summarize_messages", no_summarizer)
     conversation, _rows = tool_heavy_conversation(title="Blog admin session")
-    long_text = "Rewrite the intro of post 42: " + "make it shorter and clearer. " * 40
-    chosen = add_message(conversation, "user", long_text)
+    chosen = add_message(conversation, "user", "Rewrite the intro of post 42.")
     add_message(conversation, "assistant", "Done.")
 
-    response = run_action(
-        staff_client, "branch_from_message", conversation, post="yes", message_id=chosen.pk
-    )
+    with django_capture_on_commit_callbacks() as published:
+        response = run_action(
+            staff_client, "branch_from_message", conversation, post="yes", message_id=chosen.pk
+        )
 
-    fork = Conversation.objects.get(parent_conversation=conversation)
     assert response.status_code == 302
-    assert response["Location"] == change_url(fork)
-    assert fork.fork_message_id == chosen.pk
+    assert response["Location"] == change_url(conversation)
+    assert Conversation.objects.count() == 1  # nothing forked here
     assert flashed(response) == [
-        f"Branched “{conversation}” into “{fork}” (#{fork.pk}). The message to edit and resend "
-        "is shown in full below."
+        f"Branch from a message: queued on the worker for “{conversation}” (#{conversation.pk}) "
+        f"at message #{chosen.pk}. The branch appears in this conversation's History; its page "
+        "shows the message to edit and resend in full."
     ]
-    page = staff_client.get(change_url(fork)).content.decode()
-    assert f"<pre>{long_text}</pre>" in page
-    assert history(fork) == [
-        (ADDITION, f"Created as a branch of #{conversation.pk} at message #{chosen.pk}.")
+    assert published_tasks(monkeypatch, published) == [
+        (staff_action_task.name, ("fork_from_message", conversation.pk, staff.pk, "", chosen.pk))
     ]
-    assert CompactionEvent.objects.get(conversation=fork).acting_user_id == staff.pk
+
+
+def published_tasks(monkeypatch, callbacks) -> list[tuple[str, tuple]]:
+    """(task name, arguments) of what these on-commit callbacks publish."""
+    import assistant.history.queue
+
+    sent: list[tuple[str, tuple]] = []
+    monkeypatch.setattr(
+        assistant.history.queue, "_publish", lambda name, args: sent.append((name, args))
+    )
+    for callback in callbacks:
+        callback()
+    return sent
 
 
 def test_the_branch_page_refuses_an_assistant_message(staff_client):
@@ -1208,3 +1235,93 @@ def test_the_inspector_shows_the_summary_the_next_request_adopts_first(staff_cli
     assert inspector["first"] == ["1 consumed tool result(s) compacted"]
     assert "the pre-call hook first makes: 1 consumed tool result(s) compacted" in page
     assert [block["text"] for block in body["system"]][-1].endswith(pending)
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["made-now", "worker-prepared"])
+def test_the_inspectors_request_is_what_the_pre_call_hook_then_sends(staff_client, prepared):
+    """Issue 50: with a pending summary on a cold cache and a consumed tool result
+    due for compaction, the inspector named the compaction ("first: 1 consumed tool
+    result(s) compacted") but showed the result verbatim, and its size and
+    request.json counted it verbatim: the next request carried it compacted."""
+    from assistant.services import prepare_context
+
+    conversation, rows = tool_heavy_conversation()
+    if prepared:  # the worker prepared the compaction ahead
+        Message.objects.filter(pk=rows[2].pk).update(
+            prepared_content="[read_post: post 42, title 'Helo']",
+            prepared_compaction=Message.Compaction.TRUNCATED,
+            prepared_token_estimate=12,
+        )
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk),
+        {
+            MetadataKeys.PENDING_SUMMARY: "## Goal\n- Fix post 42.",
+            MetadataKeys.PENDING_THROUGH_MESSAGE_ID: rows[1].pk,
+            MetadataKeys.PENDING_BASE_MESSAGE_ID: None,
+            MetadataKeys.PENDING_ANCHOR_MESSAGE_ID: None,
+            MetadataKeys.PENDING_ARTIFACT_INDEX: None,
+            MetadataKeys.PENDING_USAGE: {},
+        },
+    )
+    hour_ago = timezone.now() - timedelta(hours=1)
+    Message.objects.filter(conversation=conversation).update(created_at=hour_ago)  # cold cache
+    writes = Message.objects.filter(conversation=conversation).values_list(
+        "pk", "compacted_content", "compaction", "token_estimate"
+    )
+    before = list(writes)
+
+    inspector = staff_client.get(change_url(conversation)).context["inspector"]
+    body = staff_client.get(change_url(conversation).replace("change/", "request.json")).json()
+
+    assert list(writes) == before  # the inspector wrote nothing
+    sent = prepare_context(conversation)
+    assert Message.objects.get(pk=rows[2].pk).compaction  # the hook did compact it
+    shape = wire(request_shape(conversation.pk))
+    assert body == json.loads(json.dumps(sent.request(shape), cls=WireJSONEncoder))
+    assert inspector["window_summary"] == sent.window_summary
+    assert [row["content"] for row in inspector["messages"]] == [
+        str(message.get("content") or "")[:2000] for message in sent.messages
+    ]
+    assert inspector["total"] == load_window(conversation.pk).context_tokens()
+
+
+def test_the_list_and_the_page_give_one_conversation_the_same_figures(staff_client):
+    """Issue 50's trial: one conversation's size, % trigger and % window read the same
+    on the list and on its page, a compaction pending included (the page shows the
+    next request; the list read the size the previous call left)."""
+    conversation, rows = tool_heavy_conversation()
+    add_message(conversation, "assistant", "Answered.", provider="openai", model="gpt-4.1")
+    write_state(
+        Conversation.objects.filter(pk=conversation.pk),
+        {
+            MetadataKeys.PENDING_SUMMARY: "## Goal\n- Fix post 42.",
+            MetadataKeys.PENDING_THROUGH_MESSAGE_ID: rows[1].pk,
+            MetadataKeys.PENDING_BASE_MESSAGE_ID: None,
+            MetadataKeys.PENDING_ANCHOR_MESSAGE_ID: None,
+            MetadataKeys.PENDING_ARTIFACT_INDEX: None,
+            MetadataKeys.PENDING_USAGE: {},
+        },
+    )
+    hour_ago = timezone.now() - timedelta(hours=1)
+    Message.objects.filter(conversation=conversation).update(created_at=hour_ago)  # cold cache
+
+    inspector = staff_client.get(change_url(conversation)).context["inspector"]
+    listed = staff_client.get(CHANGELIST).content.decode()
+
+    page = staff_client.get(change_url(conversation)).content.decode()
+    stored = Conversation.objects.get(pk=conversation.pk).context_tokens
+    shares = f"{share(stored, 50_000)} · {share(stored, 1_047_576)}"
+    assert inspector["limits"].model == "gpt-4.1"
+    assert (
+        context_cell(
+            "ok", "color:inherit;", f"{stored:,}", shares, model="gpt-4.1", window=1_047_576
+        )
+        in listed
+    )
+    # The next request is smaller (the pending summary adopted first), and the page
+    # names the list's figure beside it, with the same shares, instead of disagreeing.
+    assert inspector["total"] < stored
+    assert (
+        f"The conversation list shows {stored:,} tokens ({shares}): the size the previous "
+        "call left, until the pre-call hook makes the next request." in page
+    )

@@ -35,6 +35,7 @@ from assistant.services import (
     regenerate_window_summary,
 )
 from tests.builders import html, tool_turn
+from tests.conftest import wait_until
 from tests.scenarios import staff_user, tool_heavy_conversation
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -169,7 +170,7 @@ def test_runserver_with_debug_off_serves_a_styled_admin(runserver_debug_off, bro
     browser.screenshot(path=str(OUTPUT_DIR / "login_debug_off.png"))
 
 
-def test_the_admin_as_an_operator_uses_it(live_server, browser, settings):
+def test_the_admin_as_an_operator_uses_it(live_server, browser, settings, celery_worker):
     settings.ASSISTANT_COMPACTION = {
         "MIN_RECENT_MESSAGES": 2,
         "CONTEXT_TOKEN_THRESHOLD": 1000,
@@ -220,16 +221,26 @@ def test_the_admin_as_an_operator_uses_it(live_server, browser, settings):
     page.locator("#branch-form").wait_for()
     assert page.locator("input[name=message_id]").count() == 1
     page.screenshot(path=str(DOCS_DIR / "branch_search.png"), full_page=True)
+    # The branch's summary calls the summarizer: queued, made by the worker.
     page.click("#branch-form input[type=submit]")
-    page.wait_for_url(f"{live_server.url}/admin/assistant/conversation/*/change/")
-    fork = Conversation.objects.get(parent_conversation=conversation)
+    page.wait_for_url(f"{live_server.url}/admin/assistant/conversation/{conversation.pk}/change/")
+    assert "queued on the worker" in page.locator(".messagelist").inner_text()
+    forks = Conversation.objects.filter(parent_conversation=conversation)
+    branched = "Branch from a message: branched into #"
+    assert wait_until(
+        lambda: (
+            forks.exists() and LogEntry.objects.filter(change_message__startswith=branched).exists()
+        )
+    )
+    fork = forks.get()
     assert fork.fork_message_id == rows[14].pk
+    page.goto(f"{live_server.url}/admin/assistant/conversation/{fork.pk}/change/")
     assert page.locator("#fork-origin pre").inner_text() == rows[14].content
     page.screenshot(path=str(OUTPUT_DIR / "fork_change_page.png"), full_page=True)
 
     # History: the branch is there, by whom.
     page.goto(f"{live_server.url}/admin/assistant/conversation/{conversation.pk}/history/")
-    assert f"Branched into #{fork.pk}." in page.locator("#change-history").inner_text()
+    assert f"{branched}{fork.pk}." in page.locator("#change-history").inner_text()
     assert "browser-staff" in page.locator("#change-history").inner_text()
     page.screenshot(path=str(DOCS_DIR / "history.png"), full_page=True)
 

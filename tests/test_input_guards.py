@@ -5,6 +5,7 @@ which must have received no request when the call is refused."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import anthropic
@@ -16,6 +17,7 @@ from google import genai
 from google.genai import types
 
 from assistant.models import CompactionEvent, Conversation, Message
+from assistant.providers.base import ChatResult, Usage
 from assistant.providers.catalog import send_bound, wire_of
 from assistant.services import (
     ContextTooLarge,
@@ -26,10 +28,11 @@ from assistant.services import (
     build_context,
     call_with_overflow_recovery,
     chat_step,
+    record_response,
 )
 from assistant.testing.fake_provider import prompt_tokens
 from assistant.text.tokens import estimate_message_tokens
-from tests.fake_llm import ok, slow
+from tests.fake_llm import ok, overloaded, slow
 
 pytestmark = pytest.mark.django_db
 
@@ -228,6 +231,64 @@ def test_a_request_over_the_models_bound_is_made_to_fit_before_it_is_sent(fake_l
     assert CompactionEvent.Kind.EMERGENCY_1 in kinds
 
 
+def test_an_oversized_newest_tool_result_is_truncated_to_fit_before_it_is_sent(fake_llm, settings):
+    settings.ASSISTANT_SUMMARIZER = "offline"
+    fake_llm.script_anthropic(ok("Read it."))
+    conversation = with_question()
+    add_message(
+        conversation,
+        "assistant",
+        "",
+        tool_calls=[{"id": "c1", "name": "read_log", "arguments": {}}],
+        provider="anthropic",
+        model=MODEL,
+    )
+    original = "log line 42 ok\n" * 80_000 + "the error is E4471 in /var/app.log\n"
+    result = add_message(conversation, "tool", original, tool_call_id="c1")
+    bound = send_bound(MODEL, "anthropic")
+    assert build_context(conversation).tokens.total > bound  # the newest step alone
+
+    step = chat_step(conversation, anthropic_call(fake_llm))
+
+    (request,) = fake_llm.requests_for("anthropic.messages")
+    assert prompt_tokens(request.body) <= bound
+    assert step.text == "Read it."
+    sent = request.body["messages"][-1]["content"][0]["content"]
+    assert f"ref m{result.pk}" in str(sent)  # the recall handle of the original
+    stored = Message.objects.get(pk=result.pk)
+    assert stored.content == original  # the original kept
+    assert stored.compaction == Message.Compaction.TRUNCATED
+    kinds = list(
+        CompactionEvent.objects.filter(conversation=conversation).values_list("kind", flat=True)
+    )
+    assert CompactionEvent.Kind.EMERGENCY_2 in kinds
+    assert CompactionEvent.Kind.TOOL_RESULTS in kinds
+
+
+def test_the_issues_five_million_character_newest_result_is_made_to_fit_in_time(fake_llm, settings):
+    settings.ASSISTANT_SUMMARIZER = "offline"
+    fake_llm.script_anthropic(ok("Read it."))
+    conversation = with_question()
+    add_message(
+        conversation,
+        "assistant",
+        "",
+        tool_calls=[{"id": "c1", "name": "export", "arguments": {}}],
+        provider="anthropic",
+        model=MODEL,
+    )
+    rows = "".join(f"row {i} id=A{i:07d} at /srv/out/{i}.json\n" for i in range(140_000))
+    add_message(conversation, "tool", rows[:5_000_000], tool_call_id="c1")
+    started = time.monotonic()
+
+    step = chat_step(conversation, anthropic_call(fake_llm))
+
+    assert time.monotonic() - started < 60  # the whole result scanned: minutes
+    (request,) = fake_llm.requests_for("anthropic.messages")
+    assert prompt_tokens(request.body) <= send_bound(MODEL, "anthropic")
+    assert step.text == "Read it."
+
+
 def test_a_request_that_cannot_be_made_to_fit_is_never_sent(fake_llm, settings):
     settings.ASSISTANT_SUMMARIZER = "offline"
     conversation = Conversation.objects.create(title="huge", system_prompt="You help.")
@@ -276,6 +337,55 @@ def test_a_gemini_step_carries_its_deadline_in_its_http_options(fake_llm):
     assert conversation.messages.count() == 1
 
 
+def retrying_call(fake, retries):
+    client = anthropic.Anthropic(api_key="test-key", base_url=fake.url, max_retries=retries)
+    return lambda request: client.messages.create(model=MODEL, max_tokens=64, **request)
+
+
+def async_retrying_call(fake, retries):
+    client = anthropic.AsyncAnthropic(api_key="test-key", base_url=fake.url, max_retries=retries)
+    return lambda request: client.messages.create(model=MODEL, max_tokens=64, **request)
+
+
+# The SDK's retries: 529s whose retry-after (3 s) it sleeps out, 4 retries (15 s and more
+# before the bound), or a hanging provider whose every attempt gets the request's timeout.
+RETRIED = {
+    "overloaded": ([overloaded(retry_after=3) for _ in range(5)], 4),
+    "hanging": ([slow(20, ok("too late")) for _ in range(4)], 3),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(RETRIED))
+def test_a_deadline_bounds_the_sdks_retries_too(fake_llm, fault):
+    replies, retries = RETRIED[fault]
+    fake_llm.script_anthropic(*replies)
+    conversation = with_question()
+    started = time.monotonic()
+
+    with pytest.raises((TimeoutError, anthropic.APITimeoutError)):
+        chat_step(conversation, retrying_call(fake_llm, retries), deadline=2)
+
+    assert time.monotonic() - started < 5  # 2 s and the grace; unbounded: 8 s and more
+    assert list(conversation.messages.values_list("role", flat=True)) == ["user"]
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fault", sorted(RETRIED))
+async def test_an_async_deadline_bounds_the_sdks_retries_too(fake_llm, closing, fault):
+    replies, retries = RETRIED[fault]
+    fake_llm.script_anthropic(*replies)
+    conversation = await sync_to_async(with_question)()
+    started = time.monotonic()
+
+    with pytest.raises((TimeoutError, anthropic.APITimeoutError)):
+        await achat_step(conversation, async_retrying_call(fake_llm, retries), deadline=2)
+
+    assert time.monotonic() - started < 5
+    count = await sync_to_async(Message.objects.filter(conversation=conversation).count)()
+    assert count == 1
+
+
 def test_a_step_within_its_deadline_is_recorded(fake_llm):
     fake_llm.script_anthropic(ok("in time"))
     conversation = with_question()
@@ -301,6 +411,39 @@ def test_a_number_jsonb_would_change_is_refused(value):
     assert raised.value.code == "invalid_tool_arguments"
     assert in_metadata.value.code == "invalid_metadata"
     assert conversation.messages.count() == 1
+
+
+# What the host's add_message refuses, the model's own answer is stored with.
+MODELS_NUMBERS = {"v": 1e16, "w": -0.0, "x": 1e308, "y": -2.5e20, "z": [0.5, {"n": 3e17}]}
+
+
+def test_a_models_tool_call_with_a_number_jsonb_would_change_is_stored_not_lost(fake_llm):
+    fake_llm.script_anthropic(
+        ok("", tool_calls=[{"id": "t1", "name": "set", "arguments": MODELS_NUMBERS}])
+    )
+    conversation = with_question()
+
+    step = chat_step(conversation, anthropic_call(fake_llm))
+
+    (call,) = step.tool_calls
+    assert call["arguments"] == MODELS_NUMBERS  # the model's, as it sent them
+    assert math.copysign(1.0, call["arguments"]["w"]) < 0
+    assert type(call["arguments"]["x"]) is float
+    stored = Message.objects.get(pk=step.message.pk)
+    assert stored.tool_calls[0]["arguments"] == MODELS_NUMBERS  # reads back equal
+    assert stored.original_token_estimate == estimate_message_tokens("", stored.tool_calls)
+    assert fake_llm.count("anthropic.messages") == 1
+
+
+def test_a_models_arguments_as_json_text_with_such_a_number_are_stored():
+    conversation = with_question()
+    call = {"id": "t1", "name": "set", "arguments": '{"v": 1e+16, "w": -0.0}'}
+    answer = ChatResult(text="", usage=Usage(), model=MODEL, tool_calls=[call])
+
+    message = record_response(conversation, answer, provider="openai")
+
+    assert message.tool_calls[0]["arguments"] == {"v": 1e16, "w": -0.0}
+    assert Message.objects.get(pk=message.pk).tool_calls[0]["arguments"] == {"v": 1e16, "w": 0}
 
 
 def test_stored_arguments_read_back_equal_and_their_estimate_is_of_what_is_stored():

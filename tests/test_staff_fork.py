@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from assistant.history.state_writes import write_state
 from assistant.models import CompactionEvent, Conversation
-from assistant.services import queue_staff_action
+from assistant.services import add_message, queue_staff_action
 from assistant.staff.operations import (
     FORK_CONTINUATION,
     FORK_FROM_MESSAGE,
@@ -128,3 +128,44 @@ def test_a_branch_at_another_conversations_message_changes_nothing():
     assert not outcome.changed
     assert "is not one of this conversation's user messages" in outcome.message
     assert Conversation.objects.count() == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_admins_branch_from_a_message_is_made_by_the_worker(celery_worker, fake_llm, settings):
+    """The branch page's confirming POST, through the admin: queued (the request makes
+    no fork), then the worker makes it, with its summary, history and the message to
+    edit and resend on the fork's page."""
+    fake_llm.use_anthropic(settings)
+    fake_llm.script_summaries(ok(SUMMARY))
+    staff = staff_user()
+    client = Client()
+    client.force_login(staff)
+    parent, _ = tool_heavy_conversation(title="Blog admin session")
+    long_text = "Rewrite the intro of post 42: " + "make it shorter and clearer. " * 40
+    chosen = add_message(parent, "user", long_text)
+    add_message(parent, "assistant", "Done.")
+
+    response = client.post(
+        reverse("admin:assistant_conversation_changelist"),
+        {
+            "action": "branch_from_message",
+            ACTION_CHECKBOX_NAME: [parent.pk],
+            "post": "yes",
+            "message_id": str(chosen.pk),
+        },
+    )
+
+    assert response.status_code == 302
+    assert response["Location"] == reverse("admin:assistant_conversation_change", args=[parent.pk])
+    fork = the_fork(parent)
+    assert fork.fork_message_id == chosen.pk
+    assert fork.parent_conversation_summary.startswith(SUMMARY)
+    assert fake_llm.count("anthropic.messages") == 1
+    assert history(parent) == [(CHANGE, f"Branch from a message: branched into #{fork.pk}.")]
+    assert history(fork) == [
+        (ADDITION, f"Created as a branch of #{parent.pk} at message #{chosen.pk}.")
+    ]
+    page = client.get(reverse("admin:assistant_conversation_change", args=[fork.pk]))
+    assert f"<pre>{long_text}</pre>" in page.content.decode()
+    event = CompactionEvent.objects.get(conversation=fork)
+    assert (event.kind, event.acting_user_id) == (CompactionEvent.Kind.FORK_SUMMARY, staff.pk)

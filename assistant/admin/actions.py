@@ -12,7 +12,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -22,8 +22,8 @@ from django.urls import reverse
 from assistant import services
 from assistant.admin.listing import ConversationModelAdmin
 from assistant.cleanup import purge_after
+from assistant.history import an_id
 from assistant.models import Conversation, Message
-from assistant.ops import telemetry
 from assistant.providers import check_instructions
 from assistant.settings.conf import compaction_config
 from assistant.staff import (
@@ -32,6 +32,7 @@ from assistant.staff import (
     EMERGENCY_1,
     EMERGENCY_2,
     FORK_CONTINUATION,
+    FORK_FROM_MESSAGE,
     LABELS,
     REGENERATE_SUMMARY,
     RESTORE_ORIGINALS,
@@ -300,35 +301,47 @@ def branch_from_message(
 def _branch(
     modeladmin: ConversationModelAdmin, request: HttpRequest, conversation: Conversation
 ) -> HttpResponse | None:
-    """Fork at the chosen message: the fork's page, or None (with the error
-    shown) when it cannot be made."""
-    with telemetry.staff_action("fork_from_message", conversation.pk):
-        result = services.fork_from_message(
-            conversation, request.POST.get("message_id"), acting_user=request.user
-        )
-    if result is not None:
-        fork, _text = result
-        log(request, [conversation], f"Branched into #{fork.pk}.")
-        log(
-            request,
-            [fork],
-            f"Created as a branch of #{conversation.pk} at message #{fork.fork_message_id}.",
-            ADDITION,
-        )
+    """Queue the branch at the chosen message on the worker (its summary calls the
+    summarizer, never inside a web request): back to the conversation's page, or None
+    (with the error shown) when it cannot be made there."""
+    message_id = _branch_point(conversation, request.POST.get("message_id"))
+    if message_id is None:
         modeladmin.message_user(
             request,
-            f"Branched “{conversation}” into “{fork}” (#{fork.pk}). The message to edit "
-            "and resend is shown in full below.",
-            messages.SUCCESS,
+            "Could not branch: choose one of this conversation's user messages "
+            f"(and forks stop at {compaction_config().MAX_FORK_DEPTH} levels).",
+            messages.ERROR,
         )
-        return HttpResponseRedirect(reverse("admin:assistant_conversation_change", args=[fork.pk]))
+        return None
+    services.queue_staff_action(
+        FORK_FROM_MESSAGE, conversation.pk, acting_user=request.user, message_id=message_id
+    )
     modeladmin.message_user(
         request,
-        "Could not branch: choose one of this conversation's user messages "
-        f"(and forks stop at {compaction_config().MAX_FORK_DEPTH} levels).",
-        messages.ERROR,
+        f"{LABELS[FORK_FROM_MESSAGE]}: queued on the worker for “{conversation}” "
+        f"(#{conversation.pk}) at message #{message_id}. The branch appears in this "
+        "conversation's History; its page shows the message to edit and resend in full.",
+        messages.INFO,
     )
-    return None
+    return HttpResponseRedirect(
+        reverse("admin:assistant_conversation_change", args=[conversation.pk])
+    )
+
+
+def _branch_point(conversation: Conversation, posted: Any) -> int | None:
+    """The posted message id when a branch can start there: one of this conversation's
+    user messages, and the fork under MAX_FORK_DEPTH (checked again on the worker)."""
+    if not isinstance(posted, str) or not (posted.isascii() and posted.isdigit()):
+        return None
+    message_id = int(posted)
+    try:
+        an_id("message_id", message_id)
+    except ValidationError:
+        return None
+    own = Message.objects.filter(
+        pk=message_id, conversation_id=conversation.pk, role=Message.Role.USER
+    ).exists()
+    return message_id if own and can_continue(conversation) else None
 
 
 def _branch_page(

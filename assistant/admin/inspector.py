@@ -72,6 +72,7 @@ def context_inspector(conversation: Conversation) -> dict[str, Any]:
     )
     return {
         **_header(total, limits),
+        **_listed(conversation.context_tokens, limits),
         "system": _cut(context.system)[0],
         "parent_summary": context.parent_summary,
         "window_summary": context.window_summary,
@@ -108,6 +109,15 @@ def _header(total: int, limits: Any) -> dict[str, Any]:
         "share_of_trigger": share(total, limits.trigger),
         "share_of_window": share(total, limits.window),
     }
+
+
+def _listed(listed: int | None, limits: Any) -> dict[str, Any]:
+    """The list's figure (`store_size`: the size the previous call left) and its shares,
+    which the page names when the next request differs."""
+    if listed is None:  # not measured yet
+        return {"listed": None, "listed_shares": ""}
+    shares = f"{share(listed, limits.trigger)} · {share(listed, limits.window)}"
+    return {"listed": listed, "listed_shares": shares}
 
 
 def request_body(conversation: Conversation, shape: str = "") -> dict[str, Any]:

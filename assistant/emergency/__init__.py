@@ -7,7 +7,7 @@ call is retried once.
   (`call_with_overflow_recovery`, async too). Which errors are overflows is each
   provider's to say (assistant.providers).
 
-May import: history, models, providers, settings, summary, tool_results, window.
+May import: history, models, providers, settings, summary, text, tool_results, window.
 See docs/architecture.rst.
 """
 

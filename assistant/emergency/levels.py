@@ -10,7 +10,13 @@ summary in the conversation's state) and can be undone with `restore_originals`.
   window summary is regenerated with a tighter recent window
   (EMERGENCY_RECENT_FRACTION).
 - Level 2: everything but the current turn's user message and the newest
-  step is summarized, and every consumed tool result is compacted.
+  step is summarized, and every consumed tool result is compacted. When the
+  request is still larger than the answering model can take (`Limits.bound`),
+  the newest step's own tool results, which the model has not read yet, are
+  truncated, largest first, until it fits (the originals kept, each marker
+  naming its recall handle): the last resort before ContextTooLarge. A pinned
+  result, one staff restored and a tool whose policy is "keep" are not; a
+  user message is never cut, so one larger than the window is still refused.
 
 A summary that would not make the context smaller is never stored
 (assistant.summary.shift), so a level cannot make things worse.
@@ -26,7 +32,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from assistant.history import one_rewrite, record_compaction, refresh_state, remember, write_state
-from assistant.models import CompactionEvent, Conversation, MetadataKeys
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.providers import (
     OVERFLOW_STOP_REASON,
     ChatResult,
@@ -36,8 +42,9 @@ from assistant.providers import (
 )
 from assistant.settings.conf import compaction_config
 from assistant.summary import regenerate_window_summary
-from assistant.tool_results import compact_tool_results
-from assistant.window import load_window
+from assistant.text import KEEP_VERBATIM
+from assistant.tool_results import compact_tool_results, truncate_to_fit
+from assistant.window import current_limits, load_window
 
 logger = logging.getLogger(__name__)
 LEVELS = (1, 2)
@@ -137,7 +144,35 @@ def _apply(conversation: Conversation, level: int) -> tuple[int, bool]:
         return compacted, regenerated
     regenerated = regenerate_window_summary(conversation, newest_step_only=True)
     compacted = compact_tool_results(conversation, include_current_turn=True, min_chars=0)
-    return compacted, regenerated
+    return compacted + _truncate_newest_step(conversation.pk), regenerated
+
+
+def _truncate_newest_step(conversation_id: int) -> int:
+    """Level 2's last resort: the results after the newest answer truncated until the
+    request fits the answering model's bound; 0 when it already fits."""
+    excess = load_window(conversation_id).context_tokens() - current_limits(conversation_id).bound
+    if excess <= 0:
+        return 0
+    config = compaction_config()
+    newest_answer = (
+        Message.objects.filter(conversation_id=conversation_id, role=Message.Role.ASSISTANT)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    unread = Message.objects.filter(
+        conversation_id=conversation_id,
+        role=Message.Role.TOOL,
+        pinned=False,
+        compaction="",
+        id__gt=newest_answer or 0,
+    ).defer("content", "compacted_content", "prepared_content")
+    rows = [
+        row
+        for row in unread
+        if config.policy_for(row.tool_name) != "keep" and KEEP_VERBATIM not in (row.metadata or {})
+    ]
+    return truncate_to_fit(conversation_id, rows, excess, config)
 
 
 def _request(conversation: Conversation) -> int:

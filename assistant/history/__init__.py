@@ -50,7 +50,7 @@ from assistant.history.events import (
     record_compaction,
     stopwatch,
 )
-from assistant.history.fields import check_content, checked_text
+from assistant.history.fields import check_content, checked_text, jsonb_equal
 from assistant.history.metadata import merge_metadata
 from assistant.history.queue import (
     PARENT_SUMMARY_TASK,
@@ -90,6 +90,7 @@ __all__ = [
     "entry_point",
     "fresh_state",
     "instance_of",
+    "jsonb_equal",
     "live",
     "mark_deleted",
     "merge_metadata",

@@ -110,6 +110,29 @@ def _round_trips(number: float) -> bool:
     return "e+" not in repr(number)
 
 
+def jsonb_equal(value: Any) -> Any:
+    """`value` with each float jsonb would give back changed in the form jsonb gives back
+    equal: a float written with a positive exponent is a whole number, so its exact
+    integer (int(1e308) == 1e308), and -0.0 is 0.0 (-0.0 == 0.0). For a model's own
+    answer, which is stored rather than refused (record_response): the value is kept,
+    only the number's spelling changes. Walks without recursion; anything else is
+    left for checked_json to judge."""
+    root: list[Any] = [value]
+    pending: list[tuple[Any, Any]] = [(root, 0)]
+    while pending:
+        holder, key = pending.pop()
+        item = holder[key]
+        if isinstance(item, dict):
+            holder[key] = item = dict(item)
+            pending.extend((item, k) for k in item)
+        elif isinstance(item, list | tuple):
+            holder[key] = item = list(item)
+            pending.extend((item, i) for i in range(len(item)))
+        elif isinstance(item, float) and math.isfinite(item) and not _round_trips(item):
+            holder[key] = int(item) if item else 0.0
+    return root[0]
+
+
 def number_too_long(what: str, code: str) -> ValidationError:
     return ValidationError(f"{what} holds a number with too many digits to store.", code=code)
 

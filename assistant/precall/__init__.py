@@ -8,7 +8,8 @@ rules live in the packages it calls.
   for the inspector), `ensure_context_summary`;
 - steps: the plan's steps that change the window, run in order.
 
-May import: emergency, history, models, ops, settings, summary, tool_results, window.
+May import: emergency, history, models, ops, settings, summary, text, tool_results,
+window.
 See docs/architecture.rst.
 """
 

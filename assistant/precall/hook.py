@@ -24,9 +24,10 @@ providers without prompt caching.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.utils import timezone
@@ -38,9 +39,12 @@ from assistant.ops import telemetry
 from assistant.precall.steps import Shifted, adopt, compact_results, shift_here
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.summary import adoption, adopts, ask_after_shift, leave_to_worker
+from assistant.text import estimate_tokens
+from assistant.tool_results import planned_texts
 from assistant.window import (
     AdoptPending,
     ApplyEmergency,
+    CompactionPlan,
     CompactResults,
     Context,
     MoveWindow,
@@ -52,6 +56,7 @@ from assistant.window import (
     context_from_state,
     load_window,
     plan_call,
+    results_step,
     store_size,
 )
 
@@ -191,26 +196,64 @@ class NextRequest:
 
 def next_request(conversation: Conversation) -> NextRequest:
     """The next request by the hook's own plan at this moment (`plan_call`), without
-    running it (no write, no summarizer call): the context inspector's view. The
-    pending summary the hook will adopt first (a cold cache, or a shift at the
-    trigger the worker pre-built) is the window summary shown, as the adoption will
-    bound it (`adoption`); reading only the stored summary showed what the previous
-    request carried, not the next."""
+    running it (no write, no summarizer call): the context inspector's view. Its
+    steps are made in memory, in the hook's order: the consumed tool results it
+    compacts (the worker's prepared texts, else their truncation), the pending summary
+    it adopts (a cold cache, a results batch that rewrote the prefix, or a shift at the
+    trigger the worker pre-built), bounded as the adoption bounds it (`adoption`), and
+    the kept results compacted with it. Showing the stored window instead showed what
+    the previous request carried, not the next. Only what the summarizer would write
+    first (a shift made here, a result under a "summarize" policy) is said in `first`,
+    not shown."""
     config = compaction_config()
     state, plan = plan_call(conversation.pk, config, timezone.now())
     first = []
     if plan.steps and isinstance(plan.steps[0], ApplyEmergency):
         first.append("emergency level 1 (flagged after an overflow)")
-    if plan.results is not None and plan.results.goes:
-        count = len(plan.results.plan.compact) + len(plan.results.plan.stub)
-        first.append(f"{count} consumed tool result(s) compacted")
+    changed = False
+    if plan.results is not None and plan.results.goes and plan.results.plan:
+        results = plan.results.plan
+        first.append(
+            f"{len(results.compact) + len(results.stub)} consumed tool result(s) compacted"
+        )
+        state, changed = _compacted_in_memory(state, results, config, first)
     forced = plan.shift is not None and plan.shift.kind == "forced"
-    found = adoption(state) if plan.adopt_pending or forced else None
+    replaces = changed and state.meta.offline_replacement is not None
+    found = adoption(state) if plan.adopt_pending or forced or replaces else None
     if adopts(state, found) and found is not None:
-        state = found.window(state)
+        adopted = found.window(state)
+        if adopted.through_id != state.through_id:  # as `_compact_kept` after a shift
+            kept = results_step(adopted, config, free=True, everything=plan.cold)
+            if kept.plan:
+                adopted = _compacted_in_memory(adopted, kept.plan, config, first)[0]
+        state = adopted
     elif plan.shift is not None and plan.shift.start is not None:
         first.append("a window shift (a new summary)")
     return NextRequest(context_from_state(state, allow_pending=True), state.context_tokens(), first)
+
+
+def _compacted_in_memory(
+    state: WindowState, results: CompactionPlan, config: CompactionConfig, first: list[str]
+) -> tuple[WindowState, bool]:
+    """`state` with these results compacted as the hook's results step writes them,
+    in memory, and whether any was; the results the summarizer summarizes first are
+    named in `first` and left verbatim."""
+    texts, summarized = planned_texts(results.compact, results.stub, config)
+    if summarized:
+        first.append(f"{summarized} tool result(s) summarized first (shown verbatim here)")
+    if not texts:
+        return state, False
+    rows = []
+    for row in state.rows:
+        if row.pk in texts:
+            row = copy.copy(row)
+            text, row.compaction = texts[row.pk]
+            row.compacted_content = row.model_content = text  # as `model_view` reads it
+            row.token_estimate = estimate_tokens(text) + row.blocks_tokens
+        rows.append(row)
+    # As the results step marks it: the provider's counts so far are stale.
+    columns = {**state.columns, MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID: state.rows[-1].pk}
+    return replace(state, rows=rows, columns=columns), True
 
 
 def note_usage(state: WindowState, usage: NoteUsage) -> None:

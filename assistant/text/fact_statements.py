@@ -23,7 +23,8 @@ _ID_DIGITS = 8
 # Our own bracketed notes in a compacted message; never content to carry.
 OUR_MARKERS = re.compile(
     r"\[(?:Tool result compacted:|Summary of a [\d,]+-character|Already retrieved earlier"
-    r"|Key details further in the original:|cut for the summarizer)[^\]\n]{0,300}\]?"
+    r"|Key details further in (?:the original|its first [\d,]+ characters):"
+    r"|cut for the summarizer)[^\]\n]{0,300}\]?"
 )
 _TAG = re.compile(r"<[^>]{0,500}>")
 _ENTITY = re.compile(r"&(?:nbsp|amp|lt|gt|quot|#39);")

@@ -10,6 +10,7 @@ May import: history, models, providers, settings, summary, text, window.
 See docs/architecture.rst.
 """
 
+from assistant.tool_results.compacted import planned_texts, truncate_to_fit
 from assistant.tool_results.compaction import (
     apply_plan_window,
     compact_old_blocks,
@@ -27,7 +28,9 @@ __all__ = [
     "compact_tool_results",
     "compactable_count",
     "plan_tool_results",
+    "planned_texts",
     "prepare_tool_results",
     "restorable",
     "restore_originals",
+    "truncate_to_fit",
 ]

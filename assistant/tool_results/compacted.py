@@ -17,6 +17,7 @@ from assistant.providers import render_transcript
 from assistant.settings.conf import CompactionConfig
 from assistant.summary import guided_by
 from assistant.text import estimate_tokens, truncate_tool_result
+from assistant.window import stub_text
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,39 @@ def compact_batch(conversation_id: int, rows: list[Message], config: CompactionC
     with transaction.atomic():
         for row, text, kind, model, tokens, made_ms in writes:
             count += _write_compacted(conversation_id, row, (text, kind, model), tokens, made_ms)
+    return count
+
+
+# On the way to a model call, the key statements of a newest result are looked for in
+# its first 200,000 characters only: the scan of a whole 5,000,000-character result
+# takes minutes.
+_SCAN_CHARS = 200_000
+
+
+def truncate_to_fit(
+    conversation_id: int, rows: list[Message], excess: int, config: CompactionConfig
+) -> int:
+    """Truncate these results, largest first, until `excess` tokens are saved: the last
+    resort for a newest step the model has not read yet, which cannot fit otherwise.
+    Truncated, never summarized (no model call on the way to one); each original kept,
+    its recall handle in the marker, each with its audit row as compact_batch's."""
+    count = 0
+    for row in sorted(rows, key=lambda row: row.token_estimate, reverse=True):
+        if excess <= 0:
+            break
+        with stopwatch() as made:
+            content = Message.objects.values_list("content", flat=True).get(pk=row.pk)
+            text = truncate_tool_result(
+                content, config, handle_ref=ref(row.pk), scan_chars=_SCAN_CHARS
+            )
+        tokens = estimate_tokens(text) + row.blocks_tokens
+        if tokens >= row.token_estimate:
+            continue
+        made_text = (text, Message.Compaction.TRUNCATED, "")
+        with transaction.atomic():
+            if _write_compacted(conversation_id, row, made_text, tokens, made.ms):
+                count += 1
+                excess -= row.token_estimate - tokens
     return count
 
 
@@ -131,3 +165,31 @@ def compacted_text(message: Message, config: CompactionConfig) -> tuple[str, str
             )
     text = truncate_tool_result(message.content, config, handle_ref=ref(message.pk))
     return text, Message.Compaction.TRUNCATED, ""
+
+
+def planned_texts(
+    rows: list[Message], stubbed: list[Message], config: CompactionConfig
+) -> tuple[dict[int, tuple[str, str]], int]:
+    """What a batch's compaction (`compact_batch` and the stubs) would write, without
+    writing it or calling the summarizer: {message id: (text, kind)} for each result it
+    replaces, and how many results a "summarize" policy summarizes first (left out:
+    their text is the summarizer's to write). The pre-call hook's view ahead of it
+    (assistant.precall.hook.next_request)."""
+    texts: dict[int, tuple[str, str]] = {}
+    for row in stubbed:
+        if not row.pinned and row.compaction != Message.Compaction.DEDUPLICATED:
+            texts[row.pk] = (stub_text(row.pk), Message.Compaction.DEDUPLICATED)
+    summarized = 0
+    for row in rows:
+        if _uses_prepared(row) and row.prepared_content is not None:
+            text, kind = row.prepared_content, row.prepared_compaction
+        elif config.policy_for(row.tool_name) == "summarize":
+            summarized += 1
+            continue
+        else:
+            text = truncate_tool_result(row.content, config, handle_ref=ref(row.pk))
+            kind = Message.Compaction.TRUNCATED
+        shorter = estimate_tokens(text) + row.blocks_tokens < row.token_estimate
+        if shorter and not row.compaction and not row.pinned:
+            texts[row.pk] = (text, kind)
+    return texts, summarized
