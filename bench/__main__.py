@@ -550,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def scale_only(args: argparse.Namespace) -> int:
     """`--scale`: the long conversation in the large database (bench/scale.py), at
-    the issue's sizes unless told (`--scale-messages`, `--scale-bulk`,
+    the production sizes unless told (`--scale-messages`, `--scale-bulk`,
     `--scale-conversations`)."""
     from bench import scale
 
