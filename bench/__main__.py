@@ -46,7 +46,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: C901
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, no 10k run")
     parser.add_argument("--skip-worker", action="store_true", help="no Celery worker measure")

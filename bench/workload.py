@@ -331,7 +331,7 @@ class _Generator:
         self.labels.add(label)
         return label
 
-    def _value(self, kind: str) -> str:
+    def _value(self, kind: str) -> str:  # noqa: C901
         r = self.rng
         upper = "ABCDEFGHJKLMNPQRSTUVWXYZ"
         if kind == "hex_id":
