@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
         synthetic_costs,
         synthetic_rows,
     )
-    from bench.workload import generate, generate_messages
+    from demo.workload import generate, generate_messages
 
     started = time.perf_counter()
 

@@ -39,7 +39,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.workload import PLANTED_SENTENCES
+from demo.workload import PLANTED_SENTENCES
 
 _TOKEN_RE = re.compile(r"[A-Za-z0-9]+|[^\sA-Za-z0-9]")
 _WORD_RE = re.compile(r"[a-z]{4,}")
