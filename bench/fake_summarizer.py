@@ -258,7 +258,4 @@ def make_provider(summarizer: FakeSummarizer, kind_of: Any = None) -> Any:
                 provider=self.name,
             )
 
-        def chat(self, system, summaries, messages, *, max_tokens, tools=None):
-            raise NotImplementedError("the benchmark never chats")
-
     return FakeProvider()
