@@ -74,7 +74,3 @@ def summary_text(stored: dict[str, Any]) -> str:
     if isinstance(content, str) and content:
         return FOREIGN_SUMMARY.format(summary=content)
     return FOREIGN_ENCRYPTED
-
-
-def is_live(stored: dict[str, Any] | None) -> bool:
-    return bool(stored and stored.get("live"))
