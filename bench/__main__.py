@@ -46,7 +46,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: C901
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, no 10k run")
     parser.add_argument("--skip-worker", action="store_true", help="no Celery worker measure")
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         synthetic_costs,
         synthetic_rows,
     )
-    from bench.workload import generate, generate_messages
+    from demo.workload import generate, generate_messages
 
     started = time.perf_counter()
 
@@ -550,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def scale_only(args: argparse.Namespace) -> int:
     """`--scale`: the long conversation in the large database (bench/scale.py), at
-    the issue's sizes unless told (`--scale-messages`, `--scale-bulk`,
+    the production sizes unless told (`--scale-messages`, `--scale-bulk`,
     `--scale-conversations`)."""
     from bench import scale
 

@@ -23,7 +23,7 @@ from bench.payload import CostMeter
 from bench.record import Replay
 from bench.sessions import EVERYTHING
 from bench.strategies import PayloadBuilder, Request, Strategy
-from bench.workload import Workload
+from demo.workload import Workload
 
 DEFAULTS = {
     "TOOL_RESULT_CHAR_THRESHOLD": 1500,

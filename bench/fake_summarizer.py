@@ -39,7 +39,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.workload import PLANTED_SENTENCES
+from demo.workload import PLANTED_SENTENCES
 
 _TOKEN_RE = re.compile(r"[A-Za-z0-9]+|[^\sA-Za-z0-9]")
 _WORD_RE = re.compile(r"[a-z]{4,}")
@@ -257,8 +257,5 @@ def make_provider(summarizer: FakeSummarizer, kind_of: Any = None) -> Any:
                 model=self.chat_model,
                 provider=self.name,
             )
-
-        def chat(self, system, summaries, messages, *, max_tokens, tools=None):
-            raise NotImplementedError("the benchmark never chats")
 
     return FakeProvider()

@@ -1,5 +1,5 @@
 """The language detectors compared for the summaries' language (docs/compaction.rst,
-"The summaries' language"): accuracy on tests/data/language_messages.json (short
+"What summaries are told"): accuracy on tests/data/language_messages.json (short
 chat messages, 20 per language), time per call and the model's first load.
 
     python -m bench.language

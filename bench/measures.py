@@ -20,7 +20,7 @@ from unittest import mock
 from bench.fake_summarizer import FakeSummarizer, make_provider
 from bench.payload import CostMeter
 from bench.record import Replay
-from bench.workload import Workload
+from demo.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,8 +1,8 @@
-"""Summaries off the chat path (issues 22 and 33, docs/benchmarks.rst): an agent loop
+"""Summaries off the chat path (docs/benchmarks.rst): an agent loop
 through the real services, with a real Celery worker process, against the same loop
 with every summary made inline by the pre-call hook (no worker).
 
-The loop is the issue's: 45 user turns of 4 model calls of MODEL_SECONDS each
+The loop: 45 user turns of 4 model calls of MODEL_SECONDS each
 (three tool calls reading 20 KB pages, then the answer), the host recording
 the usage correctly, the post-exchange task enqueued after each turn. The
 summarizer is the real anthropic SDK against a loopback fake server that
@@ -42,9 +42,9 @@ TURNS, CALLS, RESULT_CHARS = 45, 4, 20_000
 # A summarizer answering at once, and one answering in about the time a real
 # Haiku call on a long slice takes.
 SUMMARIZER_LATENCIES = (0.0, 3.0)
-# The chat model's own latency per call (issue 33's loop).
+# The chat model's own latency per call in this loop.
 MODEL_SECONDS = 0.5
-# The default settings (the issue measured its 0 of 39 with them).
+# The default settings (the measure was first taken with them).
 COMPACTION: dict[str, Any] = {}
 
 

@@ -1,4 +1,4 @@
-"""A pool child killed every 20 s for 5 minutes on a loaded machine (issue 48's target):
+"""A pool child killed every 20 s for 5 minutes on a loaded machine:
 how long until the pool is back to full size after each kill, and how many children
 billiard killed for starting too slowly ("Timed out waiting for UP message").
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.fake_summarizer import count_tokens
-from bench.workload import Fact
+from demo.workload import Fact
 
 MESSAGE_OVERHEAD_TOKENS = 4  # role and framing, as providers count it
 # A fact is answerable when its value and its label stand this close in one message.

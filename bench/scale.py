@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-#: The issue's sizes (issue 49): a conversation of 30,000 messages in a database of
+#: The production sizes the figures are for: a conversation of 30,000 messages in a database of
 #: 1,000,000 more, over 5,000 conversations.
 LONG_MESSAGES, BULK_MESSAGES, BULK_CONVERSATIONS = 30_000, 1_000_000, 5_000
 #: The baselines: a conversation of this many messages for search and post-exchange,

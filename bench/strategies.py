@@ -40,7 +40,7 @@ class PayloadBuilder:
         self._starts: list[int | None] = []  # converted index a message starts, if any
         self._first_use: dict[str, int] = {}  # tool-call id -> first message using it
 
-    def build(self, request: Request) -> dict[str, Any]:
+    def build(self, request: Request) -> dict[str, Any]:  # noqa: C901
         messages = request.messages
         same = 0
         for before, now in zip(self._messages, messages, strict=False):

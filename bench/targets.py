@@ -56,7 +56,7 @@ def written_once(tokens: float, cost: float) -> float:
 def cost_lines(
     real_sums: dict[str, Any], synthetic: dict[str, dict[str, dict[str, float]]], trigger: int
 ) -> list[Any]:
-    """The targets of docs/benchmarks.rst on real sessions and on cost (issues 10 and 17)."""
+    """The targets of docs/benchmarks.rst on real sessions and on cost."""
     ours, everything = real_sums[OURS], real_sums[EVERYTHING]
     s300 = synthetic["300 turns"]
     costlier = len(ours.costlier) + sum(
@@ -247,7 +247,7 @@ def session_lines(results: dict[str, list[Any]], trigger: int) -> list[Line]:
 
 
 def offpath_lines(results: list[dict[str, Any]]) -> list[Line]:
-    """Summaries off the chat path (docs/benchmarks.rst, issues 22 and 33): with a worker
+    """Summaries off the chat path (docs/benchmarks.rst): with a worker
     process, against the same loop with every summary made inline, once per
     summarizer latency."""
     lines = []

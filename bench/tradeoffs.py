@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.report import DOCS, markdown, write_markdown
     from bench.sessions import SYSTEM_PROMPT, load_sessions
     from bench.targets import written_once
-    from bench.workload import generate
+    from demo.workload import generate
 
     measures.prepare_database()
     if args.synthetic:

@@ -170,8 +170,9 @@ def test_the_context_column_is_coloured_past_the_watermark_and_the_trigger(staff
 
 
 def test_the_share_of_the_window_is_of_each_conversations_own_model(staff_client):
-    """Issue 50: every row divided by 200,000, so gpt-4.1's and gemini-2.5-flash's
-    conversations read 3% where their own pages said 0.5% of 1,047,576."""
+    """Each row is divided by its own model's window: divided by 200,000, gpt-4.1's
+    and gemini-2.5-flash's conversations read 3% where their own pages said 0.5% of
+    1,047,576."""
     gpt, gemini, fresh = (Conversation.objects.create(title=t) for t in ("gpt", "gemini", "new"))
     for conversation, provider, model in (
         (gpt, "openai", "gpt-4.1"),
@@ -995,8 +996,8 @@ def test_an_emergency_run_says_what_shrank_or_why_nothing_did(staff, settings):
     unchanged = run_staff_action("emergency_2", tiny.pk, staff.pk)
 
     assert shrank.changed is True
-    # History says its event's figures, as the event list does (issue 50: "shrank from
-    # 22137 to 1187 tokens" beside an event of 23,942 → 1,358).
+    # History says its event's figures, as the event list does (it once said "shrank
+    # from 22137 to 1187 tokens" beside an event of 23,942 → 1,358).
     event = CompactionEvent.objects.get(conversation=busy)
     assert event.tokens_before >= 1_000
     assert shrank.message.startswith(
@@ -1168,8 +1169,9 @@ def test_the_change_form_accepts_a_parent_that_is_not_a_descendant(staff_client)
 def test_each_events_figures_say_whether_they_measure_the_request_or_the_messages(
     staff_client, staff
 ):
-    """Issue 50: "tokens before → after" read one message's size on a tool-result row
-    (5,157 → 232) and the request on a window row, under one unlabelled header."""
+    """Each row labels what its tokens measure: "tokens before → after" once read one
+    message's size on a tool-result row (5,157 → 232) and the request on a window row,
+    under one unlabelled header."""
     staff.user_permissions.add(Permission.objects.get(codename="view_compactionevent"))
     conversation = Conversation.objects.create(title="figures")
     kinds = CompactionEvent.Kind
@@ -1198,10 +1200,11 @@ def test_each_events_figures_say_whether_they_measure_the_request_or_the_message
 
 
 def test_the_inspector_shows_the_summary_the_next_request_adopts_first(staff_client):
-    """Issue 50: the inspector showed the stored window summary, without the
-    "## Originals" index, while the next request carried the worker's pre-built one:
-    it read what the previous request carried, not what the pre-call hook's plan
-    (here: adopt the pending summary on a cold cache) sends next."""
+    """The inspector shows what the next request carries: it once showed the stored
+    window summary, without the "## Originals" index, while the next request carried
+    the worker's pre-built one: it read what the previous request carried, not what
+    the pre-call hook's plan (here: adopt the pending summary on a cold cache) sends
+    next."""
     from assistant.services import prepare_context
 
     conversation, rows = tool_heavy_conversation()

@@ -409,8 +409,8 @@ def test_every_list_and_page_fits_its_box_and_identical_conversations_read_alike
         page.screenshot(path=str(OUTPUT_DIR / f"{name.replace(' ', '_')}_{width}.png"))
 
     assert overflowing == {name: [] for name in pages}
-    # Issue 50: at 1280 px the summary history's "text and diff / Revert / Mark
-    # reviewed" were cut off (a 762 px table in a 685 px box).
+    # Nothing is cut off at 1280 px: the summary history's "text and diff / Revert /
+    # Mark reviewed" once were (a 762 px table in a 685 px box).
     assert clipped == {name: [] for name in pages}
     page.goto(pages["conversation list"])
     rows = [
@@ -425,7 +425,7 @@ def test_every_list_and_page_fits_its_box_and_identical_conversations_read_alike
 
 
 def test_staff_correct_a_summary_and_bring_the_earlier_version_back(live_server, browser, settings):
-    """The admin walk of issue 40: staff read the summary, correct it (the next
+    """The admin walk of the summary's review: staff read the summary, correct it (the next
     request carries the correction, their name on the version), see the history
     with split, model and cost, open what the compaction dropped, mark a version
     reviewed, and bring the earlier version back with one click."""

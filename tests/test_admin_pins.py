@@ -1,4 +1,4 @@
-"""The admin's side of issue 40 through Django's test client: pinning from the
+"""The admin's side of pins and summary instructions through Django's test client: pinning from the
 message list (a refusal said, nothing dropped), and the instructions box of the
 compact and regenerate actions reaching the summarizer's prompt."""
 
@@ -58,7 +58,7 @@ def test_staff_pin_and_unpin_from_the_message_list(staff_client, conversation):
 
 @override_settings(ASSISTANT_COMPACTION={"PINNED_MAX_TOKENS": 400})
 def test_a_refused_pin_shows_only_its_error(staff_client, conversation):
-    """Issue 50: the refusal came with a green "0 message(s) pinned."."""
+    """A refused pin is said as a refusal, not as a green "0 message(s) pinned."."""
     large = add_message(conversation, "user", "long " * 400)
 
     response = staff_client.post(
@@ -118,7 +118,7 @@ def test_instructions_too_long_are_refused_before_anything_is_queued(conversatio
     assert refused.value.code == "invalid_instructions"
 
 
-# --- Issue 48: the admin answers bad input with a message or a 400, never a 500 ---------
+# --- the admin answers bad input with a message or a 400, never a 500 ---------
 
 
 def test_the_regenerate_action_with_instructions_too_long_says_so_and_queues_nothing(

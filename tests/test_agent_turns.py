@@ -1,4 +1,4 @@
-"""Agent turns (issue 10) and when compaction pays (issue 17), through the
+"""Agent turns and when compaction pays for itself, through the
 pre-call hook alone: no worker runs in these tests unless one says so."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 23 point 3: with SUMMARY_REQUEST "cached_suffix" a window shift asks the
+"""With SUMMARY_REQUEST "cached_suffix" a window shift asks the
 CHAT model with the conversation's own request (system, tools, messages, cache
 breakpoints as the last chat call sent them) and the summary instruction appended,
 so the provider reads all but the instruction from its prompt cache. Real anthropic

@@ -1,4 +1,4 @@
-"""The host's side of a model call (issue 22): `chat_step` and `record_response`
+"""The host's side of a model call: `chat_step` and `record_response`
 driven by the real anthropic and google-genai clients against the testing kit's
 fake server: tool calls round trip, thinking is kept, the whole usage (cache
 reads and writes) is recorded, an overflow is recovered, and with prompt

@@ -17,7 +17,7 @@ from google.genai import errors as genai_errors
 from assistant.models import CompactionEvent, Conversation, Message
 from assistant.post_exchange.pipeline import process_exchange
 from assistant.precall.hook import ensure_context_summary
-from assistant.providers import ProviderError, get_provider
+from assistant.providers import get_provider
 from assistant.providers.anthropic.wire import anthropic_image_tokens
 from assistant.providers.gemini.wire import gemini_image_tokens
 from assistant.services import add_message, build_context
@@ -31,6 +31,7 @@ from assistant.testing.content import (
 from assistant.text.tokens import estimate_tokens
 from assistant.tool_results.compaction import compact_tool_results, restore_originals
 from tests.fake_llm import ok
+from tests.host_chat import host_chat
 from tests.media import b64, image_block, jpeg, pdf, pdf_block, png
 
 pytestmark = pytest.mark.django_db
@@ -48,8 +49,13 @@ def conversation() -> Conversation:
 
 def chat(provider, conversation, **options):
     context = build_context(conversation)
-    return provider.chat(
-        context.system, context.summaries, context.messages, max_tokens=2048, **options
+    return host_chat(
+        provider.name,
+        context.system,
+        context.summaries,
+        context.messages,
+        max_tokens=2048,
+        **options,
     )
 
 
@@ -158,10 +164,9 @@ def test_a_dropped_thinking_block_is_refused_as_the_api_does(
     fake_llm, settings, conversation
 ) -> None:
     provider = agent_turn(fake_llm, settings, conversation, keep_thinking=False)
-    with pytest.raises(ProviderError) as caught:
+    with pytest.raises(anthropic.BadRequestError) as caught:
         chat(provider, conversation, tools=[FETCH], thinking=THINK)
-    cause = caught.value.__cause__
-    assert isinstance(cause, anthropic.BadRequestError)
+    cause = caught.value
     expected = ANTHROPIC_THINKING_REQUIRED.format(index=1, found="tool_use")
     assert cause.body["error"]["message"] == expected
 

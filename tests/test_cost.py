@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from assistant.cost.pricing import conversation_cost, price_of, total_cost
+from assistant.cost.pricing import conversation_cost, costs_since, price_of
 from assistant.cost.stored_figures import conversation_costs
 from assistant.history.events import record_compaction
 from assistant.models import Conversation, Message
@@ -192,8 +192,8 @@ def test_totals_count_the_calls_and_summaries_of_the_period_only(db):
     old.compaction_events.update(created_at=timezone.now() - timedelta(days=10))
     recent, _ = priced_conversation("recent")
 
-    all_time = total_cost()
-    week = total_cost(timezone.now() - timedelta(days=7))
+    totals = costs_since({"week": timezone.now() - timedelta(days=7), "all time": None})
+    all_time, week = totals["all time"], totals["week"]
 
     one, _ = conversation_cost(recent)
     assert week.calls == 3

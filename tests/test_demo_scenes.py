@@ -37,8 +37,8 @@ def test_the_demo_recovers_from_a_real_sdk_overflow_error_and_forks():
 
 
 def test_each_demo_figure_says_what_it_measures_and_two_shifts_are_never_summed():
-    """Issue 50: "47,396 -> 9,444 tokens … context 2,292" was two shifts' contexts
-    added up beside a context no step produced."""
+    """A scene's line says one step's own figures: "47,396 -> 9,444 tokens … context
+    2,292" once was two shifts' contexts added up beside a context no step produced."""
     kinds = CompactionEvent.Kind
     events = [
         CompactionEvent(kind=kinds.WINDOW_SUMMARY, tokens_before=23_828, tokens_after=11_098,

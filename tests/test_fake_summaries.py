@@ -1,4 +1,4 @@
-"""Issue 50 point 6: the testing kit scripts summary requests apart from chat
+"""The testing kit scripts summary requests apart from chat
 requests, in Python (`FakeProvider.script_summaries`) and over HTTP
 (`POST /_fake/script` with "summaries"); its `--help` names every wire it serves."""
 

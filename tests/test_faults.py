@@ -667,7 +667,7 @@ BAD_SERVICE_CALLS = {
         lambda s, c: s.answer_tool_calls(c, "c1", no_tool),
         "invalid_tool_calls",
     ),
-    # Issue 48: raw errors where a coded ValidationError belongs.
+    # Each once raised a raw error where a coded ValidationError belongs.
     "correct_summary with a NUL": (lambda s, c: s.correct_summary(c, "a\x00b"), "nul_byte"),
     "correct_summary with a lone surrogate": (
         lambda s, c: s.correct_summary(c, "a\ud800b"),

@@ -173,7 +173,7 @@ def _call(**overrides) -> dict:
     return {"role": "assistant", "tool_calls": [{**CALL, "id": "c2", **overrides}]}
 
 
-# Every field is capped and checked for what the database would refuse (issue 16, items 9-10).
+# Every field is capped and checked for what the database would refuse.
 BAD_FIELDS = [
     pytest.param(
         {"role": "assistant", "tool_calls": [{**CALL, "id": f"c{i}"} for i in range(257)]},

@@ -1,4 +1,4 @@
-"""Issue 48: every argument of a public entry point is checked before anything is paid
+"""Every argument of a public entry point is checked before anything is paid
 for or written (a model call, a host tool, an enqueue), and every refusal is a coded
 ValidationError. Model calls go through the real anthropic SDK to the fake server,
 which must have received no request when the call is refused."""

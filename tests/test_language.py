@@ -1,4 +1,4 @@
-"""Issue 50 point 12: the summaries' language comes from a maintained detector
+"""The summaries' language comes from a maintained detector
 (py3langid, its model in its wheel) instead of hand-kept word lists; the names stay
 English ("French"), too little text stays None, and a given text always gets the
 same answer. tests/data/language_messages.json is the committed set the candidates
@@ -19,15 +19,15 @@ from assistant.summary.language import LANGUAGE_NAMES, detect_language
 from tests.builders import html
 
 DATA = Path(__file__).resolve().parent / "data" / "language_messages.json"
-# The message of issue 50 that the word lists scored 3 for French and 3 for Spanish.
-ISSUE_FRENCH = (
+# A French message that the hand-kept word lists scored 3 for French and 3 for Spanish.
+WORD_LIST_TIE = (
     "Bonjour ! Peux-tu vérifier toutes les commandes remboursées de la boutique et me dire "
     "lesquelles sont encore en attente ?"
 )
 
 
 def test_the_issues_french_message_is_french():
-    assert detect_language([ISSUE_FRENCH]) == "French"
+    assert detect_language([WORD_LIST_TIE]) == "French"
 
 
 @pytest.mark.django_db
@@ -36,7 +36,7 @@ def test_a_conversation_opened_by_the_issues_message_gets_french_summaries(
 ):
     fake_llm.use_anthropic(settings)
     settings.ASSISTANT_COMPACTION = {"SUMMARY_CHAT_DEADLINE_SECONDS": 300}
-    for n, text in enumerate([ISSUE_FRENCH, "Et la page suivante ?", "Merci !", "Et ensuite ?"]):
+    for n, text in enumerate([WORD_LIST_TIE, "Et la page suivante ?", "Merci !", "Et ensuite ?"]):
         add_message(conversation, "user", text)
         call = {"id": f"c{n}", "name": "orders", "arguments": {"page": n}}
         add_message(conversation, "assistant", "", tool_calls=[call])

@@ -1,4 +1,4 @@
-"""The providers' tables and names (issue 35): windows and prices per model, the
+"""The providers' tables and names: windows and prices per model, the
 platforms' model ids, the fallback for a model no table lists, and its warning."""
 
 from __future__ import annotations

@@ -168,16 +168,6 @@ def test_usage_is_a_chars_per_token_estimate():
     )
 
 
-def test_offline_chat_answers_without_a_network():
-    provider = OfflineProvider()
-    messages = [{"role": "user", "content": "hello there"}]
-
-    reply = provider.chat("sys", [], messages, max_tokens=100)
-
-    assert reply.text == "(offline assistant) I have no model to answer with. You said: hello there"
-    assert reply.tool_calls == []
-
-
 @pytest.mark.parametrize("transcript", ["", "   "])
 def test_an_empty_transcript_still_gives_a_valid_summary(transcript):
     text = _summary(transcript).text

@@ -7,6 +7,7 @@ from assistant.providers import ChatResult, ProviderError, Usage, context_overfl
 from assistant.providers.catalog import model_context_window
 from assistant.providers.overflow import overflow_token_counts
 from tests.fake_llm import fake_llm, ok, overflow, overloaded, raw
+from tests.host_chat import host_chat
 
 __all__ = ["fake_llm"]  # the fixture, until conftest loads tests.fake_llm as a plugin
 
@@ -404,7 +405,7 @@ def test_the_stop_reason_model_context_window_exceeded_is_an_overflow(
     fake_llm.script_anthropic(ok(text="partial", stop_reason="model_context_window_exceeded"))
     provider = get_provider()
 
-    reply = provider.chat("sys", [], [{"role": "user", "content": "hi"}], max_tokens=10)
+    reply = host_chat(provider.name, "sys", [], [{"role": "user", "content": "hi"}], max_tokens=10)
 
     assert note_response(conversation, reply) is True
 

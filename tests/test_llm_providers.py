@@ -22,6 +22,7 @@ from assistant.providers.cached_request import CachedRequest
 from assistant.providers.gemini.provider import GeminiProvider
 from assistant.services import add_message, build_context
 from tests.fake_llm import fake_llm, malformed, ok, overflow, overloaded, rate_limited, slow
+from tests.host_chat import host_chat
 
 __all__ = ["fake_llm"]  # the fixture, until conftest loads tests.fake_llm as a plugin
 
@@ -151,8 +152,13 @@ def test_anthropic_summary_request_is_what_the_api_expects(settings, anthropic_f
 def test_anthropic_chat_request_keeps_tool_pairs_and_cache_breakpoints(anthropic_fake):
     provider = get_provider()
 
-    provider.chat(
-        "System prompt", ["## Goal\n- old summary"], MESSAGES, max_tokens=300, tools=TOOLS
+    host_chat(
+        provider.name,
+        "System prompt",
+        ["## Goal\n- old summary"],
+        MESSAGES,
+        max_tokens=300,
+        tools=TOOLS,
     )
 
     (request,) = anthropic_fake.requests_for("anthropic.messages")
@@ -182,7 +188,7 @@ def test_anthropic_chat_returns_tool_calls(anthropic_fake):
     call = {"id": "toolu_1", "name": "get_blog_post", "arguments": {"id": 8}}
     anthropic_fake.script_anthropic(ok(text="Checking.", tool_calls=[call]))
 
-    reply = get_provider().chat("sys", [], MESSAGES, max_tokens=100, tools=TOOLS)
+    reply = host_chat(get_provider().name, "sys", [], MESSAGES, max_tokens=100, tools=TOOLS)
 
     assert (reply.text, reply.tool_calls, reply.stop_reason) == ("Checking.", [call], "tool_use")
 
@@ -204,7 +210,9 @@ def test_gemini_summary_request_is_what_the_api_expects(settings, gemini_fake):
 
 
 def test_gemini_chat_request_keeps_tool_pairs(gemini_fake):
-    get_provider().chat("System prompt", ["old summary"], MESSAGES, max_tokens=300, tools=TOOLS)
+    host_chat(
+        get_provider().name, "System prompt", ["old summary"], MESSAGES, max_tokens=300, tools=TOOLS
+    )
 
     (request,) = gemini_fake.requests_for("gemini.generate")
     body = request.body
@@ -406,7 +414,7 @@ REUSED = [
 
 
 def test_anthropic_gets_unique_tool_use_ids_each_result_following_its_call(anthropic_fake):
-    get_provider().chat("sys", [], REUSED, max_tokens=100)
+    host_chat(get_provider().name, "sys", [], REUSED, max_tokens=100)
 
     (request,) = anthropic_fake.requests_for("anthropic.messages")
     blocks = [
@@ -424,7 +432,7 @@ def test_anthropic_gets_unique_tool_use_ids_each_result_following_its_call(anthr
 
 
 def test_gemini_gets_unique_function_call_ids_each_response_following_its_call(gemini_fake):
-    get_provider().chat("sys", [], REUSED, max_tokens=100)
+    host_chat(get_provider().name, "sys", [], REUSED, max_tokens=100)
 
     (request,) = gemini_fake.requests_for("gemini.generate")
     parts = [
@@ -458,7 +466,7 @@ def test_anthropic_gets_call_ids_in_the_characters_it_accepts(anthropic_fake):
         },
     ]
 
-    get_provider().chat("sys", [], messages, max_tokens=100)
+    host_chat(get_provider().name, "sys", [], messages, max_tokens=100)
 
     (request,) = anthropic_fake.requests_for("anthropic.messages")
     assert request.body["messages"][1]["content"][0]["id"] == "functions_search_0"
@@ -474,11 +482,13 @@ def test_a_gemini_function_call_without_an_id_gets_one_that_goes_back_with_its_r
     provider = get_provider()
     add_message(conversation, "user", "Find x")
 
-    reply = provider.chat("sys", [], build_context(conversation).messages, max_tokens=100)
+    reply = host_chat(
+        provider.name, "sys", [], build_context(conversation).messages, max_tokens=100
+    )
     (call,) = reply.tool_calls
     add_message(conversation, "assistant", reply.text, tool_calls=reply.tool_calls)
     add_message(conversation, "tool", "x is 42", tool_call_id=call["id"])
-    provider.chat("sys", [], build_context(conversation).messages, max_tokens=100)
+    host_chat(provider.name, "sys", [], build_context(conversation).messages, max_tokens=100)
 
     assert re.fullmatch(r"call_[0-9a-f]{24}", call["id"])
     second = gemini_fake.requests_for("gemini.generate")[1].body["contents"]
@@ -499,12 +509,12 @@ def test_a_real_conversation_with_reused_ids_is_accepted_by_both_providers(
     context = build_context(conversation)
 
     fake_llm.use_anthropic(settings)
-    anthropic_reply = get_provider().chat(
-        context.system, context.summaries, context.messages, max_tokens=100
+    anthropic_reply = host_chat(
+        get_provider().name, context.system, context.summaries, context.messages, max_tokens=100
     )
     fake_llm.use_gemini(settings)
-    gemini_reply = get_provider().chat(
-        context.system, context.summaries, context.messages, max_tokens=100
+    gemini_reply = host_chat(
+        get_provider().name, context.system, context.summaries, context.messages, max_tokens=100
     )
 
     assert (anthropic_reply.stop_reason, gemini_reply.stop_reason) == ("end_turn", "STOP")

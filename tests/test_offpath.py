@@ -1,4 +1,4 @@
-"""Summaries off the chat path (issue 22, point 3): inside an agent turn, the
+"""Summaries off the chat path: inside an agent turn, the
 pre-call hook asks the worker for the next window summary and adopts it,
 instead of making the user wait on the summarizer."""
 
@@ -238,8 +238,8 @@ def test_a_prebuild_the_chat_moved_past_is_adopted_without_a_second_shift(fake_l
 
     assert [event.details["prebuilt"] for event in shifts] == [True]
     # The shift's event reads the request before that rewrite and after it all, the
-    # results it compacted included (issue 50: 22,127 → 21,094 while the request fell
-    # from 23.7k to 2.2k), and is written after their events.
+    # results it compacted included (not the tool results alone: 22,127 → 21,094
+    # while the request fell from 23.7k to 2.2k), and is written after their events.
     rewrite = list(
         CompactionEvent.objects.filter(conversation=conversation).order_by("id")[events_before:]
     )

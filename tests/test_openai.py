@@ -1,4 +1,4 @@
-"""OpenAI through the official `openai` SDK (issue 35): `chat_step` with
+"""OpenAI through the official `openai` SDK: `chat_step` with
 provider="openai" (Chat Completions, what OpenAI-compatible servers speak) and
 provider="openai_responses" against the testing kit's fake server, which answers
 in both wires with OpenAI's real error bodies."""

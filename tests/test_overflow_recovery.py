@@ -10,10 +10,10 @@ from assistant.emergency.levels import ContextTooLarge
 from assistant.emergency.retry import call_with_overflow_recovery
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
-from assistant.providers import get_provider
-from assistant.providers.base import ProviderError
+from assistant.providers import context_overflow
 from assistant.services import add_message
 from tests.fake_llm import fake_llm, ok, overflow, overloaded, raw  # noqa: F401
+from tests.host_chat import host_chat
 from tests.scenarios import tool_heavy_conversation
 
 pytestmark = pytest.mark.django_db
@@ -49,11 +49,16 @@ def chat(request, fake_llm, settings):  # noqa: F811
             return len(body["messages"] if name == "anthropic" else body["contents"])
 
         def __call__(self, context):
-            return get_provider(name).chat(
-                context.system, context.summaries, context.messages, max_tokens=64
+            return host_chat(
+                name, context.system, context.summaries, context.messages, max_tokens=64
             )
 
     return Chat()
+
+
+def status(error: BaseException) -> int | None:
+    """The HTTP status of the anthropic SDK's or google-genai's error."""
+    return getattr(error, "status_code", None) or getattr(error, "code", None)
 
 
 def overflow_stating(sent: int, limit: int, provider: str):
@@ -133,7 +138,7 @@ def test_level_1_then_level_2_then_a_clear_error_that_offers_a_fork(chat):
     assert error.levels_applied == (1, 2)
     assert "fork_continuation" in str(error)
     assert "Nothing was lost" in str(error)
-    assert isinstance(error.__cause__, ProviderError)
+    assert context_overflow(error.__cause__)
     assert originals(conversation) == before
 
 
@@ -208,13 +213,14 @@ def test_a_non_overflow_error_passes_through_untouched(chat, settings):
         )
     chat.script(other, overloaded(), overloaded(), overloaded(), overloaded())
 
-    with pytest.raises(ProviderError) as first:
+    # The SDK's own error reaches the host, as chat_step's call_model raised it.
+    with pytest.raises(Exception) as first:
         call_with_overflow_recovery(conversation, chat)
-    with pytest.raises(ProviderError) as second:
+    with pytest.raises(Exception) as second:
         call_with_overflow_recovery(conversation, chat)
 
-    assert (first.value.status, first.value.overflow) == (400, False)
-    assert second.value.status == (529 if chat.provider == "anthropic" else 503)
+    assert (status(first.value), context_overflow(first.value)) == (400, False)
+    assert status(second.value) == (529 if chat.provider == "anthropic" else 503)
     assert not CompactionEvent.objects.filter(conversation=conversation).exists()
     assert Message.objects.filter(conversation=conversation).exclude(compaction="").count() == 0
     assert originals(conversation) == before

@@ -859,7 +859,7 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
     ]
 
 
-# --- the README's loop with the providers' own compaction (issue 41) -----------------
+# --- the README's loop with the providers' own compaction --------------------------
 
 PROVIDER_TURNS = 12
 # The on-demand compaction requests, apart from the chat's.

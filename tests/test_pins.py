@@ -1,4 +1,4 @@
-"""Pinned messages (issue 40): a pinned message is in every request, verbatim,
+"""Pinned messages: a pinned message is in every request, verbatim,
 through a long agent loop past the trigger, driven by the real anthropic SDK
 against the testing kit's fake server (the summarizer at a second fake server);
 it is never compacted, stubbed or summarized away, a pinned tool result keeps

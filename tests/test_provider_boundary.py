@@ -1,4 +1,4 @@
-"""Provider differences live in assistant/llm/ alone (issue 35): outside it, no code
+"""Provider differences live in assistant/llm/ alone: outside it, no code
 names a provider or compares a provider's name. Only the testing kit, whose fake
 server speaks every wire, is exempt."""
 

@@ -1,4 +1,4 @@
-"""The providers' own compaction (issue 41), driven by the real anthropic and openai
+"""The providers' own compaction, driven by the real anthropic and openai
 clients against the testing kit's fake server: Anthropic's compaction block
 (threshold and on-demand, streamed too) and the Responses API's compaction item are
 recorded with their message and sent back exactly, the originals stay, the
@@ -560,7 +560,7 @@ def test_the_worker_builds_no_summary_ahead_while_the_provider_compacts(fake_llm
 
 @override_settings(ASSISTANT_COMPACTION=PROVIDER)
 def test_a_pinned_message_outlives_the_providers_compaction(fake_llm, conversation):
-    """Issue 40 beside issue 41: the messages before the provider's compaction block
+    """Pins beside the provider's compaction: the messages before the provider's compaction block
     are no longer sent, but a pinned one among them rides in the pinned section."""
     call_model = beta_call(claude(fake_llm))
     rule = add_message(conversation, "user", "Never deploy on a Friday; sign-off code owl-5.")

@@ -321,7 +321,7 @@ def test_a_long_original_is_read_a_page_at_a_time(db):
 
 
 def test_pages_read_at_offsets_of_recall_max_chars_skip_nothing(db):
-    # Issue 50 point 11: a model computing the next offset from the setting (8,000)
+    # A model computing the next offset from the setting (8,000)
     # reads the whole original, the first page's calls and frame aside.
     conversation = Conversation.objects.create(title="t")
     text = "".join(f"row {n:06d} of the export\n" for n in range(1500))  # 37,500 characters

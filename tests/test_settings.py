@@ -348,7 +348,7 @@ def test_an_out_of_range_threshold_stops_the_app_at_start_up(tmp_path):
     assert "ASSISTANT_COMPACTION['RECENT_FRACTION'] must be >= 0 and < 1, got 1.5" in result.stderr
 
 
-# --- settings as users write them (issue 22, point 4) ----------------------------------------
+# --- settings as users write them ------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -377,7 +377,8 @@ def test_a_default_that_depends_on_another_setting_follows_it(written, followed)
 
 
 def test_a_trigger_written_alone_runs_a_conversation(conversation):
-    # Issue 22: this stopped the app ("MAX_RECENT_TOKENS (20000) must be below ...").
+    # A threshold set alone, under the default verbatim budget, once stopped the app
+    # ("MAX_RECENT_TOKENS (20000) must be below ...").
     over = []
     with override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 20_000}):
         for turn in range(12):

@@ -180,7 +180,8 @@ def test_a_failing_receiver_never_fails_the_compaction(
 def test_the_share_of_the_window_is_of_the_conversations_own_models_window(
     db, received, django_capture_on_commit_callbacks
 ):
-    """Issue 50: gpt-4.1's conversation was given 200,000 (the configured model's)."""
+    """A conversation gets the window of the model that answered it: gpt-4.1's was once
+    given 200,000 (the configured model's)."""
     conversation, _ = tool_heavy_conversation()
     Message.objects.filter(conversation=conversation, role="assistant").update(
         provider="openai", model="gpt-4.1"

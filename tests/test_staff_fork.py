@@ -1,4 +1,4 @@
-"""Issue 50 point 7: "Continue in a new conversation" from the admin runs on the
+"""The admin's "Continue in a new conversation" runs on the
 worker, as every staff run that calls the summarizer does (docs/admin.rst), and
 `staff_action_task` takes its later arguments as trailing optional ones, so a task
 queued with the old argument list still runs."""

@@ -1,4 +1,4 @@
-"""A web chat streams (issue 36): `chat_step` and `achat_step` take the SDKs' streams
+"""A web chat streams: `chat_step` and `achat_step` take the SDKs' streams
 (`on_text` gets each text delta as it arrives, the final message is recorded with its
 whole usage) and `achat_step` the SDKs' async clients, with no database call on the
 event loop: Django raises SynchronousOnlyOperation if one runs there, and these async

@@ -212,7 +212,7 @@ def test_a_rejected_summary_is_never_stored(anthropic, long_conversation, settin
 
     metadata = held_state(Conversation.objects.get(pk=long_conversation.pk))
     assert list(metadata) == ["summary_failure"]
-    # Not called again on every request for the same split (issue 11, item 4).
+    # Not called again on every request for the same split: the failure is remembered.
     assert ensure_context_summary(long_conversation) is None
     assert summarizer_calls(anthropic) == 1
 

@@ -1,4 +1,4 @@
-"""What every summarizer request is told (issue 40): the conversation's language
+"""What every summarizer request is told: the conversation's language
 (SUMMARY_LANGUAGE "auto" detects it, a fixed one overrides), the deployment's
 SUMMARY_INSTRUCTIONS, and one call's `instructions=`; through the real SDKs to
 the testing kit's fake server, for every kind of summary: the window summary

@@ -1,4 +1,4 @@
-"""The window summary's versions (issue 40): every summary written is kept with
+"""The window summary's versions: every summary written is kept with
 its split, model and tokens; staff correct it (the next request carries the
 correction), review it, and revert to an earlier one; nothing is lost."""
 
@@ -111,7 +111,7 @@ def test_the_diff_shows_what_the_compaction_dropped(summarized):
     assert "+## Goal" in diff
 
 
-# --- Issue 48: a deleted conversation's summaries are not reviewed; bad text is refused
+# --- a deleted conversation's summaries are not reviewed; bad text is refused
 
 
 def test_a_deleted_conversations_version_is_not_marked_reviewed(summarized):

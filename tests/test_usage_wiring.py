@@ -1,5 +1,5 @@
 """A host that records the provider's usage wrongly cannot switch compaction
-off (issue 22, point 2): a count far below the app's own estimate of the
+off: a count far below the app's own estimate of the
 request it built is logged once and replaced by the estimate."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def chat_turn(client, fake, conversation, sizes: list, turn: int, over: list) ->
             for block in response.content
             if block.type == "tool_use"
         ]
-        # The mistake of issue 22: "prompt tokens" read as usage.input_tokens.
+        # A host's likely mistake: "prompt tokens" read as usage.input_tokens (the uncached part).
         add_message(
             conversation,
             "assistant",

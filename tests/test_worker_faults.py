@@ -123,7 +123,7 @@ def test_pool_children_killed_under_load_come_back_and_serve(empty_queues, tmp_p
 # --- the broker goes away and comes back --------------------------------------------
 
 # Long enough for the worker's consumer to lose its connection and back off several
-# times (2, 4, 6... s between attempts); the 40 s outage is the same mechanism,
+# times (2, 4, 6... s between attempts); a 40 s outage is the same mechanism,
 # one more back-off step. Redis restarts empty (no persistence): the work published
 # after its return is what the worker must take.
 OUTAGE_SECONDS = 20
@@ -209,7 +209,7 @@ def test_the_systemd_units_run_the_readmes_commands_and_always_restart(name, com
 
 # --- what the operator sees ---------------------------------------------------------
 
-# The bound: a dead worker is reported within this (heartbeat life plus the
+# The operator's bound: a dead worker is reported within this (heartbeat life plus the
 # check's cache: 15 + 10 s by default).
 DEAD_WORKER_REPORTED_SECONDS = 30
 

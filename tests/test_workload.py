@@ -1,8 +1,11 @@
-"""The benchmark's workload generator: deterministic, repetitive, with facts asked later."""
+"""The demo's workload generator (the benchmark replays it too): deterministic,
+repetitive, with facts asked later."""
 
+import ast
 import json
+from pathlib import Path
 
-from bench.workload import generate, generate_messages, repeat_share
+from demo.workload import generate, generate_messages, repeat_share
 
 
 def test_it_generates_the_same_conversation_from_the_same_seed():
@@ -74,3 +77,18 @@ def test_it_has_the_sizes_of_the_design_workload():
     tool_results = [m for m in workload.messages if m["role"] == "tool"]
     posts = [m for m in tool_results if m["tool_name"] == "get_blog_post"]
     assert all(5_000 <= len(m["content"]) <= 32_000 for m in posts)
+
+
+def test_the_demo_imports_nothing_from_the_benchmark():
+    """The benchmark may use the demo's workload, never the reverse: the demo runs
+    from a checkout without bench/ and its peers' requirements."""
+    demo = Path(__file__).resolve().parent.parent / "demo"
+    imported = set()
+    for path in demo.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module.split(".")[0])
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+    assert "demo" in imported
+    assert "bench" not in imported

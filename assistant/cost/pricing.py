@@ -356,15 +356,10 @@ def conversation_cost(conversation: Conversation) -> tuple[Cost, list[Call]]:
     return cost_of(calls, summaries), calls
 
 
-def total_cost(since: datetime | None = None) -> Cost:
-    """Every conversation's calls made at or after `since` (all when None),
-    deleted ones included: their calls were paid for."""
-    return costs_since({"": since})[""]
-
-
 def costs_since(periods: dict[str, datetime | None]) -> dict[str, Cost]:
     """The totals of several periods (label: start, None for all time), in
-    one read of one row of integers per message."""
+    one read of one row of integers per message: every conversation's calls made
+    at or after the start, deleted ones included (their calls were paid for)."""
     calls = recorded_calls()
     summaries = recorded_summarizer_calls()
     prices = model_prices()

@@ -194,11 +194,6 @@ def _reported(response: Any) -> ChatResult:
     )
 
 
-def reported_prompt_tokens(response: Any) -> int | None:
-    """The whole prompt a provider reported for a response; None when it says none."""
-    return _reported(response).usage.prompt_tokens or None
-
-
 def note_response(
     conversation: Conversation, response: Any, *, window_tokens: int | None = None
 ) -> bool:

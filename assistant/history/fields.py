@@ -58,6 +58,26 @@ def checked_text(what: str, text: str) -> int:
         ) from None
 
 
+def _check_scalar(what: str, item: Any, code: str) -> None:
+    """A JSON leaf: a storable string, a finite number the database reads back as
+    itself, a bool or None; ValidationError for anything else."""
+    if isinstance(item, str):
+        checked_text(f"A string in {what}", item)
+    elif isinstance(item, float) and not math.isfinite(item):
+        raise ValidationError(f"{what} contains {item!r}, which JSON cannot represent.", code=code)
+    elif isinstance(item, float) and not _round_trips(item):
+        raise ValidationError(
+            f"{what} contains {item!r}, which the database would read back as another "
+            "value or type (jsonb keeps no exponent and no negative zero): send it as "
+            "a string.",
+            code=code,
+        )
+    elif item is not None and not isinstance(item, bool | int | float):
+        raise ValidationError(
+            f"{what} is not JSON: it contains a {type(item).__name__}.", code=code
+        )
+
+
 def checked_json(what: str, value: Any, code: str) -> int:
     """The size of `value` as JSON in UTF-8 bytes, once every string in it (keys too) is
     storable, every number finite and its nesting within the configured depth. Walks
@@ -78,23 +98,8 @@ def checked_json(what: str, value: Any, code: str) -> int:
                 pending.append((child, depth + 1))
         elif isinstance(item, list | tuple):
             pending.extend((child, depth + 1) for child in item)
-        elif isinstance(item, str):
-            checked_text(f"A string in {what}", item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise ValidationError(
-                f"{what} contains {item!r}, which JSON cannot represent.", code=code
-            )
-        elif isinstance(item, float) and not _round_trips(item):
-            raise ValidationError(
-                f"{what} contains {item!r}, which the database would read back as another "
-                "value or type (jsonb keeps no exponent and no negative zero): send it as "
-                "a string.",
-                code=code,
-            )
-        elif item is not None and not isinstance(item, bool | int | float):
-            raise ValidationError(
-                f"{what} is not JSON: it contains a {type(item).__name__}.", code=code
-            )
+        else:
+            _check_scalar(what, item, code)
     try:
         return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
     except ValueError:  # an integer too long to write out (sys.get_int_max_str_digits)

@@ -64,7 +64,7 @@ class Migration(migrations.Migration):
                 name="assistant_msg_one_result_per_call",
             ),
         ),
-        # Indexes for the scheduled cleanup queries and the admin's filters (issue 16, item 21).
+        # Indexes for the scheduled cleanup queries and the admin's filters.
         migrations.RemoveIndex(
             model_name="conversation",
             name="assistant_conv_exchange",

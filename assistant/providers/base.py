@@ -148,14 +148,3 @@ class Provider(abc.ABC):
         previous_summary: str | None = None,
         instructions: str | None = None,
     ) -> SummaryResult: ...
-
-    @abc.abstractmethod
-    def chat(
-        self,
-        system: str,
-        summaries: list[str],
-        messages: list[dict[str, Any]],
-        *,
-        max_tokens: int,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> ChatResult: ...

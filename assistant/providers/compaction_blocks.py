@@ -80,10 +80,6 @@ def summary_text(stored: dict[str, Any]) -> str:
     return FOREIGN_ENCRYPTED
 
 
-def is_live(stored: dict[str, Any] | None) -> bool:
-    return bool(stored and stored.get("live"))
-
-
 _KEYS = {"wire", "block", "live", "on_demand", "usage"}
 
 

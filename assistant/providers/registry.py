@@ -8,6 +8,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -73,46 +74,46 @@ def provider_name() -> str:
     return "offline"
 
 
-def _common() -> tuple[float, int, int]:
-    return (
-        float(app_setting("LLM_TIMEOUT_SECONDS")),
-        int(app_setting("LLM_MAX_RETRIES")),
-        int(app_setting("SUMMARY_MAX_OUTPUT_TOKENS")),
-    )
+@dataclass(frozen=True)
+class ClientSettings:
+    """What builds one provider's client: its settings (the key from the environment
+    where the settings have none). Hashable, so a client is built once per value."""
+
+    provider: str
+    api_key: str
+    base_url: str | None
+    model: str
+    chat_model: str
+    timeout: float
+    max_retries: int
+    max_output_tokens: int
+    # Gemini's SDK retries on its own schedule; the other SDKs have none of these.
+    retry_initial_delay: float | None = None
+    retry_max_delay: float | None = None
+
+    def within(self, seconds: float | None) -> ClientSettings:
+        """These settings with every call ended within `seconds`: one attempt, timed
+        out at the smaller of `seconds` and the timeout; unchanged for None."""
+        if seconds is None:
+            return self
+        return replace(self, timeout=min(self.timeout, seconds), max_retries=0)
 
 
-def _client_key(provider: str) -> tuple:
-    """What builds an Anthropic or OpenAI summarizer: its settings (the key from the
-    environment where the settings have none)."""
+def client_settings(provider: str) -> ClientSettings:
     prefix = provider.upper()
-    return (
-        provider,
-        api_key(provider),
-        app_setting(f"{prefix}_BASE_URL") or None,
-        app_setting(f"{prefix}_SUMMARY_MODEL"),
-        app_setting(f"{prefix}_CHAT_MODEL"),
-        *_common(),
+    gemini = provider == "gemini"
+    return ClientSettings(
+        provider=provider,
+        api_key=api_key(provider),
+        base_url=app_setting(f"{prefix}_BASE_URL") or None,
+        model=app_setting(f"{prefix}_SUMMARY_MODEL"),
+        chat_model=app_setting(f"{prefix}_CHAT_MODEL"),
+        timeout=float(app_setting("LLM_TIMEOUT_SECONDS")),
+        max_retries=int(app_setting("LLM_MAX_RETRIES")),
+        max_output_tokens=int(app_setting("SUMMARY_MAX_OUTPUT_TOKENS")),
+        retry_initial_delay=float(app_setting("LLM_RETRY_INITIAL_DELAY")) if gemini else None,
+        retry_max_delay=float(app_setting("LLM_RETRY_MAX_DELAY")) if gemini else None,
     )
-
-
-def _gemini_key() -> tuple:
-    return (
-        api_key("gemini"),
-        app_setting("GEMINI_BASE_URL") or None,
-        app_setting("GEMINI_SUMMARY_MODEL"),
-        app_setting("GEMINI_CHAT_MODEL"),
-        *_common(),
-        float(app_setting("LLM_RETRY_INITIAL_DELAY")),
-        float(app_setting("LLM_RETRY_MAX_DELAY")),
-    )
-
-
-def _bounded(key: tuple, timeout_at: int, within: float | None) -> tuple:
-    """A client key (`_common` at `timeout_at`) whose calls end within `within` seconds."""
-    if within is None:
-        return key
-    timeout = min(key[timeout_at], within)
-    return (*key[:timeout_at], timeout, 0, *key[timeout_at + 2 :])
 
 
 def _client_class(provider: str) -> Callable[..., Provider]:
@@ -148,58 +149,29 @@ def import_sdk() -> None:
 def forget_clients() -> None:
     """Drop the clients built so far: a forked process builds its own, since one
     built before the fork would share its parent's connections."""
-    _client_provider.cache_clear()
-    _gemini.cache_clear()
+    _client.cache_clear()
 
 
 # Clients are built once per distinct configuration, so a test that overrides settings
 # gets a fresh client and production reuses one connection pool.
 @functools.lru_cache(maxsize=8)
-def _client_provider(
-    provider: str,
-    key: str,
-    base_url: str | None,
-    model: str,
-    chat_model: str,
-    timeout: float,
-    retries: int,
-    max_out: int,
-) -> Provider:
-    chosen = _client_class(provider)
-    return chosen(
-        api_key=key,
-        base_url=base_url,
-        model=model,
-        chat_model=chat_model,
-        timeout=timeout,
-        max_retries=retries,
-        max_output_tokens=max_out,
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def _gemini(
-    key: str,
-    base_url: str | None,
-    model: str,
-    chat_model: str,
-    timeout: float,
-    retries: int,
-    max_out: int,
-    delay: float,
-    max_delay: float,
-) -> Provider:
-    return _gemini_class()(
-        api_key=key,
-        base_url=base_url,
-        model=model,
-        chat_model=chat_model,
-        timeout=timeout,
-        max_retries=retries,
-        max_output_tokens=max_out,
-        retry_initial_delay=delay,
-        retry_max_delay=max_delay,
-    )
+def _client(chosen: ClientSettings) -> Provider:
+    common = {
+        "api_key": chosen.api_key,
+        "base_url": chosen.base_url,
+        "model": chosen.model,
+        "chat_model": chosen.chat_model,
+        "timeout": chosen.timeout,
+        "max_retries": chosen.max_retries,
+        "max_output_tokens": chosen.max_output_tokens,
+    }
+    if chosen.provider == "gemini":
+        return _gemini_class()(
+            **common,
+            retry_initial_delay=chosen.retry_initial_delay,
+            retry_max_delay=chosen.retry_max_delay,
+        )
+    return _client_class(chosen.provider)(**common)
 
 
 def offline_reason() -> str | None:
@@ -241,10 +213,8 @@ def get_provider(name: str | None = None, *, within: float | None = None) -> Pro
     and the client ready when this returns."""
     configured = name is None
     name = name or provider_name()
-    if name in ("anthropic", "openai") and api_key(name):
-        return _client_provider(*_bounded(_client_key(name), 5, within))
-    if name == "gemini" and api_key(name):
-        return _gemini(*_bounded(_gemini_key(), 4, within))
+    if name in KEYS and api_key(name):
+        return _client(client_settings(name).within(within))
     if configured and (reason := offline_reason()) is not None:
         _warn_offline_once(reason)
     return OfflineProvider()

@@ -132,7 +132,7 @@ def _loaded(previous: dict[str, Any] | None) -> dict[str, Any]:
     return index
 
 
-def _mark_used(index: dict[str, Any], messages: Sequence[Message], texts: dict[int, str]) -> None:
+def _mark_used(index: dict[str, Any], messages: Sequence[Message], texts: dict[int, str]) -> None:  # noqa: C901
     """An entry the user or the model names again (in a message or a call's arguments)
     is used there, and with it every entry of the same result; a tool result naming it
     again does not count (outputs repeat names nobody asked for), it takes the entry's
@@ -165,7 +165,7 @@ def _mark_used(index: dict[str, Any], messages: Sequence[Message], texts: dict[i
             entry[1] = max(entry[1], results.get(entry[0], 0))
 
 
-def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -> None:
+def _add_result(index: dict[str, Any], message: Message, text: str, size: int) -> None:  # noqa: C901
     arguments = message.tool_arguments if isinstance(message.tool_arguments, dict) else {}
     found = message.pk
     named = False
@@ -419,7 +419,7 @@ def _longest_within(
     return low
 
 
-def _rendered(
+def _rendered(  # noqa: C901
     heading: str, entries: list[tuple[int, int, str, str]], originals: Sequence[int] = ()
 ) -> str:
     by_category: dict[str, dict[str, int]] = {name: {} for name in CATEGORIES}

@@ -72,29 +72,31 @@ def cleanup_config(overrides: dict[str, Any] | None = None) -> CleanupConfig:
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ImproperlyConfigured(f"Unknown ASSISTANT_CLEANUP keys: {', '.join(unknown)}")
-    values: dict[str, Any] = {}
-    for name, value in overrides.items():
-        if value is None:
-            if name not in _OPTIONAL:
-                raise ImproperlyConfigured(f"ASSISTANT_CLEANUP[{name!r}] cannot be null")
-            values[name] = None
-            continue
-        number = _number(name, value)
-        if name in _POSITIVE_INTS:
-            if not isinstance(number, int) or number < 1:
-                raise ImproperlyConfigured(
-                    f"ASSISTANT_CLEANUP[{name!r}] must be a positive integer, got {value!r}"
-                )
-        elif name.endswith("_PERIOD_SECONDS") and number <= 0:
-            raise ImproperlyConfigured(
-                f"ASSISTANT_CLEANUP[{name!r}] must be positive (or null to disable), got {value!r}"
-            )
-        elif number < 0:
-            raise ImproperlyConfigured(
-                f"ASSISTANT_CLEANUP[{name!r}] must not be negative, got {value!r}"
-            )
-        values[name] = number
+    values: dict[str, Any] = {name: _checked(name, value) for name, value in overrides.items()}
     return CleanupConfig(**values)
+
+
+def _checked(name: str, value: Any) -> int | float | None:
+    """One ASSISTANT_CLEANUP value, as its key allows it; ImproperlyConfigured when not."""
+    if value is None:
+        if name not in _OPTIONAL:
+            raise ImproperlyConfigured(f"ASSISTANT_CLEANUP[{name!r}] cannot be null")
+        return None
+    number = _number(name, value)
+    if name in _POSITIVE_INTS:
+        if not isinstance(number, int) or number < 1:
+            raise ImproperlyConfigured(
+                f"ASSISTANT_CLEANUP[{name!r}] must be a positive integer, got {value!r}"
+            )
+    elif name.endswith("_PERIOD_SECONDS") and number <= 0:
+        raise ImproperlyConfigured(
+            f"ASSISTANT_CLEANUP[{name!r}] must be positive (or null to disable), got {value!r}"
+        )
+    elif number < 0:
+        raise ImproperlyConfigured(
+            f"ASSISTANT_CLEANUP[{name!r}] must not be negative, got {value!r}"
+        )
+    return number
 
 
 def cleanup_settings(overrides: dict[str, Any]) -> dict[str, Any]:

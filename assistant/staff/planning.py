@@ -27,7 +27,6 @@ class RunPlan:
     to_summarize_by_llm: int  # of those, under the "summarize" policy
     to_stub: int  # older copies of repeated calls
     window: str  # what happens to the window summary, in words
-    messages_to_summarize: int = 0
     projected_tokens: int | None = None  # after the tool results (None: unknown)
 
     def describe(self, conversation_id: int) -> str:
@@ -69,7 +68,7 @@ def plan_run(conversation: Conversation, level: int = 0) -> RunPlan:
         if summarized
         else str(window)  # words: an int is a count of messages, never 0
     )
-    return _plan(level, tokens, tools, config, words, projected=projected, summarized=summarized)
+    return _plan(level, tokens, tools, config, words, projected=projected)
 
 
 def _window_decision(state: WindowState, plan: Plan) -> str | int:
@@ -97,12 +96,9 @@ def _plan(
     window: str,
     *,
     projected: int | None = None,
-    summarized: int = 0,
 ) -> RunPlan:
     by_llm = sum(1 for row in tools.compact if config.policy_for(row.tool_name) == "summarize")
-    return RunPlan(
-        level, tokens, len(tools.compact), by_llm, len(tools.stub), window, summarized, projected
-    )
+    return RunPlan(level, tokens, len(tools.compact), by_llm, len(tools.stub), window, projected)
 
 
 def _apply_in_memory(

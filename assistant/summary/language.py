@@ -1,5 +1,5 @@
-"""Which language a conversation's user writes in (docs/compaction.rst, "The
-summaries' language"): py3langid, a maintained naive Bayes detector whose model
+"""Which language a conversation's user writes in (docs/compaction.rst, "What
+summaries are told"): py3langid, a maintained naive Bayes detector whose model
 ships in its wheel (offline, deterministic: the same text always gives the same
 answer), named in English ("French"). Addresses and numbers are left out first; a
 text with too few letters left, or in a language not named here, gives None (the

@@ -45,7 +45,7 @@ def openai_error(
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
-def request_problem(kind: str, body: Any) -> str | None:
+def request_problem(kind: str, body: Any) -> str | None:  # noqa: C901
     """What OpenAI would refuse in this body: a result without its call, a call without
     its result."""
     if not isinstance(body, dict) or not body.get("model"):

@@ -299,7 +299,7 @@ _ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 _THINKING = ("thinking", "redacted_thinking")
 
 
-def anthropic_request_problem(body: Any) -> str | None:
+def anthropic_request_problem(body: Any) -> str | None:  # noqa: C901
     """What the Messages API would refuse in this request body (its own wording), or None.
     The checks a converter can get wrong: roles, empty text, tool_use ids and pairs."""
     messages = (body or {}).get("messages") or []
@@ -774,7 +774,7 @@ class FakeProvider:
             "ANTHROPIC_BASE_URL": self.url,
         }
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:  # noqa: C901
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -801,7 +801,7 @@ class FakeProvider:
                     return
                 self._send(200, {}, {"queued": queued})
 
-            def do_POST(self) -> None:
+            def do_POST(self) -> None:  # noqa: C901
                 length = int(self.headers.get("content-length") or 0)
                 raw_body = self.rfile.read(length) if length else b""
                 try:

@@ -405,7 +405,7 @@ def early_shift(state: WindowState, config: CompactionConfig, *, ahead: int = 0)
     only as far as the conversation would not pay it anyway: every message is
     summarized once, whenever the shift comes, so a conversation that reaches
     the trigger (`Outlook.reached`) pays that input at the forced shift
-    (docs/decision.rst, "The break-even rule"). None when it does not pay.
+    (docs/compaction.rst, "Timing under prompt caching"). None when it does not pay.
     `ahead`: judged on the window grown by that many tokens, all of them
     summarized by the shift (a pre-build keeps the same verbatim budget)."""
     if state.context_tokens() + ahead < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:

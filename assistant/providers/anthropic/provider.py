@@ -6,9 +6,7 @@ from typing import Any
 
 import anthropic
 
-from assistant.providers import convert
-from assistant.providers.anthropic.wire import anthropic_result
-from assistant.providers.base import ChatResult, Provider, ProviderError, SummaryResult, Usage
+from assistant.providers.base import Provider, ProviderError, SummaryResult, Usage
 from assistant.providers.cached_request import CachedRequest
 from assistant.providers.catalog import model_context_window
 from assistant.providers.http import sdk_client
@@ -109,24 +107,3 @@ class AnthropicProvider(Provider):
             model=response.model or model,
             provider=self.name,
         )
-
-    def chat(
-        self,
-        system: str,
-        summaries: list[str],
-        messages: list[dict[str, Any]],
-        *,
-        max_tokens: int,
-        tools: list[dict[str, Any]] | None = None,
-        thinking: dict[str, Any] | None = None,
-    ) -> ChatResult:
-        """`thinking`: Anthropic's extended-thinking setting, e.g.
-        {"type": "enabled", "budget_tokens": 2048}; the answer's thinking blocks come back
-        in `ChatResult.blocks`."""
-        request = convert.to_anthropic(system, summaries, messages)
-        if tools:
-            request["tools"] = convert.anthropic_tools(tools)
-        if thinking:
-            request["thinking"] = thinking
-        response = self._create(self.chat_model, max_tokens=max_tokens, **request)
-        return anthropic_result(response, self.chat_model)

@@ -9,9 +9,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from assistant.providers import convert
 from assistant.providers.base import (
-    ChatResult,
     Provider,
     ProviderError,
     SummaryResult,
@@ -133,22 +131,3 @@ class GeminiProvider(Provider):
             model=response.model_version or model,
             provider=self.name,
         )
-
-    def chat(
-        self,
-        system: str,
-        summaries: list[str],
-        messages: list[dict[str, Any]],
-        *,
-        max_tokens: int,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> ChatResult:
-        request = convert.to_gemini(system, summaries, messages)
-        extra: dict[str, Any] = {}
-        if tools:
-            extra["tools"] = convert.gemini_tools(tools)
-            extra["automatic_function_calling"] = {"disable": True}
-        response = self._generate(
-            self.chat_model, request["system_instruction"], request["contents"], max_tokens, **extra
-        )
-        return gemini_result(response, self.chat_model)

@@ -6,9 +6,8 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
-from assistant.providers.base import ChatResult, Provider, SummaryResult, Usage
+from assistant.providers.base import Provider, SummaryResult, Usage
 from assistant.providers.summary_prompt import HEADINGS, SECTIONS
 from assistant.settings.conf import compaction_config
 from assistant.text import message_facts, plain_text
@@ -224,21 +223,3 @@ class OfflineProvider(Provider):
         text = offline_summary(transcript, previous_summary, max_chars)
         usage = self._usage(transcript + (previous_summary or ""), text)
         return SummaryResult(text=text, usage=usage, model=self.model, provider=self.name)
-
-    def chat(
-        self,
-        system: str,
-        summaries: list[str],
-        messages: list[dict[str, Any]],
-        *,
-        max_tokens: int,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> ChatResult:
-        last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
-        asked = _clip((last_user or {}).get("content") or "")
-        text = f"(offline assistant) I have no model to answer with. You said: {asked}"
-        text = text[: max_tokens * compaction_config().CHARS_PER_TOKEN]
-        prompt = system + "".join(summaries) + "".join(m.get("content") or "" for m in messages)
-        return ChatResult(
-            text=text, usage=self._usage(prompt, text), model=self.model, stop_reason="end_turn"
-        )

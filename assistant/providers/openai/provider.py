@@ -7,7 +7,7 @@ from typing import Any
 
 import openai
 
-from assistant.providers.base import ChatResult, Provider, ProviderError, SummaryResult
+from assistant.providers.base import Provider, ProviderError, SummaryResult
 from assistant.providers.cached_request import CachedRequest
 from assistant.providers.catalog import model_context_window
 from assistant.providers.http import sdk_client
@@ -107,15 +107,3 @@ class OpenAIProvider(Provider):
         return SummaryResult(
             text=text, usage=result.usage, model=result.model or model, provider=self.name
         )
-
-    def chat(
-        self,
-        system: str,
-        summaries: list[str],
-        messages: list[dict[str, Any]],
-        *,
-        max_tokens: int,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> ChatResult:
-        request = OPENAI.request(system, summaries, messages, tools)
-        return chat_completion_result(self._create(self.chat_model, max_tokens, **request))

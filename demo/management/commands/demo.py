@@ -3,10 +3,10 @@
 Each model call goes through the pre-exchange hook (`ensure_context_summary`)
 and `build_context`; each completed exchange is handed to the worker with
 `finish_exchange`, which compacts tool results and pre-builds summaries.
-The workload is the benchmark's deterministic blog-admin conversation. Each
-model call's usage is recorded as a provider with prompt caching would report
-it (assistant.testing.fake_provider's prompt cache), so the final table prices
-the conversation as the admin does.
+The workload is the deterministic blog-admin conversation of demo/workload.py
+(the benchmark's too). Each model call's usage is recorded as a provider with
+prompt caching would report it (assistant.testing.fake_provider's prompt cache),
+so the final table prices the conversation as the admin does.
 
 The screen shows a progress bar and, under it, one line per compaction step;
 log lines go to var/demo.log unless `--log` asks for them on the screen.
@@ -38,8 +38,8 @@ from assistant.services import (
 )
 from assistant.testing.fake_provider import PromptCache, default_usage
 from assistant.text.figures import measures, share, token_change, token_count
-from bench.workload import generate
 from demo.scenes import run_overflow_and_fork_demo
+from demo.workload import generate
 
 
 def log_to_file(path: Path) -> None:

@@ -331,7 +331,7 @@ class _Generator:
         self.labels.add(label)
         return label
 
-    def _value(self, kind: str) -> str:
+    def _value(self, kind: str) -> str:  # noqa: C901
         r = self.rng
         upper = "ABCDEFGHJKLMNPQRSTUVWXYZ"
         if kind == "hex_id":
@@ -577,7 +577,7 @@ def repeat_share(workload: Workload) -> float:
     return repeats / total if total else 0.0
 
 
-if __name__ == "__main__":  # quick look: python -m bench.workload
+if __name__ == "__main__":  # quick look: python -m demo.workload
     for size in (60, 300):
         w = generate(size)
         chars = sum(len(m["content"]) for m in w.messages)
