@@ -3,7 +3,8 @@
 A host project sets it in its Django settings (the app reads settings only,
 never the environment; this repository's demo project fills it from the
 ASSISTANT_COMPACTION environment variable, a JSON object). Every key declares
-its type and valid range next to its default (`key(default, ...)`); unknown
+its type and valid range next to its default (`key(default, ...)`, checked by
+assistant.settings.keys as every declaration's keys are); unknown
 keys, renamed keys, wrong types, values out of range and contradicting keys
 are refused with ImproperlyConfigured naming the key, at start-up
 (AssistantConfig.ready) and on every read, so a typo never falls back
