@@ -631,3 +631,14 @@ def test_an_unknown_summarizer_is_refused_by_its_declaration_once(settings):
     settings.ASSISTANT_SUMMARIZER = "OFFLINE"
     assert registry.summarizer_setting() == "offline"
     assert app_settings_are_valid() == []
+
+
+def test_a_refused_api_key_is_not_shown(settings):
+    settings.ANTHROPIC_API_KEY = b"sk-ant-hunter2"
+
+    errors = app_settings_are_valid()
+
+    assert [e.msg for e in errors] == [
+        "ANTHROPIC_API_KEY must be a string of at most 4000 characters, got a bytes "
+        "(not shown: a secret)"
+    ]

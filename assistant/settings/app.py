@@ -45,15 +45,15 @@ class AppSettings:
     ASSISTANT_ENQUEUE_TIMEOUT_SECONDS: float = key(0.5, above=0)
     # While a conversation's task waits in the queue, enqueueing it again is skipped.
     ASSISTANT_QUEUED_MARKER_SECONDS: int = key(900, at_least=1)
-    ANTHROPIC_API_KEY: str = ""
+    ANTHROPIC_API_KEY: str = key("", secret=True)
     ANTHROPIC_BASE_URL: str | None = None
     ANTHROPIC_SUMMARY_MODEL: str = "claude-haiku-4-5"
     ANTHROPIC_CHAT_MODEL: str = "claude-sonnet-4-6"
-    GEMINI_API_KEY: str = ""
+    GEMINI_API_KEY: str = key("", secret=True)
     GEMINI_BASE_URL: str | None = None
     GEMINI_SUMMARY_MODEL: str = "gemini-2.5-flash-lite"
     GEMINI_CHAT_MODEL: str = "gemini-2.5-flash"
-    OPENAI_API_KEY: str = ""
+    OPENAI_API_KEY: str = key("", secret=True)
     # Any OpenAI-compatible server (vLLM, Ollama, OpenRouter, LiteLLM's proxy).
     OPENAI_BASE_URL: str | None = None
     OPENAI_SUMMARY_MODEL: str = "gpt-4.1-mini"

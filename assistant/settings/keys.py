@@ -66,11 +66,16 @@ def key(
     below: float | None = None,
     any_case: bool = False,
     blank_is_default: bool = False,
+    secret: bool = False,
 ) -> Any:
     """A setting with its default: a number with its valid range; a text that may be
-    written in any case (`any_case`: checked in lower case), or left blank ("" or
-    None) for its default (`blank_is_default`)."""
-    metadata: dict[str, Any] = {"any_case": any_case, "blank_is_default": blank_is_default}
+    written in any case (`any_case`: checked in lower case), left blank ("" or None)
+    for its default (`blank_is_default`), or a `secret` no refusal shows."""
+    metadata: dict[str, Any] = {
+        "any_case": any_case,
+        "blank_is_default": blank_is_default,
+        "secret": secret,
+    }
     if (at_least, above, at_most, below) != (None, None, None, None):
         metadata["range"] = Range(at_least, above, at_most, below)
     return field(default=default, metadata=metadata)
@@ -157,6 +162,14 @@ def checked(label: str, declared: Any, spec: Field[Any], value: Any) -> Any:
         declared = optional
     if spec.metadata.get("any_case") and isinstance(value, str):
         value = value.lower()
+    if spec.metadata.get("secret"):
+        try:
+            return _typed(label, declared, value)
+        except ImproperlyConfigured:
+            raise ImproperlyConfigured(
+                f"{label} must be a string of at most {MAX_TEXT_SETTING} characters, "
+                f"got a {type(value).__name__} (not shown: a secret)"
+            ) from None
     typed = _typed(label, declared, value)
     valid: Range | None = spec.metadata.get("range")
     if valid is not None and not valid.admits(typed):
