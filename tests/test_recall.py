@@ -347,6 +347,7 @@ def test_pages_read_at_offsets_of_recall_max_chars_skip_nothing(db):
 
 
 INDEX_WINDOW = {
+    "VERBATIM_AFTER_SHIFT": "recent",
     "MAX_MESSAGES_BEFORE_SUMMARY": 10,
     "MIN_RECENT_MESSAGES": 4,
     "COMPACTION_TIMING": "eager",
