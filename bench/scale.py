@@ -169,6 +169,13 @@ def run(
     step("preparing the benchmark database")
     prepare_database()
     figures: list[Figure] = []
+
+    def keep(*measured: Figure) -> None:
+        # Each figure printed as it is measured: a run cut short keeps what it measured.
+        figures.extend(measured)
+        for figure in measured:
+            step(figure.line())
+
     users = get_user_model().objects
     staff = users.filter(username="scale").first() or users.create_superuser("scale", "", "x")
     client = Client(HTTP_HOST="localhost")
@@ -223,16 +230,14 @@ def run(
         prepare_context(precall_small)
         baseline = median_ms(lambda: prepare_context(precall_small))
         for size, measured in checkpoints.items():
-            figures.append(
-                Figure(f"prepare_context {PRECALL_BASELINE} vs {size:,}", baseline, measured)
-            )
+            keep(Figure(f"prepare_context {PRECALL_BASELINE} vs {size:,}", baseline, measured))
 
         step("search_history per query shape")
-        figures += search_figures(small, long, token(turn // 2), long_messages)
+        keep(*search_figures(small, long, token(turn // 2), long_messages))
 
         step("the admin list")
         full_ms, full_queries = admin_list()
-        figures.append(
+        keep(
             Figure(
                 "admin list, empty vs full database",
                 empty_ms,
@@ -272,7 +277,7 @@ def run(
                 times.append(time.perf_counter() - started)
             return statistics.median(times) * 1000
 
-        figures.append(
+        keep(
             Figure(
                 f"post-exchange {SMALL_MESSAGES} vs {long_messages:,}",
                 exchange(small),
