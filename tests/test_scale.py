@@ -158,17 +158,22 @@ def test_the_admin_list_reads_stored_costs_whatever_the_conversations_hold(clien
     insert_messages(big.pk, 3_000)  # 1,000 recorded calls
     client.force_login(staff_user())
 
+    counts: dict[int, int] = {}
+
     def listed() -> tuple[dict[int, Any], list[str]]:
         with CaptureQueriesContext(connection) as queries:
             response = client.get("/admin/assistant/conversation/")
-        costs = {obj.pk: obj._cost for obj in response.context["cl"].result_list}
-        return costs, [query["sql"] for query in queries]
+        rows = response.context["cl"].result_list
+        counts.update({obj.pk: obj._message_count for obj in rows})
+        return {obj.pk: obj._cost for obj in rows}, [query["sql"] for query in queries]
 
     first, _ = listed()  # computes and stores both conversations' figures
     stored, statements = listed()
-    # Read as stored: no message's usage is read, at most 10 queries.
+    # Read as stored: no message's usage is read, no message counted, at most 10 queries.
     assert len(statements) <= 10
     assert not any('"input_tokens"' in sql for sql in statements)
+    assert not any("COUNT(" in sql and '"assistant_message"' in sql for sql in statements)
+    assert counts[big.pk] == big.messages.count() and counts[small.pk] == small.messages.count()
     assert stored == first
     assert stored[big.pk] == conversation_cost(big)[0]  # the change page's figure
     assert stored[small.pk] == conversation_cost(small)[0]
@@ -179,6 +184,7 @@ def test_the_admin_list_reads_stored_costs_whatever_the_conversations_hold(clien
     after, _ = listed()
     again, statements = listed()
     assert after[big.pk].calls == 3 + 1_000 + 1
+    assert counts[big.pk] == big.messages.count()
     assert after == again and again[big.pk] == conversation_cost(big)[0]
     assert not any('"input_tokens"' in sql for sql in statements)
 
