@@ -252,6 +252,47 @@ def test_the_list_costs_the_same_queries_for_2_and_12_conversations(
     assert len(response.context["cl"].result_list) == 22
 
 
+def test_the_list_counts_messages_from_the_stored_figures_after_adds_and_deletes(staff_client):
+    conversation, _ = tool_heavy_conversation()
+    other, _ = tool_heavy_conversation()
+
+    def shown() -> dict[int, int]:
+        rows = staff_client.get(CHANGELIST).context["cl"].result_list
+        return {row.pk: row._message_count for row in rows}
+
+    def counts_rows_in(sql: str) -> bool:
+        return "COUNT(" in sql and '"assistant_message"' in sql
+
+    def counts_rows(queries: CaptureQueriesContext) -> bool:
+        return any(counts_rows_in(q["sql"]) for q in queries.captured_queries)
+
+    assert shown()[conversation.pk] == 20  # the first read counts and stores
+    assert Conversation.objects.get(pk=conversation.pk).cost_figures["messages"] == 20
+    with CaptureQueriesContext(connection) as stored:
+        assert shown() == {conversation.pk: 20, other.pk: 20}
+    assert not counts_rows(stored)  # the stored figures: no row counted
+
+    for text in ("one", "two", "three"):
+        add_message(conversation, "user", text)
+    newest = add_message(conversation, "user", "undone")
+    with CaptureQueriesContext(connection) as added:
+        assert shown()[conversation.pk] == 24
+    # Only the messages stored since the last count are counted.
+    counting = [q["sql"] for q in added.captured_queries if counts_rows_in(q["sql"])]
+    assert len(counting) == 1 and '"assistant_message"."id" >= ' in counting[0]
+    # The newest counted message's insert undone (add_message into a conversation
+    # deleted meanwhile), and another stored since: neither counted twice.
+    Message.objects.filter(pk=newest.pk).delete()
+    add_message(conversation, "user", "four")
+    assert shown()[conversation.pk] == 24
+    Message.objects.filter(conversation=conversation).latest("id").delete()
+    assert shown()[conversation.pk] == 23 == conversation.messages.count()
+    # Sorted by the stored count.
+    for order, first in (("7", other), ("-7", conversation)):
+        rows = staff_client.get(f"{CHANGELIST}?o={order}").context["cl"].result_list
+        assert rows[0].pk == first.pk
+
+
 def test_filters_and_search_narrow_the_list(staff_client):
     parent, _ = tool_heavy_conversation(title="Migration notes")
     fork = fork_continuation(parent, pending_user_message="next")

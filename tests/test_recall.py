@@ -14,6 +14,7 @@ from django.utils import timezone
 from google import genai
 from google.genai import types
 
+from assistant import recall
 from assistant.models import Conversation, Message
 from assistant.recall import recall_result_cap, run_tool_call, tool_definitions
 from assistant.services import (
@@ -260,6 +261,27 @@ def test_a_handle_of_another_conversation_is_refused_and_reveals_nothing(db):
     assert missing == "Error: no stored original named m999999999 in this conversation."
     assert searched == 'No stored original matches "ORCHID-7731-QX".'
     assert Conversation.objects.get(pk=mine.pk).recall_count == 1  # the empty search only
+
+
+def test_search_history_ranks_all_of_a_rare_words_matches_and_the_newest_of_a_common_ones(
+    db, monkeypatch
+):
+    monkeypatch.setattr(recall, "RANKED_MATCHES", 4)
+    conversation = Conversation.objects.create(title="Agent")
+    # The oldest message says the word most often: the best match of all.
+    best = add_message(conversation, "user", "orchid orchid orchid orchid, and lilac lilac")
+    plain = [add_message(conversation, "user", f"Note {n}: orchid.") for n in range(5)]
+    add_message(conversation, "user", "lilac")
+
+    def found(query: str) -> list[str]:
+        text = run_tool_call(conversation, "search_history", {"query": query})
+        return re.findall(r"^- ref (m\d+)", text, re.M)
+
+    # Two matches, within the bound: all ranked, the best first wherever it is.
+    assert found("lilac")[0] == f"m{best.pk}"
+    # Six matches: the newest four ranked (the substring search adds the others after).
+    assert found("orchid")[:4] == [f"m{message.pk}" for message in reversed(plain[1:])]
+    assert found("orchid")[4:] == [f"m{plain[0].pk}", f"m{best.pk}"]
 
 
 def test_a_fork_searches_its_parent_up_to_the_fork_point(db):

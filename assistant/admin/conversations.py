@@ -38,7 +38,7 @@ from assistant.settings.app import app_setting
 from assistant.store.deletion import purge_date
 from assistant.text.figures import share, token_count
 from assistant.window.cost import Cost, costs_since
-from assistant.window.cost_figures import conversation_costs
+from assistant.window.cost_figures import list_figures
 from assistant.window.limits import current_limits, limits_for
 
 
@@ -407,13 +407,15 @@ PERIODS = {
 
 
 class CostChangeList(ChangeList):
-    """The list, with each shown conversation's cost (three queries a page)."""
+    """The list, with each shown conversation's cost and message count, from the
+    stored figures (one query a page while they cover what the rows hold)."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
-        costs = conversation_costs(obj.pk for obj in self.result_list)
+        figures = list_figures(obj.pk for obj in self.result_list)
         for obj in self.result_list:
-            obj._cost = costs[obj.pk]
+            obj._cost = figures[obj.pk].cost
+            obj._message_count = figures[obj.pk].messages
 
 
 def fork_origin(conversation: Conversation) -> dict[str, Any] | None:
