@@ -5,32 +5,47 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from assistant.providers import MODEL_SETTINGS, model_info, offline_reason, price_of
-from assistant.settings.app import app_setting
+from assistant.settings.app import app_setting, app_setting_problems
+from assistant.settings.conf import recent_window_unasked
 
 UNKNOWN_SUMMARIZER = "assistant.E001"
+BAD_SETTING = "assistant.E002"
 SUMMARIZER_OFFLINE = "assistant.W001"
 UNKNOWN_MODEL = "assistant.W002"
+RECENT_WINDOW_UNASKED = "assistant.W003"
+
+
+@checks.register(checks.Tags.compatibility)
+def app_settings_are_valid(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """An error for each plain setting the app refuses (assistant/settings/app.py: the
+    type and range declared beside its default): ASSISTANT_SUMMARIZER naming no
+    summarizer is assistant.E001, any other assistant.E002."""
+    return [
+        checks.Error(
+            problem,
+            hint="A provider's name (anthropic, openai, gemini), offline, or auto."
+            if name == "ASSISTANT_SUMMARIZER"
+            else 'See docs/configuration.rst, "Other settings", for its type and range.',
+            id=UNKNOWN_SUMMARIZER if name == "ASSISTANT_SUMMARIZER" else BAD_SETTING,
+        )
+        for name, problem in app_setting_problems().items()
+    ]
 
 
 @checks.register(checks.Tags.compatibility)
 def summarizer_can_run(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Warn when the configured summarizer has no key, so the app would
-    summarize with the offline summarizer; an error when ASSISTANT_SUMMARIZER names
-    no summarizer at all."""
+    summarize with the offline summarizer (a setting the app refuses is
+    app_settings_are_valid's error)."""
     try:
         reason = offline_reason()
-    except ImproperlyConfigured as error:
-        return [
-            checks.Error(
-                str(error),
-                hint="A provider's name (anthropic, openai, gemini), offline, or auto.",
-                id=UNKNOWN_SUMMARIZER,
-            )
-        ]
+    except ImproperlyConfigured:
+        return []
     if reason is None:
         return []
     return [
@@ -52,6 +67,8 @@ def models_are_known(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
     """Warn for each configured model no provider's table lists (docs/providers.rst):
     its window falls back to ASSISTANT_DEFAULT_CONTEXT_WINDOW, and without a price in
     ASSISTANT_MODEL_PRICES its calls are counted at zero."""
+    if app_setting_problems():
+        return []  # app_settings_are_valid's errors come first
     warnings: list[checks.CheckMessage] = []
     for setting, provider in MODEL_SETTINGS.items():
         model = str(app_setting(setting))
@@ -78,3 +95,27 @@ def models_are_known(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
             )
         )
     return warnings
+
+
+@checks.register(checks.Tags.compatibility)
+def recent_window_is_asked_for(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Warn when ASSISTANT_COMPACTION writes a key of the recent window
+    (MIN_RECENT_MESSAGES, RECENT_FRACTION, MAX_RECENT_TOKENS) but not
+    VERBATIM_AFTER_SHIFT: a shift keeps that window only under "recent", and
+    writing them no longer asks for it."""
+    written = recent_window_unasked(getattr(settings, "ASSISTANT_COMPACTION", None) or {})
+    if not written:
+        return []
+    names = ", ".join(f"ASSISTANT_COMPACTION[{name!r}]" for name in written)
+    return [
+        checks.Warning(
+            f"{names} set, but ASSISTANT_COMPACTION['VERBATIM_AFTER_SHIFT'] is not: it is "
+            "'newest_step', so a window shift keeps only the newest step verbatim, not the "
+            "recent window those keys size.",
+            hint=(
+                "Set ASSISTANT_COMPACTION['VERBATIM_AFTER_SHIFT'] = 'recent' to keep the recent "
+                "window, or 'newest_step' to keep the default and silence this warning."
+            ),
+            id=RECENT_WINDOW_UNASKED,
+        )
+    ]

@@ -75,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
     parser.add_argument("--scale-messages", type=int, default=None, metavar="N")
     parser.add_argument("--scale-bulk", type=int, default=None, metavar="N")
     parser.add_argument("--scale-conversations", type=int, default=None, metavar="N")
+    parser.add_argument(
+        "--scale-search",
+        action="store_true",
+        help="with --scale: only search_history, the long conversation written through SQL",
+    )
     args = parser.parse_args(argv)
 
     os.environ["DJANGO_SETTINGS_MODULE"] = os.environ.get("BENCH_SETTINGS", "bench.settings")
@@ -551,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
 def scale_only(args: argparse.Namespace) -> int:
     """`--scale`: the long conversation in the large database (bench/scale.py), at
     the production sizes unless told (`--scale-messages`, `--scale-bulk`,
-    `--scale-conversations`)."""
+    `--scale-conversations`); `--scale-search`: the search figures alone."""
     from bench import scale
 
     started = time.perf_counter()
@@ -559,12 +564,15 @@ def scale_only(args: argparse.Namespace) -> int:
     def step(text: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {text}", flush=True)
 
-    lines = scale.run(
-        args.scale_messages or scale.LONG_MESSAGES,
-        args.scale_bulk or scale.BULK_MESSAGES,
-        args.scale_conversations or scale.BULK_CONVERSATIONS,
-        step,
-    )
+    if args.scale_search:
+        lines = scale.run_search(args.scale_messages or scale.LONG_MESSAGES, step)
+    else:
+        lines = scale.run(
+            args.scale_messages or scale.LONG_MESSAGES,
+            args.scale_bulk or scale.BULK_MESSAGES,
+            args.scale_conversations or scale.BULK_CONVERSATIONS,
+            step,
+        )
     print("\n".join(lines))
     return 0
 

@@ -7,7 +7,11 @@ baseline, measured in the same run: search_history per query shape (235 messages
 against the long one), the admin list (time and queries: a page of small
 conversations in an empty database against the full one), prepare_context at 100
 messages against a third of the long one and the whole of it, and the post-exchange
-work at 235 against the long one. Not part of `make bench` nor `make test`."""
+work at 235 against the long one. Not part of `make bench` nor `make test`.
+
+`--scale-search` measures search_history alone, in a minute: the long conversation
+written through SQL (bench/bulk.py: the same shares of the common word and of the two
+words, a rare token per message), in no bulk."""
 
 from __future__ import annotations
 
@@ -96,6 +100,57 @@ def grow(conversation: Any, messages: int, start: int = 0) -> int:
     return turn
 
 
+def search_figures(small: Any, long: Any, long_token: str, long_messages: int) -> list[Figure]:
+    """search_history's median per query shape, in the small conversation and the long."""
+    from assistant.services import run_tool_call
+
+    shapes = {
+        "rare token": (token(5), long_token),
+        "common word": ("database", "database"),
+        "two words": ("newsletter campaign", "newsletter campaign"),
+        "no match": ("zanzibar quokka", "zanzibar quokka"),
+    }
+    figures = []
+    for shape, (small_query, long_query) in shapes.items():
+        measured_small = median_ms(
+            partial(run_tool_call, small, "search_history", {"query": small_query})
+        )
+        measured_long = median_ms(
+            partial(run_tool_call, long, "search_history", {"query": long_query})
+        )
+        figures.append(
+            Figure(
+                f"search_history {shape}, {SMALL_MESSAGES} vs {long_messages:,}",
+                measured_small,
+                measured_long,
+            )
+        )
+    return figures
+
+
+def run_search(long_messages: int, step: Callable[[str], None]) -> list[str]:
+    """`--scale-search`: the search figures alone, the long conversation through SQL."""
+    from assistant.models import Conversation
+    from bench.bulk import analyze, insert_messages, rare_token
+    from bench.fake_summarizer import FakeSummarizer
+    from bench.measures import prepare_database, use_fake
+
+    step("preparing the benchmark database")
+    prepare_database()
+    with use_fake(FakeSummarizer()):
+        step(f"the baseline through add_message: {SMALL_MESSAGES} messages")
+        small = Conversation.objects.create(title="small", system_prompt="You help.")
+        grow(small, SMALL_MESSAGES)
+        step(f"the long conversation through SQL: {long_messages:,} messages")
+        long = Conversation.objects.create(title="long", system_prompt="You help.")
+        insert_messages(long.pk, long_messages, salt="long", filler=FILLER)
+        analyze()
+        step("search_history per query shape")
+        figures = search_figures(small, long, rare_token("long", long_messages // 2), long_messages)
+    header = f"{'figure':<44} {'baseline':>12}  {'measured':>12}  ratio"
+    return [header, *(figure.line() for figure in figures)]
+
+
 def run(
     long_messages: int, bulk_messages: int, conversations: int, step: Callable[[str], None]
 ) -> list[str]:
@@ -106,7 +161,7 @@ def run(
     from django.utils import timezone
 
     from assistant.models import Conversation
-    from assistant.services import add_message, prepare_context, process_exchange, run_tool_call
+    from assistant.services import add_message, prepare_context, process_exchange
     from bench.bulk import analyze, insert_messages
     from bench.fake_summarizer import FakeSummarizer
     from bench.measures import prepare_database, use_fake
@@ -114,6 +169,13 @@ def run(
     step("preparing the benchmark database")
     prepare_database()
     figures: list[Figure] = []
+
+    def keep(*measured: Figure) -> None:
+        # Each figure printed as it is measured: a run cut short keeps what it measured.
+        figures.extend(measured)
+        for figure in measured:
+            step(figure.line())
+
     users = get_user_model().objects
     staff = users.filter(username="scale").first() or users.create_superuser("scale", "", "x")
     client = Client(HTTP_HOST="localhost")
@@ -168,35 +230,14 @@ def run(
         prepare_context(precall_small)
         baseline = median_ms(lambda: prepare_context(precall_small))
         for size, measured in checkpoints.items():
-            figures.append(
-                Figure(f"prepare_context {PRECALL_BASELINE} vs {size:,}", baseline, measured)
-            )
+            keep(Figure(f"prepare_context {PRECALL_BASELINE} vs {size:,}", baseline, measured))
 
         step("search_history per query shape")
-        shapes = {
-            "rare token": (token(5), token(turn // 2)),
-            "common word": ("database", "database"),
-            "two words": ("newsletter campaign", "newsletter campaign"),
-            "no match": ("zanzibar quokka", "zanzibar quokka"),
-        }
-        for shape, (small_query, long_query) in shapes.items():
-            measured_small = median_ms(
-                partial(run_tool_call, small, "search_history", {"query": small_query})
-            )
-            measured_long = median_ms(
-                partial(run_tool_call, long, "search_history", {"query": long_query})
-            )
-            figures.append(
-                Figure(
-                    f"search_history {shape}, {SMALL_MESSAGES} vs {long_messages:,}",
-                    measured_small,
-                    measured_long,
-                )
-            )
+        keep(*search_figures(small, long, token(turn // 2), long_messages))
 
         step("the admin list")
         full_ms, full_queries = admin_list()
-        figures.append(
+        keep(
             Figure(
                 "admin list, empty vs full database",
                 empty_ms,
@@ -236,7 +277,7 @@ def run(
                 times.append(time.perf_counter() - started)
             return statistics.median(times) * 1000
 
-        figures.append(
+        keep(
             Figure(
                 f"post-exchange {SMALL_MESSAGES} vs {long_messages:,}",
                 exchange(small),

@@ -22,6 +22,7 @@ from typing import Any
 # (label, ASSISTANT_COMPACTION keys): the defaults first, then one key at a
 # time, then the keys together that send the fewest tokens.
 SMALLEST = {
+    "VERBATIM_AFTER_SHIFT": "recent",
     "MAX_RECENT_TOKENS": 8000,
     "RECENT_FRACTION": 0.2,
     "KEEP_NEWEST_TOOL_RESULTS": 1,
@@ -43,7 +44,7 @@ SETTINGS: list[tuple[str, dict[str, Any]]] = [
         {"TRUNCATION_KEEP_CHARS": 300, "TRUNCATION_DETAILS_MAX_CHARS": 300},
     ),
     ("key details up to 3,000 characters", {"TRUNCATION_DETAILS_MAX_CHARS": 3000}),
-    ("keep 20% of the window", {"RECENT_FRACTION": 0.2}),
+    ("keep 20% of the window", {"VERBATIM_AFTER_SHIFT": "recent", "RECENT_FRACTION": 0.2}),
     ("all of these smallest", SMALLEST),
     ("all of these smallest, eager", {**SMALLEST, "COMPACTION_TIMING": "eager"}),
 ]

@@ -148,7 +148,11 @@ def test_the_list_shows_ids_counts_context_share_and_fork_depth(staff_client):
 
 
 def test_the_context_column_is_coloured_past_the_watermark_and_the_trigger(staff_client, settings):
-    settings.ASSISTANT_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 1000, "MAX_RECENT_TOKENS": 500}
+    settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": 1000,
+        "MAX_RECENT_TOKENS": 500,
+    }
     small = Conversation.objects.create(title="small")
     add_message(small, "user", "x" * 400)  # 100 tokens: 10% of the trigger
     near = Conversation.objects.create(title="near")
@@ -198,7 +202,11 @@ def test_the_share_of_the_window_is_of_each_conversations_own_model(staff_client
 
 
 def test_the_context_filter_uses_the_figures_not_a_flag(staff_client, settings):
-    settings.ASSISTANT_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 2000, "MAX_RECENT_TOKENS": 1000}
+    settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": 2000,
+        "MAX_RECENT_TOKENS": 1000,
+    }
     quiet, _ = tool_heavy_conversation(title="quiet")
     write_state(
         Conversation.objects.filter(pk=quiet.pk),
@@ -242,6 +250,47 @@ def test_the_list_costs_the_same_queries_for_2_and_12_conversations(
     with django_assert_num_queries(queries):
         response = staff_client.get(CHANGELIST)
     assert len(response.context["cl"].result_list) == 22
+
+
+def test_the_list_counts_messages_from_the_stored_figures_after_adds_and_deletes(staff_client):
+    conversation, _ = tool_heavy_conversation()
+    other, _ = tool_heavy_conversation()
+
+    def shown() -> dict[int, int]:
+        rows = staff_client.get(CHANGELIST).context["cl"].result_list
+        return {row.pk: row._message_count for row in rows}
+
+    def counts_rows_in(sql: str) -> bool:
+        return "COUNT(" in sql and '"assistant_message"' in sql
+
+    def counts_rows(queries: CaptureQueriesContext) -> bool:
+        return any(counts_rows_in(q["sql"]) for q in queries.captured_queries)
+
+    assert shown()[conversation.pk] == 20  # the first read counts and stores
+    assert Conversation.objects.get(pk=conversation.pk).cost_figures["messages"] == 20
+    with CaptureQueriesContext(connection) as stored:
+        assert shown() == {conversation.pk: 20, other.pk: 20}
+    assert not counts_rows(stored)  # the stored figures: no row counted
+
+    for text in ("one", "two", "three"):
+        add_message(conversation, "user", text)
+    newest = add_message(conversation, "user", "undone")
+    with CaptureQueriesContext(connection) as added:
+        assert shown()[conversation.pk] == 24
+    # Only the messages stored since the last count are counted.
+    counting = [q["sql"] for q in added.captured_queries if counts_rows_in(q["sql"])]
+    assert len(counting) == 1 and '"assistant_message"."id" >= ' in counting[0]
+    # The newest counted message's insert undone (add_message into a conversation
+    # deleted meanwhile), and another stored since: neither counted twice.
+    Message.objects.filter(pk=newest.pk).delete()
+    add_message(conversation, "user", "four")
+    assert shown()[conversation.pk] == 24
+    Message.objects.filter(conversation=conversation).latest("id").delete()
+    assert shown()[conversation.pk] == 23 == conversation.messages.count()
+    # Sorted by the stored count.
+    for order, first in (("7", other), ("-7", conversation)):
+        rows = staff_client.get(f"{CHANGELIST}?o={order}").context["cl"].result_list
+        assert rows[0].pk == first.pk
 
 
 def test_filters_and_search_narrow_the_list(staff_client):
@@ -327,7 +376,11 @@ def test_a_deleted_conversation_is_shown_as_such(staff_client):
 
 @pytest.mark.parametrize("action", CONTENT_ACTIONS)
 def test_every_action_refuses_a_deleted_conversation(staff_client, action, settings):
-    settings.ASSISTANT_COMPACTION = {"TOOL_RESULT_CHAR_THRESHOLD": 1500, "MIN_RECENT_MESSAGES": 2}
+    settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "TOOL_RESULT_CHAR_THRESHOLD": 1500,
+        "MIN_RECENT_MESSAGES": 2,
+    }
     conversation, rows = tool_heavy_conversation(title="Gone")
     Conversation.objects.filter(pk=conversation.pk).update(deleted_at=timezone.now())
     before = list(Message.objects.order_by("id").values())
@@ -371,7 +424,7 @@ def test_restore_from_deleted_within_the_retention_only(staff_client):
 
 
 def test_emergency_level_2_asks_first_naming_what_will_change(staff_client, settings):
-    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
+    settings.ASSISTANT_COMPACTION = {"VERBATIM_AFTER_SHIFT": "recent", "MIN_RECENT_MESSAGES": 2}
     conversation, rows = tool_heavy_conversation(title="Busy")
 
     response = run_action(staff_client, "emergency_compact_level_2", conversation)
@@ -463,7 +516,7 @@ def test_many_rows_go_to_the_worker_even_without_a_model_call(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_run_records_the_user_and_the_result(celery_worker, settings):
-    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
+    settings.ASSISTANT_COMPACTION = {"VERBATIM_AFTER_SHIFT": "recent", "MIN_RECENT_MESSAGES": 2}
     staff = with_delete(staff_user("worker-staff"))
     client = Client()
     client.force_login(staff)
@@ -727,7 +780,7 @@ def test_branching_needs_exactly_one_conversation(staff_client):
 
 
 def test_the_change_page_shows_the_context_inspector_first(staff_client, settings):
-    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
+    settings.ASSISTANT_COMPACTION = {"VERBATIM_AFTER_SHIFT": "recent", "MIN_RECENT_MESSAGES": 2}
     conversation, rows = tool_heavy_conversation()
     from assistant.services import regenerate_window_summary
 
@@ -985,7 +1038,7 @@ def test_the_restore_command_refuses_bad_input(capsys):
 
 
 def test_an_emergency_run_says_what_shrank_or_why_nothing_did(staff, settings):
-    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
+    settings.ASSISTANT_COMPACTION = {"VERBATIM_AFTER_SHIFT": "recent", "MIN_RECENT_MESSAGES": 2}
     busy, _ = tool_heavy_conversation(title="busy")
     Conversation.objects.filter(pk=busy.pk).update(system_prompt="You help. " * 600)
     tiny = Conversation.objects.create(title="tiny")

@@ -172,6 +172,7 @@ def test_runserver_with_debug_off_serves_a_styled_admin(runserver_debug_off, bro
 
 def test_the_admin_as_an_operator_uses_it(live_server, browser, settings, celery_worker):
     settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
         "MIN_RECENT_MESSAGES": 2,
         "CONTEXT_TOKEN_THRESHOLD": 1000,
         "MAX_RECENT_TOKENS": 500,
@@ -369,6 +370,7 @@ def test_every_list_and_page_fits_its_box_and_identical_conversations_read_alike
     live_server, browser, settings, width
 ):
     settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
         "MIN_RECENT_MESSAGES": 2,
         "CONTEXT_TOKEN_THRESHOLD": 1000,
         "MAX_RECENT_TOKENS": 500,
@@ -430,6 +432,7 @@ def test_staff_correct_a_summary_and_bring_the_earlier_version_back(live_server,
     with split, model and cost, open what the compaction dropped, mark a version
     reviewed, and bring the earlier version back with one click."""
     settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
         "MIN_RECENT_MESSAGES": 2,
         "CONTEXT_TOKEN_THRESHOLD": 1000,
         "MAX_RECENT_TOKENS": 500,

@@ -25,6 +25,7 @@ from tests.builders import chat_turns, html
 pytestmark = pytest.mark.django_db
 
 SMALL_TRIGGER = {
+    "VERBATIM_AFTER_SHIFT": "recent",
     "CONTEXT_TOKEN_THRESHOLD": 20_000,
     "MAX_RECENT_TOKENS": 8_000,
     "TOOL_RESULT_CHAR_THRESHOLD": 1500,
@@ -110,7 +111,11 @@ def order_rows(index: int) -> str:
 
 
 @override_settings(
-    ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 6_000, "MAX_RECENT_TOKENS": 2_000}
+    ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": 6_000,
+        "MAX_RECENT_TOKENS": 2_000,
+    }
 )
 def test_carried_facts_give_way_to_the_turns_request_and_the_newest_steps(conversation):
     # A long request (a pasted spec, sent verbatim all turn long) and results
@@ -305,7 +310,11 @@ def test_the_worker_builds_no_summary_that_compacting_results_makes_needless(con
 
 
 @override_settings(
-    ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 6_000, "MAX_RECENT_TOKENS": 3_000}
+    ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": 6_000,
+        "MAX_RECENT_TOKENS": 3_000,
+    }
 )
 def test_a_conversation_nearing_the_trigger_still_compacts_before_it_overflows(conversation):
     largest = 0
@@ -320,7 +329,11 @@ def test_a_conversation_nearing_the_trigger_still_compacts_before_it_overflows(c
 
 
 @override_settings(
-    ASSISTANT_COMPACTION={"MAX_MESSAGES_BEFORE_SUMMARY": 10, "MIN_RECENT_MESSAGES": 4}
+    ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "MAX_MESSAGES_BEFORE_SUMMARY": 10,
+        "MIN_RECENT_MESSAGES": 4,
+    }
 )
 def test_the_count_trigger_waits_for_the_cache_to_go_cold(conversation):
     chat_turns(conversation, 8, size=400)
@@ -341,6 +354,7 @@ def test_the_count_trigger_waits_for_the_cache_to_go_cold(conversation):
 
 @override_settings(
     ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
         "MAX_MESSAGES_BEFORE_SUMMARY": 10,
         "MIN_RECENT_MESSAGES": 4,
         "COMPACTION_TIMING": "eager",
@@ -367,6 +381,7 @@ def test_system_messages_stay_in_the_system_part_wherever_they_stand(conversatio
 
 @override_settings(
     ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
         "MAX_MESSAGES_BEFORE_SUMMARY": 6,
         "MIN_RECENT_MESSAGES": 2,
         "COMPACTION_TIMING": "eager",

@@ -11,7 +11,12 @@ from assistant.text.names import names_in
 from assistant.text.tokens import estimate_tokens
 from tests.builders import tool_turn
 
-WINDOW = {"MAX_MESSAGES_BEFORE_SUMMARY": 10, "MIN_RECENT_MESSAGES": 4, "COMPACTION_TIMING": "eager"}
+WINDOW = {
+    "VERBATIM_AFTER_SHIFT": "recent",
+    "MAX_MESSAGES_BEFORE_SUMMARY": 10,
+    "MIN_RECENT_MESSAGES": 4,
+    "COMPACTION_TIMING": "eager",
+}
 
 
 def summarize_after_three_turns(conversation: Conversation) -> None:

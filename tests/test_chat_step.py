@@ -359,6 +359,7 @@ def test_an_unknown_provider_is_refused_before_any_call(conversation):
 # Prompt caching on (the default timing) and no count trigger: only the size
 # of the context can make the hook compact.
 SMALL_TRIGGER = {
+    "VERBATIM_AFTER_SHIFT": "recent",
     "CONTEXT_TOKEN_THRESHOLD": 12_000,
     "MAX_RECENT_TOKENS": 4_000,
     "MAX_MESSAGES_BEFORE_SUMMARY": 1_000,

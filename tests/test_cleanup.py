@@ -452,13 +452,19 @@ def test_a_null_period_disables_a_beat_entry():
     ("overrides", "message"),
     [
         ({"PURGE_RETENTION": 30}, "Unknown ASSISTANT_CLEANUP keys: PURGE_RETENTION"),
-        ({"BATCH_SIZE": 0}, "'BATCH_SIZE'] must be a positive integer, got 0"),
-        ({"BATCH_SIZE": 2.5}, "'BATCH_SIZE'] must be a positive integer, got 2.5"),
-        ({"BATCH_SIZE": None}, "'BATCH_SIZE'] cannot be null"),
-        ({"SWEEP_GRACE_SECONDS": True}, "'SWEEP_GRACE_SECONDS'] must be a number, got bool"),
-        ({"SWEEP_GRACE_SECONDS": "60"}, "'SWEEP_GRACE_SECONDS'] must be a number, got str"),
-        ({"PURGE_RETENTION_DAYS": -1}, "'PURGE_RETENTION_DAYS'] must not be negative, got -1"),
-        ({"SWEEP_PERIOD_SECONDS": 0}, "'SWEEP_PERIOD_SECONDS'] must be positive"),
+        # The one mechanism of every setting (assistant.settings.keys): the words of
+        # ASSISTANT_COMPACTION's refusals.
+        ({"BATCH_SIZE": 0}, "ASSISTANT_CLEANUP['BATCH_SIZE'] must be >= 1, got 0"),
+        ({"BATCH_SIZE": 2.5}, "'BATCH_SIZE'] must be int, got 2.5"),
+        ({"BATCH_SIZE": None}, "'BATCH_SIZE'] must be int, got None"),
+        ({"SWEEP_GRACE_SECONDS": True}, "'SWEEP_GRACE_SECONDS'] must be float, got True"),
+        ({"SWEEP_GRACE_SECONDS": "60"}, "'SWEEP_GRACE_SECONDS'] must be float, got '60'"),
+        (
+            {"PURGE_RETENTION_DAYS": -1},
+            "'PURGE_RETENTION_DAYS'] must be >= 0 or null, got -1.0",
+        ),
+        ({"SWEEP_PERIOD_SECONDS": 0}, "'SWEEP_PERIOD_SECONDS'] must be > 0 or null, got 0.0"),
+        ([30], "ASSISTANT_CLEANUP must be a dict (a JSON object)"),
     ],
 )
 def test_bad_cleanup_settings_are_refused(overrides, message):

@@ -76,6 +76,7 @@ def test_the_dry_run_says_what_the_real_run_then_does(settings):
     """Before: the dry run counted every message of the conversation, not
     those after the cutoff, and announced a summary the real run never made."""
     settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
         "MAX_MESSAGES_BEFORE_SUMMARY": 10,
         "MIN_RECENT_MESSAGES": 2,
         "COMPACTION_TIMING": "eager",  # the count trigger counts at once
@@ -102,6 +103,7 @@ def test_the_dry_run_counts_tokens_as_the_compacted_window_would_have_them(setti
     """The token trigger is reached only before the tool results are
     compacted: the real run compacts first and then finds no shift due."""
     settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
         "CONTEXT_TOKEN_THRESHOLD": 3000,
         "MAX_RECENT_TOKENS": 2000,
         "MIN_RECENT_MESSAGES": 2,

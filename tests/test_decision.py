@@ -35,7 +35,13 @@ from tests.builders import chat_turns, html, tool_turn
 pytestmark = pytest.mark.django_db
 
 
-@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 1000, "MAX_RECENT_TOKENS": 400})
+@override_settings(
+    ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": 1000,
+        "MAX_RECENT_TOKENS": 400,
+    }
+)
 def test_past_the_trigger_the_plan_is_a_forced_shift_decided_without_a_query(
     conversation, django_assert_num_queries
 ):
@@ -65,7 +71,13 @@ def test_the_count_trigger_waits_for_a_cold_cache_and_now_is_the_callers(convers
     assert {COLD_CACHE, COUNT_TRIGGER} <= set(cold.reasons)
 
 
-@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 1000, "MAX_RECENT_TOKENS": 400})
+@override_settings(
+    ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": 1000,
+        "MAX_RECENT_TOKENS": 400,
+    }
+)
 def test_under_the_lease_a_plans_shift_is_dropped_once_another_caller_made_it(conversation):
     chat_turns(conversation, 6, size=400)
     config = compaction_config()
@@ -79,7 +91,13 @@ def test_under_the_lease_a_plans_shift_is_dropped_once_another_caller_made_it(co
     assert CompactionEvent.objects.filter(kind="window_summary").count() == 1
 
 
-@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 1000, "MAX_RECENT_TOKENS": 400})
+@override_settings(
+    ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": 1000,
+        "MAX_RECENT_TOKENS": 400,
+    }
+)
 def test_the_worker_builds_below_the_soft_watermark_only_when_the_hook_asks(conversation):
     rows = chat_turns(conversation, 3, size=400)  # ~606 tokens: under 80% of the trigger
     state, config = load_window(conversation.pk), compaction_config()
@@ -92,7 +110,13 @@ def test_the_worker_builds_below_the_soft_watermark_only_when_the_hook_asks(conv
     assert metadata[MetadataKeys.PENDING_THROUGH_MESSAGE_ID] == rows[3].pk
 
 
-@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 1000, "MAX_RECENT_TOKENS": 400})
+@override_settings(
+    ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": 1000,
+        "MAX_RECENT_TOKENS": 400,
+    }
+)
 def test_the_worker_is_asked_one_latency_before_the_shift_the_window_is_growing_into(
     conversation,
 ):
@@ -119,7 +143,11 @@ def test_the_worker_is_asked_one_latency_before_the_shift_the_window_is_growing_
 
 
 @override_settings(
-    ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 5000, "MAX_RECENT_TOKENS": 2000}
+    ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": 5000,
+        "MAX_RECENT_TOKENS": 2000,
+    }
 )
 def test_an_adopted_early_shift_keeps_what_it_would_have_kept_when_it_was_asked_for(
     conversation,
@@ -190,7 +218,11 @@ def test_a_shift_at_the_trigger_checked_after_a_results_batch_stays_due_under_th
     chat_turns(conversation, 6, size=400)
     tokens = load_window(conversation.pk).context_tokens()
     trigger = next(t for t in range(tokens + 1, 100 * tokens) if tokens / t * t > tokens)
-    keys = {"CONTEXT_TOKEN_THRESHOLD": trigger, "MAX_RECENT_TOKENS": 200}
+    keys = {
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": trigger,
+        "MAX_RECENT_TOKENS": 200,
+    }
     with override_settings(ASSISTANT_COMPACTION=keys):
         config = compaction_config()
         state = load_window(conversation.pk)

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def small_windows(settings):
     # The known conversation has 20 short messages: let a window of 2 count.
-    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
+    settings.ASSISTANT_COMPACTION = {"VERBATIM_AFTER_SHIFT": "recent", "MIN_RECENT_MESSAGES": 2}
 
 
 def originals(conversation: Conversation) -> list[tuple[int, str]]:

@@ -120,6 +120,7 @@ def test_the_worker_retries_an_overloaded_summarizer_later(celery_worker, fake_l
     settings.ASSISTANT_SUMMARY_FALLBACK = False
     settings.ASSISTANT_PROVIDER_RETRY_SECONDS = 0.1
     settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
         "MAX_MESSAGES_BEFORE_SUMMARY": 10,
         "MIN_RECENT_MESSAGES": 2,
         "COMPACTION_TIMING": "eager",  # the worker pre-builds for the count trigger

@@ -815,6 +815,7 @@ def test_reading_a_purged_conversation_is_a_coded_refusal(two_conversations, ser
 
 # Past every trigger, so that the pre-call hook would compact and shift at once.
 PAST_THE_TRIGGERS = {
+    "VERBATIM_AFTER_SHIFT": "recent",
     **EAGER,
     "MAX_MESSAGES_BEFORE_SUMMARY": 4,
     "MIN_RECENT_MESSAGES": 2,
@@ -952,6 +953,7 @@ def test_a_failing_provider_falls_back_offline_and_stores_no_failure(
     settings.LLM_TIMEOUT_SECONDS = 0.4
     settings.LLM_MAX_RETRIES = 1
     settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
         **EAGER,
         "TOOL_POLICIES": {"get_blog_post": "summarize"},
         "MAX_MESSAGES_BEFORE_SUMMARY": 12,
@@ -1005,6 +1007,7 @@ def test_without_fallback_a_failed_summary_stores_nothing_and_the_chat_goes_on(
     settings.LLM_TIMEOUT_SECONDS = 0.4
     settings.LLM_MAX_RETRIES = 1
     settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
         **EAGER,
         "MAX_MESSAGES_BEFORE_SUMMARY": 8,
         "MIN_RECENT_MESSAGES": 4,
@@ -1034,6 +1037,7 @@ def test_without_fallback_a_failed_summary_stores_nothing_and_the_chat_goes_on(
 # --- a lease holder that is alive but makes no progress -------------------------------------
 
 HUNG_TRIGGER = {
+    "VERBATIM_AFTER_SHIFT": "recent",
     **EAGER,
     "CONTEXT_TOKEN_THRESHOLD": 8000,
     "MAX_RECENT_TOKENS": 3000,

@@ -200,6 +200,7 @@ def test_a_prebuild_the_chat_moved_past_is_adopted_without_a_second_shift(fake_l
     # A shift keeps only the newest step verbatim; compaction keeps the newest three results.
     # The worker is a live holder: its heartbeat, late on a loaded machine, is not a stall.
     settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
         "PREBUILD_IN_TURN": True,
         "MAX_RECENT_TOKENS": 6000,
         "SUMMARY_STALL_SECONDS": 10,

@@ -77,7 +77,7 @@ def overflow_stating(sent: int, limit: int, provider: str):
 
 @pytest.fixture(autouse=True)
 def small_windows(settings):
-    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
+    settings.ASSISTANT_COMPACTION = {"VERBATIM_AFTER_SHIFT": "recent", "MIN_RECENT_MESSAGES": 2}
 
 
 @pytest.fixture(autouse=True)

@@ -283,6 +283,7 @@ def make_venv(root: Path) -> Path:
 
 # The first test's thresholds: small, and compaction at once, whatever the prompt cache.
 EAGER_SMALL = {
+    "VERBATIM_AFTER_SHIFT": "recent",
     "COMPACTION_TIMING": "eager",
     "MAX_MESSAGES_BEFORE_SUMMARY": 12,
     "MIN_RECENT_MESSAGES": 4,
@@ -546,7 +547,11 @@ def test_host_project_with_the_installed_wheel(
 
 LOOP_TURNS = 40
 # Small enough that 40 turns pass it many times; the verbatim budget below it.
-LOOP_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 20_000, "MAX_RECENT_TOKENS": 8_000}
+LOOP_COMPACTION = {
+    "VERBATIM_AFTER_SHIFT": "recent",
+    "CONTEXT_TOKEN_THRESHOLD": 20_000,
+    "MAX_RECENT_TOKENS": 8_000,
+}
 
 # The host's tool function: the test's only code besides the README's blocks.
 RUN_LOOP = '''

@@ -134,7 +134,11 @@ def _chat_to_the_trigger(conversation, trigger: int) -> None:
 
 
 @override_settings(
-    ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 4000, "MAX_RECENT_TOKENS": 1200}
+    ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": 4000,
+        "MAX_RECENT_TOKENS": 1200,
+    }
 )
 def test_past_the_trigger_the_flow_runs_its_plan_without_bouncing(conversation):
     _chat_to_the_trigger(conversation, 4000)
@@ -151,7 +155,11 @@ def test_past_the_trigger_the_flow_runs_its_plan_without_bouncing(conversation):
 
 
 @override_settings(
-    ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 4000, "MAX_RECENT_TOKENS": 1200}
+    ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": 4000,
+        "MAX_RECENT_TOKENS": 1200,
+    }
 )
 def test_the_ledger_is_written_once_with_every_step_of_the_call_booked(conversation):
     _chat_to_the_trigger(conversation, 4000)

@@ -29,6 +29,7 @@ from tests.scenarios import staff_user, tool_heavy_conversation
 
 EMERGENCIES = {1: EMERGENCY_1, 2: EMERGENCY_2}
 SMALL = {
+    "VERBATIM_AFTER_SHIFT": "recent",
     "MIN_RECENT_MESSAGES": 2,
     "CONTEXT_TOKEN_THRESHOLD": 1000,
     "MAX_RECENT_TOKENS": 500,

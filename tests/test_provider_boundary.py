@@ -1,4 +1,4 @@
-"""Provider differences live in assistant/llm/ alone: outside it, no code
+"""Provider differences live in assistant/providers/ alone: outside it, no code
 names a provider or compares a provider's name. Only the testing kit, whose fake
 server speaks every wire, is exempt."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from assistant.providers.catalog import CHAT_PROVIDERS
 
 APP = Path(__file__).resolve().parent.parent / "assistant"
-EXEMPT = ("llm", "testing", "migrations")
+EXEMPT = ("providers", "testing", "migrations")
 NAMES = {*CHAT_PROVIDERS, "openai_responses", "bedrock", "vertex"}
 
 
@@ -26,7 +26,7 @@ def provider_literals(path: Path) -> list[str]:
     ]
 
 
-def test_no_code_outside_llm_names_a_provider():
+def test_no_code_outside_providers_names_a_provider():
     offending = {
         str(path.relative_to(APP)): hits
         for path in sorted(APP.rglob("*.py"))

@@ -221,6 +221,7 @@ def test_a_streamed_compaction_is_recorded_from_its_delta(fake_llm, conversation
 
 @override_settings(
     ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
         "PROVIDER_COMPACTION": "auto",
         "CONTEXT_TOKEN_THRESHOLD": 20_000,
         "MAX_RECENT_TOKENS": 8_000,
@@ -265,6 +266,7 @@ def test_auto_makes_our_window_shift_an_on_demand_compaction(fake_llm, conversat
 
 @override_settings(
     ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
         "PROVIDER_COMPACTION": "auto",
         "CONTEXT_TOKEN_THRESHOLD": 20_000,
         "MAX_RECENT_TOKENS": 8_000,
@@ -291,6 +293,7 @@ def test_auto_falls_back_to_our_shift_when_the_on_demand_compaction_fails(fake_l
 
 
 AUTO = {
+    "VERBATIM_AFTER_SHIFT": "recent",
     "PROVIDER_COMPACTION": "auto",
     "CONTEXT_TOKEN_THRESHOLD": 20_000,
     "MAX_RECENT_TOKENS": 8_000,
@@ -401,7 +404,12 @@ def test_auto_on_responses_without_the_apps_openai_key_is_ours(
 
 
 @override_settings(
-    ASSISTANT_COMPACTION={**PROVIDER, "CONTEXT_TOKEN_THRESHOLD": 30_000, "MAX_RECENT_TOKENS": 8_000}
+    ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
+        **PROVIDER,
+        "CONTEXT_TOKEN_THRESHOLD": 30_000,
+        "MAX_RECENT_TOKENS": 8_000,
+    }
 )
 def test_the_responses_compaction_item_goes_back_first_in_input(fake_llm, conversation):
     client = openai.OpenAI(api_key="test-key", base_url=fake_llm.openai_url, max_retries=0)
@@ -509,6 +517,7 @@ def async_turn_script(fake: FakeProvider, number: int) -> None:
 @pytest.mark.django_db(transaction=True)
 @override_settings(
     ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
         "PROVIDER_COMPACTION": "auto",
         "CONTEXT_TOKEN_THRESHOLD": 20_000,
         "MAX_RECENT_TOKENS": 8_000,

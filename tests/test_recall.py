@@ -14,6 +14,7 @@ from django.utils import timezone
 from google import genai
 from google.genai import types
 
+from assistant import recall
 from assistant.models import Conversation, Message
 from assistant.recall import recall_result_cap, run_tool_call, tool_definitions
 from assistant.recall.artifact_index import without_index
@@ -262,6 +263,27 @@ def test_a_handle_of_another_conversation_is_refused_and_reveals_nothing(db):
     assert Conversation.objects.get(pk=mine.pk).recall_count == 1  # the empty search only
 
 
+def test_search_history_ranks_all_of_a_rare_words_matches_and_the_newest_of_a_common_ones(
+    db, monkeypatch
+):
+    monkeypatch.setattr(recall, "RANKED_MATCHES", 4)
+    conversation = Conversation.objects.create(title="Agent")
+    # The oldest message says the word most often: the best match of all.
+    best = add_message(conversation, "user", "orchid orchid orchid orchid, and lilac lilac")
+    plain = [add_message(conversation, "user", f"Note {n}: orchid.") for n in range(5)]
+    add_message(conversation, "user", "lilac")
+
+    def found(query: str) -> list[str]:
+        text = run_tool_call(conversation, "search_history", {"query": query})
+        return re.findall(r"^- ref (m\d+)", text, re.M)
+
+    # Two matches, within the bound: all ranked, the best first wherever it is.
+    assert found("lilac")[0] == f"m{best.pk}"
+    # Six matches: the newest four ranked (the substring search adds the others after).
+    assert found("orchid")[:4] == [f"m{message.pk}" for message in reversed(plain[1:])]
+    assert found("orchid")[4:] == [f"m{plain[0].pk}", f"m{best.pk}"]
+
+
 def test_a_fork_searches_its_parent_up_to_the_fork_point(db):
     parent = Conversation.objects.create(title="Parent")
     before = tool_turn(parent, "first", [("get_settings", {"id": 1}, "alpha PLUM-11 row")])
@@ -347,6 +369,7 @@ def test_pages_read_at_offsets_of_recall_max_chars_skip_nothing(db):
 
 
 INDEX_WINDOW = {
+    "VERBATIM_AFTER_SHIFT": "recent",
     "MAX_MESSAGES_BEFORE_SUMMARY": 10,
     "MIN_RECENT_MESSAGES": 4,
     "COMPACTION_TIMING": "eager",

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from assistant.cost.pricing import conversation_cost
 from assistant.models import Conversation, Message
-from assistant.recall import run_tool_call
+from assistant.recall import RANKED_MATCHES, run_tool_call
 from assistant.services import add_message
 from assistant.tool_results.compaction import _consumed_boundary, _with_older_duplicates
 from assistant.window.loading import load_window, measure_size
@@ -23,9 +23,9 @@ from tests.scenarios import staff_user
 from tests.test_cost import priced_conversation
 
 
-def plan_of(sql: str) -> dict[str, Any]:
+def plan_of(sql: str, *, analyze: bool = False) -> dict[str, Any]:
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) " + sql)
+        cursor.execute(f"EXPLAIN ({'ANALYZE, ' if analyze else ''}FORMAT JSON) " + sql)
         row = cursor.fetchone()[0]
     return (json.loads(row) if isinstance(row, str) else row)[0]["Plan"]
 
@@ -69,12 +69,19 @@ def test_search_history_reads_only_its_indexes_at_30k_messages_among_150k(db):
     assert answers["common"].startswith(f'8 matches for "{COMMON_WORD}"')
     assert answers["two words"].startswith(f'8 matches for "{TWO_WORDS}"')
     assert answers["no match"] == f'No stored original matches "{NO_MATCH}".'
-    # Full text, then (too few matches) the substring search: both through their
-    # GIN index, which holds the conversation too; never a scan of its rows.
     # Full text, then (too few matches) the substring search, each through its GIN
     # index (the stored document: no to_tsvector per row) and never a scan of the
     # table. A word in a third of the conversation may be read from the conversation's
-    # rows instead (the planner's choice, as cheap: every match is ranked anyway).
+    # rows newest first instead (the planner's choice: it stops at the newest
+    # RANKED_MATCHES matches).
+    # A word in a third of the conversation: only its newest matches are ranked.
+    ranked = [
+        node["Plans"][0]["Actual Rows"]
+        for sql in statements["common"]
+        for node in nodes(plan_of(sql, analyze=True))
+        if node["Node Type"] == "Sort" and "ts_rank" in json.dumps(node.get("Sort Key"))
+    ]
+    assert ranked == [RANKED_MATCHES]
     plans = {shape: [plan_of(sql) for sql in sqls] for shape, sqls in statements.items()}
     assert [len(shape) for shape in plans.values()] == [2, 1, 1, 2, 2]
     for shape, shape_plans in plans.items():
@@ -151,17 +158,22 @@ def test_the_admin_list_reads_stored_costs_whatever_the_conversations_hold(clien
     insert_messages(big.pk, 3_000)  # 1,000 recorded calls
     client.force_login(staff_user())
 
+    counts: dict[int, int] = {}
+
     def listed() -> tuple[dict[int, Any], list[str]]:
         with CaptureQueriesContext(connection) as queries:
             response = client.get("/admin/assistant/conversation/")
-        costs = {obj.pk: obj._cost for obj in response.context["cl"].result_list}
-        return costs, [query["sql"] for query in queries]
+        rows = response.context["cl"].result_list
+        counts.update({obj.pk: obj._message_count for obj in rows})
+        return {obj.pk: obj._cost for obj in rows}, [query["sql"] for query in queries]
 
     first, _ = listed()  # computes and stores both conversations' figures
     stored, statements = listed()
-    # Read as stored: no message's usage is read, at most 10 queries.
+    # Read as stored: no message's usage is read, no message counted, at most 10 queries.
     assert len(statements) <= 10
     assert not any('"input_tokens"' in sql for sql in statements)
+    assert not any("COUNT(" in sql and '"assistant_message"' in sql for sql in statements)
+    assert counts[big.pk] == big.messages.count() and counts[small.pk] == small.messages.count()
     assert stored == first
     assert stored[big.pk] == conversation_cost(big)[0]  # the change page's figure
     assert stored[small.pk] == conversation_cost(small)[0]
@@ -172,6 +184,7 @@ def test_the_admin_list_reads_stored_costs_whatever_the_conversations_hold(clien
     after, _ = listed()
     again, statements = listed()
     assert after[big.pk].calls == 3 + 1_000 + 1
+    assert counts[big.pk] == big.messages.count()
     assert after == again and again[big.pk] == conversation_cost(big)[0]
     assert not any('"input_tokens"' in sql for sql in statements)
 

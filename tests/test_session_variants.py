@@ -143,7 +143,11 @@ def test_a_session_variant_stays_bounded_and_well_formed(name, variant):
 @pytest.mark.django_db
 @pytest.mark.parametrize("name", SMALL_TRIGGER_NAMES)
 @override_settings(
-    ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 8_000, "MAX_RECENT_TOKENS": 3_000}
+    ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": 8_000,
+        "MAX_RECENT_TOKENS": 3_000,
+    }
 )
 def test_a_session_stays_bounded_with_a_small_trigger(name):
     # The summary, its carried facts and the turn's request take a large share

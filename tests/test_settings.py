@@ -3,6 +3,7 @@ cannot start insecurely by omission."""
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from dataclasses import fields
@@ -16,11 +17,12 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from assistant import providers as llm
-from assistant.checks import summarizer_can_run
+from assistant.checks import app_settings_are_valid, recent_window_is_asked_for, summarizer_can_run
 from assistant.models import CompactionEvent
 from assistant.providers import registry
 from assistant.services import build_context, ensure_context_summary
 from assistant.settings import conf
+from assistant.settings.app import AppSettings, app_setting
 from assistant.settings.conf import (
     RENAMED,
     CompactionConfig,
@@ -28,6 +30,8 @@ from assistant.settings.conf import (
     compaction_config,
     validated_config,
 )
+from assistant.settings.keys import declared_keys, declared_types
+from assistant.settings.schedule import CleanupConfig, cleanup_config
 from assistant.window import choose_split
 from config import env
 from tests.builders import chat_turns, html, tool_turn
@@ -111,16 +115,48 @@ def test_overrides_undone_out_of_order_fail_the_test_and_leak_into_no_other():
     ("written", "kept"),
     [
         ({"CONTEXT_TOKEN_THRESHOLD": 20_000}, "newest_step"),
-        ({"MIN_RECENT_MESSAGES": 4}, "recent"),
-        ({"RECENT_FRACTION": 0.2}, "recent"),
-        ({"MAX_RECENT_TOKENS": 8_000}, "recent"),
-        ({"MAX_RECENT_TOKENS": 8_000, "VERBATIM_AFTER_SHIFT": "newest_step"}, "newest_step"),
+        # Writing a key of the recent window no longer asks for it (`check` warns).
+        ({"MIN_RECENT_MESSAGES": 4}, "newest_step"),
+        ({"RECENT_FRACTION": 0.2}, "newest_step"),
+        ({"MAX_RECENT_TOKENS": 8_000}, "newest_step"),
+        ({"MAX_RECENT_TOKENS": 8_000, "VERBATIM_AFTER_SHIFT": "recent"}, "recent"),
+        ({"VERBATIM_AFTER_SHIFT": "recent"}, "recent"),
     ],
 )
-def test_a_written_recent_window_is_honoured_unless_verbatim_after_shift_says_otherwise(
-    written, kept
-):
+def test_only_verbatim_after_shift_decides_what_a_shift_keeps(written, kept):
     assert kept == validated_config(written).VERBATIM_AFTER_SHIFT
+
+
+@pytest.mark.parametrize(
+    ("written", "named"),
+    [
+        ({"MAX_RECENT_TOKENS": 8_000}, ["MAX_RECENT_TOKENS"]),
+        (
+            {"MIN_RECENT_MESSAGES": 6, "RECENT_FRACTION": 0.4},  # even at their defaults
+            ["MIN_RECENT_MESSAGES", "RECENT_FRACTION"],
+        ),
+        ({"MAX_RECENT_TOKENS": 8_000, "VERBATIM_AFTER_SHIFT": "recent"}, []),
+        ({"MAX_RECENT_TOKENS": 8_000, "VERBATIM_AFTER_SHIFT": "newest_step"}, []),
+        ({"CONTEXT_TOKEN_THRESHOLD": 20_000}, []),
+        ({}, []),
+    ],
+)
+def test_check_warns_of_a_recent_window_written_without_verbatim_after_shift(
+    settings, written, named
+):
+    settings.ASSISTANT_COMPACTION = written
+
+    warnings = recent_window_is_asked_for()
+
+    assert [w.id for w in warnings] == (["assistant.W003"] if named else [])
+    if named:
+        message = warnings[0].msg
+        assert all(f"ASSISTANT_COMPACTION[{name!r}]" in message for name in named)
+        assert "ASSISTANT_COMPACTION['VERBATIM_AFTER_SHIFT'] is not" in message
+        assert "'recent'" in warnings[0].hint
+        out, err = StringIO(), StringIO()
+        call_command("check", stdout=out, stderr=err)  # a warning: check still passes
+        assert "(assistant.W003)" in err.getvalue()
 
 
 def test_an_unknown_verbatim_after_shift_is_refused_naming_the_key():
@@ -396,6 +432,7 @@ def test_a_trigger_written_alone_runs_a_conversation(conversation):
 
 @override_settings(
     ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
         "RECENT_FRACTION": 0,
         "MIN_RECENT_MESSAGES": 4,
         "MAX_MESSAGES_BEFORE_SUMMARY": 12,
@@ -496,3 +533,113 @@ def test_a_summarizer_name_that_is_none_is_refused_not_taken_for_auto(settings):
         call_command("check", stdout=StringIO(), stderr=StringIO())
     settings.ASSISTANT_SUMMARIZER = "Anthropic"  # any case
     assert registry.provider_name() == "anthropic"
+
+
+# --- one mechanism for every setting (assistant.settings.keys) -------------------------------
+
+
+def refusal(setting: str, name: str, value: object) -> str:
+    """What the app says of `value` written for `name` of `setting` (a dict setting's
+    key, or for "app" a plain setting)."""
+    try:
+        if setting == "ASSISTANT_COMPACTION":
+            validated_config({name: value})
+        elif setting == "ASSISTANT_CLEANUP":
+            cleanup_config({name: value})
+        else:
+            with override_settings(**{name: value}):
+                app_setting(name)
+    except ImproperlyConfigured as refused:
+        return str(refused)
+    return "accepted"
+
+
+@pytest.mark.parametrize(
+    ("setting", "name", "label"),
+    [
+        ("ASSISTANT_COMPACTION", "MAX_TOOL_CALLS", "ASSISTANT_COMPACTION['MAX_TOOL_CALLS']"),
+        ("ASSISTANT_CLEANUP", "BATCH_SIZE", "ASSISTANT_CLEANUP['BATCH_SIZE']"),
+        ("app", "ASSISTANT_MAX_TASK_DELIVERIES", "ASSISTANT_MAX_TASK_DELIVERIES"),
+    ],
+)
+def test_each_declaration_refuses_a_bad_value_in_the_same_words(setting, name, label):
+    # Three mechanisms before: the cleanup keys said "must be a positive integer", the
+    # plain settings were not checked at all.
+    assert refusal(setting, name, 0) == f"{label} must be >= 1, got 0"
+    assert refusal(setting, name, "3") == f"{label} must be int, got '3'"
+    assert refusal(setting, name, True) == f"{label} must be int, got True"
+    assert refusal(setting, name, 3) == "accepted"
+
+
+def test_a_dict_setting_refuses_unknown_keys_in_the_same_words():
+    assert refusal("ASSISTANT_COMPACTION", "BATCH_SIZE", 1) == (
+        "Unknown ASSISTANT_COMPACTION keys: BATCH_SIZE"
+    )
+    assert refusal("ASSISTANT_CLEANUP", "MAX_TOOL_CALLS", 1) == (
+        "Unknown ASSISTANT_CLEANUP keys: MAX_TOOL_CALLS"
+    )
+
+
+@pytest.mark.parametrize("declaration", [CompactionConfig, CleanupConfig, AppSettings])
+def test_every_numeric_key_of_every_declaration_declares_a_range(declaration):
+    kinds = declared_types(declaration)
+    numeric = [
+        spec.name
+        for spec in fields(declaration)
+        if kinds[spec.name] in (int, float, int | None, float | None)
+    ]
+
+    assert numeric
+    assert [
+        name for name in numeric if "range" not in declared_keys(declaration)[name].metadata
+    ] == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("LLM_MAX_RETRIES", -1, "LLM_MAX_RETRIES must be >= 0, got -1"),
+        ("LLM_TIMEOUT_SECONDS", "30", "LLM_TIMEOUT_SECONDS must be float, got '30'"),
+        ("ASSISTANT_SUMMARY_FALLBACK", "no", "ASSISTANT_SUMMARY_FALLBACK must be true or false"),
+        ("OPENAI_BASE_URL", 8080, "OPENAI_BASE_URL must be a string"),
+        ("ASSISTANT_MODEL_PRICES", {"m": {"input": "1"}}, "ASSISTANT_MODEL_PRICES must map names"),
+    ],
+)
+def test_a_plain_setting_the_app_refuses_is_an_error_of_check(settings, name, value, message):
+    setattr(settings, name, value)
+
+    errors = app_settings_are_valid()
+
+    assert [e.id for e in errors] == ["assistant.E002"]
+    assert message in errors[0].msg
+    with pytest.raises(ImproperlyConfigured, match=re.escape(message)):
+        app_setting(name)
+    with pytest.raises(SystemCheckError, match=r"assistant\.E002"):
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+
+
+def test_an_unknown_summarizer_is_refused_by_its_declaration_once(settings):
+    settings.ASSISTANT_SUMMARIZER = "claude"
+
+    refused = "ASSISTANT_SUMMARIZER must be anthropic|openai|gemini|offline|auto, got 'claude'"
+    assert refusal("app", "ASSISTANT_SUMMARIZER", "claude") == refused
+    errors = app_settings_are_valid() + summarizer_can_run()
+    assert [(e.id, e.msg) for e in errors] == [("assistant.E001", refused)]
+    # What the declaration admits is what the registry chooses from; blank is auto.
+    assert registry.SUMMARIZER_CHOICES == ("anthropic", "openai", "gemini", "offline", "auto")
+    settings.ASSISTANT_SUMMARIZER = ""
+    assert registry.summarizer_setting() == "auto"
+    settings.ASSISTANT_SUMMARIZER = "OFFLINE"
+    assert registry.summarizer_setting() == "offline"
+    assert app_settings_are_valid() == []
+
+
+def test_a_refused_api_key_is_not_shown(settings):
+    settings.ANTHROPIC_API_KEY = b"sk-ant-hunter2"
+
+    errors = app_settings_are_valid()
+
+    assert [e.msg for e in errors] == [
+        "ANTHROPIC_API_KEY must be a string of at most 4000 characters, got a bytes "
+        "(not shown: a secret)"
+    ]

@@ -106,7 +106,7 @@ def test_a_rolled_back_compaction_is_never_announced(
 def test_an_emergency_level_is_announced_with_its_level(
     db, received, settings, django_capture_on_commit_callbacks
 ):
-    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
+    settings.ASSISTANT_COMPACTION = {"VERBATIM_AFTER_SHIFT": "recent", "MIN_RECENT_MESSAGES": 2}
     conversation, _ = tool_heavy_conversation()
     staff = staff_user()
 
@@ -131,7 +131,7 @@ def test_an_emergency_level_is_announced_with_its_level(
 
 
 def test_context_status_shows_what_a_status_command_prints(db, settings):
-    settings.ASSISTANT_COMPACTION = {"MIN_RECENT_MESSAGES": 2}
+    settings.ASSISTANT_COMPACTION = {"VERBATIM_AFTER_SHIFT": "recent", "MIN_RECENT_MESSAGES": 2}
     conversation, _ = tool_heavy_conversation()
     fresh = context_status(conversation)
     assert fresh.last_compaction is None

@@ -31,6 +31,7 @@ from tests.fake_llm import ok, overloaded, slow
 # These tests are about the summary itself, so its timing is eager (the
 # count trigger fires at once); tests/test_timing.py covers the cache-aware timing.
 SMALL_WINDOW = {
+    "VERBATIM_AFTER_SHIFT": "recent",
     "MAX_MESSAGES_BEFORE_SUMMARY": 10,
     "MIN_RECENT_MESSAGES": 4,
     "COMPACTION_TIMING": "eager",
@@ -268,6 +269,7 @@ def test_a_prebuilt_summary_is_ignored_once_the_split_has_moved(anthropic, db):
 
 @override_settings(
     ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
         "CONTEXT_TOKEN_THRESHOLD": 500,
         "MAX_RECENT_TOKENS": 400,
         "MIN_RECENT_MESSAGES": 2,

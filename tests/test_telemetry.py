@@ -118,6 +118,7 @@ def test_a_chat_loop_through_a_real_worker_emits_every_span_and_metric(
 ):
     fake_llm.use_anthropic(settings)
     settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
         "CONTEXT_TOKEN_THRESHOLD": 1500,
         "MAX_RECENT_TOKENS": 400,
         "MIN_RECENT_MESSAGES": 2,
@@ -297,6 +298,7 @@ def test_a_summary_the_hook_makes_itself_counts_as_made_on_the_chat_path(
 ):
     fake_llm.use_anthropic(settings)
     settings.ASSISTANT_COMPACTION = {
+        "VERBATIM_AFTER_SHIFT": "recent",
         "CONTEXT_TOKEN_THRESHOLD": 1500,
         "MAX_RECENT_TOKENS": 400,
         "MIN_RECENT_MESSAGES": 2,

@@ -53,7 +53,9 @@ def test_a_split_inside_a_tool_exchange_snaps_to_the_start_of_that_user_turn(con
     assert rows_of(conversation)[start].pk == turn[0].pk
 
 
-@override_settings(ASSISTANT_COMPACTION={"MAX_RECENT_TOKENS": 300})
+@override_settings(
+    ASSISTANT_COMPACTION={"VERBATIM_AFTER_SHIFT": "recent", "MAX_RECENT_TOKENS": 300}
+)
 def test_the_token_cap_moves_the_split_forward_to_a_later_user_turn(conversation):
     chat_turns(conversation, 3, size=400)  # 0..5, each message ~101 tokens
     chat_turns(conversation, 3, size=4)  # 6..11, tiny
@@ -67,7 +69,7 @@ def test_the_token_cap_moves_the_split_forward_to_a_later_user_turn(conversation
     assert choose_split(rows_of(conversation)) == 14
 
 
-@override_settings(ASSISTANT_COMPACTION={"MAX_RECENT_TOKENS": 10})
+@override_settings(ASSISTANT_COMPACTION={"VERBATIM_AFTER_SHIFT": "recent", "MAX_RECENT_TOKENS": 10})
 def test_a_turn_over_the_budget_splits_at_its_newest_step_never_past_it(conversation):
     chat_turns(conversation, 3)
     turn = tool_turn(conversation, "big", [("get_blog_post", {"id": 1}, html(8000))])
@@ -80,7 +82,9 @@ def test_a_turn_over_the_budget_splits_at_its_newest_step_never_past_it(conversa
     assert rows[start].pk == turn[-1].pk
 
 
-@override_settings(ASSISTANT_COMPACTION={"MAX_RECENT_TOKENS": 3000})
+@override_settings(
+    ASSISTANT_COMPACTION={"VERBATIM_AFTER_SHIFT": "recent", "MAX_RECENT_TOKENS": 3000}
+)
 def test_a_turn_that_fits_is_kept_whole_from_its_user_message(conversation):
     chat_turns(conversation, 3)
     turn = tool_turn(conversation, "big", [("get_blog_post", {"id": 1}, html(8000))])
@@ -118,7 +122,13 @@ def test_the_message_count_triggers_a_shift(conversation):
     assert should_shift(load_window(conversation.pk), compaction_config())
 
 
-@override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 1000, "MAX_RECENT_TOKENS": 800})
+@override_settings(
+    ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
+        "CONTEXT_TOKEN_THRESHOLD": 1000,
+        "MAX_RECENT_TOKENS": 800,
+    }
+)
 def test_a_fresh_provider_count_outweighs_the_estimate(conversation):
     chat_turns(conversation, 1)
     state = load_window(conversation.pk)
@@ -154,6 +164,7 @@ def test_any_split_keeps_tool_pairs_together(shapes, fraction, min_recent, cap, 
         calls = [("run_sql", {"i": index, "t": t}, "r" * size) for t in range(tools)]
         tool_turn(conversation, f"turn {index}", calls)
     overrides = {
+        "VERBATIM_AFTER_SHIFT": "recent",
         "RECENT_FRACTION": fraction,
         "MIN_RECENT_MESSAGES": min_recent,
         "MAX_RECENT_TOKENS": cap,
@@ -203,6 +214,7 @@ def test_the_window_query_reads_the_window_not_every_message_of_a_long_conversat
 
 @override_settings(
     ASSISTANT_COMPACTION={
+        "VERBATIM_AFTER_SHIFT": "recent",
         "CONTEXT_TOKEN_THRESHOLD": 2_000,
         "MAX_RECENT_TOKENS": 1_999,
         "MAX_MESSAGES_BEFORE_SUMMARY": 100,
@@ -266,10 +278,11 @@ def test_a_shift_keeps_the_turns_request_and_the_newest_step_and_indexes_the_res
 
 @pytest.mark.parametrize(
     "written",
-    [{"MAX_RECENT_TOKENS": 8_000}, {"RECENT_FRACTION": 0.4}, {"VERBATIM_AFTER_SHIFT": "recent"}],
+    [{"MAX_RECENT_TOKENS": 8_000}, {"RECENT_FRACTION": 0.4}, {}],
 )
 def test_a_written_recent_window_is_kept_verbatim_after_a_shift(conversation, written):
-    with override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 20_000, **written}):
+    asked = {"CONTEXT_TOKEN_THRESHOLD": 20_000, "VERBATIM_AFTER_SHIFT": "recent", **written}
+    with override_settings(ASSISTANT_COMPACTION=asked):
         request, results = agent_turn_past(conversation, 20_000)
         ensure_context_summary(conversation)
         context = build_context(conversation)
@@ -278,6 +291,22 @@ def test_a_written_recent_window_is_kept_verbatim_after_a_shift(conversation, wr
     assert context.message_ids[0] == request.pk
     kept_results = [pk for pk in context.message_ids if pk in {r.pk for r in results}]
     assert len(kept_results) > 1
+
+
+@pytest.mark.parametrize("written", [{"MAX_RECENT_TOKENS": 8_000}, {"RECENT_FRACTION": 0.4}])
+def test_a_recent_window_key_written_alone_leaves_the_shift_keeping_the_newest_step(
+    conversation, written
+):
+    # It asked for the recent window once, silently; now only VERBATIM_AFTER_SHIFT does
+    # (`manage.py check` warns, assistant.W003).
+    with override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 20_000, **written}):
+        request, results = agent_turn_past(conversation, 20_000)
+        ensure_context_summary(conversation)
+        context = build_context(conversation)
+
+    newest = results[-1]
+    assert context.window_summary
+    assert context.message_ids == [request.pk, newest.pk - 1, newest.pk]
 
 
 @override_settings(ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 20_000})

@@ -32,7 +32,7 @@ from assistant.admin.listing import (
     with_list_figures,
 )
 from assistant.cleanup import purge_date
-from assistant.cost import Cost, conversation_costs, costs_since
+from assistant.cost import Cost, costs_since, list_figures
 from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
 from assistant.ops.health import live_worker_check
@@ -406,13 +406,15 @@ PERIODS = {
 
 
 class CostChangeList(ChangeList):
-    """The list, with each shown conversation's cost (three queries a page)."""
+    """The list, with each shown conversation's cost and message count, from the
+    stored figures (one query a page while they cover what the rows hold)."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
-        costs = conversation_costs(obj.pk for obj in self.result_list)
+        figures = list_figures(obj.pk for obj in self.result_list)
         for obj in self.result_list:
-            obj._cost = costs[obj.pk]
+            obj._cost = figures[obj.pk].cost
+            obj._message_count = figures[obj.pk].messages
 
 
 def fork_origin(conversation: Conversation) -> dict[str, Any] | None:

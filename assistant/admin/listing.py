@@ -1,6 +1,7 @@
 """The conversation list's figures, as SQL annotations: a fixed number of
 queries per page whatever the number of conversations or messages, and the
-same figures for the columns and the sort.
+same figures for the columns and the sort (the message count is the stored one,
+`assistant.cost.stored_figures`, which the page brings up to date for its rows).
 
 The context size is not computed here: it is `Conversation.context_tokens`,
 which `assistant.window.store_size` writes whenever the window changes (the
@@ -15,11 +16,23 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.contrib import admin
-from django.db.models import Case, Count, Expression, Max, OuterRef, QuerySet, Subquery, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models import (
+    BigIntegerField,
+    Case,
+    Expression,
+    Max,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 from django.utils.html import format_html
 
+from assistant.cost import MESSAGES_KEY
 from assistant.models import CompactionEvent, Conversation, Message, SummaryVersion
 from assistant.settings.conf import compaction_config
 
@@ -41,8 +54,9 @@ def _fork_depth(levels: int) -> Expression:
 
 
 def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation]:
-    messages = Message.objects.filter(conversation=OuterRef("pk")).order_by()
-    message_count = messages.values("conversation").annotate(n=Count("id")).values("n")
+    # The stored count, for the column's sort: the page's rows show it brought up to
+    # date (CostChangeList, with their cost), so no page counts a conversation's rows.
+    stored_count = Cast(KeyTextTransform(MESSAGES_KEY, "cost_figures"), BigIntegerField())
     last_event = (
         CompactionEvent.objects.filter(conversation=OuterRef("pk"))
         .order_by()
@@ -59,7 +73,7 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
     return queryset.annotate(
         _answer_provider=Subquery(newest_answer.values("provider")[:1]),
         _answer_model=Subquery(newest_answer.values("model")[:1]),
-        _message_count=Coalesce(Subquery(message_count), 0),
+        _message_count=Coalesce(stored_count, 0),
         _last_compaction=Subquery(last_event),
         _fork_depth=_fork_depth(compaction_config().MAX_FORK_DEPTH),
     )

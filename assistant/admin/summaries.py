@@ -22,8 +22,9 @@ from django.views.decorators.http import require_POST
 
 from assistant import services
 from assistant.admin.listing import FittingMedia, SummaryVersionModelAdmin, date_and_time
-from assistant.cost import SummarizerCall, price_of, summarizer_cost
+from assistant.cost import SummarizerCall, summarizer_cost
 from assistant.models import Conversation, SummaryVersion
+from assistant.providers import price_of
 from assistant.summary import compaction_diff, current_version
 from assistant.window import load_window
 

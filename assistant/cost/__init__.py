@@ -16,19 +16,24 @@ from assistant.cost.pricing import (
     SummarizerCall,
     conversation_cost,
     costs_since,
-    price_of,
     summarizer_cost,
 )
-from assistant.cost.stored_figures import conversation_costs, store_costs
+from assistant.cost.stored_figures import (
+    MESSAGES_KEY,
+    conversation_costs,
+    list_figures,
+    store_costs,
+)
 
 __all__ = [
+    "MESSAGES_KEY",
     "Call",
     "Cost",
     "SummarizerCall",
     "conversation_cost",
     "conversation_costs",
     "costs_since",
-    "price_of",
+    "list_figures",
     "store_costs",
     "summarizer_cost",
 ]

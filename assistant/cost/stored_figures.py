@@ -1,19 +1,22 @@
-"""The admin list's cost figures, stored (`Conversation.cost_figures`): what
-`cost_of` computed for a conversation, with what it covered (its newest message
-and compaction event, its fixed part's estimate, the pricing). Read while they
-cover what the conversation holds; computed again, and stored, otherwise. So the
-list shows the change page's figure, at one query a page whatever the
-conversations hold (docs/operations.rst, "Performance at scale")."""
+"""The admin list's figures, stored (`Conversation.cost_figures`): what
+`cost_of` computed for a conversation and how many messages it held, with what
+they covered (its newest message and compaction event, its fixed part's
+estimate, the pricing). Read while they cover what the conversation holds;
+computed again, and stored, otherwise: the cost by `cost_of`, the count by
+adding the messages stored since the newest one counted (one index range each),
+counted again in full when that message is gone. So the list shows the change
+page's figures, at one query a page whatever the conversations hold
+(docs/operations.rst, "Performance at scale")."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import Count, OuterRef, Q, Subquery
 
 from assistant.cost.pricing import (
     Cost,
@@ -29,50 +32,125 @@ from assistant.window import current_limits
 
 #: The way figures are computed (`cost_of` and what it reads): a release that
 #: changes it bumps this, and every stored figure is computed again when next read.
-FIGURES_VERSION = 1
+FIGURES_VERSION = 2
+#: The key of the stored message count in `Conversation.cost_figures` (the admin
+#: list sorts on it).
+MESSAGES_KEY = "messages"
+
+_Covers = dict[int, tuple[list[Any], dict[str, Any] | None]]
+
+
+@dataclass(frozen=True)
+class ListFigures:
+    """A conversation's figures on the admin list: its cost, and how many messages
+    it holds (as of the newest message its cover names)."""
+
+    cost: Cost
+    messages: int
 
 
 def conversation_costs(conversation_ids: Iterable[int]) -> dict[int, Cost]:
-    """The cost of each of these conversations (the admin list's page): the stored
-    figure where it covers what the conversation holds now, in one query whatever
-    the conversations hold; the others computed (`cost_of`, four queries) and
+    """The cost of each of these conversations (`list_figures`' costs)."""
+    return {pk: figures.cost for pk, figures in list_figures(conversation_ids).items()}
+
+
+def list_figures(conversation_ids: Iterable[int]) -> dict[int, ListFigures]:
+    """The cost and the message count of each of these conversations (the admin
+    list's page): the stored figures where they cover what the conversation holds
+    now, in one query whatever the conversations hold; the others computed
+    (`cost_of`, four queries; the messages stored since the last count, one) and
     stored for the next read (one)."""
     ids = list(conversation_ids)
     basis = _pricing_basis()
     covers = _covers(ids, basis)
-    costs = {
-        pk: cost_from_json(stored["cost"])
+    figures = {
+        pk: ListFigures(cost_from_json(stored["cost"]), int(stored[MESSAGES_KEY]))
         for pk, (cover, stored) in covers.items()
-        if stored and stored.get("cover") == cover
+        if stored and stored.get("cover") == cover and MESSAGES_KEY in stored
     }
-    stale = [pk for pk in ids if pk not in costs]
+    stale = [pk for pk in ids if pk not in figures]
     if stale:
-        costs.update(_computed(stale, {pk: covers[pk][0] for pk in stale if pk in covers}))
-    return costs
+        figures.update(_computed(stale, {pk: covers[pk] for pk in stale if pk in covers}))
+    return figures
 
 
 def store_costs(conversation_ids: Iterable[int]) -> None:
-    """Compute and store these conversations' cost figures (the post-exchange task,
+    """Compute and store these conversations' figures (the post-exchange task,
     after each exchange: the admin list then reads them)."""
     ids = list(conversation_ids)
-    covers = _covers(ids, _pricing_basis())
-    _computed(ids, {pk: cover for pk, (cover, _) in covers.items()})
+    _computed(ids, _covers(ids, _pricing_basis()))
 
 
-def _computed(ids: list[int], covers: dict[int, list[Any]]) -> dict[int, Cost]:
+def _computed(ids: list[int], covers: _Covers) -> dict[int, ListFigures]:
     calls = recorded_calls(ids)
     summaries = recorded_summarizer_calls(ids)
     prices = model_prices()
     costs = {pk: cost_of(calls.get(pk, []), summaries.get(pk, ()), prices=prices) for pk in ids}
+    counts = _message_counts(covers)
     rows = [
-        Conversation(pk=pk, cost_figures={"cover": cover, "cost": cost_to_json(costs[pk])})
-        for pk, cover in covers.items()
+        Conversation(
+            pk=pk,
+            cost_figures={
+                "cover": cover,
+                "cost": cost_to_json(costs[pk]),
+                MESSAGES_KEY: counts[pk],
+            },
+        )
+        for pk, (cover, _) in covers.items()
     ]
     Conversation.objects.bulk_update(rows, ["cost_figures"])
-    return costs
+    return {pk: ListFigures(costs[pk], counts.get(pk, 0)) for pk in ids}
 
 
-def _covers(ids: list[int], basis: str) -> dict[int, tuple[list[Any], dict[str, Any] | None]]:
+def _message_counts(covers: _Covers) -> dict[int, int]:
+    """How many messages each conversation holds up to the newest its cover names
+    (messages are appended, and removed only with their conversation or as the
+    newest one, whose insert is undone): the stored count plus the messages stored
+    since the newest it counted, or all of them when there is no stored count or
+    the conversation's newest message is older than the one counted (one query in
+    all; an index range of (conversation, id) each)."""
+    counts: dict[int, int] = {}
+    ranges = Q()
+    for pk, (cover, stored) in covers.items():
+        newest = cover[0]
+        counts[pk] = 0
+        if newest is None:
+            continue  # no message
+        counted = _counted_through(stored)
+        if counted is not None and counted[0] <= newest:
+            through, counts[pk] = counted
+            if through < newest:
+                # From the newest counted message, included: if its insert was undone
+                # since (add_message into a conversation deleted meanwhile), it is not
+                # counted twice.
+                counts[pk] -= 1
+                ranges |= Q(conversation_id=pk, id__gte=through, id__lte=newest)
+        else:
+            ranges |= Q(conversation_id=pk, id__lte=newest)
+    if ranges:
+        rows = (
+            Message.objects.filter(ranges)
+            .order_by()
+            .values("conversation_id")
+            .annotate(n=Count("id"))
+            .values_list("conversation_id", "n")
+        )
+        for pk, added in rows:
+            counts[pk] += added
+    return counts
+
+
+def _counted_through(stored: dict[str, Any] | None) -> tuple[int, int] | None:
+    """The newest message a stored count counted, and the count; None if none is stored."""
+    if not stored or MESSAGES_KEY not in stored:
+        return None
+    cover = stored.get("cover") or [None]
+    if cover[0] is None:
+        return None
+    return int(cover[0]), int(stored[MESSAGES_KEY])
+
+
+def _covers(ids: list[int], basis: str) -> _Covers:
     """Each conversation's stored figures, and what a figure of it must cover now:
     its newest message and compaction event, its fixed part's estimate, the prices
     (one query; each newest id one entry of an index)."""

@@ -67,6 +67,9 @@ MAX_OFFSET = 2**31 - 2
 #: A substring search needs a trigram of the query (assistant_msg_trgm): shorter
 #: queries are searched as words alone.
 TRIGRAM_CHARS = 3
+#: How many of a search's matches, the newest, are ranked for the best few: all of a
+#: rare word's, the latest of a common one's (docs/chat-loop.rst, "Recall").
+RANKED_MATCHES = 200
 #: A longer query is not words to look for but a pasted text: refused.
 MAX_QUERY_CHARS = 500
 #: How much of a name the model wrote an error message repeats (it may be anything).
@@ -381,14 +384,17 @@ def _search(conversation_id: int, query: str, most: int) -> str:
 def _full_text(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int, str, str]]:
     search = SearchQuery(query, config="simple", search_type="websearch")
     # The stored document, through the GIN index assistant_msg_search (conversation
-    # and document in one index: only the conversation's matches are read).
-    rows = (
-        scope.filter(search_vector=search)
+    # and document in one index: only the conversation's matches are read). Only the
+    # newest RANKED_MATCHES are ranked: a common word matches thousands of messages,
+    # and ranking them all read each one (a third of a long conversation); a rarer
+    # query's matches are all ranked, as before.
+    newest_matches = scope.filter(search_vector=search).order_by("-id").values("id")
+    rows = list(
+        Message.objects.filter(pk__in=newest_matches[:RANKED_MATCHES])
         .annotate(rank=SearchRank(F("search_vector"), search))
         .order_by("-rank", "-id")
         .values("id", "role", "tool_name")[:most]
     )
-    rows = list(rows)
     snippets = dict(
         Message.objects.filter(pk__in=[row["id"] for row in rows])
         .annotate(

@@ -3,7 +3,8 @@
 A host project sets it in its Django settings (the app reads settings only,
 never the environment; this repository's demo project fills it from the
 ASSISTANT_COMPACTION environment variable, a JSON object). Every key declares
-its type and valid range next to its default (`key(default, ...)`); unknown
+its type and valid range next to its default (`key(default, ...)`, checked by
+assistant.settings.keys as every declaration's keys are); unknown
 keys, renamed keys, wrong types, values out of range and contradicting keys
 are refused with ImproperlyConfigured naming the key, at start-up
 (AssistantConfig.ready) and on every read, so a typo never falls back
@@ -22,59 +23,17 @@ Adding a key is one line: `NAME: int = key(10, at_least=1)  # what it does`.
 import copy
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
 from assistant.settings.app import app_setting
+from assistant.settings.keys import key, validated
 
 ToolPolicy = Literal["prune", "summarize", "keep"]
 POLICIES = ("prune", "summarize", "keep")
-
-
-@dataclass(frozen=True)
-class Range:
-    """Valid values of a numeric key: bounds inclusive unless `above`/`below`."""
-
-    at_least: float | None = None
-    above: float | None = None
-    at_most: float | None = None
-    below: float | None = None
-
-    def admits(self, value: float) -> bool:
-        return not (
-            (self.at_least is not None and value < self.at_least)
-            or (self.above is not None and value <= self.above)
-            or (self.at_most is not None and value > self.at_most)
-            or (self.below is not None and value >= self.below)
-        )
-
-    def __str__(self) -> str:
-        parts = [
-            f"{word} {bound:g}"
-            for word, bound in (
-                (">=", self.at_least),
-                (">", self.above),
-                ("<=", self.at_most),
-                ("<", self.below),
-            )
-            if bound is not None
-        ]
-        return " and ".join(parts)
-
-
-def key(
-    default: Any,
-    *,
-    at_least: float | None = None,
-    above: float | None = None,
-    at_most: float | None = None,
-    below: float | None = None,
-) -> Any:
-    """A numeric setting with its default and valid range."""
-    return field(default=default, metadata={"range": Range(at_least, above, at_most, below)})
 
 
 @dataclass(frozen=True)
@@ -92,8 +51,8 @@ class CompactionConfig:
     # What a shift keeps verbatim: "newest_step", what every request must send (the
     # turn's user message, the newest step, the pins), the rest summarized, indexed and
     # recallable; "recent", the recent window above (MIN_RECENT_MESSAGES,
-    # RECENT_FRACTION, MAX_RECENT_TOKENS). Unless written, "recent" once one of those
-    # three is written (a user's explicit setting is honoured), else "newest_step".
+    # RECENT_FRACTION, MAX_RECENT_TOKENS). Writing those three alone does not change it
+    # (`manage.py check` warns, assistant.W003: recent_window_unasked).
     VERBATIM_AFTER_SHIFT: Literal["newest_step", "recent"] = "newest_step"
     MIN_CALLS_TO_DEDUP: int = key(2, at_least=2)
     MAX_FORK_DEPTH: int = key(3, at_least=0)
@@ -203,7 +162,8 @@ class CompactionConfig:
 RENAMED: dict[str, str] = {"CARRIED_IDENTIFIERS_MAX_CHARS": "CARRIED_FACTS_MAX_TOKENS"}
 
 # The keys of the recent window a shift keeps verbatim under VERBATIM_AFTER_SHIFT
-# "recent": writing one of them asks for that window.
+# "recent" (under "newest_step" a shift keeps none of it; staff's and emergency
+# level 1's shifts, which ask for a recent window, still read them).
 RECENT_WINDOW_KEYS = ("MIN_RECENT_MESSAGES", "RECENT_FRACTION", "MAX_RECENT_TOKENS")
 
 # (smaller key, larger key, why): the first must stay below the second, and
@@ -232,69 +192,11 @@ _BELOW = (
 )
 
 
-# The longest SUMMARY_INSTRUCTIONS or SUMMARY_LANGUAGE: it goes into every summarizer call.
-MAX_TEXT_SETTING = 4000
-
-
-def _typed(name: str, declared: Any, value: Any) -> Any:
-    label = f"ASSISTANT_COMPACTION[{name!r}]"
-    if get_origin(declared) is Literal and value not in get_args(declared):
-        raise ImproperlyConfigured(f"{label} must be {'|'.join(get_args(declared))}, got {value!r}")
-    if declared in ("int", int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ImproperlyConfigured(f"{label} must be int, got {value!r}")
-        return value
-    if declared in ("bool", bool):
-        if not isinstance(value, bool):
-            raise ImproperlyConfigured(f"{label} must be true or false, got {value!r}")
-        return value
-    if declared in ("str", str):
-        if not isinstance(value, str) or len(value) > MAX_TEXT_SETTING:
-            raise ImproperlyConfigured(
-                f"{label} must be a string of at most {MAX_TEXT_SETTING} characters, got {value!r}"
-            )
-        return value
-    if declared in ("float", float):
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-            raise ImproperlyConfigured(f"{label} must be float, got {value!r}")
-        return float(value)
-    return value
-
-
-def _check_policies(values: dict[str, Any]) -> None:
-    policies = values.get("TOOL_POLICIES", {})
-    if (
-        not isinstance(policies, dict)
-        or not all(isinstance(tool, str) for tool in policies)
-        or not set(policies.values()) <= set(POLICIES)
-    ):
-        raise ImproperlyConfigured(
-            "ASSISTANT_COMPACTION['TOOL_POLICIES'] must map tool names to prune|summarize|keep"
-        )
-
-
 def validated_config(overrides: dict[str, Any]) -> CompactionConfig:
     """Defaults merged with `overrides`, every key checked (see the module doc)."""
-    if not isinstance(overrides, dict):
-        raise ImproperlyConfigured("ASSISTANT_COMPACTION must be a dict (a JSON object)")
-    for old in sorted(set(overrides) & set(RENAMED)):
-        raise ImproperlyConfigured(
-            f"ASSISTANT_COMPACTION[{old!r}] was renamed: use {RENAMED[old]!r} instead"
-        )
+    values = validated("ASSISTANT_COMPACTION", CompactionConfig, overrides, RENAMED)
     known = {f.name: f for f in fields(CompactionConfig)}
-    unknown = sorted(set(overrides) - set(known))
-    if unknown:
-        raise ImproperlyConfigured(f"Unknown ASSISTANT_COMPACTION keys: {', '.join(unknown)}")
-    values = {name: _typed(name, known[name].type, value) for name, value in overrides.items()}
-    _check_policies(values)
     config = CompactionConfig(**values)
-    for spec in fields(CompactionConfig):
-        valid = spec.metadata.get("range")
-        value = getattr(config, spec.name)
-        if valid and isinstance(value, int | float) and not valid.admits(value):
-            raise ImproperlyConfigured(
-                f"ASSISTANT_COMPACTION[{spec.name!r}] must be {valid}, got {value!r}"
-            )
     derived: dict[str, Any] = {}
     for smaller, larger, why in _BELOW:
         if smaller not in values:
@@ -305,9 +207,16 @@ def validated_config(overrides: dict[str, Any]) -> CompactionConfig:
                 f"ASSISTANT_COMPACTION[{smaller!r}] ({values[smaller]}) must be below "
                 f"{larger!r} ({getattr(config, larger)}{written}): {why}"
             )
-    if "VERBATIM_AFTER_SHIFT" not in values and set(values) & set(RECENT_WINDOW_KEYS):
-        derived["VERBATIM_AFTER_SHIFT"] = "recent"
     return _with_pin_room(replace(config, **derived), values, known)
+
+
+def recent_window_unasked(overrides: dict[str, Any]) -> list[str]:
+    """The recent-window keys `overrides` writes while it leaves VERBATIM_AFTER_SHIFT
+    unwritten: a deployment that may expect a shift to keep that window, which it keeps
+    only under VERBATIM_AFTER_SHIFT "recent"."""
+    if not isinstance(overrides, dict) or "VERBATIM_AFTER_SHIFT" in overrides:
+        return []
+    return [name for name in RECENT_WINDOW_KEYS if name in overrides]
 
 
 def _with_pin_room(

@@ -4,99 +4,50 @@ the Celery beat schedule built from it.
 Imported by config/settings.py, so nothing here touches models or the
 database. Periods are in seconds, retentions in days, grace periods in
 seconds. A period of None disables the job's beat entry; a retention of None
-disables the job itself (originals are kept forever by default).
+disables the job itself (originals are kept forever by default). Each key is
+declared and checked as ASSISTANT_COMPACTION's are (assistant.settings.keys).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
+from assistant.settings.keys import key, validated
 
 
 @dataclass(frozen=True)
 class CleanupConfig:
     # Purge conversations soft-deleted longer than this (with messages and events).
-    PURGE_PERIOD_SECONDS: float | None = 3600
-    PURGE_RETENTION_DAYS: float | None = 30
+    PURGE_PERIOD_SECONDS: float | None = key(3600, above=0)
+    PURGE_RETENTION_DAYS: float | None = key(30, at_least=0)
     # Conversations per purge transaction (each takes its messages along).
-    PURGE_BATCH_SIZE: int = 50
+    PURGE_BATCH_SIZE: int = key(50, at_least=1)
     # Drop the verbatim originals of messages compacted longer ago than this.
-    DROP_ORIGINALS_PERIOD_SECONDS: float | None = 86400
-    DROP_ORIGINALS_RETENTION_DAYS: float | None = None
+    DROP_ORIGINALS_PERIOD_SECONDS: float | None = key(86400, above=0)
+    DROP_ORIGINALS_RETENTION_DAYS: float | None = key(None, at_least=0)
     # Re-enqueue post-exchange work that never ran, once this old.
-    SWEEP_PERIOD_SECONDS: float | None = 300
-    SWEEP_GRACE_SECONDS: float = 120
+    SWEEP_PERIOD_SECONDS: float | None = key(300, above=0)
+    SWEEP_GRACE_SECONDS: float = key(120, at_least=0)
     # Enqueue deferred fork summaries still missing after this long.
-    FORK_SUMMARY_PERIOD_SECONDS: float | None = 300
-    FORK_SUMMARY_GRACE_SECONDS: float = 120
+    FORK_SUMMARY_PERIOD_SECONDS: float | None = key(300, above=0)
+    FORK_SUMMARY_GRACE_SECONDS: float = key(120, at_least=0)
     # Release expired summary leases; clear cached summaries of a vanished split.
-    STALE_STATE_PERIOD_SECONDS: float | None = 600
+    STALE_STATE_PERIOD_SECONDS: float | None = key(600, above=0)
     # A conversation touched (message, exchange) this recently is in use: never purged.
-    IN_USE_GRACE_SECONDS: float = 3600
+    IN_USE_GRACE_SECONDS: float = key(3600, at_least=0)
     # Rows per batch for every other job; a task re-enqueues itself while work remains.
-    BATCH_SIZE: int = 500
-
-
-_POSITIVE_INTS = {"PURGE_BATCH_SIZE", "BATCH_SIZE"}
-_OPTIONAL = {
-    "PURGE_PERIOD_SECONDS",
-    "PURGE_RETENTION_DAYS",
-    "DROP_ORIGINALS_PERIOD_SECONDS",
-    "DROP_ORIGINALS_RETENTION_DAYS",
-    "SWEEP_PERIOD_SECONDS",
-    "FORK_SUMMARY_PERIOD_SECONDS",
-    "STALE_STATE_PERIOD_SECONDS",
-}
-
-
-def _number(name: str, value: Any) -> float | int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ImproperlyConfigured(
-            f"ASSISTANT_CLEANUP[{name!r}] must be a number, got {type(value).__name__}"
-        )
-    return value
+    BATCH_SIZE: int = key(500, at_least=1)
 
 
 def cleanup_config(overrides: dict[str, Any] | None = None) -> CleanupConfig:
-    """Defaults merged with `overrides` (or settings.ASSISTANT_CLEANUP when
-    not given); unknown keys and wrong types raise ImproperlyConfigured."""
+    """Defaults merged with `overrides` (or settings.ASSISTANT_CLEANUP when not
+    given), every key checked as ASSISTANT_COMPACTION's are (assistant.settings.keys)."""
     if overrides is None:
         from django.conf import settings
 
         overrides = getattr(settings, "ASSISTANT_CLEANUP", None) or {}
-    if not isinstance(overrides, dict):
-        raise ImproperlyConfigured("ASSISTANT_CLEANUP must be a dict (a JSON object)")
-    known = {f.name for f in fields(CleanupConfig)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise ImproperlyConfigured(f"Unknown ASSISTANT_CLEANUP keys: {', '.join(unknown)}")
-    values: dict[str, Any] = {name: _checked(name, value) for name, value in overrides.items()}
-    return CleanupConfig(**values)
-
-
-def _checked(name: str, value: Any) -> int | float | None:
-    """One ASSISTANT_CLEANUP value, as its key allows it; ImproperlyConfigured when not."""
-    if value is None:
-        if name not in _OPTIONAL:
-            raise ImproperlyConfigured(f"ASSISTANT_CLEANUP[{name!r}] cannot be null")
-        return None
-    number = _number(name, value)
-    if name in _POSITIVE_INTS:
-        if not isinstance(number, int) or number < 1:
-            raise ImproperlyConfigured(
-                f"ASSISTANT_CLEANUP[{name!r}] must be a positive integer, got {value!r}"
-            )
-    elif name.endswith("_PERIOD_SECONDS") and number <= 0:
-        raise ImproperlyConfigured(
-            f"ASSISTANT_CLEANUP[{name!r}] must be positive (or null to disable), got {value!r}"
-        )
-    elif number < 0:
-        raise ImproperlyConfigured(
-            f"ASSISTANT_CLEANUP[{name!r}] must not be negative, got {value!r}"
-        )
-    return number
+    return CleanupConfig(**validated("ASSISTANT_CLEANUP", CleanupConfig, overrides))
 
 
 def cleanup_settings(overrides: dict[str, Any]) -> dict[str, Any]:

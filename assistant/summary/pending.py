@@ -124,7 +124,7 @@ class Adoption:
 
     def window(self, state: WindowState) -> WindowState:
         """`state` as the adoption leaves it, in memory (what the next request carries:
-        the inspector's view, assistant.flows.next_request)."""
+        the inspector's view, assistant.precall.next_request)."""
         columns = {
             **state.columns,
             MetadataKeys.COMPACTION_SUMMARY: self.summary,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -50,68 +51,60 @@ def _literal(value: Any) -> str:
 def _type_name(declared: Any) -> str:
     if typing.get_origin(declared) is typing.Literal:
         return "one of " + ", ".join(f"``{choice!r}``" for choice in typing.get_args(declared))
-    if declared in (bool, "bool"):
-        return "bool"
     if typing.get_origin(declared) is dict:
-        return "dict"
-    text = getattr(declared, "__name__", None) or str(declared)
-    return text.replace("typing.", "").replace(" | None", " or None")
+        return f"dict of name to {_type_name(typing.get_args(declared)[1])}"
+    arms = [arm for arm in typing.get_args(declared) if arm is not type(None)]
+    if typing.get_origin(declared) in (typing.Union, types.UnionType) and len(arms) == 1:
+        return _type_name(arms[0]) + ", or ``None``"
+    return getattr(declared, "__name__", None) or str(declared)
 
 
-def compaction_rows() -> list[tuple[str, str, str, str]]:
-    from assistant.settings import conf
+def declaration_rows(
+    declaration: type, follows: dict[str, str] | None = None
+) -> list[tuple[str, str, str]]:
+    """One row per key of a declaration (assistant.settings.keys): its default, and its
+    type and range as the app checks them."""
+    from assistant.settings.keys import declared_types, default_of
 
-    known = {spec.name: spec for spec in dataclasses.fields(conf.CompactionConfig)}
-    follows = {smaller: (larger, why) for smaller, larger, why in conf._BELOW}
+    follows = follows or {}
+    kinds = declared_types(declaration)
+    known = {spec.name: spec for spec in dataclasses.fields(declaration)}
     rows = []
     for name, spec in known.items():
-        default = spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
-        valid = spec.metadata.get("range")
-        if valid is not None:
-            kind = "int" if isinstance(default, int) else "float"
-            allowed = f"{kind}, {valid}"
-        elif name == "TOOL_POLICIES":
-            allowed = "tool name to one of " + ", ".join(f"``{p!r}``" for p in conf.POLICIES)
-        else:
-            allowed = _type_name(spec.type)
+        default = default_of(spec)
+        allowed = _type_name(kinds[name])
+        if (valid := spec.metadata.get("range")) is not None:
+            kind, _, optional = allowed.partition(", or ")
+            allowed = f"{kind}, {valid}" + (f", or {optional} (off)" if optional else "")
+        if spec.metadata.get("any_case"):
+            allowed += ", any case"
         shown = _literal(default)
         if name in follows:
-            larger, _ = follows[name]
-            ratio = default / known[larger].default
+            larger = follows[name]
+            ratio = default / default_of(known[larger])
             shown += f", or {ratio:.3g} of ``{larger}`` when that is set lower"
             allowed += f"; below ``{larger}``"
         rows.append((name, shown, allowed))
     return rows
 
 
-def cleanup_rows() -> list[tuple[str, str, str]]:
-    from assistant.cleanup import schedule as cleanup_conf
+def compaction_rows() -> list[tuple[str, str, str]]:
+    from assistant.settings import conf
 
-    rows = []
-    for spec in dataclasses.fields(cleanup_conf.CleanupConfig):
-        name = spec.name
-        if name in cleanup_conf._POSITIVE_INTS:
-            allowed = "int, >= 1"
-        elif name.endswith("_PERIOD_SECONDS"):
-            allowed = "number, > 0"
-        else:
-            allowed = "number, >= 0"
-        if name in cleanup_conf._OPTIONAL:
-            allowed += ", or ``None`` (off)"
-        rows.append((name, _literal(spec.default), allowed))
-    return rows
+    follows = {smaller: larger for smaller, larger, _ in conf._BELOW}
+    return declaration_rows(conf.CompactionConfig, follows)
+
+
+def cleanup_rows() -> list[tuple[str, str, str]]:
+    from assistant.settings import schedule
+
+    return declaration_rows(schedule.CleanupConfig)
 
 
 def app_rows() -> list[tuple[str, str, str]]:
-    from assistant.settings import app as app_settings
+    from assistant.settings import app
 
-    rows = []
-    for name, default in app_settings.DEFAULTS.items():
-        kind = {bool: "bool", int: "int", float: "number", str: "str", dict: "dict"}.get(
-            type(default), "str or None"
-        )
-        rows.append((name, _literal(default), kind))
-    return rows
+    return declaration_rows(app.AppSettings)
 
 
 DECLARATIONS = {
