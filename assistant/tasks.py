@@ -175,7 +175,7 @@ def staff_action_task(
     run_staff_action(action, conversation_id, user_id, instructions, message_id)
 
 
-# --- Scheduled cleanup (beat; see assistant/settings/schedule.py) -----------------
+# --- Scheduled cleanup (beat; see assistant/settings/cleanup.py) -----------------
 # Each runs one bounded batch and re-enqueues itself while work remains.
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from assistant.settings.app import default
-from assistant.settings.schedule import beat_schedule, cleanup_settings
+from assistant.settings.cleanup import beat_schedule, cleanup_settings
 from config.env import (
     env_bool,
     env_choice,
@@ -197,7 +197,7 @@ CELERY_TASK_ROUTES = {
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = "UTC"
 
-# --- Scheduled cleanup (Celery beat): one dict, defaults in assistant/settings/schedule.py ---
+# --- Scheduled cleanup (Celery beat): one dict, defaults in assistant/settings/cleanup.py ---
 
 ASSISTANT_CLEANUP = cleanup_settings(env_json_object("ASSISTANT_CLEANUP"))
 CELERY_BEAT_SCHEDULE: dict = beat_schedule(ASSISTANT_CLEANUP)

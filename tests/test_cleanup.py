@@ -19,7 +19,7 @@ from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, SummaryVersion
 from assistant.ops.logs import log_event
 from assistant.services import add_message
-from assistant.settings.schedule import beat_schedule, cleanup_config, cleanup_settings
+from assistant.settings.cleanup import beat_schedule, cleanup_config, cleanup_settings
 from assistant.summary.versions import record_version
 from tests.conftest import wait_until
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from assistant.cleanup import jobs as cleanup
 from assistant.models import Conversation, Message, MetadataKeys
-from assistant.settings.schedule import cleanup_config
+from assistant.settings.cleanup import cleanup_config
 
 CONVERSATIONS = 100_000
 K = MetadataKeys

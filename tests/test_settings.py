@@ -31,7 +31,7 @@ from assistant.settings.conf import (
     validated_config,
 )
 from assistant.settings.keys import declared_keys, declared_types
-from assistant.settings.schedule import CleanupConfig, cleanup_config
+from assistant.settings.cleanup import CleanupConfig, cleanup_config
 from assistant.window import choose_split
 from config import env
 from tests.builders import chat_turns, html, tool_turn

@@ -1,6 +1,6 @@
 """The scheduled cleanup jobs (Celery beat and `manage.py cleanup`), and the purge
 retention a deleted conversation is kept for. The schedule and its settings
-are in assistant.settings.schedule: the project's settings import it before
+are in assistant.settings.cleanup: the project's settings import it before
 Django's apps are loaded.
 
 - jobs: purge, dropping compacted originals, the missed-exchange sweep,

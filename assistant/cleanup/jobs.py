@@ -30,7 +30,7 @@ from assistant.history import (
 from assistant.metadata_keys import PENDING_SUMMARY_KEYS, WINDOW_SUMMARY_KEYS
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, SummaryVersion
 from assistant.ops.logs import log_event
-from assistant.settings.schedule import CleanupConfig, cleanup_config
+from assistant.settings.cleanup import CleanupConfig, cleanup_config
 from assistant.window import refresh_size
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from assistant.history import validated_ids
 from assistant.models import Conversation
-from assistant.settings.schedule import cleanup_config
+from assistant.settings.cleanup import cleanup_config
 
 
 @dataclass(frozen=True)

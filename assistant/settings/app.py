@@ -5,7 +5,7 @@ A host project sets only the ones it changes (usually an API key); reading one
 that is not set gives the default below, and a wrong one raises ImproperlyConfigured
 naming it (`manage.py check` reports each: assistant.E001 and E002). The thresholds live in
 `ASSISTANT_COMPACTION` (assistant/settings/conf.py) and the cleanup schedule in
-`ASSISTANT_CLEANUP` (assistant/settings/schedule.py). This repository's demo project
+`ASSISTANT_CLEANUP` (assistant/settings/cleanup.py). This repository's demo project
 reads each from the environment, with these defaults.
 """
 

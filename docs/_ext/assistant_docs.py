@@ -2,7 +2,7 @@
 
 - ``assistant-settings``: a table of one settings declaration of the app
   (``compaction``: ``ASSISTANT_COMPACTION`` in assistant/settings/conf.py; ``cleanup``:
-  ``ASSISTANT_CLEANUP`` in assistant/settings/schedule.py; ``app``: the plain
+  ``ASSISTANT_CLEANUP`` in assistant/settings/cleanup.py; ``app``: the plain
   settings of assistant/settings/app.py), names, types, defaults and ranges read
   from the declaration at build time. Its content describes each setting, one
   ``NAME: text`` paragraph each; a declared setting with no description, or a
@@ -96,9 +96,9 @@ def compaction_rows() -> list[tuple[str, str, str]]:
 
 
 def cleanup_rows() -> list[tuple[str, str, str]]:
-    from assistant.settings import schedule
+    from assistant.settings import cleanup
 
-    return declaration_rows(schedule.CleanupConfig)
+    return declaration_rows(cleanup.CleanupConfig)
 
 
 def app_rows() -> list[tuple[str, str, str]]:
@@ -109,7 +109,7 @@ def app_rows() -> list[tuple[str, str, str]]:
 
 DECLARATIONS = {
     "compaction": (compaction_rows, "assistant/settings/conf.py"),
-    "cleanup": (cleanup_rows, "assistant/settings/schedule.py"),
+    "cleanup": (cleanup_rows, "assistant/settings/cleanup.py"),
     "app": (app_rows, "assistant/settings/app.py"),
 }
 
