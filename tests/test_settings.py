@@ -23,6 +23,7 @@ from assistant.providers import registry
 from assistant.services import build_context, ensure_context_summary
 from assistant.settings import conf
 from assistant.settings.app import AppSettings, app_setting
+from assistant.settings.cleanup import CleanupConfig, cleanup_config
 from assistant.settings.conf import (
     RENAMED,
     CompactionConfig,
@@ -31,7 +32,6 @@ from assistant.settings.conf import (
     validated_config,
 )
 from assistant.settings.keys import declared_keys, declared_types
-from assistant.settings.cleanup import CleanupConfig, cleanup_config
 from assistant.window import choose_split
 from config import env
 from tests.builders import chat_turns, html, tool_turn
