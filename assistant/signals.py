@@ -15,7 +15,7 @@ from django.dispatch import Signal
 #   (kind is a CompactionEvent.Kind value); share_of_window is tokens_after
 #   over the context window of the conversation's model (that of its newest
 #   answer; 0.06 for 6%). What tokens_before and tokens_after measure:
-#   assistant.text.figures.measures (docs/admin.rst, "Token figures").
+#   assistant.history.figures.measures (docs/admin.rst, "Token figures").
 context_compacted = Signal()
 
 # emergency_compaction(sender, conversation_id, event_id, level, tokens_before,

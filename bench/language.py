@@ -4,7 +4,7 @@ chat messages, 20 per language), time per call and the model's first load.
 
     python -m bench.language
 
-measures every candidate installed: the app's own detector (assistant.summary.language),
+measures every candidate installed: the app's own detector (assistant.text.language),
 py3langid and lingua-language-detector (`pip install lingua-language-detector`; it
 is not a dependency of the project). Not part of `make bench`: it needs no database."""
 
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from assistant.summary.language import LANGUAGE_NAMES, detect_language
+from assistant.text.language import LANGUAGE_NAMES, detect_language
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "language_messages.json"
 
@@ -45,7 +45,7 @@ def lingua_detector() -> Callable[[str], str | None]:
 
 
 CANDIDATES: dict[str, Callable[[], Callable[[str], str | None]]] = {
-    "assistant.summary.language": lambda: lambda text: detect_language([text]),
+    "assistant.text.language": lambda: lambda text: detect_language([text]),
     "py3langid": py3langid_detector,
     "lingua-language-detector": lingua_detector,
 }

@@ -18,9 +18,9 @@ from typing import Any
 import anthropic
 import httpx2
 
+from assistant.history.figures import measures, token_change, token_count
 from assistant.models import CompactionEvent, Conversation
 from assistant.settings.conf import compaction_config
-from assistant.text.figures import measures, token_change, token_count
 
 DEMO_MODEL = "claude-demo-small-window"
 DEMO_WINDOW_TOKENS = 2_500

@@ -12,7 +12,7 @@ from google import genai
 from google.genai import types
 
 from assistant.providers.base import ChatResult
-from assistant.providers.catalog import wire
+from assistant.providers.catalog import wire_of
 from assistant.settings.app import app_setting
 
 
@@ -27,7 +27,7 @@ def host_chat(
     **extra: Any,
 ) -> ChatResult:
     """`extra`: more keyword arguments of the SDK's call (Anthropic's `thinking`)."""
-    chosen = wire(name)
+    chosen = wire_of(name)
     request = chosen.request(system, summaries, messages, tools)
     if name == "anthropic":
         client = anthropic.Anthropic(

@@ -22,10 +22,11 @@ from django.utils import timezone
 
 from assistant.admin.inspector import WireJSONEncoder, context_inspector
 from assistant.history.events import acting_as, acting_user_id
+from assistant.history.figures import share
 from assistant.history.state_writes import write_state
 from assistant.metadata_keys import held_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
-from assistant.providers.catalog import wire
+from assistant.providers.catalog import wire_of
 from assistant.services import (
     add_message,
     compact_tool_results,
@@ -33,7 +34,6 @@ from assistant.services import (
     run_staff_action,
 )
 from assistant.tasks import staff_action_task
-from assistant.text.figures import share
 from assistant.text.tokens import estimate_tokens
 from assistant.window import load_window
 from assistant.window.limits import request_shape
@@ -1332,7 +1332,7 @@ def test_the_inspectors_request_is_what_the_pre_call_hook_then_sends(staff_clien
     assert list(writes) == before  # the inspector wrote nothing
     sent = prepare_context(conversation)
     assert Message.objects.get(pk=rows[2].pk).compaction  # the hook did compact it
-    shape = wire(request_shape(conversation.pk))
+    shape = wire_of(request_shape(conversation.pk))
     assert body == json.loads(json.dumps(sent.request(shape), cls=WireJSONEncoder))
     assert inspector["window_summary"] == sent.window_summary
     assert [row["content"] for row in inspector["messages"]] == [

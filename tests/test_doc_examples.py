@@ -18,11 +18,11 @@ import pytest
 from django.core import checks
 from django.db import transaction
 
+from assistant.history.figures import ARROW
 from assistant.models import Conversation
 from assistant.providers.catalog import model_prices, price_of
 from assistant.services import compact_tool_results
 from assistant.settings.conf import compaction_config
-from assistant.text.figures import ARROW
 from tests.doc_examples import (
     CODE_LANGUAGES,
     HOST_KINDS,

@@ -15,7 +15,7 @@ import pytest
 
 from assistant.services import add_message, regenerate_window_summary
 from assistant.summary.guidance import guidance_for
-from assistant.summary.language import LANGUAGE_NAMES, detect_language
+from assistant.text.language import LANGUAGE_NAMES, detect_language
 from tests.builders import html
 
 DATA = Path(__file__).resolve().parent / "data" / "language_messages.json"
@@ -108,7 +108,7 @@ def test_the_names_stay_those_of_the_word_lists():
 def test_a_text_gets_the_same_answer_in_every_process():
     code = (
         "import json, sys\n"
-        "from assistant.summary.language import detect_language\n"
+        "from assistant.text.language import detect_language\n"
         f"data = json.load(open({str(DATA)!r}, encoding='utf-8'))\n"
         "print(json.dumps([detect_language([t]) for ts in data.values() for t in ts]))\n"
     )

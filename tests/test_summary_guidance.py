@@ -27,7 +27,7 @@ from assistant.services import (
 )
 from assistant.staff.operations import REGENERATE_SUMMARY
 from assistant.summary.guidance import guidance_for
-from assistant.summary.language import detect_language
+from assistant.text.language import detect_language
 from tests.builders import html
 from tests.scenarios import staff_user
 

@@ -33,11 +33,11 @@ from assistant.admin.listing import (
 )
 from assistant.cleanup import purge_date
 from assistant.cost import Cost, costs_since, list_figures
+from assistant.history import share, token_count
 from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
 from assistant.ops.health import live_worker_check
 from assistant.settings.app import app_setting
-from assistant.text import share, token_count
 from assistant.window import current_limits, limits_for
 
 

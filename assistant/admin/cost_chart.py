@@ -12,8 +12,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from assistant.cost import Call, Cost, conversation_cost
+from assistant.history import measures, token_change
 from assistant.models import CompactionEvent, Conversation
-from assistant.text import measures, token_change
 
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 960, 240, 56, 24, 10
 CALLS_DRAWN = 400  # the newest ones: the page stays light however long the conversation

@@ -12,10 +12,10 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
+from assistant.history import measures, share, token_change
 from assistant.models import Conversation
 from assistant.providers import wire_of
 from assistant.services import next_request
-from assistant.text import measures, share, token_change
 from assistant.window import current_limits, request_shape
 
 MESSAGES_SHOWN = 30

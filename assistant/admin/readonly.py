@@ -15,8 +15,8 @@ from django.utils.html import format_html
 from assistant import services
 from assistant.admin.filters import OfflineFallbackFilter
 from assistant.admin.listing import FittingMedia, date_and_time
+from assistant.history import measures, token_change
 from assistant.models import CompactionEvent, Message, OfflineFallback
-from assistant.text import measures, token_change
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -10,7 +10,9 @@ events, and the task queue that runs after a commit.
 - events: a CompactionEvent row and one log line per compaction;
 - metadata: atomic writes to a message's metadata;
 - queue, deliveries: tasks enqueued by name after the transaction, and a cap
-  on how often the same work is delivered.
+  on how often the same work is delivered;
+- figures: how a token figure reads, wherever it is shown (admin, History,
+  events, the demo).
 
 May import: metadata_keys, models, ops, providers, settings, signals, text, window.
 See docs/architecture.rst.
@@ -51,6 +53,7 @@ from assistant.history.events import (
     stopwatch,
 )
 from assistant.history.fields import check_content, checked_text, jsonb_equal
+from assistant.history.figures import measures, share, token_change, token_count
 from assistant.history.metadata import merge_metadata
 from assistant.history.queue import (
     PARENT_SUMMARY_TASK,
@@ -93,6 +96,7 @@ __all__ = [
     "jsonb_equal",
     "live",
     "mark_deleted",
+    "measures",
     "merge_metadata",
     "new_conversation",
     "one_event",
@@ -111,8 +115,11 @@ __all__ = [
     "require_live_id",
     "saved_id",
     "sequence_of",
+    "share",
     "stopwatch",
     "task_started",
+    "token_change",
+    "token_count",
     "validated_fields",
     "validated_ids",
     "write_state",

@@ -149,7 +149,7 @@ class CompactionConfig:
     # follows that room (4,000 of the defaults' 30,000).
     PINNED_MAX_TOKENS: int = key(4000, at_least=0)
     # The language summaries are written in: "auto" (that of the conversation's user
-    # messages, assistant.summary.language) or a language's name ("French").
+    # messages, assistant.text.language) or a language's name ("French").
     SUMMARY_LANGUAGE: str = "auto"
     # The deployment's own instructions, added to every summarizer prompt.
     SUMMARY_INSTRUCTIONS: str = ""

@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 
 from assistant.emergency import apply_emergency_level
 from assistant.fork import can_fork, fork_continuation, fork_from_message
-from assistant.history import acting_as, acting_user_of, an_id, one_event
+from assistant.history import acting_as, acting_user_of, an_id, one_event, token_change, token_count
 from assistant.models import Conversation
 from assistant.ops import telemetry
 from assistant.providers import call_instructions, check_instructions
@@ -28,7 +28,6 @@ from assistant.staff.previews import (
     restore_preview,
 )
 from assistant.summary import regenerate_window_summary
-from assistant.text import token_change, token_count
 from assistant.tool_results import compact_tool_results, restore_originals
 from assistant.window import load_window
 

@@ -7,8 +7,8 @@
 - prebuild, worker, pending: the next summary built ahead on the worker, kept
   as pending and adopted at the next shift;
 - leases: one summary generation per conversation at a time, with heartbeat;
-- backoff: a failed summary's retries; guidance and language: what every
-  summary is told (the user's language, the host's instructions);
+- backoff: a failed summary's retries; guidance: what every summary is told
+  (the user's language, the host's instructions);
 - facts: fact statements carried forward from summary to summary;
 - versions: every summary kept, corrected or reverted by staff.
 The prompt every summarizer sends is beside the clients that send it

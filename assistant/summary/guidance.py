@@ -14,7 +14,7 @@ from django.db.models.functions import Substr
 from assistant.models import Message
 from assistant.providers import Guidance, current_call_instructions, summary_guidance
 from assistant.settings.conf import CompactionConfig, compaction_config
-from assistant.summary.language import detect_language
+from assistant.text import detect_language
 
 # The language is read from the newest user messages, the start of each: enough text
 # to tell, and one small query however long the conversation.

@@ -1,8 +1,8 @@
 """Pure functions over text and content blocks: token estimates, content blocks,
 truncation of a tool result, fact statements, the names and exact values a
-text holds, and how a token figure reads. No database query, no provider call.
+text holds, and the language a user writes in. No database, no provider.
 
-May import: models, settings.
+May import: settings.
 See docs/architecture.rst.
 """
 
@@ -27,7 +27,7 @@ from assistant.text.fact_statements import (
     plain_text,
     statements,
 )
-from assistant.text.figures import measures, share, token_change, token_count
+from assistant.text.language import detect_language
 from assistant.text.names import PATH, names_within
 from assistant.text.tokens import (
     MAX_TOKEN_RATIO,
@@ -56,6 +56,7 @@ __all__ = [
     "compacted_blocks",
     "current_turn_start",
     "describe",
+    "detect_language",
     "estimate_message_tokens",
     "estimate_tokens",
     "extract_identifiers",

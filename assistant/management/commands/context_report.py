@@ -7,10 +7,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Q
 
 from assistant import services
-from assistant.history import MAX_INT
+from assistant.history import MAX_INT, measures, token_change
 from assistant.management.commands._common import get_conversation
 from assistant.models import CompactionEvent, Conversation, Message
-from assistant.text import measures, token_change
 
 
 class Command(BaseCommand):

@@ -27,6 +27,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from assistant.cost.pricing import conversation_cost
+from assistant.history.figures import measures, share, token_change, token_count
 from assistant.models import CompactionEvent, Conversation
 from assistant.providers.catalog import model_context_window
 from assistant.services import (
@@ -37,7 +38,6 @@ from assistant.services import (
     finish_exchange,
 )
 from assistant.testing.fake_provider import PromptCache, default_usage
-from assistant.text.figures import measures, share, token_change, token_count
 from demo.scenes import run_overflow_and_fork_demo
 from demo.workload import generate
 
@@ -200,7 +200,7 @@ def step_lines(
     turn: int, events: list[CompactionEvent], next_request: int, window: int
 ) -> list[str]:
     """The lines of a turn's compaction steps, each figure named for what it measures
-    (assistant.text.figures): a step that rewrote the request reads the request before
+    (assistant.history.figures): a step that rewrote the request reads the request before
     and after it, one line each (two shifts in a turn are two lines, never a sum); the
     worker's compaction of many tool results (one event per result) is one line, the
     results' own sizes summed. The last line: the next request after all of them."""
