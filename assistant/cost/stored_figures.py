@@ -2,9 +2,12 @@
 `cost_of` computed for a conversation and how many messages it held, with what
 they covered (its newest message and compaction event, its fixed part's
 estimate, the pricing). Read while they cover what the conversation holds;
-computed again, and stored, otherwise: the cost by `cost_of`, the count by
-adding the messages stored since the newest one counted (one index range each),
-counted again in full when that message is gone. So the list shows the change
+computed again, and stored, otherwise: the cost by `cost_of` continuing the
+stored one from where its walk stopped (`cost_figures["walk"]`: only the calls,
+events and summaries recorded since are read, one index range each), all the
+calls priced again when the walk cannot be continued; the count by adding the
+messages stored since the newest one counted (one index range each), counted
+again in full when that message is gone. So the list shows the change
 page's figures, at one query a page whatever the conversations hold
 (docs/operations.rst, "Performance at scale")."""
 
