@@ -11,7 +11,8 @@ work at 235 against the long one. Not part of `make bench` nor `make test`.
 
 `--scale-search` measures search_history alone, in a minute: the long conversation
 written through SQL (bench/bulk.py: the same shares of the common word and of the two
-words, a rare token per message), in no bulk."""
+words, a rare token per message), in no bulk. `--scale-post-exchange` measures the
+post-exchange work alone the same way, the long conversation's window shifted first."""
 
 from __future__ import annotations
 
