@@ -80,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
         action="store_true",
         help="with --scale: only search_history, the long conversation written through SQL",
     )
+    parser.add_argument(
+        "--scale-post-exchange",
+        action="store_true",
+        help="with --scale: only the post-exchange work, the long conversation written through SQL",
+    )
     args = parser.parse_args(argv)
 
     os.environ["DJANGO_SETTINGS_MODULE"] = os.environ.get("BENCH_SETTINGS", "bench.settings")
@@ -556,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
 def scale_only(args: argparse.Namespace) -> int:
     """`--scale`: the long conversation in the large database (bench/scale.py), at
     the production sizes unless told (`--scale-messages`, `--scale-bulk`,
-    `--scale-conversations`); `--scale-search`: the search figures alone."""
+    `--scale-conversations`); `--scale-search`: the search figures alone;
+    `--scale-post-exchange`: the post-exchange figure alone."""
     from bench import scale
 
     started = time.perf_counter()
@@ -566,6 +572,8 @@ def scale_only(args: argparse.Namespace) -> int:
 
     if args.scale_search:
         lines = scale.run_search(args.scale_messages or scale.LONG_MESSAGES, step)
+    elif args.scale_post_exchange:
+        lines = scale.run_post_exchange(args.scale_messages or scale.LONG_MESSAGES, step)
     else:
         lines = scale.run(
             args.scale_messages or scale.LONG_MESSAGES,

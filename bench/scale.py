@@ -11,7 +11,8 @@ work at 235 against the long one. Not part of `make bench` nor `make test`.
 
 `--scale-search` measures search_history alone, in a minute: the long conversation
 written through SQL (bench/bulk.py: the same shares of the common word and of the two
-words, a rare token per message), in no bulk."""
+words, a rare token per message), in no bulk. `--scale-post-exchange` measures the
+post-exchange work alone the same way, the long conversation's window shifted first."""
 
 from __future__ import annotations
 
@@ -151,6 +152,77 @@ def run_search(long_messages: int, step: Callable[[str], None]) -> list[str]:
     return [header, *(figure.line() for figure in figures)]
 
 
+def post_exchange_ms(conversation: Any) -> float:
+    """The post-exchange work's median after each of REPEATS exchanges reading the
+    same file again (a result the duplicate check stubs)."""
+    from django.utils import timezone
+
+    from assistant.models import Conversation
+    from assistant.services import add_message, process_exchange
+
+    times = []
+    for n in range(REPEATS):
+        call = {"id": f"post{n}", "name": "read_file", "arguments": {"path": "src/f7.py"}}
+        add_message(conversation, "user", "Read it again.")
+        add_message(
+            conversation,
+            "assistant",
+            "",
+            tool_calls=[call],
+            input_tokens=2000,
+            output_tokens=10,
+        )
+        add_message(conversation, "tool", "x = 1\n" * 400, tool_call_id=f"post{n}")
+        add_message(
+            conversation,
+            "assistant",
+            "Same as before.",
+            input_tokens=2000,
+            output_tokens=10,
+        )
+        Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
+        started = time.perf_counter()
+        process_exchange(conversation.pk)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def run_post_exchange(long_messages: int, step: Callable[[str], None]) -> list[str]:
+    """`--scale-post-exchange`: the post-exchange figure alone, in a few minutes: the
+    baseline through add_message, the long conversation through SQL (bench/bulk.py,
+    whole turns of read_file calls and results), its window shifted as the chat path
+    leaves it; three rounds, each figure printed as it is measured."""
+    from assistant.models import Conversation
+    from assistant.services import prepare_context
+    from bench.bulk import analyze, insert_messages
+    from bench.fake_summarizer import FakeSummarizer
+    from bench.measures import prepare_database, use_fake
+
+    step("preparing the benchmark database")
+    prepare_database()
+    lines = [f"{'figure':<44} {'baseline':>12}  {'measured':>12}  ratio"]
+    with use_fake(FakeSummarizer()):
+        step(f"the baseline through add_message: {SMALL_MESSAGES} messages")
+        small = Conversation.objects.create(title="small", system_prompt="You help.")
+        grow(small, SMALL_MESSAGES)
+        step(f"the long conversation through SQL: {long_messages:,} messages")
+        long = Conversation.objects.create(title="long", system_prompt="You help.")
+        # Whole turns (user, call, result): the last message is a result.
+        insert_messages(long.pk, long_messages - long_messages % 3, salt="long")
+        analyze()
+        prepare_context(small)
+        prepare_context(long)  # its first call shifts the window
+        for round_ in range(3):
+            figure = Figure(
+                f"post-exchange {SMALL_MESSAGES} vs {long_messages:,}, round {round_ + 1}",
+                post_exchange_ms(small),
+                post_exchange_ms(long),
+            )
+            step(figure.line())
+            lines.append(figure.line())
+    return lines
+
+
 def run(
     long_messages: int, bulk_messages: int, conversations: int, step: Callable[[str], None]
 ) -> list[str]:
@@ -158,10 +230,9 @@ def run(
     from django.db import connection
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
-    from django.utils import timezone
 
     from assistant.models import Conversation
-    from assistant.services import add_message, prepare_context, process_exchange
+    from assistant.services import prepare_context
     from bench.bulk import analyze, insert_messages
     from bench.fake_summarizer import FakeSummarizer
     from bench.measures import prepare_database, use_fake
@@ -248,40 +319,11 @@ def run(
 
         step("post-exchange: the same tool results at each size")
 
-        def exchange(conversation: Conversation) -> float:
-            times = []
-            for n in range(REPEATS):
-                call = {"id": f"post{n}", "name": "read_file", "arguments": {"path": "src/f7.py"}}
-                add_message(conversation, "user", "Read it again.")
-                add_message(
-                    conversation,
-                    "assistant",
-                    "",
-                    tool_calls=[call],
-                    input_tokens=2000,
-                    output_tokens=10,
-                )
-                add_message(conversation, "tool", "x = 1\n" * 400, tool_call_id=f"post{n}")
-                add_message(
-                    conversation,
-                    "assistant",
-                    "Same as before.",
-                    input_tokens=2000,
-                    output_tokens=10,
-                )
-                Conversation.objects.filter(pk=conversation.pk).update(
-                    last_exchange_at=timezone.now()
-                )
-                started = time.perf_counter()
-                process_exchange(conversation.pk)
-                times.append(time.perf_counter() - started)
-            return statistics.median(times) * 1000
-
         keep(
             Figure(
                 f"post-exchange {SMALL_MESSAGES} vs {long_messages:,}",
-                exchange(small),
-                exchange(long),
+                post_exchange_ms(small),
+                post_exchange_ms(long),
             )
         )
     header = f"{'figure':<44} {'baseline':>12}  {'measured':>12}  ratio"

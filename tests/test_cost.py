@@ -5,12 +5,16 @@ summarizer tokens of its compaction events (assistant/cost/pricing.py)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
+from unittest import mock
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from assistant.cost.pricing import conversation_cost, costs_since, price_of
-from assistant.cost.stored_figures import conversation_costs
+from assistant.cost.stored_figures import conversation_costs, cost_from_json, store_costs
 from assistant.history.events import record_compaction
 from assistant.models import Conversation, Message
 from assistant.services import add_message
@@ -203,3 +207,65 @@ def test_totals_count_the_calls_and_summaries_of_the_period_only(db):
     assert all_time.calls == 6
     assert all_time.chat == pytest.approx(2 * one.chat, rel=1e-12)
     assert all_time.summarizer_input_tokens == 200
+
+
+def test_stored_figures_continued_after_each_exchange_equal_all_the_calls_priced_again(db):
+    clock = [timezone.now()]
+    with mock.patch("django.utils.timezone.now", lambda: clock[0]):
+        conversation, _ = priced_conversation("continued")
+        store_costs([conversation.pk])
+        exchanges: list[dict[str, Any]] = [
+            {"input_tokens": 50, "cache_read_tokens": 200, "output_tokens": 10},
+            {"input_tokens": 3, "output_tokens": 5},  # implausible after its long question
+            {"input_tokens": 40, "cache_write_tokens": 300, "model": "claude-haiku-4-5"},
+            {"input_tokens": 40, "output_tokens": 10, "model": "a-model-with-no-price"},
+            {"input_tokens": 60, "cache_read_tokens": 250, "output_tokens": 10},
+            {"input_tokens": 70, "cache_read_tokens": 260, "output_tokens": 12},
+        ]
+        for n, usage in enumerate(exchanges):
+            # One gap past CACHE_TTL_SECONDS (300): that call reads nothing from the cache.
+            clock[0] += timedelta(minutes=6 if n == 4 else 1)
+            add_message(conversation, "user", f"{n}" * (4000 if n == 1 else 400 + 40 * n))
+            add_message(conversation, "assistant", "A" * 40, **usage)
+            if n in (1, 3):  # a summary and a tool-result compaction after the exchange
+                clock[0] += timedelta(seconds=1)
+                record_compaction(
+                    conversation.pk,
+                    "window_summary" if n == 1 else "tool_result",
+                    tokens_before=400,
+                    tokens_after=150 + n,
+                    messages_affected=2,
+                    duration_ms=5,
+                    summarizer_model="claude-haiku-4-5" if n == 1 else "",
+                    summarizer_input_tokens=300 if n == 1 else 0,
+                    summarizer_output_tokens=30 if n == 1 else 0,
+                )
+            newest = conversation.messages.order_by("-id")[0].pk
+            with CaptureQueriesContext(connection) as queries:
+                store_costs([conversation.pk])
+            stored = Conversation.objects.get(pk=conversation.pk).cost_figures
+            assert cost_from_json(stored["cost"]) == conversation_cost(conversation)[0], n
+            # Continued: the usage read from the newest message walked on, no earlier.
+            usage_reads = [
+                q["sql"]
+                for q in queries
+                if 'FROM "assistant_message"' in q["sql"] and '"input_tokens"' in q["sql"]
+            ]
+            assert len(usage_reads) == 1 and f'"id" >= {newest - 2}' in usage_reads[0], n
+
+        # An event for a time the walk has passed (a clock behind): all priced again.
+        clock[0] -= timedelta(minutes=3)
+        record_compaction(
+            conversation.pk,
+            "tool_result",
+            tokens_before=500,
+            tokens_after=90,
+            messages_affected=1,
+            duration_ms=5,
+        )
+        store_costs([conversation.pk])
+    stored = Conversation.objects.get(pk=conversation.pk).cost_figures
+    full, _ = conversation_cost(conversation)
+    assert cost_from_json(stored["cost"]) == full
+    assert full.calls == 3 + len(exchanges) and full.unpriced == {"a-model-with-no-price"}
+    assert full.estimated is not None

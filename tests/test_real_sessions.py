@@ -48,7 +48,8 @@ def test_the_reference_replay_is_well_formed_in_at_most_5_queries_per_stored_mes
     # results batch went inside the early shift of its call, one rewrite fewer; then
     # 1,525, before the post-exchange pipeline stored the conversation's cost figures,
     # +32, and each window summary's event measured the request after its rewrite,
-    # +15). Per message: the
+    # +15; 1,576 on the house branch, 1,570 once the cost figures continued the stored
+    # ones: two statements fewer for each post-exchange run after the first). Per message: the
     # INSERT, then the UPDATE that adds it to the conversation's stored size (no
     # transaction of its own; a tool result also reads its call); per model call
     # the hook loads the window once (2, the conversation found live by that query)

@@ -11,11 +11,12 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from assistant.cost.pricing import conversation_cost
 from assistant.models import Conversation, Message
 from assistant.recall import RANKED_MATCHES, run_tool_call
-from assistant.services import add_message
+from assistant.services import add_message, prepare_context, process_exchange
 from assistant.tool_results.compaction import _consumed_boundary, _with_older_duplicates
 from assistant.window.loading import load_window, measure_size
 from bench.bulk import COMMON_WORD, NO_MATCH, TWO_WORDS, analyze, insert_messages, rare_token
@@ -236,3 +237,46 @@ def test_a_stored_cost_figure_is_priced_again_when_the_prices_change(client, db)
 
     assert after.chat == pytest.approx(2 * before.chat)
     assert client.get(page).context["cl"].result_list[0]._cost == before
+
+
+def post_exchange_reads(conversation: Conversation, turns: int = 3) -> tuple[int, int]:
+    """The statements of the last of `turns` post-exchange runs, each after an exchange
+    reading the same file again (bench/scale.py's), and the most rows any node of
+    theirs read from the messages (EXPLAIN ANALYZE, actual rows times loops)."""
+    for n in range(turns):
+        call = {"id": f"post{n}", "name": "read_file", "arguments": {"path": "src/f7.py"}}
+        add_message(conversation, "user", "Read it again.")
+        add_message(
+            conversation, "assistant", "", tool_calls=[call], input_tokens=2000, output_tokens=10
+        )
+        add_message(conversation, "tool", "x = 1\n" * 400, tool_call_id=f"post{n}")
+        add_message(conversation, "assistant", "Same.", input_tokens=2000, output_tokens=10)
+        Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=timezone.now())
+        with CaptureQueriesContext(connection) as queries:
+            assert process_exchange(conversation.pk)
+    most = 0
+    for query in queries:
+        sql = query["sql"]
+        select = sql.split(" CURSOR FOR ", 1)[-1] if sql.startswith("DECLARE") else sql
+        if not select.startswith("SELECT") or '"assistant_message"' not in select:
+            continue
+        for node in nodes(plan_of(select, analyze=True)):
+            if node.get("Relation Name") == "assistant_message" or "Index Name" in node:
+                most = max(most, node.get("Actual Rows", 0) * node.get("Actual Loops", 1))
+    return len(queries), most
+
+
+def test_the_post_exchange_reads_what_is_new_whatever_the_conversation_holds(db):
+    sizes = {}
+    for size in (235, 6_000):
+        conversation = Conversation.objects.create(title=f"{size}", system_prompt="You help.")
+        insert_messages(conversation.pk, size, salt=str(size))
+        analyze()
+        prepare_context(conversation)  # the window as the chat path leaves it
+        sizes[size] = post_exchange_reads(conversation)
+    (small_statements, small_rows), (long_statements, long_rows) = sizes[235], sizes[6_000]
+    # The same statements, and none reads more rows at 6,000 messages than at 235 (the
+    # small one's window, all of it; the cost figures read the exchange's messages alone,
+    # where they read all 6,012 before).
+    assert long_statements == small_statements, sizes
+    assert long_rows <= small_rows, sizes

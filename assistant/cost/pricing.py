@@ -43,7 +43,7 @@ that answers what a model costs.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.db.models import F, Q, QuerySet, TextField, Value
@@ -194,13 +194,18 @@ def cost_of(
     *,
     since: datetime | None = None,
     prices: dict[str, Price] | None = None,
+    before: tuple[Cost, Call | None] | None = None,
 ) -> Cost:
     """One conversation's cost (its calls in order), counting only the calls
-    made at or after `since` (the cache state before them still counts)."""
+    made at or after `since` (the cache state before them still counts).
+    `before`: the cost of its earlier calls and summaries and the last of those
+    calls, which this continues (`store_costs`: the same figure as all of them)."""
     prices = model_prices() if prices is None else prices
     ttl = timedelta(seconds=compaction_config().CACHE_TTL_SECONDS)
     cost = Cost()
     previous: Call | None = None
+    if before is not None:
+        cost, previous = replace(before[0], unpriced=set(before[0].unpriced)), before[1]
     for call in calls:
         warm = previous if previous is not None and call.at - previous.at <= ttl else None
         previous = call
@@ -237,7 +242,6 @@ def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, l
     conversation, oldest first. One query for the messages (integers only,
     never their text), one for the conversations' fixed parts and one for the
     compaction events' sizes."""
-    chat_model = current_limits().model
     conversations = Conversation.objects.all()
     messages = Message.objects.all()
     events = CompactionEvent.objects.all()
@@ -246,20 +250,127 @@ def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, l
         conversations = conversations.filter(pk__in=ids)
         messages = messages.filter(conversation_id__in=ids)
         events = events.filter(conversation_id__in=ids)
+    return walked_calls(conversations, messages, events)[0]
+
+
+def walked_calls(
+    conversations: QuerySet[Conversation],
+    messages: QuerySet[Message],
+    events: QuerySet[CompactionEvent],
+) -> tuple[dict[int, list[Call]], dict[int, Walk]]:
+    """`recorded_calls`, with each conversation's walk past them."""
     fixed = _fixed_tokens(conversations)
-    compactions = _sizes_after_compactions(events)
-    rows = _call_rows(messages)
-    calls: dict[int, list[Call]] = {}
-    current, history, sent, pending = None, 0, 0, []
-    for conversation_id, pk, at, estimate, inp, read, write, out, model, role in rows.iterator(
-        chunk_size=5000
+    walks = {pk: Walk(history=tokens, sent=tokens) for pk, tokens in fixed.items()}
+    compactions: dict[int, list[tuple[datetime, int]]] = {}
+    for conversation_id, event_id, at, after in events.order_by("created_at", "id").values_list(
+        "conversation_id", "id", "created_at", "tokens_after"
     ):
+        compactions.setdefault(conversation_id, []).append((at, after))
+        walk = walks.setdefault(conversation_id, Walk())
+        walk.event = max(walk.event, event_id)
+    return _walk(messages, compactions, walks), walks
+
+
+@dataclass
+class Walk:
+    """Where `recorded_calls`' walk of one conversation's messages stands: the
+    newest message and compaction event read, the latest time a message read was
+    made at (the compactions made by then are applied), and the history and sent
+    estimates after them. `store_costs` keeps it, and a later walk resumes it."""
+
+    through: int = 0
+    latest: datetime | None = None
+    event: int = 0
+    history: int = 0
+    sent: int = 0
+
+
+def calls_after(
+    walks: dict[int, Walk],
+) -> tuple[dict[int, list[Call]], dict[int, list[SummarizerCall]]] | None:
+    """The chat and summarizer calls recorded in these conversations since their
+    walks (moved on past them), in two queries bounded by what was recorded since,
+    the index range (conversation, id > through) of each, and one for the compaction
+    events not applied yet. None when a compaction event was recorded since for a
+    time the walk had passed: its calls are then read again in full."""
+    if not walks:
+        return {}, {}
+    pending = Q()
+    for pk, walk in walks.items():
+        # Before any message, every event is still to apply.
+        unapplied = Q()
+        if walk.latest is not None:
+            unapplied = Q(id__gt=walk.event) | Q(created_at__gt=walk.latest)
+        pending |= Q(conversation_id=pk) & unapplied
+    events = list(
+        CompactionEvent.objects.filter(pending)
+        .order_by("created_at", "id")
+        .values_list(
+            "conversation_id",
+            "id",
+            "created_at",
+            "tokens_after",
+            "summarizer_model",
+            "summarizer_input_tokens",
+            "summarizer_output_tokens",
+            "details__summarizer_cache_read_tokens",
+            "details__summarizer_cache_write_tokens",
+        )
+    )
+    compactions: dict[int, list[tuple[datetime, int]]] = {}
+    summaries: dict[int, list[tuple[int, SummarizerCall]]] = {}
+    for pk, event_id, at, after, model, inp, out, read, written in events:
+        walk = walks[pk]
+        if event_id > walk.event and walk.latest is not None and at <= walk.latest:
+            return None  # it applies before messages already walked
+        compactions.setdefault(pk, []).append((at, after))
+        if event_id > walk.event and (inp > 0 or out > 0):
+            call = SummarizerCall(at, model, inp, out, _count(read), _count(written))
+            summaries.setdefault(pk, []).append((event_id, call))
+        walk.event = max(walk.event, event_id)
+    messages = Q()
+    for pk, walk in walks.items():
+        # From the newest message walked, included: if its insert was undone since, the
+        # walk holds a message that is gone and is done again in full.
+        messages |= Q(conversation_id=pk, id__gte=walk.through)
+    walked = {pk: walk.through for pk, walk in walks.items() if walk.through}
+    calls = _walk(Message.objects.filter(messages), compactions, walks, walked=walked)
+    if walked:
+        return None
+    return calls, {
+        pk: [call for _, call in sorted(found, key=lambda pair: pair[0])]
+        for pk, found in summaries.items()
+    }
+
+
+def _walk(
+    messages: QuerySet[Message],
+    compactions: dict[int, list[tuple[datetime, int]]],
+    walks: dict[int, Walk],
+    *,
+    walked: dict[int, int] | None = None,
+) -> dict[int, list[Call]]:
+    """The calls among these messages, each conversation's walk moved on past them;
+    the newest message each walk had read (`walked`) is skipped, and taken out of
+    `walked` when found."""
+    walked = {} if walked is None else walked
+    chat_model = current_limits().model
+    calls: dict[int, list[Call]] = {}
+    walk, pending = Walk(), list[tuple[datetime, int]]()
+    current = None
+    for conversation_id, pk, at, estimate, inp, read, write, out, model, role in _call_rows(
+        messages
+    ).iterator(chunk_size=5000):
         if conversation_id != current:
-            current, history = conversation_id, fixed.get(conversation_id, 0)
-            sent, pending = history, list(compactions.get(conversation_id, ()))
+            current = conversation_id
+            walk = walks.setdefault(conversation_id, Walk())
+            pending = list(compactions.get(conversation_id, ()))
+        if walked.get(conversation_id) == pk:
+            del walked[conversation_id]
+            continue
         # A compaction made before this message left the context at its size after.
         while pending and pending[0][0] <= at:
-            sent = pending.pop(0)[1]
+            walk.sent = pending.pop(0)[1]
         if role == Message.Role.ASSISTANT and inp is not None:
             calls.setdefault(conversation_id, []).append(
                 Call(
@@ -270,12 +381,14 @@ def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, l
                     read or 0,
                     write or 0,
                     out or 0,
-                    sent,
-                    max(0, history - sent),
+                    walk.sent,
+                    max(0, walk.history - walk.sent),
                 )
             )
-        history += estimate
-        sent += estimate
+        walk.history += estimate
+        walk.sent += estimate
+        walk.through = pk
+        walk.latest = at if walk.latest is None else max(walk.latest, at)
     return calls
 
 
@@ -287,18 +400,6 @@ def _fixed_tokens(conversations: QuerySet[Conversation]) -> dict[int, int]:
             "pk", "system_prompt", MetadataKeys.PARENT_CONVERSATION_SUMMARY
         )
     }
-
-
-def _sizes_after_compactions(
-    events: QuerySet[CompactionEvent],
-) -> dict[int, list[tuple[datetime, int]]]:
-    """Conversation id -> (when, context size after) of each compaction, oldest first."""
-    compactions: dict[int, list[tuple[datetime, int]]] = {}
-    for conversation_id, at, after in events.order_by("created_at", "id").values_list(
-        "conversation_id", "created_at", "tokens_after"
-    ):
-        compactions.setdefault(conversation_id, []).append((at, after))
-    return compactions
 
 
 def _call_rows(messages: QuerySet[Message]) -> QuerySet[Message, tuple]:

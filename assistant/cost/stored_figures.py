@@ -2,9 +2,12 @@
 `cost_of` computed for a conversation and how many messages it held, with what
 they covered (its newest message and compaction event, its fixed part's
 estimate, the pricing). Read while they cover what the conversation holds;
-computed again, and stored, otherwise: the cost by `cost_of`, the count by
-adding the messages stored since the newest one counted (one index range each),
-counted again in full when that message is gone. So the list shows the change
+computed again, and stored, otherwise: the cost by `cost_of` continuing the
+stored one from where its walk stopped (`cost_figures["walk"]`: only the calls,
+events and summaries recorded since are read, one index range each), all the
+calls priced again when the walk cannot be continued; the count by adding the
+messages stored since the newest one counted (one index range each), counted
+again in full when that message is gone. So the list shows the change
 page's figures, at one query a page whatever the conversations hold
 (docs/operations.rst, "Performance at scale")."""
 
@@ -14,16 +17,20 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, OuterRef, Q, Subquery
 
 from assistant.cost.pricing import (
+    Call,
     Cost,
+    Walk,
+    calls_after,
     cost_of,
     model_prices,
-    recorded_calls,
     recorded_summarizer_calls,
+    walked_calls,
 )
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.settings.conf import compaction_config
@@ -36,6 +43,8 @@ FIGURES_VERSION = 2
 #: The key of the stored message count in `Conversation.cost_figures` (the admin
 #: list sorts on it).
 MESSAGES_KEY = "messages"
+#: Where the figure's walk of the calls stands (`Walk`), which the next one resumes.
+WALK_KEY = "walk"
 
 _Covers = dict[int, tuple[list[Any], dict[str, Any] | None]]
 
@@ -82,24 +91,91 @@ def store_costs(conversation_ids: Iterable[int]) -> None:
 
 
 def _computed(ids: list[int], covers: _Covers) -> dict[int, ListFigures]:
-    calls = recorded_calls(ids)
-    summaries = recorded_summarizer_calls(ids)
     prices = model_prices()
-    costs = {pk: cost_of(calls.get(pk, []), summaries.get(pk, ()), prices=prices) for pk in ids}
-    counts = _message_counts(covers)
-    rows = [
-        Conversation(
-            pk=pk,
-            cost_figures={
-                "cover": cover,
-                "cost": cost_to_json(costs[pk]),
-                MESSAGES_KEY: counts[pk],
-            },
+    walks: dict[int, Walk] = {}
+    before: dict[int, tuple[Cost, Call | None]] = {}
+    for pk in ids:
+        resumed = _resumable(*covers[pk]) if pk in covers else None
+        if resumed is not None:
+            walks[pk], before[pk] = resumed
+    found = calls_after(walks)
+    if found is None:  # a walk cannot be resumed: every figure computed in full
+        walks, before, found = {}, {}, ({}, {})
+    calls, summaries = found
+    full = [pk for pk in ids if pk not in walks]
+    if full:
+        full_calls, full_walks = walked_calls(
+            Conversation.objects.filter(pk__in=full),
+            Message.objects.filter(conversation_id__in=full),
+            CompactionEvent.objects.filter(conversation_id__in=full),
         )
-        for pk, (cover, _) in covers.items()
-    ]
+        calls.update(full_calls)
+        walks.update(full_walks)
+        summaries.update(recorded_summarizer_calls(full))
+    costs = {
+        pk: cost_of(calls.get(pk, []), summaries.get(pk, ()), prices=prices, before=before.get(pk))
+        for pk in ids
+    }
+    counts = _message_counts(covers)
+    rows = []
+    for pk, (cover, _) in covers.items():
+        new_calls = calls.get(pk)
+        previous = new_calls[-1] if new_calls else before.get(pk, (None, None))[1]
+        walk = walks.get(pk, Walk())
+        rows.append(
+            Conversation(
+                pk=pk,
+                cost_figures={
+                    "cover": cover,
+                    "cost": cost_to_json(costs[pk]),
+                    MESSAGES_KEY: counts[pk],
+                    WALK_KEY: _walk_to_json(walk, previous),
+                },
+            )
+        )
     Conversation.objects.bulk_update(rows, ["cost_figures"])
     return {pk: ListFigures(costs[pk], counts.get(pk, 0)) for pk in ids}
+
+
+def _resumable(
+    cover: list[Any], stored: dict[str, Any] | None
+) -> tuple[Walk, tuple[Cost, Call | None]] | None:
+    """The walk a stored figure reached and its cost, when a figure of the
+    conversation now can continue them: the same fixed part and pricing, and
+    nothing it walked removed since (its newest message is checked by
+    `calls_after`)."""
+    if not stored or WALK_KEY not in stored or "cost" not in stored:
+        return None
+    stored_cover = stored.get("cover") or []
+    if stored_cover[2:] != cover[2:]:
+        return None
+    walk, previous = _walk_from_json(stored[WALK_KEY])
+    newest_message, newest_event = cover[0] or 0, cover[1]
+    if walk.through > newest_message or (walk.event and newest_event is None):
+        return None
+    return walk, (cost_from_json(stored["cost"]), previous)
+
+
+def _walk_to_json(walk: Walk, previous: Call | None) -> dict[str, Any]:
+    return {
+        **asdict(walk),
+        "latest": walk.latest.isoformat() if walk.latest else None,
+        "previous": {**asdict(previous), "at": previous.at.isoformat()} if previous else None,
+    }
+
+
+def _walk_from_json(stored: dict[str, Any]) -> tuple[Walk, Call | None]:
+    latest = datetime.fromisoformat(stored["latest"]) if stored["latest"] else None
+    walk = Walk(
+        through=stored["through"],
+        latest=latest,
+        event=stored["event"],
+        history=stored["history"],
+        sent=stored["sent"],
+    )
+    previous = stored["previous"]
+    call = Call(**{**previous, "at": datetime.fromisoformat(previous["at"])}) if previous else None
+    return walk, call
 
 
 def _message_counts(covers: _Covers) -> dict[int, int]:
