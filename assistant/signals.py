@@ -19,10 +19,15 @@ from typing import Any
 
 from django.dispatch import Signal
 
+#: A notice's phase: a compaction's start, or its one end.
 STARTED = "started"
+#: See STARTED.
 ENDED = "ended"
+#: An end's status: the compaction was made and recorded.
 COMPLETED = "completed"
+#: An end's status: it failed (`CompactionNotice.error` says why).
 FAILED = "failed"
+#: An end's status: there was nothing to do, or another worker's compaction landed first.
 SKIPPED = "skipped"
 
 
@@ -32,8 +37,9 @@ class CompactionNotice:
     at the start and carried by its one end; `kind` is a CompactionEvent.Kind value
     (the end's: that of the event recorded, for a staff action its most telling
     part); `tokens_before` the request's size before it. The end adds `status`
-    (completed, failed or skipped), `tokens_after` and `event_id` (completed: the
-    CompactionEvent row), `summary` (where one was made) or `error` (failed)."""
+    (completed, failed or skipped), `tokens_after` and `event_id` (the CompactionEvent
+    row, where one was written: always when completed), `summary` (where one was
+    made) or `error` (failed)."""
 
     compaction_id: str
     conversation_id: int
@@ -48,8 +54,8 @@ class CompactionNotice:
     acting_user_id: int | None = None
 
 
-# compaction_event(sender, notice): a CompactionNotice, at a compaction's start and at
-#   its one end, sent as it happens (not on commit), on the chat path and on the worker.
+#: compaction_event(sender, notice): a CompactionNotice, at a compaction's start and at
+#: its one end, sent as it happens (not on commit), on the chat path and on the worker.
 compaction_event = Signal()
 
 # ACP's status of each end (agentclientprotocol.com, "Session Compaction", ACP v1):
@@ -98,15 +104,15 @@ def acp_updates(notice: CompactionNotice) -> list[dict[str, Any]]:
     return updates
 
 
-# context_compacted(sender, conversation_id, event_id, kind, tokens_before,
-#   tokens_after, window, share_of_window, acting_user_id): any compaction
-#   (kind is a CompactionEvent.Kind value); share_of_window is tokens_after
-#   over the context window of the conversation's model (that of its newest
-#   answer; 0.06 for 6%). What tokens_before and tokens_after measure:
-#   assistant.text.figures.measures (docs/admin.rst, "Token figures").
+#: context_compacted(sender, conversation_id, event_id, kind, tokens_before,
+#: tokens_after, window, share_of_window, acting_user_id): any compaction
+#: (kind is a CompactionEvent.Kind value); share_of_window is tokens_after
+#: over the context window of the conversation's model (that of its newest
+#: answer; 0.06 for 6%). What tokens_before and tokens_after measure:
+#: assistant.text.figures.measures (docs/admin.rst, "Token figures").
 context_compacted = Signal()
 
-# emergency_compaction(sender, conversation_id, event_id, level, tokens_before,
-#   tokens_after, acting_user_id): an emergency level ran (1 or 2), sent
-#   after context_compacted for the same event.
+#: emergency_compaction(sender, conversation_id, event_id, level, tokens_before,
+#: tokens_after, acting_user_id): an emergency level ran (1 or 2), sent
+#: after context_compacted for the same event.
 emergency_compaction = Signal()

@@ -302,4 +302,3 @@ def test_acp_updates_are_the_protocols_compaction_shapes():
         }
     ]
     assert acp_updates(skipped)[0]["status"] == "cancelled"
-
