@@ -89,6 +89,16 @@ _STEP_CHECKS = {
 }
 
 
+def _sync_callable(name: str, value: Any) -> None:
+    """chat_step awaits nothing: a coroutine function is achat_step's."""
+    optional_callable(name, value)
+    if inspect.iscoroutinefunction(value):
+        raise ValidationError(
+            f"{name} is a coroutine function: chat_step cannot await it (use achat_step).",
+            code=f"async_{name}",
+        )
+
+
 class _Compactions:
     """A step's compactions: each start and end to the host's `on_compaction` (a
     coroutine's result awaited on the step's event loop, from the worker thread the
@@ -231,7 +241,7 @@ def _with_recall_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str,
     return [*(tools or ()), *NEUTRAL_TOOLS]
 
 
-@entry_point(**_STEP_CHECKS)
+@entry_point(**{**_STEP_CHECKS, "on_compaction": _sync_callable})
 def chat_step(
     conversation: Conversation,
     call_model: Callable[[dict[str, Any]], Any],
@@ -268,7 +278,8 @@ def chat_step(
     matters); no request is sent past it either. docs/chat-loop.rst, "Timeouts and
     retries". `on_compaction` is handed each compaction the step makes, its start and
     its one end (a `CompactionNotice`; docs/chat-loop.rst, "Compaction events"); one
-    that raises is logged and the step goes on."""
+    that raises is logged and the step goes on; a coroutine function is refused
+    (`async_on_compaction`: achat_step awaits it)."""
     ends = _ends(deadline)
     chosen, sent = _checked(provider, tools, recall, fields)
     compactions = _Compactions(on_compaction)

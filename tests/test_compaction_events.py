@@ -10,6 +10,7 @@ import logging
 import anthropic
 import pytest
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
 from django.db import connections
 from django.test import override_settings
 
@@ -222,6 +223,22 @@ def test_a_raising_callback_is_logged_and_loses_no_compaction(fake_llm, notices,
     ]
     assert CompactionEvent.objects.filter(conversation=conversation).count() == 3
     assert caplog.text.count("compaction_callback_failed") == 6
+
+
+@pytest.mark.django_db
+def test_chat_step_refuses_a_coroutine_on_compaction_before_the_model_call(fake_llm):
+    conversation = long_conversation()
+    fake_llm.script_anthropic(ok("paid for"))
+
+    async def on_compaction(notice):
+        pass
+
+    with pytest.raises(ValidationError) as raised:
+        chat_step(conversation, anthropic_call(fake_llm), on_compaction=on_compaction)
+
+    assert raised.value.code == "async_on_compaction"
+    assert fake_llm.count("anthropic.messages") == 0
+    assert not CompactionEvent.objects.filter(conversation=conversation).exists()
 
 
 @pytest.fixture
