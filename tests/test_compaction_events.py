@@ -22,6 +22,7 @@ from assistant.services import (
     chat_step,
     ensure_context_summary,
     finish_exchange,
+    fork_continuation,
     run_staff_action,
 )
 from assistant.signals import (
@@ -201,6 +202,20 @@ def test_tool_results_compacted_on_the_worker_reach_the_host_through_the_signal_
     event = CompactionEvent.objects.get(conversation=conversation)
     assert notices[1].event_id == event.pk
     assert in_this_thread == []  # a step's callback never hears of the worker's
+
+
+@pytest.mark.django_db
+def test_a_fork_summary_starts_and_ends_once_with_its_summary(notices):
+    parent, _ = tool_heavy_conversation()
+
+    fork = fork_continuation(parent, pending_user_message="And the comments?")
+
+    assert lifecycles(notices) == [("fork_summary", COMPLETED)]
+    fork.refresh_from_db()
+    event = CompactionEvent.objects.get(conversation=fork)
+    end = notices[1]
+    assert (end.conversation_id, end.event_id) == (fork.pk, event.pk)
+    assert end.summary == fork.parent_conversation_summary
 
 
 @pytest.mark.django_db
