@@ -7,7 +7,8 @@ events, and the task queue that runs after a commit.
   a stored field's value;
 - deletion: the guard every writing entry point passes (`require_live`);
 - state_writes: every write of the conversation's window state;
-- events: a CompactionEvent row and one log line per compaction;
+- events: a CompactionEvent row and one log line per compaction, and each
+  compaction's start and one end (`compacting`, `listening`);
 - metadata: atomic writes to a message's metadata;
 - queue, deliveries: tasks enqueued by name after the transaction, and a cap
   on how often the same work is delivered.
