@@ -99,6 +99,9 @@ def _sync_callable(name: str, value: Any) -> None:
         )
 
 
+_SYNC_STEP_CHECKS = {**_STEP_CHECKS, "on_compaction": _sync_callable}
+
+
 class _Compactions:
     """A step's compactions: each start and end to the host's `on_compaction` (a
     coroutine's result awaited on the step's event loop, from the worker thread the
@@ -241,7 +244,7 @@ def _with_recall_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str,
     return [*(tools or ()), *NEUTRAL_TOOLS]
 
 
-@entry_point(**{**_STEP_CHECKS, "on_compaction": _sync_callable})
+@entry_point(**_SYNC_STEP_CHECKS)
 def chat_step(
     conversation: Conversation,
     call_model: Callable[[dict[str, Any]], Any],
