@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import json
+import logging
+import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +44,7 @@ from assistant.history import (
     entry_point,
     fresh_state,
     instance_of,
+    listening,
     optional_callable,
     optional_count,
     optional_seconds,
@@ -48,6 +53,8 @@ from assistant.history import (
     write_state,
 )
 from assistant.models import Conversation, Message, MetadataKeys
+from assistant.ops import telemetry
+from assistant.ops.logs import log_event
 from assistant.precall import prepare_context
 from assistant.provider_compaction import ProviderStep, provider_step
 from assistant.providers import (
@@ -62,7 +69,11 @@ from assistant.providers import (
 from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
 from assistant.responses import record_response
 from assistant.settings.conf import compaction_config
+from assistant.signals import COMPLETED, ENDED, CompactionNotice
 from assistant.window import Context
+
+#: What a step hands its `on_compaction`: each compaction's start and its one end.
+OnCompaction = Callable[[CompactionNotice], Any]
 
 #: The providers whose wire format ``chat_step`` speaks.
 PROVIDERS = CHAT_PROVIDERS
@@ -73,8 +84,73 @@ _STEP_CHECKS = {
     "recall": a_flag,
     "window_tokens": optional_count,
     "on_text": optional_callable,
+    "on_compaction": optional_callable,
     "deadline": optional_seconds,
 }
+
+
+def _sync_callable(name: str, value: Any) -> None:
+    """chat_step awaits nothing: a coroutine function is achat_step's."""
+    optional_callable(name, value)
+    if inspect.iscoroutinefunction(value):
+        raise ValidationError(
+            f"{name} is a coroutine function: chat_step cannot await it (use achat_step).",
+            code=f"async_{name}",
+        )
+
+
+_SYNC_STEP_CHECKS = {**_STEP_CHECKS, "on_compaction": _sync_callable}
+
+
+class _Compactions:
+    """A step's compactions: each start and end to the host's `on_compaction` (a
+    coroutine's result awaited on the step's event loop, from the worker thread the
+    database work runs in), and whether the next request follows a completed one
+    (its chat span's gen_ai.conversation.compacted)."""
+
+    def __init__(
+        self, on_compaction: OnCompaction | None, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
+        self.on_compaction = on_compaction
+        self.loop = loop
+        self.loop_thread = threading.get_ident() if loop is not None else None
+        self.since_request = False
+
+    def __call__(self, notice: CompactionNotice) -> None:
+        if notice.phase == ENDED and notice.status == COMPLETED:
+            self.since_request = True
+        if self.on_compaction is None:
+            return
+        result = self.on_compaction(notice)
+        if inspect.isawaitable(result):
+            self._wait(result, notice)
+
+    def _wait(self, result: Awaitable[Any], notice: CompactionNotice) -> None:
+        if self.loop is None:  # chat_step: no loop to await it on
+            if inspect.iscoroutine(result):
+                result.close()
+            log_event(
+                "compaction_callback_not_awaited",
+                level=logging.WARNING,
+                conversation_id=notice.conversation_id,
+                reason="chat_step awaits nothing: use achat_step for a coroutine",
+            )
+            return
+
+        async def awaited() -> Any:
+            return await result
+
+        if threading.get_ident() == self.loop_thread:
+            self.loop.create_task(awaited())  # on the loop itself: it cannot block here
+            return
+        asyncio.run_coroutine_threadsafe(awaited(), self.loop).result()
+
+    @contextmanager
+    def request(self, conversation_id: int, provider: str) -> Iterator[None]:
+        """The chat span of one request, marked when a compaction came before it."""
+        compacted, self.since_request = self.since_request, False
+        with telemetry.chat_request(conversation_id, provider, compacted=compacted):
+            yield
 
 
 @dataclass(frozen=True)
@@ -168,7 +244,7 @@ def _with_recall_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str,
     return [*(tools or ()), *NEUTRAL_TOOLS]
 
 
-@entry_point(**_STEP_CHECKS)
+@entry_point(**_SYNC_STEP_CHECKS)
 def chat_step(
     conversation: Conversation,
     call_model: Callable[[dict[str, Any]], Any],
@@ -178,6 +254,7 @@ def chat_step(
     recall: bool = False,
     window_tokens: int | None = None,
     on_text: OnText | None = None,
+    on_compaction: OnCompaction | None = None,
     deadline: float | None = None,
     **fields: Any,
 ) -> Step:
@@ -202,21 +279,26 @@ def chat_step(
     is spent (TimeoutError; a retry already under way runs on in the SDK's thread, and
     its answer is not recorded: build the client with max_retries=0 where that
     matters); no request is sent past it either. docs/chat-loop.rst, "Timeouts and
-    retries"."""
+    retries". `on_compaction` is handed each compaction the step makes, its start and
+    its one end (a `CompactionNotice`; docs/chat-loop.rst, "Compaction events"); one
+    that raises is logged and the step goes on; a coroutine function is refused
+    (`async_on_compaction`: achat_step awaits it)."""
     ends = _ends(deadline)
     chosen, sent = _checked(provider, tools, recall, fields)
-    step, prepared = _before_call(conversation, sent, chosen, call_model)
-    response = call_with_overflow_recovery(
-        conversation,
-        lambda context: read_answer(
-            chosen,
-            _within(ends, call_model, _request(context, provider, tools, recall, step, ends)),
-            on_text,
-        ),
-        window_tokens=window_tokens,
-        context=prepared,
-    )
-    return Step(record_response(conversation, response, provider=provider, **fields), response)
+    compactions = _Compactions(on_compaction)
+
+    def call(context: Context) -> Any:
+        request = _request(context, provider, tools, recall, step, ends)
+        with compactions.request(conversation.pk, provider):
+            return read_answer(chosen, _within(ends, call_model, request), on_text)
+
+    with listening(compactions):
+        step, prepared = _before_call(conversation, sent, chosen, call_model)
+        response = call_with_overflow_recovery(
+            conversation, call, window_tokens=window_tokens, context=prepared
+        )
+        message = record_response(conversation, response, provider=provider, **fields)
+    return Step(message, response)
 
 
 @entry_point(**_STEP_CHECKS)
@@ -229,6 +311,7 @@ async def achat_step(
     recall: bool = False,
     window_tokens: int | None = None,
     on_text: OnText | None = None,
+    on_compaction: OnCompaction | None = None,
     deadline: float | None = None,
     **fields: Any,
 ) -> Step:
@@ -239,21 +322,26 @@ async def achat_step(
     The database work (the hook, the context, overflow recovery, the record) runs in
     a worker thread (`sync_to_async`), never on the event loop. `deadline` bounds the
     whole step as chat_step's does; here the call (its SDK retries and their sleeps,
-    a stream's reading too) is cancelled once it is spent (TimeoutError)."""
+    a stream's reading too) is cancelled once it is spent (TimeoutError).
+    `on_compaction` may be a coroutine function: each start and end is awaited as it
+    comes, the step's database work waiting for it."""
     ends = _ends(deadline)
     chosen, sent = _checked(provider, tools, recall, fields)
-    step, prepared = await sync_to_async(_before_call)(conversation, sent, chosen, call_model)
+    compactions = _Compactions(on_compaction, asyncio.get_running_loop())
 
     async def call(context: Context) -> Any:
         request = _request(context, provider, tools, recall, step, ends)
-        return await _awithin(ends, aread_answer(chosen, call_model(request), on_text))
+        with compactions.request(conversation.pk, provider):
+            return await _awithin(ends, aread_answer(chosen, call_model(request), on_text))
 
-    response = await acall_with_overflow_recovery(
-        conversation, call, window_tokens=window_tokens, context=prepared
-    )
-    message = await sync_to_async(record_response)(
-        conversation, response, provider=provider, **fields
-    )
+    with listening(compactions):
+        step, prepared = await sync_to_async(_before_call)(conversation, sent, chosen, call_model)
+        response = await acall_with_overflow_recovery(
+            conversation, call, window_tokens=window_tokens, context=prepared
+        )
+        message = await sync_to_async(record_response)(
+            conversation, response, provider=provider, **fields
+        )
     return Step(message, response)
 
 

@@ -18,6 +18,7 @@ MODULES = [
     "assistant.services",
     "assistant.chat",
     "assistant.recall",
+    "assistant.signals",
     "assistant.testing.fake_provider",
     "assistant.testing.content",
 ]

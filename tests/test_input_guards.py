@@ -45,6 +45,7 @@ BAD_STEP_ARGUMENTS = [
     ({"window_tokens": "x"}, "invalid_window_tokens"),
     ({"window_tokens": 0}, "invalid_window_tokens"),
     ({"on_text": 5}, "invalid_on_text"),
+    ({"on_compaction": "print"}, "invalid_on_compaction"),
     ({"colour": "blue"}, "unknown_field"),
     ({"input_tokens": -1}, "invalid_usage"),
     ({"recall": "yes"}, "invalid_recall"),

@@ -572,8 +572,12 @@ from mysite.chat import call_gpt_responses
 print(answer(
     conversation, "Then post 45", call_model=call_gpt_responses, provider="openai_responses"
 ))
-for turn in range(TURNS - 5):
+for turn in range(TURNS - 6):
     last_answer = answer(conversation, f"Fix the typo in post {100 + turn}")
+# docs/chat-loop.rst's turn that shows each compaction, appended to mysite/chat.py.
+from mysite.chat import answer_showing_compactions
+
+last_answer = answer_showing_compactions(conversation, f"Fix the typo in post {94 + TURNS}")
 
 import re
 import time

@@ -586,3 +586,42 @@ def test_a_pinned_message_outlives_the_providers_compaction(fake_llm, conversati
     assert later
     assert all("owl-5" in json.dumps(body["system"]) for body in later)
     assert all("owl-5" in json.dumps(body) for body in bodies)
+
+
+@override_settings(ASSISTANT_COMPACTION=PROVIDER)
+def test_the_providers_compaction_starts_and_ends_once_and_a_failed_one_ends_failed(
+    fake_llm, conversation
+):
+    from assistant.signals import ENDED, STARTED, compaction_event
+
+    seen = []
+
+    def receive(sender, notice, **kwargs):
+        seen.append(notice)
+
+    call_model = beta_call(claude(fake_llm))
+    calls = [ok(tool_calls=[{"name": "get_log", "arguments": {"id": i}}]) for i in (1, 2, 3)]
+    fake_llm.script(
+        "anthropic.messages",
+        *calls,
+        ok(tool_calls=[{"name": "get_log", "arguments": {"id": 4}}], compaction="failed"),
+        ok("All builds are green."),
+    )
+    compaction_event.connect(receive)
+    try:
+        turn(conversation, call_model, "Check builds 1 to 4")
+    finally:
+        compaction_event.disconnect(receive)
+
+    provider = [n for n in seen if n.kind == "provider_failed"]
+    start, end = provider
+    assert (start.phase, end.phase) == (STARTED, ENDED)
+    assert start.compaction_id == end.compaction_id
+    event = CompactionEvent.objects.get(conversation=conversation, kind="provider_failed")
+    assert (end.status, end.event_id, end.error) == (
+        "failed",
+        event.pk,
+        "the provider's compaction failed",
+    )
+    # Ours that followed each had its own start and end.
+    assert len(seen) == 2 * CompactionEvent.objects.filter(conversation=conversation).count()

@@ -384,3 +384,24 @@ def test_a_gauge_counts_the_exchanges_queued_for_over_a_minute(otel, redis_clien
         assert redis_client.expire(marker, life - 61)
 
     assert otel.collect()[telemetry.QUEUED_STALE] == [({}, 2)]
+
+
+@pytest.mark.django_db
+def test_the_request_after_a_compaction_carries_gen_ai_conversation_compacted(fake_llm, otel):
+    """The overflowed request follows no compaction; the retried one follows the
+    emergency level's: only its chat span is marked (true only, never false)."""
+    from tests.fake_llm import ok, overflow
+    from tests.scenarios import tool_heavy_conversation
+
+    conversation, _ = tool_heavy_conversation()
+    add_message(conversation, "user", "And post 43?")
+    fake_llm.script_anthropic(overflow(), ok("Post 43 is fine."))
+    claude = anthropic.Anthropic(api_key="test-key", base_url=fake_llm.url, max_retries=0)
+
+    chat_step(conversation, lambda r: claude.messages.create(model=CHAT_MODEL, max_tokens=64, **r))
+
+    first, retried = sorted(otel.spans(telemetry.CHAT_SPAN), key=lambda span: span.start_time)
+    assert telemetry.CONVERSATION_COMPACTED not in first.attributes
+    assert retried.attributes[telemetry.CONVERSATION_COMPACTED] is True
+    assert retried.attributes[telemetry.CONVERSATION_ID] == str(conversation.pk)
+    assert retried.kind == trace.SpanKind.CLIENT

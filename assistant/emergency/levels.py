@@ -31,7 +31,15 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from assistant.history import one_rewrite, record_compaction, refresh_state, remember, write_state
+from assistant.history import (
+    Lifecycle,
+    compacting,
+    one_rewrite,
+    record_compaction,
+    refresh_state,
+    remember,
+    write_state,
+)
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
 from assistant.providers import (
     OVERFLOW_STOP_REASON,
@@ -99,6 +107,18 @@ def apply_emergency_level(conversation: Conversation, level: int) -> EmergencyOu
     started = time.monotonic()
     window = load_window(conversation.pk)
     before, request_before = window.estimated_tokens(), window.context_tokens()
+    with compacting(conversation.pk, _EVENT_KINDS[level], request_before) as lifecycle:
+        return _apply_level(conversation, level, lifecycle, started, (before, request_before))
+
+
+def _apply_level(
+    conversation: Conversation,
+    level: int,
+    lifecycle: Lifecycle,
+    started: float,
+    sizes: tuple[int, int],
+) -> EmergencyOutcome:
+    before, request_before = sizes
     compacted, regenerated = 0, False
     try:
         # The level's window summary reads the request before and after the level.
@@ -106,8 +126,9 @@ def apply_emergency_level(conversation: Conversation, level: int) -> EmergencyOu
             compacted, regenerated = _apply(conversation, level)
         window = load_window(conversation.pk)
         after = window.estimated_tokens()
-    except Exception:
+    except Exception as error:
         logger.exception("emergency_failed conversation=%s level=%s", conversation.pk, level)
+        lifecycle.fail(f"{type(error).__name__}: {error}")
         return EmergencyOutcome(level, before, before, failed=True)
     refresh_state(conversation)
     outcome = EmergencyOutcome(level, before, after, compacted, regenerated)

@@ -310,6 +310,7 @@ def _record_event(
         summarizer_output_tokens=summary.output_tokens,
         duration_ms=summary.duration_ms,
         details={"parent_id": parent.pk, "deferred": deferred},
+        summary=summary.text or None,
     )
 
 

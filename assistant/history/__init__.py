@@ -7,7 +7,8 @@ events, and the task queue that runs after a commit.
   a stored field's value;
 - deletion: the guard every writing entry point passes (`require_live`);
 - state_writes: every write of the conversation's window state;
-- events: a CompactionEvent row and one log line per compaction;
+- events: a CompactionEvent row and one log line per compaction, and each
+  compaction's start and one end (`compacting`, `listening`);
 - metadata: atomic writes to a message's metadata;
 - queue, deliveries: tasks enqueued by name after the transaction, and a cap
   on how often the same work is delivered;
@@ -44,9 +45,12 @@ from assistant.history.deletion import (
 )
 from assistant.history.deliveries import over_delivery_cap
 from assistant.history.events import (
+    Lifecycle,
     acting_as,
     acting_user_id,
     acting_user_of,
+    compacting,
+    listening,
     one_event,
     one_rewrite,
     record_compaction,
@@ -78,6 +82,7 @@ __all__ = [
     "PARENT_SUMMARY_TASK",
     "POST_EXCHANGE_TASK",
     "PREBUILD_TASK",
+    "Lifecycle",
     "a_callable",
     "a_flag",
     "acting_as",
@@ -88,12 +93,14 @@ __all__ = [
     "check_content",
     "check_results_wanted",
     "checked_text",
+    "compacting",
     "deleted_error",
     "enqueue_on_commit",
     "entry_point",
     "fresh_state",
     "instance_of",
     "jsonb_equal",
+    "listening",
     "live",
     "mark_deleted",
     "measures",

@@ -11,16 +11,25 @@ event recorded inside it name that user; automatic work names nobody.
 
 A staff action is one event however many compactions it makes (`one_event`):
 the context before and after it, and in its details each part it made.
+
+Every compaction has a start and exactly one end (`compacting`): the start as it
+begins, the end (completed, failed or skipped) as its block ends, each sent as
+`assistant.signals.compaction_event` and to the listeners of the step under way
+(`listening`: chat_step's `on_compaction`). A compaction recorded with no block
+of its kind open (the worker's tool results, the provider's own) gets its start
+and end as it is recorded. A listener or receiver that raises is logged and the
+compaction goes on.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -41,14 +50,22 @@ EMERGENCY_LEVELS: dict[str, int] = {
 }
 
 _acting_user_id: ContextVar[int | None] = ContextVar("assistant_acting_user_id", default=None)
-# Inside `one_event`: its conversation and the parts recorded so far (None outside one).
-_parts: ContextVar[tuple[int, list[dict[str, Any]]] | None] = ContextVar(
+# Inside `one_event`: its conversation, the parts recorded so far and its lifecycle
+# (None outside one).
+_parts: ContextVar[tuple[int, list[dict[str, Any]], Lifecycle] | None] = ContextVar(
     "assistant_event_parts", default=None
 )
 # Inside `one_rewrite`: its conversation, the request's size before it, and the
-# window-summary events held until it ends (None outside one).
-_rewrite: ContextVar[tuple[int, int, list[dict[str, Any]]] | None] = ContextVar(
+# window-summary events held until it ends, each with its lifecycle and summary
+# (None outside one).
+_rewrite: ContextVar[tuple[int, int, list[Held]] | None] = ContextVar(
     "assistant_rewrite", default=None
+)
+# The compactions under way (`compacting`), innermost last.
+_open: ContextVar[tuple[Lifecycle, ...]] = ContextVar("assistant_open_compactions", default=())
+# The listeners of the step under way (`listening`).
+_listeners: ContextVar[tuple[Callable[[signals.CompactionNotice], Any], ...]] = ContextVar(
+    "assistant_compaction_listeners", default=()
 )
 # The kind of a staff action's one event: that of its most telling part.
 KIND_ORDER = (
@@ -118,22 +135,153 @@ def stopwatch() -> Iterator[Stopwatch]:
     yield Stopwatch(time.perf_counter())
 
 
+@dataclass
+class Lifecycle:
+    """One compaction from its start to its one end. `fail(error)` makes its end
+    `failed`; a block that records its event ends `completed`; else `skipped`. A
+    lifecycle inside a staff action's `one_event` is one of its parts: silent."""
+
+    conversation_id: int
+    kind: str
+    tokens_before: int
+    silent: bool = False
+    compaction_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    acting_user_id: int | None = None
+    event: CompactionEvent | None = None
+    summary: str | None = None
+    error: str | None = None
+    held: bool = False  # its event waits for the end of the rewrite it is in
+    ended: bool = False
+
+    def fail(self, error: str) -> None:
+        self.error = error[:500]
+
+    def start(self) -> None:
+        self.acting_user_id = acting_user_id()
+        self._emit(
+            signals.CompactionNotice(
+                self.compaction_id,
+                self.conversation_id,
+                signals.STARTED,
+                self.kind,
+                self.tokens_before,
+                acting_user_id=self.acting_user_id,
+            )
+        )
+
+    def end(self) -> None:
+        """The one end: failed (an error), completed (an event), else skipped."""
+        if self.ended:
+            return
+        self.ended = True
+        event = self.event
+        status = (
+            signals.FAILED
+            if self.error is not None
+            else signals.COMPLETED
+            if event is not None
+            else signals.SKIPPED
+        )
+        self._emit(
+            signals.CompactionNotice(
+                self.compaction_id,
+                self.conversation_id,
+                signals.ENDED,
+                event.kind if event is not None else self.kind,
+                self.tokens_before,
+                status=status,
+                tokens_after=event.tokens_after if event is not None else None,
+                summary=self.summary if event is not None else None,
+                error=self.error,
+                event_id=event.pk if event is not None else None,
+                acting_user_id=self.acting_user_id,
+            )
+        )
+
+    def _emit(self, notice: signals.CompactionNotice) -> None:
+        if self.silent:
+            return
+        _send(signals.compaction_event, sender=Conversation, notice=notice)
+        for listener in _listeners.get():
+            try:
+                listener(notice)
+            except Exception as error:  # the host's callback never loses the compaction
+                log_event(
+                    "compaction_callback_failed",
+                    level=logging.WARNING,
+                    conversation_id=notice.conversation_id,
+                    compaction_id=notice.compaction_id,
+                    error=type(error).__name__,
+                )
+
+
+@dataclass
+class Held:
+    fields: dict[str, Any]
+    lifecycle: Lifecycle | None
+    summary: str | None
+
+
 @contextmanager
-def one_event(conversation_id: int, size: Callable[[], int]) -> Iterator[None]:
+def compacting(conversation_id: int, kind: str, tokens_before: int) -> Iterator[Lifecycle]:
+    """One compaction of `kind`: its start now, its one end when the block ends. The
+    event of this kind recorded inside completes it (`record_compaction`, with its
+    summary); `lifecycle.fail(error)` fails it; an error raised inside fails it and
+    goes on; nothing recorded skips it."""
+    held = _parts.get()
+    silent = held is not None and held[0] == conversation_id
+    lifecycle = Lifecycle(conversation_id, kind, tokens_before, silent=silent)
+    lifecycle.start()
+    token = _open.set((*_open.get(), lifecycle))
+    try:
+        yield lifecycle
+    except BaseException as error:
+        lifecycle.fail(f"{type(error).__name__}: {error}")
+        lifecycle.held = False
+        raise
+    finally:
+        _open.reset(token)
+        if not lifecycle.held:
+            lifecycle.end()
+
+
+@contextmanager
+def listening(listener: Callable[[signals.CompactionNotice], Any] | None) -> Iterator[None]:
+    """Hand `listener` every start and end made inside the block (a step's
+    `on_compaction`), beside the signal. None listens to nothing."""
+    if listener is None:
+        yield
+        return
+    token = _listeners.set((*_listeners.get(), listener))
+    try:
+        yield
+    finally:
+        _listeners.reset(token)
+
+
+@contextmanager
+def one_event(conversation_id: int, size: Callable[[], int], kind: str) -> Iterator[None]:
     """Record the compactions of the conversation made inside the block as one
     event: the most telling part's kind, the context before and after the
     block (`size()`), the parts' messages, durations and summarizer tokens
     added up, and each part (its kind, messages and details) in its details.
-    Written when the block ends, even by an error (what was done is kept)."""
+    Written when the block ends, even by an error (what was done is kept). It is
+    one compaction, started as `kind`: its parts start and end nothing."""
     before = size()
     parts: list[dict[str, Any]] = []
-    token = _parts.set((conversation_id, parts))
+    lifecycle = Lifecycle(conversation_id, kind, before)
+    lifecycle.start()
+    token = _parts.set((conversation_id, parts, lifecycle))
     try:
         yield
+    except BaseException as error:
+        lifecycle.fail(f"{type(error).__name__}: {error}")
+        raise
     finally:
         _parts.reset(token)
         if parts:
-            _record_parts(conversation_id, parts, before, size())
+            _record_parts(conversation_id, parts, before, size(), lifecycle)
+        lifecycle.end()
 
 
 @contextmanager
@@ -148,7 +296,7 @@ def one_rewrite(conversation_id: int, before: int, after: Callable[[], int]) -> 
     if held is not None and held[0] == conversation_id:
         yield
         return
-    events: list[dict[str, Any]] = []
+    events: list[Held] = []
     token = _rewrite.set((conversation_id, before, events))
     try:
         yield
@@ -156,14 +304,19 @@ def one_rewrite(conversation_id: int, before: int, after: Callable[[], int]) -> 
         _rewrite.reset(token)
         if events:
             size = after()
-            for fields in events:
-                record_compaction(
-                    conversation_id, **{**fields, "tokens_before": before, "tokens_after": size}
-                )
+            for waiting in events:
+                fields = {**waiting.fields, "tokens_before": before, "tokens_after": size}
+                if waiting.lifecycle is not None:
+                    waiting.lifecycle.held = False
+                _record(conversation_id, fields, waiting.summary, waiting.lifecycle)
 
 
 def _record_parts(
-    conversation_id: int, parts: list[dict[str, Any]], before: int, after: int
+    conversation_id: int,
+    parts: list[dict[str, Any]],
+    before: int,
+    after: int,
+    lifecycle: Lifecycle,
 ) -> None:
     kinds = {part["kind"] for part in parts}
     details: dict[str, Any] = {
@@ -181,18 +334,20 @@ def _record_parts(
         }
         for part in parts
     ]
-    record_compaction(
-        conversation_id,
-        next(kind for kind in KIND_ORDER if kind in kinds),
-        tokens_before=before,
-        tokens_after=after,
-        messages_affected=_messages_affected(parts),
-        duration_ms=sum(part["duration_ms"] for part in parts),
-        summarizer_model=next((p["summarizer_model"] for p in parts if p["summarizer_model"]), ""),
-        summarizer_input_tokens=sum(part["summarizer_input_tokens"] for part in parts),
-        summarizer_output_tokens=sum(part["summarizer_output_tokens"] for part in parts),
-        details=details,
-    )
+    fields = {
+        "kind": next(kind for kind in KIND_ORDER if kind in kinds),
+        "tokens_before": before,
+        "tokens_after": after,
+        "messages_affected": _messages_affected(parts),
+        "duration_ms": sum(part["duration_ms"] for part in parts),
+        "summarizer_model": next(
+            (p["summarizer_model"] for p in parts if p["summarizer_model"]), ""
+        ),
+        "summarizer_input_tokens": sum(part["summarizer_input_tokens"] for part in parts),
+        "summarizer_output_tokens": sum(part["summarizer_output_tokens"] for part in parts),
+        "details": details,
+    }
+    _record(conversation_id, fields, lifecycle.summary, lifecycle)
 
 
 def _messages_affected(parts: list[dict[str, Any]]) -> int:
@@ -214,10 +369,14 @@ def record_compaction(
     summarizer_input_tokens: int = 0,
     summarizer_output_tokens: int = 0,
     details: dict | None = None,
+    summary: str | None = None,
 ) -> CompactionEvent | None:
     """The event row, its log line, its metric and (on commit) its signals;
     inside `one_event` for this conversation, a part of that one event
-    instead (None: the row is written when the block ends)."""
+    instead (None: the row is written when the block ends). It completes the
+    innermost `compacting` block of its kind open for the conversation (with
+    `summary`, where one was made); with none open, its start and end are sent
+    now."""
     fields = {
         "kind": kind,
         "tokens_before": tokens_before,
@@ -229,12 +388,61 @@ def record_compaction(
         "summarizer_output_tokens": summarizer_output_tokens,
         "details": details or {},
     }
-    if _held(conversation_id, fields):
+    return _record(conversation_id, fields, summary, _open_of(conversation_id, kind))
+
+
+def _open_of(conversation_id: int, kind: str) -> Lifecycle | None:
+    """The innermost compaction of this kind under way for the conversation, its
+    event not recorded yet."""
+    for lifecycle in reversed(_open.get()):
+        if (
+            lifecycle.conversation_id == conversation_id
+            and lifecycle.kind == kind
+            and lifecycle.event is None
+            and not lifecycle.held
+        ):
+            return lifecycle
+    return None
+
+
+def _record(
+    conversation_id: int,
+    fields: dict[str, Any],
+    summary: str | None,
+    lifecycle: Lifecycle | None,
+) -> CompactionEvent | None:
+    if _held(conversation_id, fields, summary, lifecycle):
         return None
     collecting = _parts.get()
     if collecting is not None and collecting[0] == conversation_id:
         collecting[1].append(fields)
+        if summary:
+            collecting[2].summary = summary
         return None
+    event = _write(conversation_id, fields)
+    if lifecycle is None:  # made with no block open: its start and end now
+        lifecycle = Lifecycle(conversation_id, fields["kind"], fields["tokens_before"])
+        lifecycle.start()
+        if fields["kind"] == CompactionEvent.Kind.PROVIDER_FAILED:
+            lifecycle.fail("the provider's compaction failed")
+        lifecycle.event, lifecycle.summary = event, summary
+        lifecycle.end()
+    else:
+        lifecycle.event, lifecycle.summary = event, summary
+        if not _is_open(lifecycle):
+            lifecycle.end()  # a held event, written at the end of its rewrite
+    return event
+
+
+def _is_open(lifecycle: Lifecycle) -> bool:
+    return any(open_ is lifecycle for open_ in _open.get())
+
+
+def _write(conversation_id: int, fields: dict[str, Any]) -> CompactionEvent:
+    kind = fields["kind"]
+    tokens_before, tokens_after = fields["tokens_before"], fields["tokens_after"]
+    messages_affected, duration_ms = fields["messages_affected"], fields["duration_ms"]
+    summarizer_model, details = fields["summarizer_model"], fields["details"]
     user_id = acting_user_id()
     event = CompactionEvent.objects.create(
         conversation_id=conversation_id, acting_user_id=user_id, **fields
@@ -259,14 +467,22 @@ def record_compaction(
     return event
 
 
-def _held(conversation_id: int, fields: dict[str, Any]) -> bool:
-    """A window summary inside `one_rewrite` of its conversation waits for its end."""
+def _held(
+    conversation_id: int,
+    fields: dict[str, Any],
+    summary: str | None,
+    lifecycle: Lifecycle | None,
+) -> bool:
+    """A window summary inside `one_rewrite` of its conversation waits for its end,
+    and so does the end of its compaction."""
     rewriting = _rewrite.get()
     if fields["kind"] != CompactionEvent.Kind.WINDOW_SUMMARY or rewriting is None:
         return False
     if rewriting[0] != conversation_id:
         return False
-    rewriting[2].append(fields)
+    if lifecycle is not None:
+        lifecycle.held = True
+    rewriting[2].append(Held(fields, lifecycle, summary))
     return True
 
 

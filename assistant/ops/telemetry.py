@@ -43,6 +43,13 @@ KIND = "assistant.compaction.kind"
 PHASE = "assistant.phase"  # pre_call, post_exchange, staff_action, or other
 ACTION = "assistant.staff_action"
 OUTCOME = "assistant.outcome"
+# Set (true only) on the chat span of a request that follows a compaction. Defined
+# here: opentelemetry-semantic-conventions 0.66b2 (pinned) lacks it. The GenAI
+# semantic conventions define it in their registry (open-telemetry/
+# semantic-conventions-genai, status development, schema gen-ai-dev/1.42.0-dev at
+# revision fee465db333bdd6a7d2faa320edab5cf3101a4f4, over core 1.44.0).
+CONVERSATION_COMPACTED = "gen_ai.conversation.compacted"
+CONVERSATION_ID = "gen_ai.conversation.id"
 
 # Metric names.
 TOKEN_USAGE = "gen_ai.client.token.usage"
@@ -62,6 +69,7 @@ QUEUED_STALE_SECONDS = 60
 PRE_CALL_SPAN = "assistant.pre_call_hook"
 POST_EXCHANGE_SPAN = "assistant.post_exchange"
 STAFF_ACTION_SPAN = "assistant.staff_action"
+CHAT_SPAN = "chat"  # the host's model call in a chat step (gen_ai.operation.name chat)
 
 # Explicit bucket boundaries the conventions advise for these histograms.
 TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
@@ -147,6 +155,26 @@ def post_exchange(conversation_id: int) -> Iterator[None]:
             POST_EXCHANGE_SPAN, attributes={"assistant.conversation.id": conversation_id}
         ),
         _in_phase("post_exchange"),
+    ):
+        yield
+
+
+@contextmanager
+def chat_request(conversation_id: int, provider: str, *, compacted: bool) -> Iterator[None]:
+    """The client span of one of the host's model calls made by a chat step (`chat`,
+    with its provider as the step names it); `compacted`: a compaction completed
+    since the step's previous request (gen_ai.conversation.compacted, set only when
+    true, as the conventions ask)."""
+    attributes: dict[str, Any] = {
+        OPERATION: "chat",
+        CALLER: "chat",
+        CONVERSATION_ID: str(conversation_id),
+        "assistant.provider": provider,
+    }
+    if compacted:
+        attributes[CONVERSATION_COMPACTED] = True
+    with _tracer.start_as_current_span(
+        CHAT_SPAN, kind=trace.SpanKind.CLIENT, attributes=attributes
     ):
         yield
 

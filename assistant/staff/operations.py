@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from assistant.emergency import apply_emergency_level
 from assistant.fork import can_fork, fork_continuation, fork_from_message
 from assistant.history import acting_as, acting_user_of, an_id, one_event, token_change, token_count
-from assistant.models import Conversation
+from assistant.models import CompactionEvent, Conversation
 from assistant.ops import telemetry
 from assistant.providers import call_instructions, check_instructions
 from assistant.settings.conf import compaction_config
@@ -122,7 +122,7 @@ def run_staff_action(
             acting_as(user_id),
             call_instructions(instructions),
             telemetry.staff_action(action, conversation_id),
-            one_event(conversation_id, lambda: _tokens(conversation)),
+            one_event(conversation_id, lambda: _tokens(conversation), _STARTS_AS[action]),
         ):
             if action == FORK_FROM_MESSAGE:
                 assert message_id is not None  # check_action
@@ -248,6 +248,17 @@ def _log_created(created: Conversation, user_id: int | None, message: str) -> No
     if user_id is not None:
         LogEntry.objects.log_actions(user_id, [created], ADDITION, message)
 
+
+# The kind a staff action's compaction starts as (its end: the kind of its one event).
+_STARTS_AS = {
+    EMERGENCY_1: CompactionEvent.Kind.EMERGENCY_1,
+    EMERGENCY_2: CompactionEvent.Kind.EMERGENCY_2,
+    REGENERATE_SUMMARY: CompactionEvent.Kind.WINDOW_SUMMARY,
+    COMPACT_TOOL_RESULTS: CompactionEvent.Kind.TOOL_RESULTS,
+    RESTORE_ORIGINALS: CompactionEvent.Kind.RESTORE,
+    FORK_CONTINUATION: CompactionEvent.Kind.FORK_SUMMARY,
+    FORK_FROM_MESSAGE: CompactionEvent.Kind.FORK_SUMMARY,
+}
 
 _RUNNERS: dict[str, Callable[[Conversation, int | None], Outcome]] = {
     EMERGENCY_1: _emergency(1),

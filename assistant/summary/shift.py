@@ -16,7 +16,14 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from assistant import providers as llm
-from assistant.history import fresh_state, record_compaction, stopwatch, write_state
+from assistant.history import (
+    Lifecycle,
+    compacting,
+    fresh_state,
+    record_compaction,
+    stopwatch,
+    write_state,
+)
 from assistant.metadata_keys import PENDING_SUMMARY_KEYS
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, OfflineFallback
 from assistant.ops import telemetry
@@ -259,6 +266,7 @@ def adopt_pending(state: WindowState, lease: Lease) -> WindowState | None:
                 **({"replaces_offline": True} if replaces else {}),
                 **{k: v for k, v in usage.items() if k.startswith("summarizer_cache_")},
             },
+            summary=pending,
         )
     return stored
 
@@ -320,9 +328,26 @@ def _store_window(
 def _summarize_and_store(
     state: WindowState, start: int, lease: Lease, config: CompactionConfig, deadline: Deadline
 ) -> str | None:
-    newly_old, anchor = split_parts(state, start)
-    if not newly_old:
+    """The shift as one compaction: started before the summarizer is called, failed
+    when the summary fails or would not make the context smaller, skipped when another
+    holder's summary landed."""
+    parts = split_parts(state, start)
+    if not parts[0]:
         return state.summary
+    kind = CompactionEvent.Kind.WINDOW_SUMMARY
+    with compacting(state.conversation_id, kind, state.context_tokens()) as lifecycle:
+        return _shift(state, (start, parts), lease, config, deadline, lifecycle)
+
+
+def _shift(
+    state: WindowState,
+    where: tuple[int, tuple[list[Message], Message | None]],
+    lease: Lease,
+    config: CompactionConfig,
+    deadline: Deadline,
+    lifecycle: Lifecycle,
+) -> str | None:
+    start, (newly_old, anchor) = where
     kept = [anchor, *state.rows[start:]] if anchor else state.rows[start:]
     through = newly_old[-1].pk
     before = state.estimated_tokens()
@@ -353,10 +378,12 @@ def _summarize_and_store(
         return load_window(state.conversation_id, config).summary
     if outcome is None:
         record_failure(lease, state)
+        lifecycle.fail("the summarizer gave no usable summary")
         return state.summary  # the cached summary stays exactly as it was
     after = context_after(state, outcome.text, kept)
     if after >= before:
         log_event("summary_discarded", conversation_id=state.conversation_id, reason="not_smaller")
+        lifecycle.fail("the summary would not make the context smaller")
         record_failure(lease, state, through=through)
         return state.summary
     offline = _offline_shift(state, through, lease, late=late or outcome.fallback)
@@ -404,6 +431,7 @@ def _record_shift(
             **outcome.usage_details(),
             **_fallback_details(lease, outcome, late=late),
         },
+        summary=outcome.text,
     )
 
 
