@@ -126,6 +126,17 @@ class Provider(abc.ABC):
     # Can answer summarize_cached (a chat model behind a prompt cache; not the offline one).
     reads_prompt_cache: bool = False
 
+    def configure_models(
+        self, model: str, chat_model: str, *, window: int, max_output_tokens: int
+    ) -> None:
+        """The summary model (its context `window`), the chat model a cached summary
+        request goes to, and what one summarize() call can take in: the window less
+        the output."""
+        self.model = model
+        self.chat_model = chat_model
+        self.max_output_tokens = max_output_tokens
+        self.max_input_tokens = window - max_output_tokens
+
     def compact(self, request: dict[str, Any]) -> Any:
         """The provider's own compaction endpoint called with `request`
         (Wire.compaction_endpoint), the SDK's answer returned; ProviderError on failure."""

@@ -32,10 +32,12 @@ class AnthropicProvider(Provider):
         max_retries: int = 2,
         max_output_tokens: int = 2048,
     ) -> None:
-        self.model = model
-        self.chat_model = chat_model
-        self.max_output_tokens = max_output_tokens
-        self.max_input_tokens = model_context_window(model) - max_output_tokens
+        self.configure_models(
+            model,
+            chat_model,
+            window=model_context_window(model),
+            max_output_tokens=max_output_tokens,
+        )
         self._client = sdk_client(
             anthropic.Anthropic,
             anthropic.DefaultHttpxClient,

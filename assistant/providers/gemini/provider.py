@@ -44,10 +44,12 @@ class GeminiProvider(Provider):
         retry_initial_delay: float = 1.0,
         retry_max_delay: float = 8.0,
     ) -> None:
-        self.model = model
-        self.chat_model = chat_model
-        self.max_output_tokens = max_output_tokens
-        self.max_input_tokens = model_context_window(model) - max_output_tokens
+        self.configure_models(
+            model,
+            chat_model,
+            window=model_context_window(model),
+            max_output_tokens=max_output_tokens,
+        )
         # google-genai has no timeout and no retries unless told (timeout in milliseconds).
         retry = types.HttpRetryOptions(
             attempts=max_retries + 1,
