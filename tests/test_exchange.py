@@ -79,6 +79,36 @@ def test_a_broker_outage_does_not_break_the_exchange(caplog):
     assert "enqueue_failed task=assistant.tasks.post_exchange_task" in caplog.text
 
 
+@pytest.mark.django_db
+def test_a_slower_run_of_an_earlier_exchange_does_not_take_back_a_later_ones_stamp(monkeypatch):
+    # Two children may run one conversation's tasks at once and end in either
+    # order: here the later exchange's run ends inside the earlier one's.
+    from assistant.post_exchange import pipeline
+
+    conversation = Conversation.objects.create(title="t")
+    add_message(conversation, "user", "hello")
+    finish_exchange(conversation)
+    conversation.refresh_from_db()
+    earlier = conversation.last_exchange_at
+    later = earlier + timedelta(seconds=5)
+    store_costs = pipeline.store_costs
+    runs = []
+
+    def a_later_exchange_ends_meanwhile(ids):
+        store_costs(ids)
+        if not runs:
+            runs.append("later")
+            Conversation.objects.filter(pk=conversation.pk).update(last_exchange_at=later)
+            pipeline.process_exchange(conversation.pk)
+
+    monkeypatch.setattr(pipeline, "store_costs", a_later_exchange_ends_meanwhile)
+    pipeline.process_exchange(conversation.pk)
+
+    conversation.refresh_from_db()
+    assert runs == ["later"]
+    assert conversation.post_exchange_done_at == later == conversation.last_exchange_at
+
+
 def test_the_worker_compacts_and_deduplicates_the_finished_exchange(celery_worker):
     from assistant.window import stub_text
     from tests.builders import html, tool_turn

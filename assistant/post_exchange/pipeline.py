@@ -7,8 +7,10 @@ next request sends. See docs/architecture.rst."""
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import TypeVar
 
+from django.db.models import Q
 from django.utils import timezone
 
 from assistant.cost import store_costs
@@ -47,8 +49,7 @@ def process_exchange(conversation_id: int) -> bool:
         prebuilt = shift_ahead(conversation_id, config) and prebuild_window_summary(conversation)
         # The admin list's figures, with this exchange's calls and compactions.
         store_costs([conversation_id])
-    # Record which exchange was processed; the sweep compares the two stamps.
-    Conversation.objects.filter(pk=conversation_id).update(post_exchange_done_at=exchange_stamp)
+    record_processed(conversation_id, exchange_stamp)
     log_event(
         "post_exchange_done",
         conversation_id=conversation_id,
@@ -57,6 +58,18 @@ def process_exchange(conversation_id: int) -> bool:
         duration_ms=elapsed.ms,
     )
     return True
+
+
+def record_processed(conversation_id: int, exchange_stamp: datetime | None) -> None:
+    """Record which exchange was processed; the sweep compares the two stamps.
+    Two deliveries for one conversation may run at once on two children and
+    end in either order, so the stamp only moves forward: a slower run of an
+    earlier exchange never takes back a later one's."""
+    if exchange_stamp is None:
+        return
+    Conversation.objects.filter(pk=conversation_id).filter(
+        Q(post_exchange_done_at__isnull=True) | Q(post_exchange_done_at__lt=exchange_stamp)
+    ).update(post_exchange_done_at=exchange_stamp)
 
 
 def shift_ahead(conversation_id: int, config: CompactionConfig) -> bool:
