@@ -10,7 +10,7 @@ CONSTRAINTS ?= requirements/constraints.txt
 # (settings refuse to start without one unless DEBUG): a public, local-only key.
 LOCAL_ENV := DJANGO_SECRET_KEY="$${DJANGO_SECRET_KEY:-insecure-local-demo-key-never-deploy}"
 
-.PHONY: demo test test-slow test-django61 docs bench lint migrate web worker beat services clean browser wheel screenshots
+.PHONY: demo test pgvector test-slow test-django61 docs bench lint migrate web worker beat services clean browser wheel screenshots
 
 $(VENV)/.base: requirements/base.txt $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,15 +47,20 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser:
 	command -v chromium >/dev/null || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
 
-## test: set up, `make lint`, check PostgreSQL and Redis answer, run the suite but its `slow`
-## tests (in two processes: pytest.ini); tests/test_api_reference.py builds the docs as
-## `make docs` does (warnings are errors)
-test: lint $(VENV)/.docs browser
+## pgvector: build and install the pgvector extension into the local PostgreSQL 15 when the
+## server does not list it (.ci/pgvector.sh; a no-op when it does; as root)
+pgvector:
+	bash .ci/pgvector.sh
+
+## test: set up, `make lint`, build pgvector if missing, check PostgreSQL and Redis answer, run
+## the suite but its `slow` tests (in two processes: pytest.ini); tests/test_api_reference.py
+## builds the docs as `make docs` does (warnings are errors)
+test: lint $(VENV)/.docs browser pgvector
 	DJANGO_SETTINGS_MODULE=config.test_settings $(PY) manage.py check_services
 	$(VENV)/bin/pytest -m "not slow"
 
 ## test-slow: the tests marked `slow` (over 30 s each: worker pools and brokers killed and restarted)
-test-slow: $(VENV)/.dev $(VENV)/.docs browser
+test-slow: $(VENV)/.dev $(VENV)/.docs browser pgvector
 	DJANGO_SETTINGS_MODULE=config.test_settings $(PY) manage.py check_services
 	$(VENV)/bin/pytest -m slow
 
