@@ -17,6 +17,7 @@ from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.core.exceptions import ValidationError
 from django.db import models
+from pgvector.django import VectorField
 
 from assistant.metadata_keys import STATE_FIELDS, ConversationMetadata, StateOf, WindowStateColumns
 from assistant.metadata_keys import MetadataKeys as MetadataKeys  # the state fields' names
@@ -488,3 +489,41 @@ class SummaryVersion(models.Model):
 
     def __str__(self) -> str:
         return f"Summary version {self.pk} of conversation {self.conversation_id}"
+
+
+class Embedding(models.Model):
+    """An embedding of a text recall can return, for semantic search (assistant.recall.vectors).
+
+    The `vector` column exists only where PostgreSQL has the pgvector extension
+    (migration 0017_vectors): elsewhere the table is there without it and nothing
+    reads or writes it. One model per deployment, so the column is untyped and each
+    row says its `dimensions`; an HNSW index per dimension count holds the rows of
+    that count (`assistant.recall.vectors.ensure_index`).
+    """
+
+    class Source(models.TextChoices):
+        SUMMARY = "summary", "A window summary version"
+        ORIGINAL = "original", "A compacted original"
+        SESSION = "session", "A session summary"
+
+    conversation = models.ForeignKey(Conversation, models.CASCADE, related_name="embeddings")
+    source = models.CharField(max_length=16, choices=Source.choices)
+    # SummaryVersion.id for a summary, Message.id for an original.
+    source_id = models.BigIntegerField()
+    # An original over the model's input limit is embedded in chunks, 0 first.
+    chunk = models.PositiveSmallIntegerField(default=0)
+    model = models.CharField(max_length=128)
+    dimensions = models.PositiveSmallIntegerField()
+    vector = VectorField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "source_id", "chunk", "model"], name="assistant_embedding_once"
+            )
+        ]
+        indexes = [models.Index(fields=["conversation", "model"], name="assistant_embedding_conv")]
+
+    def __str__(self) -> str:
+        return f"Embedding of {self.source} {self.source_id} ({self.model})"

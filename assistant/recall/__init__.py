@@ -46,6 +46,12 @@ from assistant.providers import wire_of
 from assistant.recall.artifact_index import render as render
 from assistant.recall.artifact_index import updated_index as updated_index
 from assistant.recall.artifact_index import without_index as without_index
+from assistant.recall.vectors import Neighbour as Neighbour
+from assistant.recall.vectors import ensure_index as ensure_index
+from assistant.recall.vectors import index_name as index_name
+from assistant.recall.vectors import nearest as nearest
+from assistant.recall.vectors import store_embedding as store_embedding
+from assistant.recall.vectors import vectors_available as vectors_available
 from assistant.settings.conf import compaction_config
 from assistant.text import MEDIA_TYPES, THINKING_TYPES, describe
 from assistant.window import require_saved
