@@ -141,9 +141,7 @@ def test_compact_is_made_at_most_once_per_turn(provider, fake_llm, settings):
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_compact_is_refused_with_a_text_when_it_would_free_too_little(
-    provider, fake_llm, settings
-):
+def test_compact_is_refused_with_a_text_when_it_would_free_too_little(provider, fake_llm, settings):
     fake_llm.use_anthropic(settings)
     settings.ASSISTANT_COMPACTION = {**SETTINGS, "COMPACT_MIN_FREE_TOKENS": 3000}
     conversation = Conversation.objects.create(title="Short", system_prompt="You help.")
