@@ -11,11 +11,13 @@ import json
 import anthropic as anthropic_sdk
 import openai
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 from django.core.exceptions import ValidationError
 
 from assistant.models import CompactionEvent, Conversation
 from assistant.recall import tool_definitions
-from assistant.services import add_message, answer_tool_calls, chat_step
+from assistant.services import achat_step, add_message, answer_tool_calls, chat_step
 from assistant.signals import compaction_event
 from tests.fake_llm import DEFAULT_SUMMARY, ok
 
@@ -195,3 +197,37 @@ def test_tool_definitions_offers_compact_beside_the_recall_tools():
     offered = tool_definitions("anthropic", compact=True)
     assert [t["name"] for t in offered] == ["recall", "search_history", "compact"]
     assert "focus" in offered[2]["input_schema"]["properties"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True)
+async def test_achat_step_offers_compact_and_the_next_request_carries_the_summary(
+    fake_llm, settings
+):
+    fake_llm.use_anthropic(settings)
+    settings.ASSISTANT_COMPACTION = SETTINGS
+    conversation = await sync_to_async(long_conversation)()
+    fake_llm.script_anthropic(ok(tool_calls=[compact_call()]), ok(text="The report."))
+    client = anthropic_sdk.AsyncAnthropic(api_key="k", base_url=fake_llm.url, max_retries=0)
+
+    def call_model(request):
+        return client.messages.create(model="claude-sonnet-4-6", max_tokens=512, **request)
+
+    try:
+        step = await achat_step(conversation, call_model, recall=True, compact=True)
+        answered = await sync_to_async(answer_tool_calls)(
+            conversation, step.tool_calls, no_host_tool
+        )
+        last = await achat_step(conversation, call_model, recall=True, compact=True)
+    finally:
+        await sync_to_async(connections.close_all)()
+
+    assert answered[0].content.startswith("Compacted:")
+    assert last.text == "The report."
+    first, second = chat_requests(fake_llm, "anthropic")
+    assert OLD_MARKER in json.dumps(first) and OLD_MARKER not in json.dumps(second)
