@@ -12,8 +12,8 @@ import anthropic as anthropic_sdk
 import openai
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connections
 from django.core.exceptions import ValidationError
+from django.db import connections
 
 from assistant.models import CompactionEvent, Conversation
 from assistant.recall import tool_definitions
@@ -84,11 +84,17 @@ def test_the_models_compact_call_shrinks_the_next_request_and_it_carries_the_sum
     fake_llm.script(KIND[provider], ok(tool_calls=[compact_call()]), ok(text="The report."))
     call_model = sdk_call(provider, fake_llm)
     notices = []
-    compaction_event.connect(lambda sender, notice, **kw: notices.append(notice), weak=False)
 
-    step = chat_step(conversation, call_model, provider=provider, recall=True, compact=True)
-    answered = answer_tool_calls(conversation, step.tool_calls, no_host_tool)
-    last = chat_step(conversation, call_model, provider=provider, recall=True, compact=True)
+    def receiver(sender, notice, **kwargs):
+        notices.append(notice)
+
+    compaction_event.connect(receiver)
+    try:
+        step = chat_step(conversation, call_model, provider=provider, recall=True, compact=True)
+        answered = answer_tool_calls(conversation, step.tool_calls, no_host_tool)
+        last = chat_step(conversation, call_model, provider=provider, recall=True, compact=True)
+    finally:
+        compaction_event.disconnect(receiver)
 
     assert last.text == "The report."
     assert answered[0].content.startswith("Compacted: the messages through ref m")
