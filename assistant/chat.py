@@ -11,8 +11,9 @@ stream (`client.messages.stream(...)`), whose text deltas go to the host's `on_t
 `achat_step` is the same step for the SDKs' async clients.
 Each provider's shapes are its module's in assistant.providers (docs/providers.rst).
 With `recall=True` the model is also offered the recall tools (assistant.recall),
-and `answer_tool_calls` answers them from the stored originals, the host's own
-tools with the host's function.
+with `compact=True` the compact tool (assistant.summary's `run_compact`), and
+`answer_tool_calls` answers them from the stored originals (compact with a shift),
+the host's own tools with the host's function.
 """
 
 from __future__ import annotations
@@ -66,10 +67,11 @@ from assistant.providers import (
     read_answer,
     wire_of,
 )
-from assistant.recall import NEUTRAL_TOOLS, is_recall_tool, run_tool_call
+from assistant.recall import COMPACT, app_tools, is_recall_tool, run_tool_call
 from assistant.responses import record_response
 from assistant.settings.conf import compaction_config
 from assistant.signals import COMPLETED, ENDED, CompactionNotice
+from assistant.summary import run_compact
 from assistant.window import Context
 
 #: What a step hands its `on_compaction`: each compaction's start and its one end.
@@ -82,6 +84,7 @@ PROVIDERS = CHAT_PROVIDERS
 _STEP_CHECKS = {
     "call_model": a_callable,
     "recall": a_flag,
+    "compact": a_flag,
     "window_tokens": optional_count,
     "on_text": optional_callable,
     "on_compaction": optional_callable,
@@ -173,13 +176,14 @@ class Step:
         return list(self.message.tool_calls or [])
 
 
-@entry_point(context=instance_of(Context), recall=a_flag)
+@entry_point(context=instance_of(Context), recall=a_flag, compact=a_flag)
 def model_request(
     context: Context,
     provider: str = DEFAULT_PROVIDER,
     tools: Sequence[dict[str, Any]] | None = None,
     *,
     recall: bool = False,
+    compact: bool = False,
 ) -> dict[str, Any]:
     """The keyword arguments of the provider's SDK call for this context, but the model
     (and the output cap): Anthropic's `messages.create` gets system, messages and tools;
@@ -187,9 +191,9 @@ def model_request(
     instructions, input items, tools and store=False; google-genai's
     `models.generate_content` contents and a config holding the system instruction and
     tools. `tools`: {name, description, parameters} specs; with `recall`, the recall and
-    search_history tools after them."""
+    search_history tools after them; with `compact`, the compact tool after those."""
     chosen = wire_of(provider)
-    tools = _with_recall_tools(tools) if recall else tools
+    tools = _with_app_tools(tools, recall, compact)
     return context.request(chosen, list(tools) if tools else None)
 
 
@@ -233,15 +237,27 @@ def _tool_specs(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
     ]
 
 
-def _with_recall_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    taken = [tool["name"] for tool in tools or () if is_recall_tool(tool["name"])]
-    if taken:
-        raise ValidationError(
-            f"The host's tools already have a tool named {taken[0]!r}, a name of the recall "
-            "tools: rename it, or pass recall=False.",
-            code="tool_name_taken",
-        )
-    return [*(tools or ()), *NEUTRAL_TOOLS]
+def _with_app_tools(
+    tools: Sequence[dict[str, Any]] | None, recall: bool, compact: bool
+) -> Sequence[dict[str, Any]] | None:
+    """The host's tools, then the app's it asked for; a host tool named as one of
+    those is refused (`compact` only when compact=True)."""
+    if not (recall or compact):
+        return tools
+    for tool in tools or ():
+        if recall and is_recall_tool(tool["name"]):
+            raise ValidationError(
+                f"The host's tools already have a tool named {tool['name']!r}, a name of "
+                "the recall tools: rename it, or pass recall=False.",
+                code="tool_name_taken",
+            )
+        if compact and tool["name"] == COMPACT:
+            raise ValidationError(
+                f"The host's tools already have a tool named {COMPACT!r}, the name of the "
+                "compact tool: rename it, or pass compact=False.",
+                code="tool_name_taken",
+            )
+    return [*(tools or ()), *app_tools(recall=recall, compact=compact)]
 
 
 @entry_point(**_SYNC_STEP_CHECKS)
@@ -252,6 +268,7 @@ def chat_step(
     provider: str = DEFAULT_PROVIDER,
     tools: Sequence[dict[str, Any]] | None = None,
     recall: bool = False,
+    compact: bool = False,
     window_tokens: int | None = None,
     on_text: OnText | None = None,
     on_compaction: OnCompaction | None = None,
@@ -284,11 +301,11 @@ def chat_step(
     that raises is logged and the step goes on; a coroutine function is refused
     (`async_on_compaction`: achat_step awaits it)."""
     ends = _ends(deadline)
-    chosen, sent = _checked(provider, tools, recall, fields)
+    chosen, sent = _checked(provider, tools, recall, compact, fields)
     compactions = _Compactions(on_compaction)
 
     def call(context: Context) -> Any:
-        request = _request(context, provider, tools, recall, step, ends)
+        request = _request(context, provider, tools, (recall, compact), step, ends)
         with compactions.request(conversation.pk, provider):
             return read_answer(chosen, _within(ends, call_model, request), on_text)
 
@@ -309,6 +326,7 @@ async def achat_step(
     provider: str = DEFAULT_PROVIDER,
     tools: Sequence[dict[str, Any]] | None = None,
     recall: bool = False,
+    compact: bool = False,
     window_tokens: int | None = None,
     on_text: OnText | None = None,
     on_compaction: OnCompaction | None = None,
@@ -326,11 +344,11 @@ async def achat_step(
     `on_compaction` may be a coroutine function: each start and end is awaited as it
     comes, the step's database work waiting for it."""
     ends = _ends(deadline)
-    chosen, sent = _checked(provider, tools, recall, fields)
+    chosen, sent = _checked(provider, tools, recall, compact, fields)
     compactions = _Compactions(on_compaction, asyncio.get_running_loop())
 
     async def call(context: Context) -> Any:
-        request = _request(context, provider, tools, recall, step, ends)
+        request = _request(context, provider, tools, (recall, compact), step, ends)
         with compactions.request(conversation.pk, provider):
             return await _awithin(ends, aread_answer(chosen, call_model(request), on_text))
 
@@ -346,15 +364,19 @@ async def achat_step(
 
 
 def _checked(
-    provider: str, tools: Sequence[dict[str, Any]] | None, recall: bool, fields: dict[str, Any]
+    provider: str,
+    tools: Sequence[dict[str, Any]] | None,
+    recall: bool,
+    compact: bool,
+    fields: dict[str, Any],
 ) -> tuple[Wire, Sequence[dict[str, Any]] | None]:
     """The provider's wire and the tools sent; an unknown provider, bad tools, a name
-    clash with the recall tools and fields the answer's message could not store are
-    refused before any call."""
+    clash with the app's tools asked for and fields the answer's message could not
+    store are refused before any call."""
     chosen = wire_of(provider)
     _tool_specs(tools)
     validated_fields(Message.Role.ASSISTANT, fields)
-    return chosen, _with_recall_tools(tools) if recall else tools
+    return chosen, _with_app_tools(tools, recall, compact)
 
 
 def _before_call(
@@ -379,13 +401,16 @@ def _request(
     context: Context,
     provider: str,
     tools: Sequence[dict[str, Any]] | None,
-    recall: bool,
+    offered: tuple[bool, bool],
     step: ProviderStep,
     ends: float | None,
 ) -> dict[str, Any]:
-    """model_request, with what asks the provider for its own compaction, bounded by
-    the time left before `ends` (a time.monotonic() instant) when the step has one."""
-    request = {**model_request(context, provider, tools, recall=recall), **(step.extras or {})}
+    """model_request (`offered`: recall, compact), with what asks the provider for its
+    own compaction, bounded by the time left before `ends` (a time.monotonic() instant)
+    when the step has one."""
+    recall, compact = offered
+    built = model_request(context, provider, tools, recall=recall, compact=compact)
+    request = {**built, **(step.extras or {})}
     if ends is None:
         return request
     left = ends - time.monotonic()
@@ -445,14 +470,19 @@ def _spent() -> TimeoutError:
     )
 
 
-@entry_point(run_tool=a_callable)
+@entry_point(run_tool=a_callable, compact=a_flag)
 def answer_tool_calls(
     conversation: Conversation,
     tool_calls: Sequence[dict[str, Any]],
     run_tool: Callable[[str, dict[str, Any]], str],
+    *,
+    compact: bool = True,
 ) -> list[Message]:
     """Run each call and store its result, in order: `recall` and `search_history` are
-    answered from the stored originals (`run_tool_call`), any other by the host's
+    answered from the stored originals (`run_tool_call`), `compact` with a shift of the
+    window (`run_compact`: at most once per turn, refused with a text when it would free
+    less than COMPACT_MIN_FREE_TOKENS; pass compact=False when `compact` is a host
+    tool of yours, offered with compact=False), any other by the host's
     `run_tool(name, arguments)`, which returns the result as text. Calls that are
     not {id, name, arguments}, an id that names no call waiting for its result (or
     twice) and a deleted conversation are refused before any runs; the results are
@@ -465,6 +495,8 @@ def answer_tool_calls(
     for call in tool_calls:
         if is_recall_tool(call["name"]):
             text = run_tool_call(conversation, call["name"], call["arguments"])
+        elif compact and call["name"] == COMPACT:
+            text = run_compact(conversation, call["arguments"])
         else:
             text = run_tool(call["name"], call["arguments"])
         check_content(f"The result of tool call {call['id']!r}", text)

@@ -49,6 +49,8 @@ BAD_STEP_ARGUMENTS = [
     ({"colour": "blue"}, "unknown_field"),
     ({"input_tokens": -1}, "invalid_usage"),
     ({"recall": "yes"}, "invalid_recall"),
+    ({"compact": "yes"}, "invalid_compact"),
+    ({"compact": True, "tools": [{"name": "compact"}]}, "tool_name_taken"),
     ({"model": "m" * 300}, "invalid_model"),
     ({"deadline": "x"}, "invalid_deadline"),
     ({"deadline": 0}, "invalid_deadline"),

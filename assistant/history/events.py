@@ -63,6 +63,11 @@ _rewrite: ContextVar[tuple[int, int, list[Held]] | None] = ContextVar(
 )
 # The compactions under way (`compacting`), innermost last.
 _open: ContextVar[tuple[Lifecycle, ...]] = ContextVar("assistant_open_compactions", default=())
+# Details every event recorded inside `noted` carries (the compact tool's
+# "requested_by": "model"), keyed by conversation.
+_noted: ContextVar[tuple[int, dict[str, Any]] | None] = ContextVar(
+    "assistant_noted_details", default=None
+)
 # The listeners of the step under way (`listening`).
 _listeners: ContextVar[tuple[Callable[[signals.CompactionNotice], Any], ...]] = ContextVar(
     "assistant_compaction_listeners", default=()
@@ -246,6 +251,18 @@ def compacting(conversation_id: int, kind: str, tokens_before: int) -> Iterator[
 
 
 @contextmanager
+def noted(conversation_id: int, **details: Any) -> Iterator[None]:
+    """Add `details` to the details of every compaction event of the conversation
+    recorded inside the block (why it was made: the compact tool's
+    {"requested_by": "model"})."""
+    token = _noted.set((conversation_id, details))
+    try:
+        yield
+    finally:
+        _noted.reset(token)
+
+
+@contextmanager
 def listening(listener: Callable[[signals.CompactionNotice], Any] | None) -> Iterator[None]:
     """Hand `listener` every start and end made inside the block (a step's
     `on_compaction`), beside the signal. None listens to nothing."""
@@ -386,9 +403,14 @@ def record_compaction(
         "summarizer_model": summarizer_model,
         "summarizer_input_tokens": summarizer_input_tokens,
         "summarizer_output_tokens": summarizer_output_tokens,
-        "details": details or {},
+        "details": {**(details or {}), **_noted_for(conversation_id)},
     }
     return _record(conversation_id, fields, summary, _open_of(conversation_id, kind))
+
+
+def _noted_for(conversation_id: int) -> dict[str, Any]:
+    held = _noted.get()
+    return dict(held[1]) if held is not None and held[0] == conversation_id else {}
 
 
 def _open_of(conversation_id: int, kind: str) -> Lifecycle | None:

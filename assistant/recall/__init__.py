@@ -60,6 +60,9 @@ from assistant.window import require_saved
 RECALL = "recall"
 #: The name of the tool that searches the originals.
 SEARCH_HISTORY = "search_history"
+#: The name of the tool the model calls to shift the window itself (answered by
+#: assistant.summary's `run_compact`, docs/chat-loop.rst, "The compact tool").
+COMPACT = "compact"
 # A handle as the model may write it: "m4182", "ref m4182", "4182"; a range "m12..m250".
 _HANDLE = re.compile(r"^\s*(?:ref\s+)?m?(\d{1,18})\s*(?:\.\.\s*m?(\d{1,18})\s*)?$", re.I)
 #: Handles in a text the model sees (one message's, not a range): the bench's recoverable probes.
@@ -134,12 +137,36 @@ NEUTRAL_TOOLS = [
 ]
 
 
-def tool_definitions(provider: str) -> list[dict[str, Any]]:
+#: The compact tool, in no provider's shape: offered with ``compact=True``.
+COMPACT_TOOL = {
+    "name": COMPACT,
+    "description": (
+        "Make room in this conversation's context: the older messages are replaced by a "
+        "summary (their originals stay recallable by handle), and your next request "
+        "carries it. Call it when the context is long and what is old is no longer "
+        "needed word for word; at most once per turn. focus: what the summary must keep "
+        "(e.g. the open decisions, a file's name)."
+    ),
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "focus": {"type": "string", "description": "what the summary should keep (optional)"}
+        },
+    },
+}
+
+
+def tool_definitions(provider: str, *, compact: bool = False) -> list[dict[str, Any]]:
     """The `recall` and `search_history` tools in the shape `provider` takes (a provider
     of chat_step: "anthropic", "openai", "openai_responses" a list of tools, "gemini"
-    one Tool's function declarations). An unknown provider raises ValidationError
-    (unknown_provider)."""
-    return wire_of(provider).tool_definitions(NEUTRAL_TOOLS)
+    one Tool's function declarations); with `compact`, the `compact` tool after them.
+    An unknown provider raises ValidationError (unknown_provider)."""
+    return wire_of(provider).tool_definitions(app_tools(recall=True, compact=compact))
+
+
+def app_tools(*, recall: bool, compact: bool) -> list[dict[str, Any]]:
+    """The app's own tools in no provider's shape: the recall tools, the compact tool."""
+    return [*(NEUTRAL_TOOLS if recall else ()), *((COMPACT_TOOL,) if compact else ())]
 
 
 def is_recall_tool(name: str) -> bool:

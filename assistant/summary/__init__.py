@@ -9,6 +9,7 @@
 - leases: one summary generation per conversation at a time, with heartbeat;
 - backoff: a failed summary's retries; guidance: what every summary is told
   (the user's language, the host's instructions);
+- compact_tool: the model's own `compact` call, answered with a shift;
 - facts: fact statements carried forward from summary to summary;
 - versions: every summary kept, corrected or reverted by staff.
 The prompt every summarizer sends is beside the clients that send it
@@ -20,6 +21,7 @@ See docs/architecture.rst.
 """
 
 from assistant.summary.backoff import failure_blocks
+from assistant.summary.compact_tool import run_compact
 from assistant.summary.generate import summarize_messages
 from assistant.summary.guidance import guided_by
 from assistant.summary.pending import adoption, adopts
@@ -61,6 +63,7 @@ __all__ = [
     "regenerate_window_summary",
     "revert_summary",
     "review_summary",
+    "run_compact",
     "serve_prebuild_request",
     "shift_window",
     "summarize_messages",
