@@ -3,13 +3,15 @@ into the package that owns the change, with a preview in words before it runs.
 
 - operations: the actions by name (`run_staff_action`, `check_action`);
 - previews: what an action would change, before it runs;
-- planning: what a compaction run would do (`plan_run`, the dry run).
+- planning: what a compaction run would do (`plan_run`, the dry run);
+- cut: summarize before a message (`summarize_before`, with its preview).
 
 May import: emergency, fork, history, models, ops, providers, settings, summary, text,
 tool_results, window.
 See docs/architecture.rst.
 """
 
+from assistant.staff.cut import CutPreview, summarize_before, summarize_before_preview
 from assistant.staff.operations import (
     CALLS_THE_MODEL,
     COMPACT_TOOL_RESULTS,
@@ -20,6 +22,7 @@ from assistant.staff.operations import (
     LABELS,
     REGENERATE_SUMMARY,
     RESTORE_ORIGINALS,
+    SUMMARIZE_BEFORE,
     Outcome,
     can_continue,
     check_action,
@@ -38,6 +41,8 @@ __all__ = [
     "LABELS",
     "REGENERATE_SUMMARY",
     "RESTORE_ORIGINALS",
+    "SUMMARIZE_BEFORE",
+    "CutPreview",
     "Outcome",
     "Preview",
     "RunPlan",
@@ -48,4 +53,6 @@ __all__ = [
     "regenerate_preview",
     "restore_preview",
     "run_staff_action",
+    "summarize_before",
+    "summarize_before_preview",
 ]

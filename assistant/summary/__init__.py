@@ -27,6 +27,7 @@ from assistant.summary.prebuild import prebuild_window_summary
 from assistant.summary.shift import (
     adopt_pending_summary,
     compaction_cutoff_id,
+    cut_start,
     regenerate_window_summary,
     shift_window,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "compaction_diff",
     "correct_summary",
     "current_version",
+    "cut_start",
     "failure_blocks",
     "guided_by",
     "leave_to_worker",
