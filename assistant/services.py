@@ -54,6 +54,7 @@ from assistant.staff import (
     Outcome,
     Preview,
     RunPlan,
+    UndoPreview,
     check_action,
     emergency_preview,
     plan_run,
@@ -61,8 +62,10 @@ from assistant.staff import (
     restore_preview,
     run_staff_action,
     summarize_before_preview,
+    undo_compaction_preview,
 )
 from assistant.staff import summarize_before as _summarize_before
+from assistant.staff import undo_compaction as _undo_compaction
 from assistant.summary import (
     compaction_cutoff_id,
     prebuild_window_summary,
@@ -219,6 +222,14 @@ def summarize_before(
 
 
 @_live
+def undo_compaction(conversation: Conversation, *, acting_user: User = None) -> Outcome:
+    """Take the conversation back to the request it sent before its last compaction
+    (docs/compaction.rst, "Undoing the last compaction"): one `restore` event."""
+    with acting_as(acting_user):
+        return _undo_compaction(conversation)
+
+
+@_live
 def pin_message(
     conversation: Conversation, message_id: Any, pinned: bool = True, *, acting_user: User = None
 ) -> Message:
@@ -267,6 +278,7 @@ __all__ = [
     "RunPlan",
     "Step",
     "StreamInterrupted",
+    "UndoPreview",
     "acall_with_overflow_recovery",
     "achat_step",
     "add_message",
@@ -313,6 +325,8 @@ __all__ = [
     "summarize_before_preview",
     "summarize_messages",
     "tool_definitions",
+    "undo_compaction",
+    "undo_compaction_preview",
 ]
 
 

@@ -4,7 +4,8 @@ into the package that owns the change, with a preview in words before it runs.
 - operations: the actions by name (`run_staff_action`, `check_action`);
 - previews: what an action would change, before it runs;
 - planning: what a compaction run would do (`plan_run`, the dry run);
-- cut: summarize before a message (`summarize_before`, with its preview).
+- cut: summarize before a message (`summarize_before`, with its preview);
+- undo: take back the last compaction (`undo_compaction`, with its preview).
 
 May import: emergency, fork, history, models, ops, providers, settings, summary, text,
 tool_results, window.
@@ -30,6 +31,7 @@ from assistant.staff.operations import (
 )
 from assistant.staff.planning import RunPlan, plan_run
 from assistant.staff.previews import Preview, emergency_preview, regenerate_preview, restore_preview
+from assistant.staff.undo import UNDO_MARGIN, UndoPreview, undo_compaction, undo_compaction_preview
 
 __all__ = [
     "CALLS_THE_MODEL",
@@ -42,10 +44,12 @@ __all__ = [
     "REGENERATE_SUMMARY",
     "RESTORE_ORIGINALS",
     "SUMMARIZE_BEFORE",
+    "UNDO_MARGIN",
     "CutPreview",
     "Outcome",
     "Preview",
     "RunPlan",
+    "UndoPreview",
     "can_continue",
     "check_action",
     "emergency_preview",
@@ -55,4 +59,6 @@ __all__ = [
     "run_staff_action",
     "summarize_before",
     "summarize_before_preview",
+    "undo_compaction",
+    "undo_compaction_preview",
 ]

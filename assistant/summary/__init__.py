@@ -35,6 +35,7 @@ from assistant.summary.versions import (
     compaction_diff,
     correct_summary,
     current_version,
+    record_version,
     revert_summary,
     review_summary,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "leave_to_worker",
     "note_worker",
     "prebuild_window_summary",
+    "record_version",
     "regenerate_window_summary",
     "revert_summary",
     "review_summary",

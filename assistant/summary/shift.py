@@ -285,6 +285,7 @@ def adopt_pending(state: WindowState, lease: Lease) -> WindowState | None:
                 "prebuilt": True,
                 **({"replaces_offline": True} if replaces else {}),
                 **{k: v for k, v in usage.items() if k.startswith("summarizer_cache_")},
+                **undo_record(state),
             },
             summary=pending,
         )
@@ -450,9 +451,23 @@ def _record_shift(
             "fallback": outcome.fallback or lease.took_over or late,
             **outcome.usage_details(),
             **_fallback_details(lease, outcome, late=late),
+            **undo_record(state),
         },
         summary=outcome.text,
     )
+
+
+def undo_record(state: WindowState) -> dict[str, Any]:
+    """What a shift replaced, in its event's details: the window state the request
+    was built from before it (`assistant.staff.undo_compaction` puts it back)."""
+    return {
+        "undo": {
+            "summary": state.summary,
+            "through": state.through_id,
+            "anchor": state.anchor.pk if state.anchor is not None else None,
+            "artifact_index": state.meta.artifact_index,
+        }
+    }
 
 
 def _offline_shift(state: WindowState, through: int, lease: Lease, *, late: bool) -> dict | None:
