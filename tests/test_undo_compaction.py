@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from assistant.models import CompactionEvent, Conversation
 from assistant.services import (
@@ -20,7 +20,10 @@ from assistant.services import (
     undo_compaction_preview,
 )
 from assistant.signals import COMPLETED, compaction_event
+from assistant.tasks import staff_action_task
 from tests.builders import chat_turns
+from tests.scenarios import staff_user
+from tests.test_admin import published_tasks, run_action
 from tests.test_compaction_events import SMALL_WINDOW, lifecycles
 
 
@@ -137,3 +140,55 @@ def test_the_same_shift_waits_until_the_context_grows_past_the_margin():
     ensure_context_summary(conversation)
     conversation.refresh_from_db()
     assert conversation.compaction_through_message_id is not None
+
+
+@pytest.fixture
+def staff_client(db):
+    client = Client()
+    client.force_login(staff_user())
+    return client
+
+
+def test_admin_undoes_the_last_compaction_after_showing_its_preview(staff_client, db):
+    conversation, messages = conversation_of()
+    first = request_of(conversation)
+    summarize_before(conversation, messages[6].pk)
+
+    page = run_action(staff_client, "undo_last_compaction", conversation)
+
+    assert page.status_code == 200
+    (row,) = page.context["rows"]
+    assert row["preview"] == undo_compaction_preview(conversation)
+    assert "event #" in page.content.decode()
+    done = run_action(staff_client, "undo_last_compaction", conversation, post="yes")
+    assert done.status_code == 302
+    assert plain(request_of(conversation)["messages"]) == plain(first["messages"])
+    again = run_action(staff_client, "undo_last_compaction", conversation)
+    assert "already undone" in again.content.decode()
+
+
+def test_admin_queues_summarize_before_a_message(
+    staff_client, db, django_capture_on_commit_callbacks, monkeypatch
+):
+    conversation, messages = conversation_of()
+
+    page = run_action(staff_client, "summarize_before_message", conversation)
+    assert page.status_code == 200
+    assert f'value="{messages[6].pk}"' in page.content.decode()
+    with django_capture_on_commit_callbacks() as published:
+        done = run_action(
+            staff_client,
+            "summarize_before_message",
+            conversation,
+            post="yes",
+            message_id=messages[6].pk,
+        )
+
+    assert done.status_code == 302
+    user_id = int(staff_client.session["_auth_user_id"])
+    assert published_tasks(monkeypatch, published) == [
+        (
+            staff_action_task.name,
+            ("summarize_before", conversation.pk, user_id, "", messages[6].pk),
+        )
+    ]

@@ -24,6 +24,7 @@ from assistant.staff.operations import (
     REGENERATE_SUMMARY,
     RESTORE_ORIGINALS,
     SUMMARIZE_BEFORE,
+    UNDO_COMPACTION,
     Outcome,
     can_continue,
     check_action,
@@ -31,7 +32,13 @@ from assistant.staff.operations import (
 )
 from assistant.staff.planning import RunPlan, plan_run
 from assistant.staff.previews import Preview, emergency_preview, regenerate_preview, restore_preview
-from assistant.staff.undo import UNDO_MARGIN, UndoPreview, undo_compaction, undo_compaction_preview
+from assistant.staff.undo import (
+    UNDO_MARGIN,
+    UndoPreview,
+    undo_compaction,
+    undo_compaction_preview,
+    undo_words,
+)
 
 __all__ = [
     "CALLS_THE_MODEL",
@@ -44,6 +51,7 @@ __all__ = [
     "REGENERATE_SUMMARY",
     "RESTORE_ORIGINALS",
     "SUMMARIZE_BEFORE",
+    "UNDO_COMPACTION",
     "UNDO_MARGIN",
     "CutPreview",
     "Outcome",
@@ -61,4 +69,5 @@ __all__ = [
     "summarize_before_preview",
     "undo_compaction",
     "undo_compaction_preview",
+    "undo_words",
 ]

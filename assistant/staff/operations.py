@@ -28,6 +28,7 @@ from assistant.staff.previews import (
     regenerate_preview,
     restore_preview,
 )
+from assistant.staff.undo import undo_compaction
 from assistant.summary import regenerate_window_summary
 from assistant.tool_results import compact_tool_results, restore_originals
 from assistant.window import load_window
@@ -40,6 +41,7 @@ RESTORE_ORIGINALS = "restore_originals"
 FORK_CONTINUATION = "fork_continuation"
 FORK_FROM_MESSAGE = "fork_from_message"
 SUMMARIZE_BEFORE = "summarize_before"
+UNDO_COMPACTION = "undo_compaction"
 # The actions given a message id: where to branch, where to cut.
 AT_A_MESSAGE = frozenset({FORK_FROM_MESSAGE, SUMMARIZE_BEFORE})
 ACTIONS = (
@@ -51,6 +53,7 @@ ACTIONS = (
     FORK_CONTINUATION,
     FORK_FROM_MESSAGE,
     SUMMARIZE_BEFORE,
+    UNDO_COMPACTION,
 )
 # These call the summarizer: never inside a web request.
 CALLS_THE_MODEL = frozenset(
@@ -73,6 +76,7 @@ LABELS = {
     FORK_CONTINUATION: "Continue in a new conversation",
     FORK_FROM_MESSAGE: "Branch from a message",
     SUMMARIZE_BEFORE: "Summarize before a message",
+    UNDO_COMPACTION: "Undo the last compaction",
 }
 
 
@@ -250,6 +254,13 @@ def _cut(conversation: Conversation, message_id: int) -> Outcome:
         return Outcome(conversation.pk, False, f"refused: {' '.join(refused.messages)}")
 
 
+def _undo(conversation: Conversation, user_id: int | None) -> Outcome:
+    try:
+        return undo_compaction(conversation)
+    except ValidationError as refused:
+        return Outcome(conversation.pk, False, f"nothing changed: {' '.join(refused.messages)}")
+
+
 def can_continue(conversation: Conversation) -> bool:
     """Whether a fork of this conversation would be made (under MAX_FORK_DEPTH): the
     admin refuses one past it at once instead of queuing it."""
@@ -275,6 +286,7 @@ _STARTS_AS = {
     FORK_CONTINUATION: CompactionEvent.Kind.FORK_SUMMARY,
     FORK_FROM_MESSAGE: CompactionEvent.Kind.FORK_SUMMARY,
     SUMMARIZE_BEFORE: CompactionEvent.Kind.WINDOW_SUMMARY,
+    UNDO_COMPACTION: CompactionEvent.Kind.RESTORE,
 }
 
 _RUNNERS: dict[str, Callable[[Conversation, int | None], Outcome]] = {
@@ -284,4 +296,5 @@ _RUNNERS: dict[str, Callable[[Conversation, int | None], Outcome]] = {
     COMPACT_TOOL_RESULTS: _compact,
     RESTORE_ORIGINALS: _restore,
     FORK_CONTINUATION: _continue,
+    UNDO_COMPACTION: _undo,
 }

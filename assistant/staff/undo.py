@@ -54,12 +54,12 @@ def _last_shift(conversation: Conversation) -> tuple[CompactionEvent, dict[str, 
     event = CompactionEvent.objects.filter(conversation_id=conversation.pk).order_by("-id").first()
     if event is None:
         raise ValidationError("The conversation was never compacted.", code="nothing_to_undo")
-    if "undid_event_id" in event.details:
-        raise ValidationError(
-            f"Its last compaction (event #{event.details['undid_event_id']}) is already undone.",
-            code="already_undone",
-        )
     parts = [event.details, *event.details.get("parts", [])]
+    undid = next((part["undid_event_id"] for part in parts if "undid_event_id" in part), None)
+    if undid is not None:
+        raise ValidationError(
+            f"Its last compaction (event #{undid}) is already undone.", code="already_undone"
+        )
     shifts = [part for part in parts if "undo" in part]
     if not shifts:
         raise ValidationError(
@@ -99,6 +99,15 @@ def undo_compaction_preview(conversation: Conversation) -> UndoPreview:
         through_id=through,
         summary=before["summary"],
     )
+
+
+def undo_words(conversation: Conversation) -> Preview:
+    """The preview for a confirmation page: a refusal is why nothing would change."""
+    try:
+        return undo_compaction_preview(conversation)
+    except ValidationError as refused:
+        tokens = load_window(conversation.pk).context_tokens()
+        return Preview(conversation.pk, tokens, [], " ".join(refused.messages))
 
 
 def undo_compaction(conversation: Conversation) -> Outcome:
