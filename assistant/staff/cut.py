@@ -7,6 +7,7 @@ of the last turn), so no tool call is parted from its results."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.core.exceptions import ValidationError
 
@@ -25,7 +26,7 @@ class CutPreview(Preview):
     verbatim: tuple[int, ...] = ()
 
 
-def _checked(conversation: Conversation, message_id: object) -> WindowState:
+def _checked(conversation: Conversation, message_id: Any) -> WindowState:
     """The window, once `message_id` is one of the conversation's messages after its
     split: else ValidationError `message_not_found` or `already_summarized`."""
     an_id("message_id", message_id)
@@ -35,7 +36,7 @@ def _checked(conversation: Conversation, message_id: object) -> WindowState:
             code="message_not_found",
         )
     state = load_window(conversation.pk)
-    if state.through_id is not None and message_id <= state.through_id:  # type: ignore[operator]
+    if state.through_id is not None and message_id <= state.through_id:
         raise ValidationError(
             f"Message {message_id} is already summarized: the window summary covers the "
             f"messages up to #{state.through_id}.",
