@@ -50,16 +50,22 @@ from assistant.providers import StreamInterrupted, call_instructions, context_ov
 from assistant.recall import run_tool_call, tool_definitions
 from assistant.responses import record_response
 from assistant.staff import (
+    CutPreview,
     Outcome,
     Preview,
     RunPlan,
+    UndoPreview,
     check_action,
     emergency_preview,
     plan_run,
     regenerate_preview,
     restore_preview,
     run_staff_action,
+    summarize_before_preview,
+    undo_compaction_preview,
 )
+from assistant.staff import summarize_before as _summarize_before
+from assistant.staff import undo_compaction as _undo_compaction
 from assistant.summary import (
     compaction_cutoff_id,
     prebuild_window_summary,
@@ -201,6 +207,29 @@ def queue_staff_action(
 
 
 @_live
+def summarize_before(
+    conversation: Conversation,
+    message_id: Any,
+    *,
+    instructions: str | None = None,
+    acting_user: User = None,
+) -> Outcome:
+    """Summarize everything before the message; it and all after it stay verbatim
+    (docs/compaction.rst, "Choosing where to cut"). A message the window summary
+    already covers: ValidationError `already_summarized`."""
+    with acting_as(acting_user), call_instructions(instructions):
+        return _summarize_before(conversation, message_id)
+
+
+@_live
+def undo_compaction(conversation: Conversation, *, acting_user: User = None) -> Outcome:
+    """Take the conversation back to the request it sent before its last compaction
+    (docs/compaction.rst, "Undoing the last compaction"): one `restore` event."""
+    with acting_as(acting_user):
+        return _undo_compaction(conversation)
+
+
+@_live
 def pin_message(
     conversation: Conversation, message_id: Any, pinned: bool = True, *, acting_user: User = None
 ) -> Message:
@@ -241,6 +270,7 @@ __all__ = [
     "Context",
     "ContextStatus",
     "ContextTooLarge",
+    "CutPreview",
     "IncompleteToolCall",
     "NextRequest",
     "Outcome",
@@ -248,6 +278,7 @@ __all__ = [
     "RunPlan",
     "Step",
     "StreamInterrupted",
+    "UndoPreview",
     "acall_with_overflow_recovery",
     "achat_step",
     "add_message",
@@ -290,8 +321,12 @@ __all__ = [
     "review_summary",
     "run_staff_action",
     "run_tool_call",
+    "summarize_before",
+    "summarize_before_preview",
     "summarize_messages",
     "tool_definitions",
+    "undo_compaction",
+    "undo_compaction_preview",
 ]
 
 

@@ -53,6 +53,8 @@ OUR_ACTIONS = [
     "emergency_compact_level_2",
     "regenerate_window_summary",
     "restore_compacted_originals",
+    "summarize_before_message",
+    "undo_last_compaction",
     "delete_selected",
     "restore_deleted_conversations",
 ]

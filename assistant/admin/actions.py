@@ -36,7 +36,10 @@ from assistant.staff import (
     LABELS,
     REGENERATE_SUMMARY,
     RESTORE_ORIGINALS,
+    SUMMARIZE_BEFORE,
+    UNDO_COMPACTION,
     can_continue,
+    undo_words,
 )
 
 Conversations = QuerySet[Conversation]
@@ -246,6 +249,68 @@ def restore_compacted_originals(
     )
 
 
+@admin.action(permissions=["compact"], description="Undo the last compaction…")
+def undo_last_compaction(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
+) -> HttpResponse | None:
+    return _confirmed_run(
+        modeladmin,
+        request,
+        queryset,
+        UNDO_COMPACTION,
+        "Takes the conversation back to the request it sent before its last window shift: "
+        "the summary and split it replaced; the messages since stay verbatim. The same shift "
+        "waits until the context has grown 10% past the trigger (docs/compaction.rst).",
+        undo_words,
+    )
+
+
+@admin.action(permissions=["compact"], description="Summarize before a message…")
+def summarize_before_message(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
+) -> HttpResponse | None:
+    """The first POST lists the user messages; the confirming POST queues the cut
+    before the one chosen on the worker (it calls the summarizer)."""
+    if queryset.count() != 1:
+        modeladmin.message_user(request, "Select exactly one conversation.", messages.ERROR)
+        return None
+    conversations = live_only(modeladmin, request, queryset)
+    if not conversations:
+        return None
+    conversation = conversations[0]
+    posted = request.POST.get("message_id")
+    if request.POST.get("post") == "yes" and isinstance(posted, str) and posted.isdigit():
+        try:
+            services.summarize_before_preview(conversation, int(posted))
+            services.queue_staff_action(
+                SUMMARIZE_BEFORE,
+                conversation.pk,
+                acting_user=request.user,
+                instructions=request.POST.get("instructions", ""),
+                message_id=int(posted),
+            )
+        except ValidationError as refused:
+            modeladmin.message_user(request, " ".join(refused.messages), messages.ERROR)
+        else:
+            modeladmin.message_user(
+                request,
+                f"{LABELS[SUMMARIZE_BEFORE]}: queued on the worker for “{conversation}” "
+                f"(#{conversation.pk}) before message #{posted}.",
+                messages.INFO,
+            )
+            return HttpResponseRedirect(
+                reverse("admin:assistant_conversation_change", args=[conversation.pk])
+            )
+    return _branch_page(
+        modeladmin,
+        request,
+        queryset,
+        conversation,
+        action="summarize_before_message",
+        title=LABELS[SUMMARIZE_BEFORE],
+    )
+
+
 @admin.action(permissions=["compact"], description="Compact tool results now")
 def compact_tool_results_now(
     modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
@@ -349,8 +414,11 @@ def _branch_page(
     request: HttpRequest,
     queryset: Conversations,
     conversation: Conversation,
+    *,
+    action: str = "branch_from_message",
+    title: str = "Branch from a message",
 ) -> HttpResponse:
-    """The user messages to branch from (newest first, searchable)."""
+    """The user messages to branch from, or to cut before (newest first, searchable)."""
     search = request.POST.get("q", "").strip()
     user_messages = Message.objects.filter(conversation=conversation, role=Message.Role.USER)
     total = user_messages.count()
@@ -360,7 +428,8 @@ def _branch_page(
     shown = list(user_messages.model_view().order_by("-id")[:BRANCH_MESSAGES_SHOWN])
     context = {
         **modeladmin.admin_site.each_context(request),
-        "title": "Branch from a message",
+        "title": title,
+        "action_name": action,
         "subtitle": str(conversation),
         "conversation": conversation,
         "user_messages": shown,

@@ -122,6 +122,8 @@ class ConversationAdmin(ConversationModelAdmin):
         actions.emergency_compact_level_2,
         actions.regenerate_window_summary,
         actions.restore_compacted_originals,
+        actions.summarize_before_message,
+        actions.undo_last_compaction,
         actions.delete_selected,
         actions.restore_deleted_conversations,
     )

@@ -3,13 +3,16 @@ into the package that owns the change, with a preview in words before it runs.
 
 - operations: the actions by name (`run_staff_action`, `check_action`);
 - previews: what an action would change, before it runs;
-- planning: what a compaction run would do (`plan_run`, the dry run).
+- planning: what a compaction run would do (`plan_run`, the dry run);
+- cut: summarize before a message (`summarize_before`, with its preview);
+- undo: take back the last compaction (`undo_compaction`, with its preview).
 
 May import: emergency, fork, history, models, ops, providers, settings, summary, text,
 tool_results, window.
 See docs/architecture.rst.
 """
 
+from assistant.staff.cut import CutPreview, summarize_before, summarize_before_preview
 from assistant.staff.operations import (
     CALLS_THE_MODEL,
     COMPACT_TOOL_RESULTS,
@@ -20,6 +23,8 @@ from assistant.staff.operations import (
     LABELS,
     REGENERATE_SUMMARY,
     RESTORE_ORIGINALS,
+    SUMMARIZE_BEFORE,
+    UNDO_COMPACTION,
     Outcome,
     can_continue,
     check_action,
@@ -27,6 +32,13 @@ from assistant.staff.operations import (
 )
 from assistant.staff.planning import RunPlan, plan_run
 from assistant.staff.previews import Preview, emergency_preview, regenerate_preview, restore_preview
+from assistant.staff.undo import (
+    UNDO_MARGIN,
+    UndoPreview,
+    undo_compaction,
+    undo_compaction_preview,
+    undo_words,
+)
 
 __all__ = [
     "CALLS_THE_MODEL",
@@ -38,9 +50,14 @@ __all__ = [
     "LABELS",
     "REGENERATE_SUMMARY",
     "RESTORE_ORIGINALS",
+    "SUMMARIZE_BEFORE",
+    "UNDO_COMPACTION",
+    "UNDO_MARGIN",
+    "CutPreview",
     "Outcome",
     "Preview",
     "RunPlan",
+    "UndoPreview",
     "can_continue",
     "check_action",
     "emergency_preview",
@@ -48,4 +65,9 @@ __all__ = [
     "regenerate_preview",
     "restore_preview",
     "run_staff_action",
+    "summarize_before",
+    "summarize_before_preview",
+    "undo_compaction",
+    "undo_compaction_preview",
+    "undo_words",
 ]

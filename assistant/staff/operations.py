@@ -8,7 +8,6 @@ nothing changed when nothing did."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
@@ -21,12 +20,15 @@ from assistant.models import CompactionEvent, Conversation
 from assistant.ops import telemetry
 from assistant.providers import call_instructions, check_instructions
 from assistant.settings.conf import compaction_config
+from assistant.staff.cut import summarize_before
 from assistant.staff.previews import (
+    Outcome,
     compact_preview,
     emergency_preview,
     regenerate_preview,
     restore_preview,
 )
+from assistant.staff.undo import undo_compaction
 from assistant.summary import regenerate_window_summary
 from assistant.tool_results import compact_tool_results, restore_originals
 from assistant.window import load_window
@@ -38,6 +40,10 @@ COMPACT_TOOL_RESULTS = "compact_tool_results"
 RESTORE_ORIGINALS = "restore_originals"
 FORK_CONTINUATION = "fork_continuation"
 FORK_FROM_MESSAGE = "fork_from_message"
+SUMMARIZE_BEFORE = "summarize_before"
+UNDO_COMPACTION = "undo_compaction"
+# The actions given a message id: where to branch, where to cut.
+AT_A_MESSAGE = frozenset({FORK_FROM_MESSAGE, SUMMARIZE_BEFORE})
 ACTIONS = (
     EMERGENCY_1,
     EMERGENCY_2,
@@ -46,10 +52,19 @@ ACTIONS = (
     RESTORE_ORIGINALS,
     FORK_CONTINUATION,
     FORK_FROM_MESSAGE,
+    SUMMARIZE_BEFORE,
+    UNDO_COMPACTION,
 )
 # These call the summarizer: never inside a web request.
 CALLS_THE_MODEL = frozenset(
-    {EMERGENCY_1, EMERGENCY_2, REGENERATE_SUMMARY, FORK_CONTINUATION, FORK_FROM_MESSAGE}
+    {
+        EMERGENCY_1,
+        EMERGENCY_2,
+        REGENERATE_SUMMARY,
+        FORK_CONTINUATION,
+        FORK_FROM_MESSAGE,
+        SUMMARIZE_BEFORE,
+    }
 )
 
 LABELS = {
@@ -60,14 +75,9 @@ LABELS = {
     RESTORE_ORIGINALS: "Restore compacted originals",
     FORK_CONTINUATION: "Continue in a new conversation",
     FORK_FROM_MESSAGE: "Branch from a message",
+    SUMMARIZE_BEFORE: "Summarize before a message",
+    UNDO_COMPACTION: "Undo the last compaction",
 }
-
-
-@dataclass(frozen=True)
-class Outcome:
-    conversation_id: int
-    changed: bool
-    message: str
 
 
 def check_action(
@@ -88,12 +98,12 @@ def check_action(
             code="unknown_action",
         )
     an_id("conversation_id", conversation_id)
-    if (action == FORK_FROM_MESSAGE) != (message_id is not None) or (
+    if (action in AT_A_MESSAGE) != (message_id is not None) or (
         message_id is not None and type(message_id) is not int
     ):
         raise ValidationError(
-            f"message_id must be an integer id to branch from, and given only for "
-            f"{FORK_FROM_MESSAGE}; got {message_id!r} for {action}.",
+            f"message_id must be an integer id to branch from or cut before, and given "
+            f"only for {' and '.join(sorted(AT_A_MESSAGE))}; got {message_id!r} for {action}.",
             code="invalid_message_id",
         )
     return acting_user_of(user_id)
@@ -127,6 +137,9 @@ def run_staff_action(
             if action == FORK_FROM_MESSAGE:
                 assert message_id is not None  # check_action
                 outcome = _branch(conversation, message_id, user_id)
+            elif action == SUMMARIZE_BEFORE:
+                assert message_id is not None  # check_action
+                outcome = _cut(conversation, message_id)
             else:
                 outcome = _RUNNERS[action](conversation, user_id)
     if user_id is not None:
@@ -234,6 +247,20 @@ def _branch(conversation: Conversation, message_id: int, user_id: int | None) ->
     return Outcome(conversation.pk, True, f"branched into #{branched.pk}")
 
 
+def _cut(conversation: Conversation, message_id: int) -> Outcome:
+    try:
+        return summarize_before(conversation, message_id)
+    except ValidationError as refused:
+        return Outcome(conversation.pk, False, f"refused: {' '.join(refused.messages)}")
+
+
+def _undo(conversation: Conversation, user_id: int | None) -> Outcome:
+    try:
+        return undo_compaction(conversation)
+    except ValidationError as refused:
+        return Outcome(conversation.pk, False, f"nothing changed: {' '.join(refused.messages)}")
+
+
 def can_continue(conversation: Conversation) -> bool:
     """Whether a fork of this conversation would be made (under MAX_FORK_DEPTH): the
     admin refuses one past it at once instead of queuing it."""
@@ -258,6 +285,8 @@ _STARTS_AS = {
     RESTORE_ORIGINALS: CompactionEvent.Kind.RESTORE,
     FORK_CONTINUATION: CompactionEvent.Kind.FORK_SUMMARY,
     FORK_FROM_MESSAGE: CompactionEvent.Kind.FORK_SUMMARY,
+    SUMMARIZE_BEFORE: CompactionEvent.Kind.WINDOW_SUMMARY,
+    UNDO_COMPACTION: CompactionEvent.Kind.RESTORE,
 }
 
 _RUNNERS: dict[str, Callable[[Conversation, int | None], Outcome]] = {
@@ -267,4 +296,5 @@ _RUNNERS: dict[str, Callable[[Conversation, int | None], Outcome]] = {
     COMPACT_TOOL_RESULTS: _compact,
     RESTORE_ORIGINALS: _restore,
     FORK_CONTINUATION: _continue,
+    UNDO_COMPACTION: _undo,
 }

@@ -26,6 +26,15 @@ from assistant.window import (
 
 
 @dataclass(frozen=True)
+class Outcome:
+    """What a staff action did: whether it changed the conversation, in words."""
+
+    conversation_id: int
+    changed: bool
+    message: str
+
+
+@dataclass(frozen=True)
 class Preview:
     conversation_id: int
     context_tokens: int

@@ -29,6 +29,7 @@ from assistant.summary.prebuild import prebuild_window_summary
 from assistant.summary.shift import (
     adopt_pending_summary,
     compaction_cutoff_id,
+    cut_start,
     regenerate_window_summary,
     shift_window,
 )
@@ -36,6 +37,7 @@ from assistant.summary.versions import (
     compaction_diff,
     correct_summary,
     current_version,
+    record_version,
     revert_summary,
     review_summary,
 )
@@ -55,11 +57,13 @@ __all__ = [
     "compaction_diff",
     "correct_summary",
     "current_version",
+    "cut_start",
     "failure_blocks",
     "guided_by",
     "leave_to_worker",
     "note_worker",
     "prebuild_window_summary",
+    "record_version",
     "regenerate_window_summary",
     "revert_summary",
     "review_summary",

@@ -18,7 +18,16 @@ def failure_blocks(state: WindowState, over_trigger_split: int | None = None) ->
     try. Only a split made because the context is over the trigger
     (`over_trigger_split`, the last message it summarizes) goes on after a
     summary of another split was refused as not smaller: the newest step
-    was too large to leave then, and a later split can summarize it."""
+    was too large to leave then, and a later split can summarize it. After an
+    undone compaction (`hold_below_tokens`), the split it restored waits until the
+    context has grown past that size, or that many messages (docs/compaction.rst,
+    "Undoing the last compaction")."""
+    failure = state.meta.summary_failure
+    if "hold_below_tokens" in failure and failure.get("base") == state.through_id:
+        return (
+            state.context_tokens() < failure["hold_below_tokens"]
+            and len(state.rows) < failure["hold_below_messages"]
+        )
     if not state.meta.summary_backing_off(time.time()):
         return False
     refused = state.meta.summary_failure.get("through")

@@ -55,6 +55,7 @@ from assistant.window import (
     choose_split,
     load_window,
     refreshed_window,
+    split_boundaries,
     split_parts,
     verbatim_budget,
 )
@@ -113,6 +114,7 @@ def shift_window(
     keep_last: int | None = None,
     newest_step_only: bool = False,
     on_chat_path: bool = True,
+    start_at: int | None = None,
 ) -> str | None:
     """Make the pre-call hook's `shift` (assistant.window.decide), adopting
     a pre-built summary when one fits, unless another caller got the context
@@ -126,7 +128,9 @@ def shift_window(
     is made with the offline summarizer: the chat does not wait on a provider
     again, nor send a request over the trigger. The caller's own summarizer
     call has the same deadline (unless not `on_chat_path`). A shift the request
-    does not need to fit (not `Shift.needed`) skips instead when the lease is held."""
+    does not need to fit (not `Shift.needed`) skips instead when the lease is held.
+    `start_at`: the id of the first message to keep verbatim (staff's "summarize
+    before"), taken back to the split boundary at or before it (`cut_start`)."""
     wait = shift is None or shift.needed
     seconds = config.SUMMARY_CHAT_DEADLINE_SECONDS
     deadline = time.monotonic() + seconds
@@ -149,6 +153,7 @@ def shift_window(
                     recent_fraction=recent_fraction,
                     keep_last=keep_last,
                     newest_step_only=newest_step_only,
+                    start_at=start_at,
                 )
         if lease is not None:
             ask_for_replacement(conversation_id)  # the lease released: the worker may take it
@@ -186,7 +191,10 @@ def _shift_holding(
             holder=lease.took_over_from,
         )
     state = load_window(lease.conversation_id, config)  # re-read under the lease
-    if shift is None:
+    start_at = split.pop("start_at", None)
+    if start_at is not None:
+        start = cut_start(state, start_at)
+    elif shift is None:
         # A recent window the caller asked for (staff, emergency) is kept as asked.
         asked = split.get("recent_fraction") is not None or split.get("keep_last") is not None
         budget = verbatim_budget(state, config, recent=asked)
@@ -214,6 +222,18 @@ def _shift_holding(
         log_event("summary_skipped", conversation_id=state.conversation_id, reason="backoff")
         return state.summary
     return _summarize_and_store(state, start, lease, config, deadline)
+
+
+def cut_start(state: WindowState, message_id: int) -> int | None:
+    """The index of the window row a cut before `message_id` keeps verbatim from: the
+    split boundary at or before it (a turn's user message, or a step of the last turn),
+    so no tool call is parted from its results; None when that is the window's first
+    row or the message is not in the window."""
+    index = next((i for i, row in enumerate(state.rows) if row.pk == message_id), None)
+    if index is None:
+        return None
+    start = max((i for i in split_boundaries(state.rows) if i <= index), default=0)
+    return start or None
 
 
 def _split_through(state: WindowState, start: int) -> int | None:
@@ -265,6 +285,7 @@ def adopt_pending(state: WindowState, lease: Lease) -> WindowState | None:
                 "prebuilt": True,
                 **({"replaces_offline": True} if replaces else {}),
                 **{k: v for k, v in usage.items() if k.startswith("summarizer_cache_")},
+                **undo_record(state),
             },
             summary=pending,
         )
@@ -430,9 +451,23 @@ def _record_shift(
             "fallback": outcome.fallback or lease.took_over or late,
             **outcome.usage_details(),
             **_fallback_details(lease, outcome, late=late),
+            **undo_record(state),
         },
         summary=outcome.text,
     )
+
+
+def undo_record(state: WindowState) -> dict[str, Any]:
+    """What a shift replaced, in its event's details: the window state the request
+    was built from before it (`assistant.staff.undo_compaction` puts it back)."""
+    return {
+        "undo": {
+            "summary": state.summary,
+            "through": state.through_id,
+            "anchor": state.anchor.pk if state.anchor is not None else None,
+            "artifact_index": state.meta.artifact_index,
+        }
+    }
 
 
 def _offline_shift(state: WindowState, through: int, lease: Lease, *, late: bool) -> dict | None:
