@@ -12,7 +12,7 @@ from assistant.providers.catalog import WIRES
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "model_windows.json").read_text())
 PUBLISHED = {(entry["provider"], entry["model"]): entry for entry in FIXTURE["models"]}
 # The Responses API lists the same models as Chat Completions.
-SAME_TABLE = {"openai_responses": "openai"}
+SAME_TABLE = {"openai_responses": "openai", "gemini_interactions": "gemini"}
 
 
 def listed() -> dict[tuple[str, str], tuple[int, int]]:
