@@ -72,7 +72,7 @@ from assistant.responses import record_response
 from assistant.settings.conf import compaction_config
 from assistant.signals import COMPLETED, ENDED, CompactionNotice
 from assistant.summary import run_compact
-from assistant.window import Context
+from assistant.window import Context, conversation_config
 
 #: What a step hands its `on_compaction`: each compaction's start and its one end.
 OnCompaction = Callable[[CompactionNotice], Any]
@@ -391,7 +391,9 @@ def _before_call(
     require_live(conversation)
     remember_chat_tools(conversation, sent)
     neutral = list(sent) if sent else None
-    step = provider_step(conversation, chosen, compaction_config(), call_model, neutral)
+    step = provider_step(
+        conversation, chosen, conversation_config(conversation.pk), call_model, neutral
+    )
     if not step.run_hook:
         return step, None
     return step, prepare_context(conversation, on_demand=step.on_demand)

@@ -572,12 +572,21 @@ from mysite.chat import call_gpt_responses
 print(answer(
     conversation, "Then post 45", call_model=call_gpt_responses, provider="openai_responses"
 ))
-for turn in range(TURNS - 6):
+# docs/chat-loop.rst's Gemini Interactions call function, appended to mysite/chat.py.
+from mysite.chat import call_gemini_interactions
+
+print(answer(
+    conversation,
+    "Then post 46",
+    call_model=call_gemini_interactions,
+    provider="gemini_interactions",
+))
+for turn in range(TURNS - 7):
     last_answer = answer(conversation, f"Fix the typo in post {100 + turn}")
 # docs/chat-loop.rst's turn that shows each compaction, appended to mysite/chat.py.
 from mysite.chat import answer_showing_compactions
 
-last_answer = answer_showing_compactions(conversation, f"Fix the typo in post {94 + TURNS}")
+last_answer = answer_showing_compactions(conversation, f"Fix the typo in post {93 + TURNS}")
 
 import re
 import time
@@ -714,13 +723,14 @@ def loop_script() -> list[dict[str, object]]:
         return [{"tool_calls": [call]}, {"text": f"Fixed the typo in post {post}."}]
 
     # The last turn is scripted by the loop itself: its recall names a handle it sees.
-    posts = range(100, 100 + LOOP_TURNS - 5)
+    posts = range(100, 100 + LOOP_TURNS - 6)
     claude = turn(42) + [reply for post in posts for reply in turn(post)]
     return [
         {"provider": "anthropic", "replies": claude},
         {"provider": "openai", "replies": turn(43)},
         {"provider": "gemini", "replies": turn(44)},
         {"provider": "openai_responses", "replies": turn(45)},
+        {"provider": "gemini_interactions", "replies": turn(46)},
     ]
 
 
@@ -814,7 +824,7 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
 
     assert (
         "Fixed the typo in post 42.\nFixed the typo in post 43.\nFixed the typo in post 44.\n"
-        "Fixed the typo in post 45.\n" in output
+        "Fixed the typo in post 45.\nFixed the typo in post 46.\n" in output
     )
     assert result["last_answer"] == f"Fixed the typo in post {100 + LOOP_TURNS - 5}."
     assert result["user_messages"] == LOOP_TURNS
@@ -822,13 +832,17 @@ def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
     assert result["answered_by"] == [
         ["anthropic", "claude-sonnet-4-6"],
         ["gemini", "gemini-2.5-flash"],
+        ["gemini_interactions", "gemini-2.5-flash"],
         ["openai", "gpt-4.1"],
         ["openai_responses", "gpt-4.1"],
     ]
-    assert [r["kind"] for r in requests].count("anthropic.messages") == 2 * (LOOP_TURNS - 3)
+    assert [r["kind"] for r in requests].count("anthropic.messages") == 2 * (LOOP_TURNS - 4)
     assert [r["kind"] for r in requests].count("openai.chat") == 2
     assert [r["kind"] for r in requests].count("openai.responses") == 2
     assert [r["kind"] for r in requests].count("gemini.generate") == 2
+    interactions = [r["body"] for r in requests if r["kind"] == "gemini.interactions"]
+    assert len(interactions) == 2
+    assert all(b["store"] is False and "previous_interaction_id" not in b for b in interactions)
     assert result["worker_done"] is True, log.read_text()
     # Compaction happened (which kinds, and how many, depends on when the worker's
     # preparations land), and no request went over the trigger plus its newest step.

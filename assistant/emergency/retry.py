@@ -18,8 +18,8 @@ from assistant.emergency.levels import (
     note_response,
 )
 from assistant.models import Conversation
-from assistant.providers import context_overflow, overflow_token_counts, smallest_send_bound
-from assistant.window import Context, build_context, current_limits
+from assistant.providers import context_overflow, overflow_token_counts
+from assistant.window import Context, build_context, current_limits, smallest_ceiling
 
 logger = logging.getLogger(__name__)
 
@@ -104,11 +104,12 @@ class OverflowRecovery:
         self.tokens_now: int | None = None
 
     def over_bound(self, context: Context) -> bool:
-        """Whether `context` is larger than the answering model can take (its window
-        less its output cap: `Limits.bound`), so that it is made to fit before it is
-        sent, through the same levels as an overflow the provider reports."""
+        """Whether `context` is larger than the answering model's ceiling
+        (CONTEXT_CEILING_FRACTION of its window less its output cap: `Limits.bound`), so
+        that it is made to fit before it is sent, through the same levels as an overflow
+        the provider reports."""
         tokens = context.tokens.total
-        if tokens <= smallest_send_bound():  # fits any model: no query
+        if tokens <= smallest_ceiling():  # under any model's ceiling: no query
             return False
         bound = current_limits(self.conversation.pk).bound
         if tokens <= bound:

@@ -13,9 +13,8 @@ from django.db import transaction
 from django.db.models import Sum
 
 from assistant.models import Conversation, Message
-from assistant.settings.conf import compaction_config
 from assistant.tool_results import restore_originals
-from assistant.window import refresh_size
+from assistant.window import conversation_config, refresh_size
 
 
 def pinned_tokens(conversation_id: int) -> int:
@@ -76,7 +75,7 @@ def _check_pinnable(conversation: Conversation, message: Message) -> None:
             "cannot be sent verbatim again.",
             code="original_dropped",
         )
-    budget = compaction_config().PINNED_MAX_TOKENS
+    budget = conversation_config(conversation.pk).PINNED_MAX_TOKENS
     total = pinned_tokens(conversation.pk) + message.original_token_estimate
     if total > budget:
         raise ValidationError(

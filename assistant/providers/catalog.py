@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 
 from assistant.providers.anthropic.wire import ANTHROPIC
 from assistant.providers.base import ChatResult
+from assistant.providers.gemini.interactions import GEMINI_INTERACTIONS
 from assistant.providers.gemini.wire import GEMINI
 from assistant.providers.offline.provider import OFFLINE_MODEL
 from assistant.providers.openai.responses_api import OPENAI_RESPONSES
@@ -23,7 +24,9 @@ from assistant.providers.wire import ModelInfo, Wire, longest_prefix, normalized
 from assistant.settings.app import app_setting
 from assistant.text import MediaRates
 
-WIRES: dict[str, Wire] = {wire.name: wire for wire in (ANTHROPIC, GEMINI, OPENAI, OPENAI_RESPONSES)}
+WIRES: dict[str, Wire] = {
+    wire.name: wire for wire in (ANTHROPIC, GEMINI, GEMINI_INTERACTIONS, OPENAI, OPENAI_RESPONSES)
+}
 CHAT_PROVIDERS = tuple(WIRES)
 DEFAULT_PROVIDER = ANTHROPIC.name  # chat_step's, kept from before there were others
 # The models the settings name, each with its provider's table.
@@ -41,6 +44,7 @@ CHAT_MODEL_SETTINGS = {
     "gemini": "GEMINI_CHAT_MODEL",
     "openai": "OPENAI_CHAT_MODEL",
     "openai_responses": "OPENAI_CHAT_MODEL",
+    "gemini_interactions": "GEMINI_CHAT_MODEL",
 }
 
 

@@ -42,6 +42,11 @@ class CompactionConfig:
     TOOL_RESULT_CHAR_THRESHOLD: int = key(1500, at_least=1)
     TRUNCATION_KEEP_CHARS: int = key(800, at_least=1)  # < TOOL_RESULT_CHAR_THRESHOLD, follows it
     CONTEXT_TOKEN_THRESHOLD: int = key(50_000, at_least=100)
+    # The hard ceiling: no request goes over this share of the answering model's window
+    # less its output cap (the catalog's), whatever CONTEXT_TOKEN_THRESHOLD says; below
+    # the trigger it is the trigger, and MAX_RECENT_TOKENS and PINNED_MAX_TOKENS follow
+    # it (assistant.window.limits, docs/compaction.rst "The hard ceiling").
+    CONTEXT_CEILING_FRACTION: float = key(0.8, above=0, at_most=1)
     MAX_MESSAGES_BEFORE_SUMMARY: int = key(40, at_least=2)
     MIN_RECENT_MESSAGES: int = key(6, at_least=1)  # < MAX_MESSAGES_BEFORE_SUMMARY, follows it
     # 0 keeps exactly MIN_RECENT_MESSAGES (LangChain's keep=("messages", N)).

@@ -29,7 +29,7 @@ from assistant.models import CompactionEvent, Conversation, Message, MetadataKey
 from assistant.ops import telemetry
 from assistant.ops.logs import log_event
 from assistant.recall import updated_index
-from assistant.settings.conf import CompactionConfig, compaction_config
+from assistant.settings.conf import CompactionConfig
 from assistant.summary.backoff import failure_blocks, record_failure
 from assistant.summary.generate import (
     LeaseLost,
@@ -53,6 +53,7 @@ from assistant.window import (
     Shift,
     WindowState,
     choose_split,
+    conversation_config,
     load_window,
     refreshed_window,
     split_boundaries,
@@ -96,7 +97,7 @@ def regenerate_window_summary(
     before = compaction_cutoff_id(conversation)
     shift_window(
         conversation.pk,
-        compaction_config(),
+        conversation_config(conversation.pk),
         recent_fraction=recent_fraction,
         keep_last=keep_last,
         newest_step_only=newest_step_only,

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from assistant.testing import fake_compaction, fake_openai, fake_streams
+from assistant.testing import fake_compaction, fake_interactions, fake_openai, fake_streams
 from assistant.testing.content import (
     anthropic_content_problem,
     gemini_content_problem,
@@ -80,6 +80,7 @@ KINDS = (
     "anthropic.count_tokens",
     "gemini.generate",
     "gemini.count_tokens",
+    fake_interactions.KIND,
     fake_openai.CHAT,
     fake_openai.RESPONSES,
     fake_openai.RESPONSES_COMPACT,
@@ -264,6 +265,9 @@ class Request:
     body: Any
     usage: dict[str, Any] | None = None  # what the server reported, for a 200 answer
     summary: bool = False  # a summary request (answered from the summary queues)
+    # Gemini Interactions: the steps of the stored chain `previous_interaction_id`
+    # named, which the server answered over besides this request's input.
+    history: list[Any] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         """For GET /_fake/requests: never the headers (they carry the API key)."""
@@ -590,6 +594,7 @@ PROVIDER_KINDS = {
     "gemini": "gemini.generate",
     "openai": fake_openai.CHAT,
     "openai_responses": fake_openai.RESPONSES,
+    "gemini_interactions": fake_interactions.KIND,
 }
 
 
@@ -600,6 +605,7 @@ class FakeProvider:
     def __init__(self, port: int = 0, host: str = "127.0.0.1", *, prompt_cache: bool = False):
         self._lock = threading.Lock()
         self._requests: list[Request] = []
+        self.interactions = fake_interactions.InteractionStore()
         # Each entry: (reply, repeat); a repeated reply goes back to the end of its queue.
         self._scripts: dict[str, deque[tuple[Reply, bool]]] = defaultdict(deque)
         # Summary requests' replies, by chat kind (None: any wire's).
@@ -699,6 +705,9 @@ class FakeProvider:
     def script_gemini(self, *replies: Reply) -> None:
         self.script("gemini.generate", *replies)
 
+    def script_gemini_interactions(self, *replies: Reply) -> None:
+        self.script("gemini.interactions", *replies)
+
     def _next_reply(self, kind: str, summary: bool = False) -> Reply:
         """The reply to a request of this kind: a summary request's from the summary
         queues (its wire's, then any wire's), every other from its kind's script."""
@@ -735,6 +744,7 @@ class FakeProvider:
             self._requests.clear()
             self._scripts.clear()
             self._summaries.clear()
+        self.interactions.clear()
 
     # settings
     def use_anthropic(self, settings: Any, key: str = "test-key-anthropic") -> None:
@@ -818,6 +828,8 @@ class FakeProvider:
                     kind = fake_openai.PATHS[path]
                 elif path == "/v1/messages":
                     kind = fake_compaction.messages_kind(body)
+                elif path in fake_interactions.PATHS:
+                    kind = fake_interactions.KIND
                 elif path == "/v1/messages/count_tokens":
                     kind = "anthropic.count_tokens"
                 elif gemini:
@@ -862,6 +874,8 @@ class FakeProvider:
                         fake_openai.default_usage(kind, tokens),
                         default_text(body),
                     )
+                elif kind == fake_interactions.KIND:
+                    answer = self._interaction(reply, body, request)
                 elif kind.startswith("anthropic"):
                     answer = render_anthropic(reply, kind, body, usage)
                 else:
@@ -877,6 +891,47 @@ class FakeProvider:
                     self._send_stream(events, reply)
                 else:
                     self._send(*answer)
+
+            def _interaction(
+                self, reply: Reply, body: Any, request: Request
+            ) -> tuple[int, dict[str, str], Any]:
+                """Gemini's Interactions API, its interactions kept as the server keeps
+                them (assistant.testing.fake_interactions)."""
+                refused = fake_interactions.problem(body)
+                if refused:
+                    return 400, {}, _gemini_error(400, "INVALID_ARGUMENT", refused)
+                if reply.kind == "overflow":
+                    return 400, {}, _gemini_error(400, "INVALID_ARGUMENT", GEMINI_OVERFLOW)
+                if reply.kind in ("rate_limited", "overloaded"):
+                    status, name = (
+                        (429, "RESOURCE_EXHAUSTED")
+                        if reply.kind == "rate_limited"
+                        else (503, "UNAVAILABLE")
+                    )
+                    error = _gemini_error(status, name, f"{name.lower()}: try again later.")
+                    return status, _retry_headers(reply.retry_after), error
+                history = fake.interactions.history(body.get("previous_interaction_id"))
+                if history is None:
+                    message = "previous_interaction_id names no stored interaction"
+                    return 404, {}, _gemini_error(404, "NOT_FOUND", message)
+                sent = body.get("input")
+                mismatch = fake_interactions.unanswered(
+                    [*history, *(sent if isinstance(sent, list) else [])]
+                )
+                if mismatch:
+                    return 400, {}, _gemini_error(400, "INVALID_ARGUMENT", mismatch)
+                text = reply.text
+                if text is None and not reply.tool_calls:
+                    text = default_text(body)
+                interaction, request.history = fake_interactions.render(
+                    fake.interactions,
+                    body,
+                    text,
+                    reply.tool_calls,
+                    reply.usage,
+                    prompt_tokens([*history, body]),
+                )
+                return 200, {}, interaction
 
             def _send_stream(self, events: list[str], reply: Reply) -> None:
                 """Server-sent events, a chunk each, `reply.pace` apart; after

@@ -61,7 +61,17 @@ from assistant.window.decision import (
     split_for,
 )
 from assistant.window.ledger import Ledger, step_cost
-from assistant.window.limits import MODEL_KEY, chat_model, current_limits, limits_for, request_shape
+from assistant.window.limits import (
+    MODEL_KEY,
+    ceilinged,
+    chat_model,
+    context_ceiling,
+    conversation_config,
+    current_limits,
+    limits_for,
+    request_shape,
+    smallest_ceiling,
+)
 from assistant.window.loading import (
     TOKEN_RATIO_DRIFT,
     SizeBasis,
@@ -137,16 +147,19 @@ __all__ = [
     "as_neutral",
     "build_context",
     "canonical_arguments",
+    "ceilinged",
     "chat_model",
     "choose_split",
     "compacted_ceiling_tokens",
     "consumed_boundary",
     "consumed_tool_rows",
     "context_before",
+    "context_ceiling",
     "context_from_state",
     "context_size",
     "context_status",
     "context_tokens",
+    "conversation_config",
     "current_limits",
     "decide",
     "early_shift",
@@ -166,6 +179,7 @@ __all__ = [
     "shift_within_latency",
     "should_shift",
     "split_boundaries",
+    "smallest_ceiling",
     "split_for",
     "split_parts",
     "step_cost",

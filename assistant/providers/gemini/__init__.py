@@ -1,5 +1,5 @@
-"""Gemini through google-genai's `generate_content`: its wire and its summarizer
-client (provider).
+"""Gemini through google-genai: `generate_content`'s wire, the Interactions API's
+(interactions), and the summarizer client (provider).
 
 A folder of assistant.providers, under its contract.
 """

@@ -1,0 +1,169 @@
+"""Gemini's Interactions API (`client.interactions.create`, google-genai 3.4's
+`GeminiNextGenInteractions`, POST /v1/interactions): request shape, response and stream
+reading, usage. Its models, media rates and overflow errors are generateContent's.
+
+Server-side state: every request is sent with `store=False` and without
+`previous_interaction_id`: the whole compacted context goes as `input` each time, so
+no request after a window shift carries the history the server would have kept
+(docs/providers.rst, "Gemini's Interactions API")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from assistant.providers import convert
+from assistant.providers.base import ChatResult, Usage, new_tool_call_id
+from assistant.providers.gemini.wire import GeminiWire
+from assistant.providers.wire import StreamReader
+
+
+def input_steps(contents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """generateContent's contents (checked: every call has its result) as Interactions
+    input steps: user_input and model_output with their text, function_call and
+    function_result steps."""
+    steps: list[dict[str, Any]] = []
+    for content in contents:
+        texts = [{"type": "text", "text": p["text"]} for p in content["parts"] if "text" in p]
+        if texts:
+            kind = "model_output" if content["role"] == "model" else "user_input"
+            steps.append({"type": kind, "content": texts})
+        for part in content["parts"]:
+            if "function_call" in part:
+                call = part["function_call"]
+                steps.append(
+                    {
+                        "type": "function_call",
+                        "id": call["id"],
+                        "name": call["name"],
+                        "arguments": call["args"],
+                    }
+                )
+            elif "function_response" in part:
+                answer = part["function_response"]
+                step = {
+                    "type": "function_result",
+                    "call_id": answer["id"],
+                    "result": str(answer["response"].get("result", "")),
+                }
+                if answer.get("name"):
+                    step["name"] = answer["name"]
+                steps.append(step)
+    return steps
+
+
+def interaction_usage(usage: Any) -> Usage:
+    """`usage`: total_input_tokens includes the cached part (total_cached_tokens)."""
+    if usage is None:
+        return Usage(0, 0)
+    cached = getattr(usage, "total_cached_tokens", None) or 0
+    total = getattr(usage, "total_input_tokens", None) or 0
+    output = (getattr(usage, "total_output_tokens", None) or 0) + (
+        getattr(usage, "total_thought_tokens", None) or 0
+    )
+    return Usage(max(total - cached, 0), output, cache_read_tokens=cached)
+
+
+def is_interaction(response: Any) -> bool:
+    return type(response).__name__ == "Interaction" and hasattr(response, "steps")
+
+
+def interaction_result(response: Any, model: str = "") -> ChatResult:
+    """The steps' model_output text (thoughts left out) and function calls."""
+    text, calls = [], []
+    for step in getattr(response, "steps", None) or []:
+        kind = getattr(step, "type", "")
+        if kind == "model_output":
+            text += [c.text for c in step.content or [] if getattr(c, "type", "") == "text"]
+        elif kind == "function_call":
+            calls.append(
+                {
+                    "id": step.id or new_tool_call_id(),
+                    "name": step.name or "",
+                    "arguments": dict(step.arguments or {}),
+                }
+            )
+    status = getattr(response, "status", None)
+    return ChatResult(
+        text="".join(t or "" for t in text),
+        usage=interaction_usage(getattr(response, "usage", None)),
+        model=getattr(response, "model", None) or model,
+        stop_reason=getattr(status, "value", status),
+        tool_calls=calls,
+        provider=GEMINI_INTERACTIONS.name,
+    )
+
+
+class InteractionsStream(StreamReader):
+    """`interactions.create(stream=True)`: server-sent events; the last,
+    interaction.completed, carries the whole interaction (steps and usage)."""
+
+    def __init__(self, source: Any) -> None:
+        super().__init__(source)
+        self.interaction: Any = None
+
+    def text(self, event: Any) -> str:
+        kind = getattr(event, "event_type", None) or getattr(event, "type", "")
+        if kind == "interaction.completed":
+            self.interaction = getattr(event, "interaction", None)
+            return ""
+        delta = getattr(event, "delta", None)
+        if kind == "step.delta" and getattr(delta, "type", "") == "text":
+            return str(getattr(delta, "text", "") or "")
+        return ""
+
+    def final(self) -> ChatResult | None:
+        return None if self.interaction is None else interaction_result(self.interaction)
+
+
+class GeminiInteractionsWire(GeminiWire):
+    """Gemini's models on the Interactions API's wire."""
+
+    name = "gemini_interactions"
+
+    def request(
+        self,
+        system: str,
+        summaries: list[str],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        check: bool = True,
+    ) -> dict[str, Any]:
+        """`interactions.create`'s: system_instruction (system and summaries), the whole
+        compacted context as `input` steps, tools, store=False, no previous_interaction_id
+        (see the module doc)."""
+        shape = convert.to_gemini(system, summaries, messages, check=check)
+        request: dict[str, Any] = {"input": input_steps(shape["contents"]), "store": False}
+        if shape["system_instruction"]:
+            request["system_instruction"] = shape["system_instruction"]
+        if tools:
+            request["tools"] = self.tool_definitions(tools)
+        return request
+
+    def tool_definitions(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            {
+                "type": "function",
+                "name": t["name"],
+                "description": t.get("description", ""),
+                "parameters": t.get("parameters"),
+            }
+            for t in tools or []
+        ]
+
+    def with_timeout(self, request: dict[str, Any], seconds: float) -> dict[str, Any]:
+        """The SDK's per-call `timeout`, in seconds."""
+        return {**request, "timeout": seconds}
+
+    def recognizes(self, response: Any) -> bool:
+        return is_interaction(response)
+
+    def result(self, response: Any) -> ChatResult:
+        return interaction_result(response)
+
+    def stream_reader(self, returned: Any) -> StreamReader | None:
+        name = type(returned).__name__
+        return InteractionsStream(returned) if "Stream" in name else None
+
+
+GEMINI_INTERACTIONS = GeminiInteractionsWire()
