@@ -61,6 +61,16 @@ from assistant.window.decision import (
     split_for,
 )
 from assistant.window.ledger import Ledger, step_cost
+from assistant.window.lifetime import (
+    LIFETIME_KEY,
+    call_gaps,
+    choose_lifetime,
+    lifetime_cost,
+    lifetime_in_use,
+    prompt_cache_key,
+    request_lifetime,
+    with_lifetime,
+)
 from assistant.window.limits import MODEL_KEY, chat_model, current_limits, limits_for, request_shape
 from assistant.window.loading import (
     TOKEN_RATIO_DRIFT,
@@ -107,6 +117,7 @@ __all__ = [
     "COUNT_TRIGGER",
     "EAGER",
     "EARLY_PAYS",
+    "LIFETIME_KEY",
     "MODEL_KEY",
     "SHIFT_WITHIN_LATENCY",
     "SOFT_WATERMARK",
@@ -135,8 +146,10 @@ __all__ = [
     "anticipated_keep",
     "as_neutral",
     "build_context",
+    "call_gaps",
     "canonical_arguments",
     "chat_model",
+    "choose_lifetime",
     "choose_split",
     "compacted_ceiling_tokens",
     "consumed_boundary",
@@ -149,14 +162,18 @@ __all__ = [
     "current_limits",
     "decide",
     "early_shift",
+    "lifetime_cost",
+    "lifetime_in_use",
     "limits_for",
     "load_window",
     "measure_size",
     "measure_unsized",
     "plan_call",
     "plan_compaction",
+    "prompt_cache_key",
     "refresh_size",
     "refreshed_window",
+    "request_lifetime",
     "request_shape",
     "require_saved",
     "results_step",
@@ -172,5 +189,6 @@ __all__ = [
     "tail_tokens",
     "trigger_estimate",
     "verbatim_budget",
+    "with_lifetime",
     "worker_split",
 ]
