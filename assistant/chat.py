@@ -61,6 +61,8 @@ from assistant.provider_compaction import ProviderStep, provider_step
 from assistant.providers import (
     CHAT_PROVIDERS,
     DEFAULT_PROVIDER,
+    LIFETIMES,
+    CacheLifetime,
     OnText,
     Wire,
     aread_answer,
@@ -72,7 +74,13 @@ from assistant.responses import record_response
 from assistant.settings.conf import compaction_config
 from assistant.signals import COMPLETED, ENDED, CompactionNotice
 from assistant.summary import run_compact
-from assistant.window import Context, conversation_config
+from assistant.window import (
+    LIFETIME_KEY,
+    Context,
+    conversation_config,
+    request_lifetime,
+    with_lifetime,
+)
 
 #: What a step hands its `on_compaction`: each compaction's start and its one end.
 OnCompaction = Callable[[CompactionNotice], Any]
@@ -304,8 +312,11 @@ def chat_step(
     chosen, sent = _checked(provider, tools, recall, compact, fields)
     compactions = _Compactions(on_compaction)
 
+    lifetime: list[CacheLifetime | None] = [None]
+
     def call(context: Context) -> Any:
-        request = _request(context, provider, tools, (recall, compact), step, ends)
+        lifetime[0] = request_lifetime(context.conversation_id, provider, context.tokens.total)
+        request = _request(context, provider, tools, (recall, compact), step, ends, lifetime[0])
         with compactions.request(conversation.pk, provider):
             return read_answer(chosen, _within(ends, call_model, request), on_text)
 
@@ -314,7 +325,9 @@ def chat_step(
         response = call_with_overflow_recovery(
             conversation, call, window_tokens=window_tokens, context=prepared
         )
-        message = record_response(conversation, response, provider=provider, **fields)
+        message = record_response(
+            conversation, response, provider=provider, **_with_lifetime(fields, lifetime[0])
+        )
     return Step(message, response)
 
 
@@ -347,8 +360,13 @@ async def achat_step(
     chosen, sent = _checked(provider, tools, recall, compact, fields)
     compactions = _Compactions(on_compaction, asyncio.get_running_loop())
 
+    lifetime: list[CacheLifetime | None] = [None]
+
     async def call(context: Context) -> Any:
-        request = _request(context, provider, tools, (recall, compact), step, ends)
+        lifetime[0] = await sync_to_async(request_lifetime)(
+            context.conversation_id, provider, context.tokens.total
+        )
+        request = _request(context, provider, tools, (recall, compact), step, ends, lifetime[0])
         with compactions.request(conversation.pk, provider):
             return await _awithin(ends, aread_answer(chosen, call_model(request), on_text))
 
@@ -358,7 +376,7 @@ async def achat_step(
             conversation, call, window_tokens=window_tokens, context=prepared
         )
         message = await sync_to_async(record_response)(
-            conversation, response, provider=provider, **fields
+            conversation, response, provider=provider, **_with_lifetime(fields, lifetime[0])
         )
     return Step(message, response)
 
@@ -406,19 +424,36 @@ def _request(
     offered: tuple[bool, bool],
     step: ProviderStep,
     ends: float | None,
+    lifetime: CacheLifetime | None = None,
 ) -> dict[str, Any]:
     """model_request (`offered`: recall, compact), with what asks the provider for its
-    own compaction, bounded by the time left before `ends` (a time.monotonic() instant)
-    when the step has one."""
+    own compaction and for the cache `lifetime` (`with_lifetime`: docs/compaction.rst,
+    "Cache lifetimes"), bounded by the time left before `ends` (a time.monotonic()
+    instant) when the step has one."""
     recall, compact = offered
     built = model_request(context, provider, tools, recall=recall, compact=compact)
     request = {**built, **(step.extras or {})}
+    request = with_lifetime(request, context.conversation_id, provider, lifetime)
     if ends is None:
         return request
     left = ends - time.monotonic()
     if left <= 0:
         raise TimeoutError("chat_step's deadline passed before the model call could be made.")
     return wire_of(provider).with_timeout(request, left)
+
+
+# The providers' default lifetimes (assistant.providers.LIFETIMES), not recorded.
+DEFAULT_LIFETIMES = {table[0].name for table in LIFETIMES.values()}
+
+
+def _with_lifetime(fields: dict[str, Any], lifetime: CacheLifetime | None) -> dict[str, Any]:
+    """The answer's fields with the lifetime its request asked for, in its metadata
+    (what the next pre-call hook judges the cache's warmth by), where it is not the
+    provider's default (CACHE_TTL_SECONDS stands for that one)."""
+    if lifetime is None or lifetime.name in DEFAULT_LIFETIMES:
+        return fields
+    metadata = {**(fields.get("metadata") or {}), LIFETIME_KEY: lifetime.name}
+    return {**fields, "metadata": metadata}
 
 
 def _ends(deadline: float | None) -> float | None:

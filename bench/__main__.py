@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
         write_run(float(args.offpath_run[0]), args.offpath_run[1])
         return 0
 
-    from bench import baselines, measures, real
+    from bench import baselines, measures, real, timing
     from bench.fake_summarizer import FakeSummarizer
     from bench.frontier import as_dict, frontier, frontier_lines, frontier_rows
     from bench.offpath import finish_runs, start_runs
@@ -415,6 +415,21 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
     edge = frontier(real_results, trigger)
     lines += frontier_lines(edge, trigger)
     edge_openai = frontier({**real_results, OURS: ours_openai}, trigger, real.price_rates("OpenAI"))
+    # The same replays on the sessions' clock, priced under each cache rule (bench/timing.py).
+    edges = timing.priced_frontiers(real_results, trigger, ours_openai)
+    lines += timing.rule_lines(edges, timing.TODAY)
+    choice, held, judged = timing.choice_rows(real_results, edges)
+    lines.append(
+        Line(
+            "long sessions: ours with the lifetime chosen per request at most the cheaper"
+            " of ours-5m and ours-1h (1%)",
+            held,
+            judged,
+            "sessions",
+            "every session",
+            held == judged if judged else None,
+        )
+    )
 
     price_sections = []
     decided_at = (real_results[OURS], ours_openai)
@@ -451,6 +466,19 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
         (
             frontier_title.format(provider="OpenAI") + " (ours: its replay decided at them)",
             markdown(*frontier_rows(edge_openai)),
+        ),
+        *(
+            (
+                frontier_title.format(provider=rule.split(",")[0])
+                + f', on the sessions\' clock under the rule "{rule}"',
+                markdown(*frontier_rows(edges[rule])),
+            )
+            for rule in edges
+        ),
+        (
+            "Ours on each long session under Anthropic's two lifetimes and with the lifetime"
+            " the app chooses per request (shares of sending everything at 5m):",
+            markdown(*choice),
         ),
         (
             f"Real agent sessions ({len(sessions)}), every strategy, sums over conversations:",
@@ -516,6 +544,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
                 },
                 "totals": {name: total.as_dict() for name, total in real_sums.items()},
                 "frontier": {"Anthropic": as_dict(edge), "OpenAI": as_dict(edge_openai)},
+                "frontier_by_rule": {rule: as_dict(found) for rule, found in edges.items()},
                 "per_conversation": {
                     name: [o.as_dict() for o in outcomes] for name, outcomes in real_results.items()
                 },

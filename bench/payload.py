@@ -29,10 +29,14 @@ CACHE_WRITE = 1.25
 
 class Rates(NamedTuple):
     """A cached input token's prices over an uncached one's (as
-    assistant.window.ledger.CachePrices, which has the same two fields)."""
+    assistant.window.ledger.CachePrices, which has the same two fields), and the
+    cache's lifetime in seconds (None: it never expires, the rule before the sessions
+    had a clock): a request made more than `ttl` after the previous one reads nothing
+    from the cache and writes its whole prompt."""
 
     read: float
     write: float
+    ttl: float | None = None
 
 
 ANTHROPIC_RATES = Rates(CACHE_READ, CACHE_WRITE)
@@ -221,13 +225,33 @@ def gemini_problems(payload: dict[str, Any]) -> tuple[int, bool]:
 class RequestFigures:
     tokens: int
     cached_tokens: int  # leading tokens identical to the previous request
+    # When it was sent, seconds on the session's clock (its last message's ts; None: no clock).
+    at: float | None = None
 
     @property
     def cost(self) -> float:
         return self.cost_under(ANTHROPIC_RATES)
 
-    def cost_under(self, rates: Rates) -> float:
-        return rates.read * self.cached_tokens + rates.write * (self.tokens - self.cached_tokens)
+    def cost_under(self, rates: Rates, cold: bool = False) -> float:
+        """At `rates`; `cold`: the cache expired before it, so all of it is written."""
+        cached = 0 if cold else self.cached_tokens
+        return rates.read * cached + rates.write * (self.tokens - cached)
+
+
+def expired(before: RequestFigures | None, now: RequestFigures, ttl: float | None) -> bool:
+    """Whether the cache the request `before` left had expired when `now` was sent."""
+    if ttl is None or before is None or before.at is None or now.at is None:
+        return False
+    return now.at - before.at > ttl
+
+
+def priced(requests: Sequence[RequestFigures], rates: Rates) -> float:
+    """The requests of one conversation, in order, at `rates` and its lifetime."""
+    total, before = 0.0, None
+    for request in requests:
+        total += request.cost_under(rates, expired(before, request, rates.ttl))
+        before = request
+    return total
 
 
 @dataclass
@@ -261,11 +285,15 @@ class CostMeter:
     _pair_states: list[tuple[int, frozenset]] = field(default_factory=list, repr=False)
 
     def record(
-        self, payload: dict[str, Any], probes: Sequence[str] = (), newest_step: int | None = None
+        self,
+        payload: dict[str, Any],
+        probes: Sequence[str] = (),
+        newest_step: int | None = None,
+        at: float | None = None,
     ) -> RequestFigures:
         """One request, in order; `probes`: the identifiers it should hold; `newest_step`:
         the tokens of what came last (`Session.newest_step`), which the request may add to
-        the trigger."""
+        the trigger; `at`: when it was sent on the session's clock (`Session.call_time`)."""
         system = [("system", _plain(block)) for block in payload.get("system") or []]
         messages = payload.get("messages") or []
         # A message that is the very object of the previous request's same
@@ -284,7 +312,7 @@ class CostMeter:
             same += 1
         # The identical leading units were counted for the previous request.
         tokens = self._previous_tokens[:same] + [unit_tokens(unit) for unit in units[same:]]
-        figures = RequestFigures(sum(tokens), sum(tokens[:same]))
+        figures = RequestFigures(sum(tokens), sum(tokens[:same]), at)
         self.requests.append(figures)
         self._previous, self._previous_tokens = units, tokens
         self._previous_system, self._previous_messages = system, messages
@@ -328,7 +356,8 @@ class CostMeter:
     def record_recall(self, context_tokens: int, recalled_tokens: int) -> None:
         """One probe recovered by one more request: the context at the cache-read
         price, the recalled text at the cache-write price."""
-        self.recalls.append(RequestFigures(context_tokens + recalled_tokens, context_tokens))
+        at = self.requests[-1].at if self.requests else None  # right after that request
+        self.recalls.append(RequestFigures(context_tokens + recalled_tokens, context_tokens, at))
         self.probes_recoverable += 1
 
     @staticmethod
@@ -349,8 +378,9 @@ class CostMeter:
         return sum(r.cost for r in self.requests) + self.recall_cost
 
     def cost_under(self, rates: Rates) -> float:
-        """The same requests (and recalls) at other cache prices."""
-        return sum(r.cost_under(rates) for r in [*self.requests, *self.recalls])
+        """The same requests (and recalls) at other cache prices and lifetime (a recall
+        is made right after its request, within any lifetime)."""
+        return priced(self.requests, rates) + sum(r.cost_under(rates) for r in self.recalls)
 
     @property
     def recall_cost(self) -> float:

@@ -114,7 +114,8 @@ def replay(session: Session, name: str, meter: CostMeter, server: EmulatedServer
             if message["role"] == "assistant":
                 newest = sum(neutral_tokens(m) for m in session.newest_step(index))
                 probes = session.probes.get(index)
-                fields = _model_call(conversation, server, meter, probes, newest)
+                at = session.call_time(index)
+                fields = _model_call(conversation, server, meter, probes, newest, at)
             store(conversation, message, **fields)
             if index in ends:
                 finish_turn(conversation)
@@ -126,6 +127,7 @@ def _model_call(
     meter: CostMeter,
     probes: list[str] | None,
     newest: int,
+    at: float | None = None,
 ) -> dict[str, Any]:
     """What chat_step does before the call, the emulated call, and the fields the
     answer is stored with."""
@@ -149,7 +151,7 @@ def _model_call(
         summary = {"type": "text", "text": compaction["block"]["content"]}
         alone = [{"role": "user", "content": [summary]}]
         payload = {"system": payload["system"], "messages": alone}
-    figures = meter.record(payload, probes or [], newest)
+    figures = meter.record(payload, probes or [], newest, at)
     price_recalls(meter, conversation.pk, payload)
     server.previous = figures.tokens
     fields["input_tokens"] = figures.tokens

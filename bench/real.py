@@ -83,7 +83,10 @@ def replay_in_memory(session: Session, strategy: Strategy, summarizer: FakeSumma
             if message["role"] == "assistant":
                 request = strategy.request(session.messages[:index])
                 outcome.meter.record(
-                    builder.build(request), session.probes.get(index, []), newest(session, index)
+                    builder.build(request),
+                    session.probes.get(index, []),
+                    newest(session, index),
+                    session.call_time(index),
                 )
             if index in ends:
                 strategy.end_turn(session.messages[: index + 1])
@@ -194,7 +197,10 @@ def replay_ours(
                     context = services.build_context(conversation)
                     payload = context.to_anthropic()
                     figures = outcome.meter.record(
-                        payload, session.probes.get(index, []), newest(session, index)
+                        payload,
+                        session.probes.get(index, []),
+                        newest(session, index),
+                        session.call_time(index),
                     )
                     price_recalls(outcome.meter, conversation.pk, payload)
                     fields["input_tokens"] = figures.tokens

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,13 @@ class Session:
     messages: list[dict[str, Any]]
     probes: dict[int, list[str]] = field(default_factory=dict)  # message index -> identifiers
     meta: dict[str, Any] = field(default_factory=dict)
+    # Each message's time, seconds since the epoch (its `ts`; None where the source has none).
+    times: list[float | None] = field(default_factory=list)
+
+    def call_time(self, index: int) -> float | None:
+        """When the model call producing message `index` was sent: at the time of the
+        last message it carries (the one before), None without a clock."""
+        return self.times[index - 1] if 0 < index <= len(self.times) else None
 
     @property
     def model_calls(self) -> int:
@@ -91,8 +99,15 @@ def neutral(raw: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
+def seconds(ts: str | None) -> float | None:
+    """An ISO 8601 time ("2026-02-11T20:36:45.618Z") as seconds since the epoch."""
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() if ts else None
+
+
 def load_session(path: Path) -> Session:
-    messages = [neutral(json.loads(line)) for line in path.read_text().splitlines() if line]
+    raws = [json.loads(line) for line in path.read_text().splitlines() if line]
+    messages = [neutral(raw) for raw in raws]
+    times = [seconds(raw.get("ts")) for raw in raws]
     stem = path.name.removesuffix(".jsonl")
     needles = json.loads((path.parent / f"{stem}.needles.json").read_text())
     meta = json.loads((path.parent / f"{stem}.meta.json").read_text())
@@ -105,7 +120,7 @@ def load_session(path: Path) -> Session:
         at = probes.setdefault(ask["message_index"], [])
         if ask["needle"] not in at:
             at.append(ask["needle"])
-    return Session(stem, messages, probes, meta)
+    return Session(stem, messages, probes, meta, times)
 
 
 def load_sessions(directory: Path = REAL) -> list[Session]:

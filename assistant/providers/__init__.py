@@ -49,6 +49,12 @@ from assistant.providers.catalog import (
 from assistant.providers.compaction_blocks import Record, block_tokens, summary_text, validated
 from assistant.providers.convert import InvalidRequest
 from assistant.providers.gemini.wire import GEMINI
+from assistant.providers.lifetimes import (
+    LIFETIMES,
+    CacheLifetime,
+    lifetime_named,
+    lifetimes_of,
+)
 from assistant.providers.offline.provider import OfflineProvider
 from assistant.providers.overflow import (
     OVERFLOW_STOP_REASON,
@@ -92,10 +98,12 @@ __all__ = [
     "CHAT_PROVIDERS",
     "DEFAULT_PROVIDER",
     "GEMINI",
+    "LIFETIMES",
     "MAX_INSTRUCTIONS_CHARS",
     "MODEL_SETTINGS",
     "OVERFLOW_STOP_REASON",
     "WIRES",
+    "CacheLifetime",
     "CachedRequest",
     "ChatResult",
     "Guidance",
@@ -125,6 +133,8 @@ __all__ = [
     "forget_clients",
     "get_provider",
     "import_sdk",
+    "lifetime_named",
+    "lifetimes_of",
     "media_rates",
     "model_context_window",
     "model_info",

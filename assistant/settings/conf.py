@@ -119,8 +119,17 @@ class CompactionConfig:
     # the token trigger, or once the provider's prompt cache has expired) or
     # "eager" (right away, for providers or deployments without prompt caching).
     COMPACTION_TIMING: Literal["cache_aware", "eager"] = "cache_aware"
-    # The provider's prompt-cache lifetime: 300 (Anthropic's default), 3600 for its 1-hour cache.
+    # The provider's prompt-cache lifetime where no request recorded the one it chose
+    # (CACHE_LIFETIME): 300 (Anthropic's default), 3600 for its 1-hour cache.
     CACHE_TTL_SECONDS: int = key(300, at_least=1)
+    # Each request's prompt-cache lifetime (docs/compaction.rst, "Cache lifetimes"): "auto"
+    # (chosen per conversation from its gaps and the planned rewrite, where the provider
+    # sells more than one), or one fixed: "5m" or "1h" (Anthropic), "in_memory" or "24h"
+    # (OpenAI, 24h where the model offers it); a lifetime the provider does not sell
+    # falls back to its default.
+    CACHE_LIFETIME: Literal["auto", "5m", "1h", "in_memory", "24h"] = "auto"
+    # Send `prompt_cache_key` to OpenAI-compatible servers other than OpenAI's own API too.
+    PROMPT_CACHE_KEY_COMPATIBLE: bool = False
     # How a window summary is asked for: "transcript" (the summary model reads the
     # newly old messages as a fresh transcript, input at 1.0x) or "cached_suffix" (the
     # chat model gets the conversation's own request, which its prompt cache holds, with

@@ -387,37 +387,58 @@ def gemini_request_problem(body: Any) -> str | None:
     return None
 
 
+# The lifetime of a cached prefix, as the providers sell it: Anthropic's default 5 minutes,
+# `"ttl": "1h"` on a breakpoint an hour; Gemini's implicit cache is held as long as the default.
+DEFAULT_CACHE_SECONDS = 300
+CACHE_SECONDS = {"5m": 300, "1h": 3600}
+
+
 class PromptCache:
     """Which request prefixes the provider has seen, to report cache reads and writes
-    as its prompt caching would (prefixes are hashed; nothing else is kept)."""
+    as its prompt caching would (prefixes are hashed; nothing else is kept). A prefix
+    expires its lifetime after it was last written or read, on the fake's own clock
+    (`now`, seconds, moved by `FakeProvider.advance`); a read renews it."""
 
     def __init__(self) -> None:
-        self._seen: set[str] = set()
+        self._seen: dict[str, float] = {}  # prefix digest -> when it expires
+        self.now = 0.0
 
-    def usage(self, segments: list[Any], breakpoints: Iterable[int]) -> tuple[int, int]:
+    def usage(
+        self,
+        segments: list[Any],
+        breakpoints: Iterable[int],
+        lifetimes: dict[int, int] | None = None,
+    ) -> tuple[int, int]:
         """(tokens read, tokens written) for a request made of these segments in order,
-        cacheable up to the last breakpoint (an index into segments, inclusive)."""
-        last = max(breakpoints, default=-1)
+        cacheable up to the last breakpoint (an index into segments, inclusive).
+        `lifetimes`: a breakpoint's lifetime in seconds where it is not the default; a
+        segment lives as long as the breakpoint at or after it."""
+        marks = sorted(breakpoints)
+        last = marks[-1] if marks else -1
         digest = hashlib.sha256()
         read = written = 0
-        for segment in segments[: last + 1]:
+        for index, segment in enumerate(segments[: last + 1]):
             # The breakpoint marker is not part of what is cached (it moves each call).
             if isinstance(segment, dict):
                 segment = {k: v for k, v in segment.items() if k != "cache_control"}
             digest.update(json.dumps(segment, sort_keys=True).encode())
             key = digest.hexdigest()
             tokens = len(json.dumps(segment)) // 4
-            if key in self._seen and not written:
+            mark = next(m for m in marks if m >= index)
+            seconds = (lifetimes or {}).get(mark, DEFAULT_CACHE_SECONDS)
+            expires = self._seen.get(key)
+            if expires is not None and expires >= self.now and not written:
                 read += tokens
             else:
                 written += tokens
-                self._seen.add(key)
+            self._seen[key] = max(self.now + seconds, expires or 0.0)
         return read, written
 
 
 def anthropic_cache_usage(cache: PromptCache, body: dict[str, Any]) -> tuple[int, int]:
     """Tools, then system blocks, then each message's blocks; a breakpoint on every
-    block with cache_control (on a tool: the tools before it too)."""
+    block with cache_control (on a tool: the tools before it too), living as its `ttl`
+    says ("1h"; else 5 minutes)."""
     segments: list[Any] = [*(body.get("tools") or [])]
     system = body.get("system") or []
     segments += [{"type": "text", "text": system}] if isinstance(system, str) else system
@@ -426,7 +447,11 @@ def anthropic_cache_usage(cache: PromptCache, body: dict[str, Any]) -> tuple[int
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         segments += [{"role": message.get("role"), **block} for block in blocks or []]
     marks = [i for i, s in enumerate(segments) if isinstance(s, dict) and s.get("cache_control")]
-    return cache.usage(segments, marks)
+    lifetimes = {
+        i: CACHE_SECONDS.get(segments[i]["cache_control"].get("ttl", "5m"), DEFAULT_CACHE_SECONDS)
+        for i in marks
+    }
+    return cache.usage(segments, marks, lifetimes)
 
 
 def gemini_cache_usage(cache: PromptCache, body: dict[str, Any]) -> int:
@@ -738,6 +763,14 @@ class FakeProvider:
 
     def count(self, kind: str) -> int:
         return len(self.requests_for(kind))
+
+    def advance(self, seconds: float) -> None:
+        """Move the fake's clock on: a cached prefix not used within its lifetime
+        (5 minutes; an hour where its breakpoint says `"ttl": "1h"`) is written again,
+        as the provider's cache would have expired it. Needs `prompt_cache`."""
+        with self._lock:
+            if self._cache is not None:
+                self._cache.now += seconds
 
     def reset(self) -> None:
         with self._lock:

@@ -31,6 +31,7 @@ from assistant.models import Conversation, Message, MessageQuerySet
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.text import MAX_TOKEN_RATIO, MIN_JUDGED_ESTIMATE, MIN_TOKEN_RATIO, estimate_tokens
 from assistant.window.ledger import CachePrices, cache_prices
+from assistant.window.lifetime import lifetime_in_use
 from assistant.window.limits import chat_model
 
 # What labelling one pinned message in the pinned section adds ("[user m12, pinned]").
@@ -133,7 +134,11 @@ class WindowState:
     def cache_prices(self) -> CachePrices:
         """The cache prices of the model that will read the next request
         (assistant.window.ledger), else the configured chat model's."""
-        return cache_prices(self.answered_by[1] or chat_model(None))
+        prices = cache_prices(self.answered_by[1] or chat_model(None))
+        in_use = lifetime_in_use(self.rows)
+        if in_use is not None and in_use.write is not None:  # a dearer lifetime's writes
+            return CachePrices(read=prices.read, write=in_use.write)
+        return prices
 
     def context_tokens(self) -> int:
         """The one size of the context: what the pre-call hook decides on,
@@ -243,7 +248,8 @@ class WindowState:
         last = self.last_request_at()
         if last is None:
             return False
-        ttl = (config or self.config).CACHE_TTL_SECONDS
+        in_use = lifetime_in_use(self.rows)
+        ttl = in_use.seconds if in_use else (config or self.config).CACHE_TTL_SECONDS
         return (now or timezone.now()) - last > timedelta(seconds=ttl)
 
 
