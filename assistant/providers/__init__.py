@@ -52,8 +52,10 @@ from assistant.providers.gemini.wire import GEMINI
 from assistant.providers.lifetimes import (
     LIFETIMES,
     CacheLifetime,
+    asking_lifetime,
     lifetime_named,
     lifetimes_of,
+    routes_by_cache_key,
 )
 from assistant.providers.offline.provider import OfflineProvider
 from assistant.providers.overflow import (
@@ -120,6 +122,7 @@ __all__ = [
     "Usage",
     "Wire",
     "aread_answer",
+    "asking_lifetime",
     "asynchronous",
     "block_tokens",
     "build_summary_prompt",
@@ -147,6 +150,7 @@ __all__ = [
     "read_answer",
     "read_response",
     "render_transcript",
+    "routes_by_cache_key",
     "send_bound",
     "smallest_send_bound",
     "suffix_instruction",

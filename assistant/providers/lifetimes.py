@@ -13,6 +13,7 @@ figures and the bench's pricing rules read.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from assistant.providers.wire import normalized_model
 
@@ -53,3 +54,31 @@ def lifetimes_of(provider: str, model: str = "") -> tuple[CacheLifetime, ...]:
 
 def lifetime_named(name: str) -> CacheLifetime | None:
     return next((x for table in LIFETIMES.values() for x in table if x.name == name), None)
+
+
+# The providers whose requests carry a cache-routing key (OpenAI's `prompt_cache_key`).
+KEYED = ("openai", "openai_responses")
+
+
+def routes_by_cache_key(provider: str) -> bool:
+    return provider in KEYED
+
+
+def asking_lifetime(
+    request: dict[str, Any], provider: str, lifetime: CacheLifetime | None, cache_key: str | None
+) -> dict[str, Any]:
+    """`request` as `provider` is asked for `lifetime`: Anthropic's `"ttl": "1h"` on each
+    cache_control breakpoint; OpenAI's `prompt_cache_key` (when given) and
+    `prompt_cache_retention: "24h"` where chosen."""
+    if provider == "anthropic" and lifetime == ONE_HOUR:
+        for message in [{"content": request.get("system")}, *(request.get("messages") or [])]:
+            content = message.get("content")
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and "cache_control" in block:
+                    block["cache_control"] = {**block["cache_control"], "ttl": "1h"}
+    if routes_by_cache_key(provider):
+        if cache_key is not None:
+            request = {**request, "prompt_cache_key": cache_key}
+        if lifetime == DAY:
+            request = {**request, "prompt_cache_retention": "24h"}
+    return request

@@ -29,9 +29,11 @@ from django.utils.crypto import salted_hmac
 from assistant.models import Conversation, Message, MetadataKeys
 from assistant.providers import (
     CacheLifetime,
+    asking_lifetime,
     configured_chat_model,
     lifetime_named,
     lifetimes_of,
+    routes_by_cache_key,
 )
 from assistant.settings.app import app_setting
 from assistant.settings.conf import compaction_config
@@ -164,19 +166,8 @@ def request_lifetime(conversation_id: int, provider: str, prompt: int) -> CacheL
 def with_lifetime(
     request: dict[str, Any], conversation_id: int, provider: str, lifetime: CacheLifetime | None
 ) -> dict[str, Any]:
-    """The request as the provider is asked for `lifetime`: Anthropic's `"ttl": "1h"` on
-    each cache_control breakpoint; OpenAI's `prompt_cache_key` (its own API, or where
-    PROMPT_CACHE_KEY_COMPATIBLE opts in) and `prompt_cache_retention` where chosen."""
-    if provider == "anthropic" and lifetime is not None and lifetime.name == "1h":
-        for block in request.get("system") or []:
-            if isinstance(block, dict) and "cache_control" in block:
-                block["cache_control"] = {**block["cache_control"], "ttl": "1h"}
-        for message in request.get("messages") or []:
-            for block in message.get("content") if isinstance(message.get("content"), list) else []:
-                if isinstance(block, dict) and "cache_control" in block:
-                    block["cache_control"] = {**block["cache_control"], "ttl": "1h"}
-    if provider.startswith("openai") and openai_own_api():
-        request = {**request, "prompt_cache_key": prompt_cache_key(conversation_id)}
-        if lifetime is not None and lifetime.name == "24h":
-            request["prompt_cache_retention"] = "24h"
-    return request
+    """The request as the provider is asked for `lifetime` (`providers.asking_lifetime`),
+    with OpenAI's `prompt_cache_key` on its own API or where PROMPT_CACHE_KEY_COMPATIBLE
+    opts in."""
+    key = prompt_cache_key(conversation_id) if routes_by_cache_key(provider) else None
+    return asking_lifetime(request, provider, lifetime, key if openai_own_api() else None)
