@@ -30,8 +30,6 @@ from assistant.emergency import (
     compact_if_flagged,
 )
 from assistant.emergency import emergency_compact as _emergency_compact
-from assistant.fork import fork_continuation as _fork_continuation
-from assistant.fork import fork_from_message as _fork_from_message
 from assistant.fork import (
     Resumed,
     SessionInfo,
@@ -40,6 +38,8 @@ from assistant.fork import (
     generate_parent_summary,
     list_sessions,
 )
+from assistant.fork import fork_continuation as _fork_continuation
+from assistant.fork import fork_from_message as _fork_from_message
 from assistant.fork import new_session as _new_session
 from assistant.fork import resume_session as _resume_session
 from assistant.fork import set_active_branch as _set_active_branch
@@ -361,7 +361,7 @@ _WRITERS = frozenset(
     {
         "compact_if_flagged",
         "generate_parent_summary",
-    "list_sessions",
+        "list_sessions",
         "prebuild_window_summary",
         "remember_chat_tools",
     }

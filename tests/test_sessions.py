@@ -28,7 +28,9 @@ pytestmark = pytest.mark.django_db
 
 def _chat(title: str = "Planning the autumn newsletter") -> Conversation:
     conversation = Conversation.objects.create(title=title)
-    add_message(conversation, "user", "The webhook secret for the autumn newsletter is marmalade-sky.")
+    add_message(
+        conversation, "user", "The webhook secret for the autumn newsletter is marmalade-sky."
+    )
     add_message(conversation, "assistant", "Noted: the webhook secret is marmalade-sky.")
     return conversation
 
@@ -90,7 +92,7 @@ def test_clear_carries_nothing_and_sessions_do_not_count_toward_the_fork_depth(s
 def test_a_branchs_siblings_are_listed_and_switched():
     parent = _chat()
     edited = Message.objects.filter(conversation=parent, role="user").first()
-    first_branch, text = fork_from_message(parent, edited.pk)
+    first_branch, _ = fork_from_message(parent, edited.pk)
     second_branch, _ = fork_from_message(parent, edited.pk)
     assert first_branch.parent_link == Conversation.Link.BRANCH
 
@@ -124,13 +126,12 @@ def _session_chain(size: int) -> list[Conversation]:
     messages = Message.objects.bulk_create(
         Message(conversation=row, role="user", content=f"note {n}") for n, row in enumerate(made)
     )
+    through = root.messages.order_by("-id").values_list("id", flat=True).first()
     previous = root
     for row, message in zip(made, messages, strict=True):
         row.parent_conversation = previous
-        row.fork_through_message_id = previous.messages.order_by("-id").values_list(
-            "id", flat=True
-        ).first() if previous is root else previous_message
-        previous, previous_message = row, message.pk
+        row.fork_through_message_id = through
+        previous, through = row, message.pk
         rows.append(row)
     Conversation.objects.bulk_update(made, ["parent_conversation", "fork_through_message_id"])
     return rows

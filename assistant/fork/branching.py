@@ -236,7 +236,7 @@ def summarize_parent(
         return ParentSummary(text=previous_summary)
     started = time.monotonic()
     # offline: the deterministic summarizer answers at once (a deadline already past).
-    deadline = {"deadline": time.monotonic()} if offline else {}
+    deadline: dict[str, Any] = {"deadline": time.monotonic()} if offline else {}
     outcome = summarize_messages(selected, previous_summary=previous_summary, **deadline)
     return ParentSummary(
         text=outcome.text or previous_summary,

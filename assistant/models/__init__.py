@@ -21,7 +21,6 @@ from django.db import models
 from assistant.metadata_keys import STATE_FIELDS, ConversationMetadata, StateOf, WindowStateColumns
 from assistant.metadata_keys import MetadataKeys as MetadataKeys  # the state fields' names
 from assistant.models.links import MAX_WALK as MAX_WALK
-from assistant.models.links import Link as ChainLink
 from assistant.models.links import ancestors as ancestors
 from assistant.models.querysets import CALL_DIGEST, MessageQuerySet
 from assistant.models.querysets import SEARCH_INDEX_CHARS as SEARCH_INDEX_CHARS
@@ -52,6 +51,7 @@ class Conversation(WindowStateColumns):
     parent_conversation = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )
+
     class Link(models.TextChoices):
         """How a conversation is linked to its parent (blank: a root)."""
 
@@ -215,8 +215,7 @@ class Conversation(WindowStateColumns):
 _SAVED_FIELDS = {
     field.name
     for field in Conversation._meta.concrete_fields
-    if not field.primary_key
-    and field.name not in {*STATE_FIELDS, "cost_figures", "active_branch"}
+    if not field.primary_key and field.name not in {*STATE_FIELDS, "cost_figures", "active_branch"}
 }
 
 
