@@ -30,9 +30,19 @@ from assistant.emergency import (
     compact_if_flagged,
 )
 from assistant.emergency import emergency_compact as _emergency_compact
+from assistant.fork import (
+    Resumed,
+    SessionInfo,
+    TreeNode,
+    conversation_tree,
+    generate_parent_summary,
+    list_sessions,
+)
 from assistant.fork import fork_continuation as _fork_continuation
 from assistant.fork import fork_from_message as _fork_from_message
-from assistant.fork import generate_parent_summary
+from assistant.fork import new_session as _new_session
+from assistant.fork import resume_session as _resume_session
+from assistant.fork import set_active_branch as _set_active_branch
 from assistant.history import (
     acting_as,
     add_message,
@@ -185,6 +195,35 @@ def fork_from_message(
         return _fork_from_message(conversation, message_id, summarize=summarize)
 
 
+@_live
+def new_session(
+    conversation: Conversation, *, carry_summary: bool = True, acting_user: User = None
+) -> Conversation:
+    """Close this session and open the next (/new; /clear: `carry_summary=False`, which
+    carries nothing). The messages stay where they were; the new session carries the
+    closed one's summary, made by the worker (the offline summary until it lands).
+    Session links do not count toward MAX_FORK_DEPTH."""
+    with acting_as(acting_user):
+        return _new_session(conversation, carry_summary=carry_summary)
+
+
+@_live
+def resume_session(conversation: Conversation, *, acting_user: User = None) -> Resumed:
+    """/resume: `conversation` itself reopened with its full context when it is under
+    the trigger (`reopened=True`), else a new session carrying its summary
+    (`reopened=False`). `.conversation` is where the chat goes on."""
+    with acting_as(acting_user):
+        return _resume_session(conversation)
+
+
+@_live
+def set_active_branch(conversation: Conversation, *, acting_user: User = None) -> None:
+    """Make `conversation` the shown sibling at its departure point (and its
+    ancestors on the path from the root): a chat UI's "< 2/3 >"."""
+    with acting_as(acting_user):
+        _set_active_branch(conversation)
+
+
 def queue_staff_action(
     action: str,
     conversation_id: int,
@@ -275,9 +314,12 @@ __all__ = [
     "NextRequest",
     "Outcome",
     "Preview",
+    "Resumed",
     "RunPlan",
+    "SessionInfo",
     "Step",
     "StreamInterrupted",
+    "TreeNode",
     "UndoPreview",
     "acall_with_overflow_recovery",
     "achat_step",
@@ -293,6 +335,7 @@ __all__ = [
     "context_overflow",
     "context_status",
     "context_tokens",
+    "conversation_tree",
     "correct_summary",
     "emergency_compact",
     "emergency_preview",
@@ -301,8 +344,10 @@ __all__ = [
     "fork_continuation",
     "fork_from_message",
     "generate_parent_summary",
+    "list_sessions",
     "mark_deleted",
     "model_request",
+    "new_session",
     "next_request",
     "pin_message",
     "plan_run",
@@ -317,10 +362,12 @@ __all__ = [
     "restore_deleted",
     "restore_originals",
     "restore_preview",
+    "resume_session",
     "revert_summary",
     "review_summary",
     "run_staff_action",
     "run_tool_call",
+    "set_active_branch",
     "summarize_before",
     "summarize_before_preview",
     "summarize_messages",
@@ -349,6 +396,7 @@ _WRITERS = frozenset(
     {
         "compact_if_flagged",
         "generate_parent_summary",
+        "list_sessions",
         "prebuild_window_summary",
         "remember_chat_tools",
     }

@@ -26,6 +26,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.db.models.functions import Coalesce
 
 from assistant.history import (
@@ -38,7 +39,7 @@ from assistant.history import (
     remember,
     write_state,
 )
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, ancestors
 from assistant.settings.conf import compaction_config
 from assistant.summary import summarize_messages
 from assistant.text import estimate_tokens
@@ -70,19 +71,11 @@ class ParentSummary:
 
 
 def fork_depth(conversation: Conversation) -> int:
-    """How many ancestors the conversation has (0 for a root). Reads at most
-    MAX_FORK_DEPTH + 1 rows: past the limit the exact number does not matter."""
-    limit = compaction_config().MAX_FORK_DEPTH + 1
-    depth, parent_id, seen = 0, conversation.parent_conversation_id, {conversation.pk}
-    while parent_id is not None and depth < limit and parent_id not in seen:
-        seen.add(parent_id)
-        depth += 1
-        parent_id = (
-            Conversation.objects.filter(pk=parent_id)
-            .values_list("parent_conversation_id", flat=True)
-            .first()
-        )
-    return depth
+    """How many fork ancestors the conversation has (0 for a root): continuations
+    and branches count, session links do not (a chat has any number of sessions).
+    One query, walking at most MAX_FORK_DEPTH + 1 fork links past the sessions."""
+    chain = ancestors(conversation.pk) if conversation.pk else []
+    return sum(1 for link in chain if link.parent_id is not None and link.link != "session")
 
 
 def can_fork(conversation: Conversation) -> bool:
@@ -177,7 +170,8 @@ def generate_parent_summary(conversation: Conversation) -> str | None:
     is kept, and a second run does not overwrite the first."""
     columns = read_state(conversation.pk)
     existing = columns.get(MetadataKeys.PARENT_CONVERSATION_SUMMARY)
-    if existing:
+    if existing and not columns.get(MetadataKeys.SUMMARY_DEFERRED):
+        # A session's offline summary (new_session) waits for this one: deferred.
         return existing
     parent = (
         Conversation.objects.filter(pk=conversation.parent_conversation_id).first()
@@ -200,7 +194,8 @@ def generate_parent_summary(conversation: Conversation) -> str | None:
     with transaction.atomic():
         # First writer wins: a second run (a redelivered task) changes nothing.
         unsummarized = Conversation.objects.filter(
-            pk=conversation.pk, parent_conversation_summary__isnull=True
+            Q(parent_conversation_summary__isnull=True) | Q(summary_deferred=True),
+            pk=conversation.pk,
         )
         stored = write_state(unsummarized, values) == 1
         if stored and summary.called_summarizer:
@@ -214,7 +209,9 @@ def generate_parent_summary(conversation: Conversation) -> str | None:
     return summary.text
 
 
-def summarize_parent(parent: Conversation, *, end_before: int | None = None) -> ParentSummary:
+def summarize_parent(
+    parent: Conversation, *, end_before: int | None = None, offline: bool = False
+) -> ParentSummary:
     """The context a fork inherits: the parent's own parent summary and cached
     window summary (when its cutoff lies before `end_before`), updated with a
     summary of only the messages after that cutoff and before `end_before`.
@@ -238,7 +235,9 @@ def summarize_parent(parent: Conversation, *, end_before: int | None = None) -> 
     if not selected:
         return ParentSummary(text=previous_summary)
     started = time.monotonic()
-    outcome = summarize_messages(selected, previous_summary=previous_summary)
+    # offline: the deterministic summarizer answers at once (a deadline already past).
+    deadline: dict[str, Any] = {"deadline": time.monotonic()} if offline else {}
+    outcome = summarize_messages(selected, previous_summary=previous_summary, **deadline)
     return ParentSummary(
         text=outcome.text or previous_summary,
         messages_summarized=len(selected),
@@ -261,6 +260,7 @@ def _create_fork(
     end_before: int | None,
     first_message: str | None,
     summarize: bool,
+    link: str = "",
 ) -> Conversation:
     summary: ParentSummary | None = None
     if summarize:
@@ -281,6 +281,7 @@ def _create_fork(
             user_id=parent.user_id,
             title=title,
             parent_conversation=parent,
+            parent_link=link or _link_of(state),
             system_prompt=parent.system_prompt,
         )
         if first_message:
@@ -292,6 +293,13 @@ def _create_fork(
             enqueue_on_commit(PARENT_SUMMARY_TASK, fork.pk)
     logger.info("fork_created parent=%s fork=%s deferred=%s", parent.pk, fork.pk, summary is None)
     return fork
+
+
+def _link_of(state: dict[str, Any]) -> str:
+    """A branch leaves at a message of its parent; a continuation follows on from it."""
+    if state.get(MetadataKeys.FORK_MESSAGE_ID) is not None:
+        return Conversation.Link.BRANCH
+    return Conversation.Link.CONTINUATION
 
 
 def _record_event(

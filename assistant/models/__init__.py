@@ -21,6 +21,8 @@ from pgvector.django import VectorField
 
 from assistant.metadata_keys import STATE_FIELDS, ConversationMetadata, StateOf, WindowStateColumns
 from assistant.metadata_keys import MetadataKeys as MetadataKeys  # the state fields' names
+from assistant.models.links import MAX_WALK as MAX_WALK
+from assistant.models.links import ancestors as ancestors
 from assistant.models.querysets import CALL_DIGEST, MessageQuerySet
 from assistant.models.querysets import SEARCH_INDEX_CHARS as SEARCH_INDEX_CHARS
 from assistant.models.querysets import SIZE_FIELDS as SIZE_FIELDS
@@ -49,6 +51,22 @@ class Conversation(WindowStateColumns):
     title = models.CharField(max_length=255, blank=True, default="")
     parent_conversation = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+
+    class Link(models.TextChoices):
+        """How a conversation is linked to its parent (blank: a root)."""
+
+        SESSION = "session"
+        CONTINUATION = "continuation"
+        BRANCH = "branch"
+
+    # How it is linked to `parent_conversation` (assistant.fork.sessions): session
+    # links do not count toward MAX_FORK_DEPTH.
+    parent_link = models.CharField(max_length=16, choices=Link.choices, blank=True, default="")
+    # The child shown below this one on the tree's active path (NULL: this one itself
+    # goes on; assistant.fork.tree.set_active_branch).
+    active_branch = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     metadata = models.JSONField(default=dict, blank=True, db_default={})
     system_prompt = models.TextField(blank=True, default="")
@@ -198,7 +216,7 @@ class Conversation(WindowStateColumns):
 _SAVED_FIELDS = {
     field.name
     for field in Conversation._meta.concrete_fields
-    if not field.primary_key and field.name not in {*STATE_FIELDS, "cost_figures"}
+    if not field.primary_key and field.name not in {*STATE_FIELDS, "cost_figures", "active_branch"}
 }
 
 

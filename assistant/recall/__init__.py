@@ -39,7 +39,7 @@ from assistant.models import (
     Conversation,
     Message,
     MessageQuerySet,
-    MetadataKeys,
+    ancestors,
     handle,
 )
 from assistant.providers import wire_of
@@ -271,28 +271,16 @@ def _query_error(query: Any) -> str | None:
 
 
 def visible_messages(conversation_id: int) -> Q:
-    """The messages this conversation may recall and search: its own, and each fork
-    ancestor's up to the fork point (included)."""
+    """The messages this conversation may recall and search: its own, and each
+    ancestor's (sessions, continuations, branches) up to where its child left it
+    (included). The chain is walked with one recursive query, however long."""
     scope = Q(conversation_id=conversation_id)
-    seen = {conversation_id}
-    bounds = (
-        "parent_conversation_id",
-        MetadataKeys.FORK_MESSAGE_ID,
-        MetadataKeys.FORK_THROUGH_MESSAGE_ID,
-    )
-    current = Conversation.objects.filter(pk=conversation_id).values(*bounds).first()
-    for _ in range(compaction_config().MAX_FORK_DEPTH + 1):
-        parent = current["parent_conversation_id"] if current is not None else None
-        if current is None or not parent or parent in seen:
+    for child in ancestors(conversation_id):
+        if child.parent_id is None:
             break
-        bound = current[MetadataKeys.FORK_MESSAGE_ID]
-        if bound is None:
-            bound = current[MetadataKeys.FORK_THROUGH_MESSAGE_ID]
-        if bound is None:
-            break
-        scope |= Q(conversation_id=parent, id__lte=int(bound))
-        seen.add(parent)
-        current = Conversation.objects.filter(pk=parent).values(*bounds).first()
+        if child.bound is None:  # it saw nothing of its parent (an empty session)
+            continue
+        scope |= Q(conversation_id=child.parent_id, id__lte=int(child.bound))
     return scope
 
 

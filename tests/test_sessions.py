@@ -1,0 +1,186 @@
+"""Sessions and the tree (issue 52): a chat starts a new session and resumes an
+earlier one, a branch's siblings are listed and switched, and the chain and the tree
+are read in a fixed number of queries whatever their size."""
+
+from __future__ import annotations
+
+import pytest
+
+from assistant.models import Conversation, Message
+from assistant.services import (
+    Resumed,
+    SessionInfo,
+    TreeNode,
+    add_message,
+    conversation_tree,
+    fork_continuation,
+    fork_from_message,
+    list_sessions,
+    new_session,
+    resume_session,
+    run_tool_call,
+    set_active_branch,
+)
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.django_db
+
+
+def _chat(title: str = "Planning the autumn newsletter") -> Conversation:
+    conversation = Conversation.objects.create(title=title)
+    add_message(
+        conversation, "user", "The webhook secret for the autumn newsletter is marmalade-sky."
+    )
+    add_message(conversation, "assistant", "Noted: the webhook secret is marmalade-sky.")
+    return conversation
+
+
+def test_a_chat_starts_a_new_session_and_resumes_the_earlier_one():
+    first = _chat()
+
+    second = new_session(first)
+
+    assert second.parent_conversation_id == first.pk
+    assert second.parent_link == Conversation.Link.SESSION
+    assert second.messages.count() == 0  # the messages stay where they were
+    assert first.messages.count() == 2
+    # Until the worker's summary lands, the offline one with the carried facts.
+    assert "marmalade-sky" in (second.parent_conversation_summary or "")
+    assert second.summary_deferred is True
+    sessions = list_sessions(second)
+    assert all(isinstance(info, SessionInfo) for info in sessions)
+    assert [info.conversation.pk for info in sessions] == [first.pk, second.pk]
+    assert sessions[0].summary and "marmalade-sky" in sessions[0].summary
+    assert sessions[0].last_activity >= sessions[0].created
+
+    resumed = resume_session(first)
+
+    assert isinstance(resumed, Resumed)
+    assert resumed.reopened is True and resumed.conversation.pk == first.pk
+    tree = conversation_tree(second)
+    assert tree.active and not tree.find(second).active  # the chat goes on in the first
+
+
+def test_resume_past_the_trigger_opens_a_new_session_carrying_its_summary(settings):
+    first = _chat()
+    add_message(first, "user", "The launch checklist, item by item. " * 60)
+    settings.ASSISTANT_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 200}
+
+    resumed = resume_session(first)
+
+    assert resumed.reopened is False
+    assert resumed.conversation.pk != first.pk
+    assert resumed.conversation.parent_link == Conversation.Link.SESSION
+    assert "marmalade-sky" in (resumed.conversation.parent_conversation_summary or "")
+
+
+def test_clear_carries_nothing_and_sessions_do_not_count_toward_the_fork_depth(settings):
+    first = _chat()
+    settings.ASSISTANT_COMPACTION = {"MAX_FORK_DEPTH": 1}
+    current = first
+    for _ in range(5):
+        current = new_session(current, carry_summary=False)
+    assert current.parent_conversation_summary is None
+    assert current.summary_deferred is False
+    # Five session links deep, a continuation is still allowed (one fork link).
+    assert fork_continuation(current, pending_user_message="next") is not None
+    # search_history reaches back along the chain to the first session.
+    found = run_tool_call(current, "search_history", {"query": "marmalade"})
+    assert "webhook secret for the autumn newsletter" in found
+
+
+def test_a_branchs_siblings_are_listed_and_switched():
+    parent = _chat()
+    edited = Message.objects.filter(conversation=parent, role="user").first()
+    first_branch, _ = fork_from_message(parent, edited.pk)
+    second_branch, _ = fork_from_message(parent, edited.pk)
+    assert first_branch.parent_link == Conversation.Link.BRANCH
+
+    tree = conversation_tree(second_branch)
+    assert isinstance(tree, TreeNode) and tree.conversation.pk == parent.pk
+    siblings = tree.siblings_at(edited.pk)
+    assert [node.conversation.pk for node in siblings] == [
+        parent.pk,
+        first_branch.pk,
+        second_branch.pk,
+    ]
+    assert all(node.departs_at == edited.pk for node in siblings[1:])
+    assert [node.active for node in siblings] == [True, False, False]
+
+    set_active_branch(second_branch)
+    shown = conversation_tree(parent).siblings_at(edited.pk)
+    assert [node.active for node in shown] == [True, False, True]
+
+    set_active_branch(parent)
+    shown = conversation_tree(parent).siblings_at(edited.pk)
+    assert [node.active for node in shown] == [True, False, False]
+
+
+def _session_chain(size: int) -> list[Conversation]:
+    """`size` sessions linked one to the next, each with one message, in bulk."""
+    root = _chat()
+    rows = [root]
+    made = Conversation.objects.bulk_create(
+        Conversation(title="s", parent_link=Conversation.Link.SESSION) for _ in range(size - 1)
+    )
+    messages = Message.objects.bulk_create(
+        Message(conversation=row, role="user", content=f"note {n}") for n, row in enumerate(made)
+    )
+    through = root.messages.order_by("-id").values_list("id", flat=True).first()
+    previous = root
+    for row, message in zip(made, messages, strict=True):
+        row.parent_conversation = previous
+        row.fork_through_message_id = through
+        previous, through = row, message.pk
+        rows.append(row)
+    Conversation.objects.bulk_update(made, ["parent_conversation", "fork_through_message_id"])
+    return rows
+
+
+@pytest.mark.parametrize("size", [10, 1000])
+def test_the_chain_and_the_tree_are_read_in_fixed_queries(size, django_assert_num_queries):
+    chain = _session_chain(size)
+    newest = chain[-1]
+
+    # The entry point's check that the conversation exists, the chain up, its rows.
+    with django_assert_num_queries(3):
+        sessions = list_sessions(newest)
+    assert len(sessions) == size
+    with django_assert_num_queries(2):  # the chain up, the tree's rows
+        tree = conversation_tree(newest)
+    assert len(tree.walk()) == size
+    # The entry check, the chain walk, the searches, the recall count: as many at 1,000.
+    with django_assert_num_queries(5):
+        found = run_tool_call(newest, "search_history", {"query": "marmalade"})
+    assert "webhook secret for the autumn newsletter" in found
+
+
+@pytest.mark.parametrize("size", [10, 1000])
+def test_a_tree_of_many_branches_is_read_in_fixed_queries(size, django_assert_num_queries):
+    parent = _chat()
+    edited = Message.objects.filter(conversation=parent, role="user").first()
+    Conversation.objects.bulk_create(
+        Conversation(
+            title="b",
+            parent_conversation=parent,
+            parent_link=Conversation.Link.BRANCH,
+            fork_message_id=edited.pk,
+        )
+        for _ in range(size)
+    )
+    with django_assert_num_queries(2):  # the chain up, the tree's rows
+        tree = conversation_tree(parent)
+    assert len(tree.siblings_at(edited.pk)) == size + 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_writes_the_new_sessions_summary(celery_worker):
+    first = _chat()
+    second = new_session(first)
+
+    def landed():
+        second.refresh_from_db()
+        return second.summary_deferred is False
+
+    assert wait_until(landed)
+    assert "marmalade-sky" in (second.parent_conversation_summary or "")
