@@ -24,7 +24,7 @@ autodoc_inherit_docstrings = False
 # this site does not document: they stay plain text rather than links. Every
 # other cross-reference (a function named in prose) must resolve.
 nitpick_ignore_regex = [
-    ("py:class", r"(assistant|collections|contextlib|django|typing)\..*|.*[\['].*")
+    ("py:class", r"(assistant|collections|contextlib|datetime|django|typing)\..*|.*[\['].*")
 ]
 exclude_patterns = ["_build"]
 html_theme = "alabaster"
