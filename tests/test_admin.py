@@ -143,7 +143,7 @@ def test_the_list_shows_ids_counts_context_share_and_fork_depth(staff_client):
     html_text = response.content.decode()
     shares = f"{100 * expected / 50_000:.1f}% · {100 * expected / 200_000:.1f}%"
     assert context_cell("ok", "color:inherit;", f"{expected:,}", shares) in html_text
-    assert f'<td class="field-parent_link"><a href="{change_url(parent)}">#{parent.pk}</a>' in (
+    assert f'<td class="field-parent_shown"><a href="{change_url(parent)}">#{parent.pk}</a>' in (
         html_text
     )
     assert f'<th class="field-id"><a href="{change_url(parent)}">{parent.pk}</a></th>' in html_text

@@ -80,7 +80,7 @@ class ConversationAdmin(ConversationModelAdmin):
         "__str__",
         "user",
         "status",
-        "parent_link",
+        "parent_shown",
         "fork_depth",
         "message_count",
         "context_size",
@@ -231,16 +231,19 @@ class ConversationAdmin(ConversationModelAdmin):
         )
 
     @admin.display(description="parent", ordering="parent_conversation")
-    def parent_link(self, obj: Conversation) -> str:
+    def parent_shown(self, obj: Conversation) -> str:
+        # Not named parent_link: the model's field of that name (how it is linked)
+        # would win over this column in list_display.
         if obj.parent_conversation_id is None:
             return "—"
         url = reverse("admin:assistant_conversation_change", args=[obj.parent_conversation_id])
         at = obj.fork_message_id
+        how = " (new session)" if obj.parent_link == Conversation.Link.SESSION else " (continued)"
         return format_html(
             '<a href="{}">#{}</a>{}',
             url,
             obj.parent_conversation_id,
-            f" at message #{at}" if at else " (continued)",
+            f" at message #{at}" if at else how,
         )
 
     @admin.display(description="fork depth", ordering="_fork_depth")
