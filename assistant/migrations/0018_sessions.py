@@ -29,6 +29,7 @@ class Migration(migrations.Migration):
                     ("branch", "Branch"),
                 ],
                 default="",
+                db_default="",
                 max_length=16,
             ),
         ),

@@ -62,7 +62,9 @@ class Conversation(WindowStateColumns):
 
     # How it is linked to `parent_conversation` (assistant.fork.sessions): session
     # links do not count toward MAX_FORK_DEPTH.
-    parent_link = models.CharField(max_length=16, choices=Link.choices, blank=True, default="")
+    parent_link = models.CharField(
+        max_length=16, choices=Link.choices, blank=True, default="", db_default=""
+    )
     # The child shown below this one on the tree's active path (NULL: this one itself
     # goes on; assistant.fork.tree.set_active_branch).
     active_branch = models.ForeignKey(

@@ -37,7 +37,7 @@ from assistant.history import deleted_error, one_rewrite, remember, saved_id, wr
 from assistant.models import Conversation, MetadataKeys
 from assistant.ops import telemetry
 from assistant.precall.steps import Shifted, adopt, compact_results, shift_here
-from assistant.settings.conf import CompactionConfig
+from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.summary import adoption, adopts, ask_after_shift, leave_to_worker
 from assistant.text import estimate_tokens
 from assistant.tool_results import planned_texts
@@ -54,7 +54,6 @@ from assistant.window import (
     WindowState,
     WriteLedger,
     context_from_state,
-    conversation_config,
     load_window,
     plan_call,
     results_step,
@@ -91,7 +90,7 @@ def prepare_context(conversation: Conversation, *, on_demand: OnDemand | None = 
 def _hook(conversation: Conversation, on_demand: OnDemand | None) -> _Run:
     saved_id(conversation)
     with telemetry.pre_call_hook(conversation.pk):
-        run = _run_plan(conversation, conversation_config(conversation.pk), on_demand)
+        run = _run_plan(conversation, compaction_config(), on_demand)
         store_size(run.state)  # the admin list's figure: the size this call left
         return run
 
@@ -206,8 +205,8 @@ def next_request(conversation: Conversation) -> NextRequest:
     the previous request carried, not the next. Only what the summarizer would write
     first (a shift made here, a result under a "summarize" policy) is said in `first`,
     not shown."""
-    config = conversation_config(conversation.pk)
-    state, plan = plan_call(conversation.pk, config, timezone.now())
+    state, plan = plan_call(conversation.pk, compaction_config(), timezone.now())
+    config = state.config
     first = []
     if plan.steps and isinstance(plan.steps[0], ApplyEmergency):
         first.append("emergency level 1 (flagged after an overflow)")

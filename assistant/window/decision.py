@@ -24,6 +24,7 @@ from typing import Literal
 
 from assistant.settings.conf import CompactionConfig
 from assistant.window.ledger import Ledger, step_cost
+from assistant.window.limits import ceilinged
 from assistant.window.loading import TOKEN_RATIO_DRIFT, WindowState, load_window
 from assistant.window.payoff import outlook, step_pays, tail_tokens
 from assistant.window.results import CompactionPlan, consumed_tool_rows, plan_compaction
@@ -204,6 +205,12 @@ def plan_call(
     """The pre-call flow's one look: the window loaded once and its plan.
     `live`: a deleted conversation is not found (Conversation.DoesNotExist)."""
     state = load_window(conversation_id, config, live=live)
+    # The answering model's ceiling (window.limits.ceilinged), from the window as
+    # loaded: loaded again, under the lower figures, only when the ceiling binds.
+    bounded = ceilinged(config, *state.answered_by)
+    if bounded is not config:
+        config = bounded
+        state = load_window(conversation_id, config, live=live)
     return state, decide(state, config, now, emergency_applied=emergency_applied)
 
 
