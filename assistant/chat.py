@@ -443,14 +443,14 @@ def _request(
 
 
 # The providers' default lifetimes (assistant.providers.LIFETIMES), not recorded.
-DEFAULT_LIFETIMES = {table[0].name for table in LIFETIMES.values()}
+_DEFAULT_LIFETIMES = {table[0].name for table in LIFETIMES.values()}
 
 
 def _with_lifetime(fields: dict[str, Any], lifetime: CacheLifetime | None) -> dict[str, Any]:
     """The answer's fields with the lifetime its request asked for, in its metadata
     (what the next pre-call hook judges the cache's warmth by), where it is not the
     provider's default (CACHE_TTL_SECONDS stands for that one)."""
-    if lifetime is None or lifetime.name in DEFAULT_LIFETIMES:
+    if lifetime is None or lifetime.name in _DEFAULT_LIFETIMES:
         return fields
     metadata = {**(fields.get("metadata") or {}), LIFETIME_KEY: lifetime.name}
     return {**fields, "metadata": metadata}

@@ -389,8 +389,8 @@ def gemini_request_problem(body: Any) -> str | None:
 
 # The lifetime of a cached prefix, as the providers sell it: Anthropic's default 5 minutes,
 # `"ttl": "1h"` on a breakpoint an hour; Gemini's implicit cache is held as long as the default.
-DEFAULT_CACHE_SECONDS = 300
-CACHE_SECONDS = {"5m": 300, "1h": 3600}
+_DEFAULT_CACHE_SECONDS = 300
+_CACHE_SECONDS = {"5m": 300, "1h": 3600}
 
 
 class PromptCache:
@@ -425,7 +425,7 @@ class PromptCache:
             key = digest.hexdigest()
             tokens = len(json.dumps(segment)) // 4
             mark = next(m for m in marks if m >= index)
-            seconds = (lifetimes or {}).get(mark, DEFAULT_CACHE_SECONDS)
+            seconds = (lifetimes or {}).get(mark, _DEFAULT_CACHE_SECONDS)
             expires = self._seen.get(key)
             if expires is not None and expires >= self.now and not written:
                 read += tokens
@@ -448,7 +448,7 @@ def anthropic_cache_usage(cache: PromptCache, body: dict[str, Any]) -> tuple[int
         segments += [{"role": message.get("role"), **block} for block in blocks or []]
     marks = [i for i, s in enumerate(segments) if isinstance(s, dict) and s.get("cache_control")]
     lifetimes = {
-        i: CACHE_SECONDS.get(segments[i]["cache_control"].get("ttl", "5m"), DEFAULT_CACHE_SECONDS)
+        i: _CACHE_SECONDS.get(segments[i]["cache_control"].get("ttl", "5m"), _DEFAULT_CACHE_SECONDS)
         for i in marks
     }
     return cache.usage(segments, marks, lifetimes)
