@@ -70,11 +70,10 @@ def test_search_history_reads_only_its_indexes_at_30k_messages_among_150k(db):
     assert answers["common"].startswith(f'8 matches for "{COMMON_WORD}"')
     assert answers["two words"].startswith(f'8 matches for "{TWO_WORDS}"')
     assert answers["no match"] == f'No stored original matches "{NO_MATCH}".'
-    # Full text, then (too few matches) the substring search, each through its GIN
-    # index (the stored document: no to_tsvector per row) and never a scan of the
-    # table. A word in a third of the conversation may be read from the conversation's
-    # rows newest first instead (the planner's choice: it stops at the newest
-    # RANKED_MATCHES matches).
+    # Full text, then (too few matches) the substring search, each through the
+    # conversation's own indexes (the stored document: no to_tsvector per row), never a
+    # scan of the table nor an id index walked backwards through the other
+    # conversations' rows (this one is the oldest: its rows are the table's first).
     # A word in a third of the conversation: only its newest matches are ranked.
     ranked = [
         node["Plans"][0]["Actual Rows"]
@@ -89,9 +88,17 @@ def test_search_history_reads_only_its_indexes_at_30k_messages_among_150k(db):
         for plan in shape_plans:
             text = json.dumps(plan)
             assert "Seq Scan" not in text and "to_tsvector" not in text, (shape, plan)
-            if shape != "common":
-                indexes = {index for _, index in message_reads(plan)}
-                assert indexes & {"assistant_msg_search", "assistant_msg_trgm"}, (shape, plan)
+            indexes = {index for _, index in message_reads(plan)}
+            assert indexes & {
+                "assistant_msg_search",
+                "assistant_msg_trgm",
+                "assistant_msg_conv_id",
+            }, (
+                shape,
+                plan,
+            )
+            walked = [n for n in nodes(plan) if n.get("Index Name") == "assistant_message_pkey"]
+            assert all("Filter" not in node for node in walked), (shape, plan)
 
 
 def test_the_window_query_reads_the_window_alone_at_10k_messages_among_100k(db):

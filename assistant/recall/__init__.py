@@ -402,6 +402,15 @@ def _search(conversation_id: int, query: str, most: int) -> str:
     return "\n".join(lines)
 
 
+#: Newest first, by an expression of the id rather than the column: ordered by the
+#: column, the planner may walk an id index backwards, reading every conversation's
+#: newer rows, until enough of this one's matched (its guess when the conversation's
+#: rows look spread through the table; an old conversation among newer traffic read
+#: the whole rest of the table). By the expression, the matches come from the search
+#: index, the conversation's alone, and only the newest are kept.
+NEWEST_FIRST = (F("id") + Value(0)).desc()
+
+
 def _full_text(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int, str, str]]:
     search = SearchQuery(query, config="simple", search_type="websearch")
     # The stored document, through the GIN index assistant_msg_search (conversation
@@ -409,7 +418,7 @@ def _full_text(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int,
     # newest RANKED_MATCHES are ranked: a common word matches thousands of messages,
     # and ranking them all read each one (a third of a long conversation); a rarer
     # query's matches are all ranked, as before.
-    newest_matches = scope.filter(search_vector=search).order_by("-id").values("id")
+    newest_matches = scope.filter(search_vector=search).order_by(NEWEST_FIRST).values("id")
     rows = list(
         Message.objects.filter(pk__in=newest_matches[:RANKED_MATCHES])
         .annotate(rank=SearchRank(F("search_vector"), search))
@@ -462,7 +471,7 @@ def _substring(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int,
         .annotate(
             snippet=Substr("content", Greatest(F("at") - SNIPPET_CHARS // 2, 1), SNIPPET_CHARS)
         )
-        .order_by("-id")
+        .order_by(NEWEST_FIRST)
         .values("id", "role", "tool_name", "snippet")[:most]
     )
     return [(row["id"], _who(row), _clean(row["snippet"] or "")) for row in rows]

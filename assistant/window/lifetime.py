@@ -98,7 +98,9 @@ def prompt_cache_key(conversation_id: int) -> str:
     """OpenAI's `prompt_cache_key` for a conversation: an HMAC of its id under the
     deployment's SECRET_KEY, so the same conversation always lands on the same cache
     and the key names no id."""
-    return salted_hmac("assistant.prompt_cache_key", str(conversation_id)).hexdigest()[:40]
+    return salted_hmac(
+        "assistant.prompt_cache_key", str(conversation_id), algorithm="sha256"
+    ).hexdigest()[:40]
 
 
 def openai_own_api() -> bool:
