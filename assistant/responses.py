@@ -13,7 +13,13 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from assistant.history import add_message, jsonb_equal
+from assistant.history import (
+    EXPECTED_KEY,
+    add_message,
+    cache_expectation,
+    jsonb_equal,
+    record_cache_break,
+)
 from assistant.models import Conversation, Message
 from assistant.provider_compaction import record_event
 from assistant.providers import CHAT_PROVIDERS, read_response
@@ -35,6 +41,8 @@ def record_response(
     event and price (docs/provider-compaction.rst). `provider` names the provider
     called (chat_step passes its own) where the response cannot say. `fields` go to
     `add_message` as they are (e.g. metadata) and win over what the response says.
+    The cache reads are checked against the prefix the request expected to read
+    (assistant.history.cache_check): a shortfall is recorded as a `cache_break` event.
     Anything else raises ValidationError (code "unknown_response") and stores nothing.
     The model's tool-call arguments are stored even where add_message would refuse a
     host's number jsonb gives back changed (1e16, -0.0): in the form that reads back
@@ -63,10 +71,15 @@ def record_response(
         "provider_compaction": result.compaction,
     }
     recorded.update(fields)
+    expected = cache_expectation(conversation.pk, recorded["provider"], recorded["model"])
+    if expected is not None and isinstance(recorded.get("metadata") or {}, dict):
+        recorded["metadata"] = {**(recorded.get("metadata") or {}), EXPECTED_KEY: expected}
     before = conversation.context_tokens or 0
     message = add_message(conversation, Message.Role.ASSISTANT, result.text, **recorded)
     if message.tool_calls and "tool_calls" not in fields:
         _as_sent(message, sent_calls)
+    if expected is not None:
+        record_cache_break(message, expected, result.cache_diagnosis)
     if message.provider_compaction:
         record_event(message, message.provider_compaction, model=result.model, before=before)
         refresh_size(conversation.pk)

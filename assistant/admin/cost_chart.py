@@ -12,7 +12,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from assistant.cost import Call, Cost, conversation_cost
-from assistant.history import measures, token_change
+from assistant.history import cache_hits, measures, token_change
 from assistant.models import CompactionEvent, Conversation
 
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 960, 240, 56, 24, 10
@@ -52,11 +52,13 @@ def saved_text(cost: Cost) -> str:
 
 def cost_section(conversation: Conversation) -> dict[str, Any]:
     cost, calls = conversation_cost(conversation)
-    events = list(
+    rows = list(
         conversation.compaction_events.order_by("created_at", "id").values_list(
             "created_at", "kind", "tokens_before", "tokens_after", "details"
         )
     )
+    # A cache break is no compaction: counted beside the cache figures, never drawn.
+    events = [row for row in rows if row[1] != CompactionEvent.Kind.CACHE_BREAK]
     drawn = calls[-CALLS_DRAWN:]
     if drawn:
         events = [event for event in events if event[0] >= drawn[0].at]
@@ -71,6 +73,8 @@ def cost_section(conversation: Conversation) -> dict[str, Any]:
         "calls_drawn_text": f"{len(drawn):,}",
         "cache_read_tokens": f"{sum(call.cache_read_tokens for call in calls):,}",
         "cache_write_tokens": f"{sum(call.cache_write_tokens for call in calls):,}",
+        "cache_hits": cache_hits(conversation.pk),
+        "cache_breaks": len(rows) - len(events),
     }
 
 

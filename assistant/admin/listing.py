@@ -58,7 +58,8 @@ def with_list_figures(queryset: QuerySet[Conversation]) -> QuerySet[Conversation
     # date (CostChangeList, with their cost), so no page counts a conversation's rows.
     stored_count = Cast(KeyTextTransform(MESSAGES_KEY, "cost_figures"), BigIntegerField())
     last_event = (
-        CompactionEvent.objects.filter(conversation=OuterRef("pk"))
+        CompactionEvent.objects.compactions()
+        .filter(conversation=OuterRef("pk"))
         .order_by()
         .values("conversation")
         .annotate(at=Max("created_at"))

@@ -244,7 +244,7 @@ def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, l
     compaction events' sizes."""
     conversations = Conversation.objects.all()
     messages = Message.objects.all()
-    events = CompactionEvent.objects.all()
+    events = CompactionEvent.objects.compactions()
     if conversation_ids is not None:
         ids = list(conversation_ids)
         conversations = conversations.filter(pk__in=ids)
@@ -303,7 +303,8 @@ def calls_after(
             unapplied = Q(id__gt=walk.event) | Q(created_at__gt=walk.latest)
         pending |= Q(conversation_id=pk) & unapplied
     events = list(
-        CompactionEvent.objects.filter(pending)
+        CompactionEvent.objects.compactions()
+        .filter(pending)
         .order_by("created_at", "id")
         .values_list(
             "conversation_id",

@@ -107,7 +107,7 @@ def _computed(ids: list[int], covers: _Covers) -> dict[int, ListFigures]:
         full_calls, full_walks = walked_calls(
             Conversation.objects.filter(pk__in=full),
             Message.objects.filter(conversation_id__in=full),
-            CompactionEvent.objects.filter(conversation_id__in=full),
+            CompactionEvent.objects.compactions().filter(conversation_id__in=full),
         )
         calls.update(full_calls)
         walks.update(full_walks)
@@ -231,8 +231,10 @@ def _covers(ids: list[int], basis: str) -> _Covers:
     its newest message and compaction event, its fixed part's estimate, the prices
     (one query; each newest id one entry of an index)."""
     newest_message = Message.objects.filter(conversation=OuterRef("pk")).order_by("-id")
-    newest_event = CompactionEvent.objects.filter(conversation=OuterRef("pk")).order_by(
-        "-created_at", "-id"
+    newest_event = (
+        CompactionEvent.objects.compactions()
+        .filter(conversation=OuterRef("pk"))
+        .order_by("-created_at", "-id")
     )  # the index assistant_event_conv
     rows = (
         Conversation.objects.filter(pk__in=ids)

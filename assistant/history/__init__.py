@@ -7,6 +7,8 @@ events, and the task queue that runs after a commit.
   a stored field's value;
 - deletion: the guard every writing entry point passes (`require_live`);
 - state_writes: every write of the conversation's window state;
+- cache_check: each recorded answer's cache reads against the prefix its request
+  expected, a shortfall recorded as a `cache_break` event;
 - events: a CompactionEvent row and one log line per compaction, and each
   compaction's start and one end (`compacting`, `listening`);
 - metadata: atomic writes to a message's metadata;
@@ -33,6 +35,13 @@ from assistant.history.arguments import (
     optional_seconds,
     optional_text,
     sequence_of,
+)
+from assistant.history.cache_check import (
+    EXPECTED_KEY,
+    CacheHits,
+    cache_expectation,
+    cache_hits,
+    record_cache_break,
 )
 from assistant.history.deletion import (
     deleted_error,
@@ -78,11 +87,13 @@ from assistant.history.state_writes import (
 )
 
 __all__ = [
+    "EXPECTED_KEY",
     "MAX_ID",
     "MAX_INT",
     "PARENT_SUMMARY_TASK",
     "POST_EXCHANGE_TASK",
     "PREBUILD_TASK",
+    "CacheHits",
     "Lifecycle",
     "a_callable",
     "a_flag",
@@ -91,6 +102,8 @@ __all__ = [
     "acting_user_of",
     "add_message",
     "an_id",
+    "cache_expectation",
+    "cache_hits",
     "check_content",
     "check_results_wanted",
     "checked_text",
@@ -117,6 +130,7 @@ __all__ = [
     "over_delivery_cap",
     "queued_exchanges_older_than",
     "read_state",
+    "record_cache_break",
     "record_compaction",
     "refresh_state",
     "remember",

@@ -23,7 +23,12 @@ from assistant.metadata_keys import STATE_FIELDS, ConversationMetadata, StateOf,
 from assistant.metadata_keys import MetadataKeys as MetadataKeys  # the state fields' names
 from assistant.models.links import MAX_WALK as MAX_WALK
 from assistant.models.links import ancestors as ancestors
-from assistant.models.querysets import CALL_DIGEST, MessageQuerySet
+from assistant.models.querysets import (
+    CACHE_BREAK,
+    CALL_DIGEST,
+    CompactionEventQuerySet,
+    MessageQuerySet,
+)
 from assistant.models.querysets import SEARCH_INDEX_CHARS as SEARCH_INDEX_CHARS
 from assistant.models.querysets import SIZE_FIELDS as SIZE_FIELDS
 from assistant.models.querysets import document_of as document_of
@@ -444,6 +449,9 @@ class CompactionEvent(models.Model):
         MEDIA = "media", "Old images, documents and thinking compacted"
         PROVIDER = "provider", "Compacted by the provider"
         PROVIDER_FAILED = "provider_failed", "The provider's compaction failed"
+        # Not a compaction: the provider read less from its cache than the request's
+        # unchanged prefix (assistant.window.cache_check); `compactions()` leaves it out.
+        CACHE_BREAK = CACHE_BREAK, "The provider's cache missed an unchanged prefix"
 
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="compaction_events"
@@ -467,6 +475,8 @@ class CompactionEvent(models.Model):
         related_name="+",
     )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = CompactionEventQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]

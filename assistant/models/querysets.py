@@ -1,6 +1,7 @@
 """The message queries every layer shares (`Message.objects`): the model's view of
 the history, the context size's integers, search_history's document and the
-duplicate check's digest. Imported by the models, beside them."""
+duplicate check's digest; and the compaction events' (`CompactionEvent.objects`).
+Imported by the models, beside them."""
 
 from __future__ import annotations
 
@@ -77,3 +78,15 @@ SIZE_FIELDS = (
     "provider_live",
     "pinned",
 )
+
+
+class CompactionEventQuerySet(models.QuerySet):
+    def compactions(self) -> CompactionEventQuerySet:
+        """The events that changed what a request sends: every kind but a cache break,
+        which records what the provider's cache did (docs/compaction.rst, "Cache
+        breaks") and counts in no cost figure, compaction count or undo."""
+        return self.exclude(kind=CACHE_BREAK)
+
+
+# CompactionEvent.Kind.CACHE_BREAK's value (the models import this module).
+CACHE_BREAK = "cache_break"

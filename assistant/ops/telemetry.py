@@ -62,6 +62,7 @@ SUMMARIZER_FAILURES = "assistant.summarizer.failures"
 SUMMARIZER_FALLBACKS = "assistant.summarizer.fallbacks"
 HOOK_DURATION = "assistant.pre_call_hook.duration"
 QUEUED_STALE = "assistant.exchanges.queued_stale"
+CACHE_BREAKS = "assistant.cache.breaks"
 # What "stale" means for QUEUED_STALE: queued longer than this (seconds).
 QUEUED_STALE_SECONDS = 60
 
@@ -110,6 +111,11 @@ _summarizer_failures = _meter.create_counter(
 )
 _summarizer_fallbacks = _meter.create_counter(
     SUMMARIZER_FALLBACKS, unit="{call}", description="Summaries the offline fallback wrote"
+)
+_cache_breaks = _meter.create_counter(
+    CACHE_BREAKS,
+    unit="{call}",
+    description="Calls that read less from the provider's cache than their unchanged prefix",
 )
 _hook_duration = _meter.create_histogram(
     HOOK_DURATION,
@@ -283,6 +289,12 @@ def compaction(kind: str, *, tokens_before: int, tokens_after: int, prebuilt: bo
     _tokens_shed.add(max(tokens_before - tokens_after, 0), attributes)
     if kind == "window_summary" and phase() == "pre_call" and not prebuilt:
         _chat_path_summaries.add(1)
+
+
+def cache_break(provider: str, model: str) -> None:
+    """A recorded call read less from the provider's cache than the unchanged prefix
+    it was sent with (assistant.history.cache_check)."""
+    _cache_breaks.add(1, {PROVIDER: provider, RESPONSE_MODEL: model})
 
 
 def lease_wait(outcome: str) -> None:

@@ -78,6 +78,9 @@ class ChatResult:
     # The provider's own compaction in this answer, as Message.provider_compaction stores
     # it (assistant.providers.compaction_blocks); None without one.
     compaction: dict[str, Any] | None = None
+    # Why the provider's cache missed, where the request asked it to say (Anthropic's
+    # cache diagnostics: `diagnostics.cache_miss_reason`); None otherwise.
+    cache_diagnosis: dict[str, Any] | None = None
 
 
 class ProviderError(Exception):

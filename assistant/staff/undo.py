@@ -51,7 +51,12 @@ def _last_shift(conversation: Conversation) -> tuple[CompactionEvent, dict[str, 
     """The conversation's last compaction, the window state it replaced and the split it
     made: else ValidationError `nothing_to_undo`, `already_undone`, `not_undoable`
     or `summary_moved`."""
-    event = CompactionEvent.objects.filter(conversation_id=conversation.pk).order_by("-id").first()
+    event = (
+        CompactionEvent.objects.compactions()
+        .filter(conversation_id=conversation.pk)
+        .order_by("-id")
+        .first()
+    )
     if event is None:
         raise ValidationError("The conversation was never compacted.", code="nothing_to_undo")
     parts = [event.details, *event.details.get("parts", [])]

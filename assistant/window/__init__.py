@@ -12,6 +12,7 @@ about it, decided in one place.
 - results: which consumed tool results to compact or stub (`plan_compaction`),
   applied by assistant.tool_results;
 - context: the request itself, in a fixed, cache-friendly order;
+- lifetime: each request's cache lifetime, and the cache read it expects;
 - limits: the figures the size is compared with, for the answering model;
 - status: what a chat's /status command shows.
 decision, payoff, ledger, split, projection and results read the loaded value
@@ -63,8 +64,11 @@ from assistant.window.decision import (
 from assistant.window.ledger import Ledger, step_cost
 from assistant.window.lifetime import (
     LIFETIME_KEY,
+    LOADED,
+    LOADED_USAGE,
     call_gaps,
     choose_lifetime,
+    expected_cache_read,
     lifetime_cost,
     lifetime_in_use,
     prompt_cache_key,
@@ -129,6 +133,8 @@ __all__ = [
     "EAGER",
     "EARLY_PAYS",
     "LIFETIME_KEY",
+    "LOADED",
+    "LOADED_USAGE",
     "MODEL_KEY",
     "SHIFT_WITHIN_LATENCY",
     "SOFT_WATERMARK",
@@ -176,6 +182,7 @@ __all__ = [
     "current_limits",
     "decide",
     "early_shift",
+    "expected_cache_read",
     "lifetime_cost",
     "lifetime_in_use",
     "limits_for",

@@ -20,6 +20,7 @@ lifetime never costs more.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
@@ -128,30 +129,14 @@ def request_lifetime(conversation_id: int, provider: str, prompt: int) -> CacheL
     )
     if not lifetimes_of(provider, model):
         return None
-    previous = rows[-1] if rows else None
-    sent = (
-        (previous.input_tokens or 0)
-        + (previous.cache_read_tokens or 0)
-        + (previous.cache_write_tokens or 0)
-        if previous
-        else 0
-    )
     state = (
         Conversation.objects.filter(pk=conversation_id)
         .values(MetadataKeys.PENDING_SUMMARY, MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID)
         .first()
         or {}
     )
-    epoch = state.get(MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID)
-    in_use = lifetime_in_use(rows)
-    alive = in_use.seconds if in_use else compaction_config().CACHE_TTL_SECONDS
-    # A compaction since the previous call rewrote the request, or the cache the previous
-    # call left has expired: all of it is written.
-    rewritten = (
-        previous is None
-        or not sent
-        or (epoch is not None and previous.pk <= epoch)
-        or (timezone.now() - previous.created_at).total_seconds() > alive
+    cached = expected_cache_read(
+        rows[-1] if rows else None, state.get(MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID)
     )
     pending = state.get(MetadataKeys.PENDING_SUMMARY) is not None
     return choose_lifetime(
@@ -160,9 +145,28 @@ def request_lifetime(conversation_id: int, provider: str, prompt: int) -> CacheL
         cache_prices(model),
         call_gaps(rows),
         prompt,
-        prompt if rewritten else max(0, prompt - sent),
+        max(0, prompt - cached),
         prompt if pending else 0,
     )
+
+
+def expected_cache_read(
+    previous: Message | None, epoch: int | None, at: datetime | None = None
+) -> int:
+    """The prefix a request made at `at` (now) expects the provider to read from its
+    cache: the whole prompt of the previous call (`previous`, the conversation's newest
+    answer before it), unless a compaction has rewritten the request since (the context
+    epoch is at or past that answer) or the cache that call left has expired (the
+    lifetime it asked for, else CACHE_TTL_SECONDS). The lifetime choice prices what is
+    left to write from it, and the cache check (assistant.history.cache_check) compares
+    the provider's reported reads with it."""
+    if previous is None or (epoch is not None and previous.pk <= epoch):
+        return 0
+    in_use = lifetime_in_use([previous])
+    alive = in_use.seconds if in_use else compaction_config().CACHE_TTL_SECONDS
+    if ((at or timezone.now()) - previous.created_at).total_seconds() > alive:
+        return 0
+    return previous.prompt_tokens or 0
 
 
 def with_lifetime(

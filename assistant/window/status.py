@@ -45,7 +45,7 @@ def context_status(conversation: Conversation) -> ContextStatus:
     """Three queries: the window, the count of events and the latest one."""
     state = saved_window(conversation)
     limits = limits_for(*state.answered_by)
-    events = CompactionEvent.objects.filter(conversation_id=conversation.pk)
+    events = CompactionEvent.objects.compactions().filter(conversation_id=conversation.pk)
     last = events.order_by("-created_at", "-id").first()
     return ContextStatus(
         tokens=state.context_tokens(),

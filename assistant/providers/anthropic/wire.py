@@ -141,7 +141,20 @@ def anthropic_result(response: Any, model: str = "") -> ChatResult:
             if b.type in _THINKING_KEYS
         ],
         provider=ANTHROPIC.name,
+        cache_diagnosis=anthropic_cache_diagnosis(response),
     )
+
+
+def anthropic_cache_diagnosis(response: Any) -> dict[str, Any] | None:
+    """The response's `diagnostics.cache_miss_reason` as a dict (`type`: model_changed,
+    system_changed, tools_changed, messages_changed, previous_message_not_found or
+    unavailable; most with `cache_missed_input_tokens`), where the request carried
+    `diagnostics={"previous_message_id": ...}` (anthropic SDK 2.12's `Diagnostics`)."""
+    reason = getattr(getattr(response, "diagnostics", None), "cache_miss_reason", None)
+    if reason is None:
+        return None
+    dumped = reason.model_dump() if hasattr(reason, "model_dump") else reason
+    return dict(dumped) if isinstance(dumped, dict) else None
 
 
 # `messages.stream(...)`'s managers (entered by the step) and the streams they open.
