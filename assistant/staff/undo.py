@@ -68,7 +68,13 @@ def _last_shift(conversation: Conversation) -> tuple[CompactionEvent, dict[str, 
             code="not_undoable",
         )
     made = shifts[-1].get("through_message_id")
-    if load_window(conversation.pk).through_id != made:
+    state = load_window(conversation.pk)
+    segment = next((part["segment"] for part in shifts if part.get("segment")), None)
+    made_segment = state.segment is not None and segment == {
+        "after": state.segment.after,
+        "through": state.segment.through,
+    }
+    if state.through_id != made or (segment is not None and not made_segment):
         raise ValidationError(
             "The window moved since its last compaction: reload the page and look again.",
             code="summary_moved",
@@ -90,6 +96,11 @@ def undo_compaction_preview(conversation: Conversation) -> UndoPreview:
         f"event #{event.pk} undone: messages #{(through or 0) + 1} to #{made} are sent verbatim "
         f"again after {back}"
     )
+    if state.segment is not None and before.get("segment") is None:
+        change = (
+            f"event #{event.pk} undone: the messages after #{state.segment.after} up to "
+            f"#{state.segment.through} are sent verbatim again in place of their segment summary"
+        )
     return UndoPreview(
         conversation.pk,
         state.context_tokens(),
@@ -122,6 +133,7 @@ def undo_compaction(conversation: Conversation) -> Outcome:
             MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: before["through"],
             MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID: before["anchor"],
             MetadataKeys.ARTIFACT_INDEX: before["artifact_index"],
+            MetadataKeys.SEGMENT_SUMMARY: before.get("segment"),
         }
         same_split = Conversation.objects.filter(
             pk=conversation.pk, **{MetadataKeys.COMPACTION_THROUGH_MESSAGE_ID: made}
@@ -137,12 +149,24 @@ def undo_compaction(conversation: Conversation) -> Outcome:
                     "The window shifted meanwhile: reload the page and look again.",
                     code="summary_moved",
                 )
-            if before["summary"]:
+            if before["summary"] and (before["summary"], before["through"]) != (
+                state.summary,
+                state.through_id,
+            ):
                 record_version(
                     conversation.pk,
                     before["summary"],
                     before["through"],
                     kind=SummaryVersion.Kind.REVERT,
+                )
+            segment = before.get("segment")
+            if segment is not None and state.segment is None:
+                record_version(
+                    conversation.pk,
+                    segment["summary"],
+                    segment["through"],
+                    kind=SummaryVersion.Kind.REVERT,
+                    after=segment["after"],
                 )
         refresh_size(conversation.pk)
         after = load_window(conversation.pk, config)
@@ -152,7 +176,7 @@ def undo_compaction(conversation: Conversation) -> Outcome:
             CompactionEvent.Kind.RESTORE,
             tokens_before=tokens,
             tokens_after=after.context_tokens(),
-            messages_affected=len(after.rows) - len(state.rows),
+            messages_affected=len(after.verbatim) - len(state.verbatim),
             duration_ms=0,
             details={"undid_event_id": event.pk, "through_message_id": before["through"]},
         )
