@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.test import Client
+from django.urls import reverse
 
 from assistant.models import CompactionEvent, Conversation, SummaryVersion
 from assistant.services import (
@@ -20,10 +22,13 @@ from assistant.services import (
     summarize_after_preview,
     summarize_before,
     undo_compaction,
+    undo_compaction_preview,
 )
 from assistant.signals import COMPLETED, compaction_event
 from tests.builders import chat_turns, tool_turn
+from assistant.tasks import staff_action_task
 from tests.scenarios import staff_user
+from tests.test_admin import flashed, published_tasks, run_action
 from tests.test_compaction_events import lifecycles
 from tests.test_undo_compaction import plain
 
@@ -221,3 +226,60 @@ def test_the_staff_action_summarizes_after_a_message(notices):
         "summarize_after", conversation.pk, staff.pk, message_id=messages[11].pk
     )
     assert not refused.changed and "segment" in refused.message
+
+
+@pytest.fixture
+def staff_client(db):
+    client = Client()
+    client.force_login(staff_user())
+    return client
+
+
+@pytest.mark.django_db
+def test_admin_queues_summarize_after_a_message_and_refuses_a_bad_one(
+    staff_client, django_capture_on_commit_callbacks, monkeypatch
+):
+    conversation, messages = conversation_of()
+
+    page = run_action(staff_client, "summarize_after_message", conversation)
+    assert page.status_code == 200
+    assert "Summarize after this message" in page.content.decode()
+    with django_capture_on_commit_callbacks() as published:
+        done = run_action(
+            staff_client,
+            "summarize_after_message",
+            conversation,
+            post="yes",
+            message_id=messages[2].pk,
+        )
+    assert done.status_code == 302
+    user_id = int(staff_client.session["_auth_user_id"])
+    assert published_tasks(monkeypatch, published) == [
+        (staff_action_task.name, ("summarize_after", conversation.pk, user_id, "", messages[2].pk))
+    ]
+    with django_capture_on_commit_callbacks() as refused:
+        again = run_action(
+            staff_client,
+            "summarize_after_message",
+            conversation,
+            post="yes",
+            message_id=messages[12].pk,
+            follow=True,
+        )
+    assert not refused
+    assert any("only the newest step follows it" in m for m in flashed(again))
+
+
+@pytest.mark.django_db
+def test_the_change_page_offers_the_undo_with_its_preview(staff_client):
+    conversation, messages = conversation_of()
+    page = reverse("admin:assistant_conversation_change", args=[conversation.pk])
+    assert "Nothing to undo: The conversation was never compacted." in (
+        staff_client.get(page).content.decode()
+    )
+    summarize_after(conversation, messages[3].pk)
+
+    shown = staff_client.get(page).content.decode()
+
+    assert 'id="undo-last-compaction"' in shown
+    assert undo_compaction_preview(conversation).changes[0] in shown
