@@ -25,8 +25,8 @@ from assistant.services import (
     undo_compaction_preview,
 )
 from assistant.signals import COMPLETED, compaction_event
-from tests.builders import chat_turns, tool_turn
 from assistant.tasks import staff_action_task
+from tests.builders import chat_turns, tool_turn
 from tests.scenarios import staff_user
 from tests.test_admin import flashed, published_tasks, run_action
 from tests.test_compaction_events import lifecycles

@@ -37,8 +37,8 @@ from assistant.history import share, token_count
 from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
 from assistant.ops.health import live_worker_check
-from assistant.staff import undo_words
 from assistant.settings.app import app_setting
+from assistant.staff import undo_words
 from assistant.window import current_limits, limits_for
 
 

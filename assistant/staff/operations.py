@@ -258,7 +258,9 @@ _CUTS: dict[str, Callable[[Conversation, int], Outcome]] = {
 }
 
 
-def _cut(cut: Callable[[Conversation, int], Outcome], conversation: Conversation, at: int) -> Outcome:
+def _cut(
+    cut: Callable[[Conversation, int], Outcome], conversation: Conversation, at: int
+) -> Outcome:
     try:
         return cut(conversation, at)
     except ValidationError as refused:
