@@ -14,6 +14,7 @@ from assistant.models import CompactionEvent, Conversation, SummaryVersion
 from assistant.services import (
     add_message,
     build_context,
+    compact_tool_results,
     context_tokens,
     model_request,
     pin_message,
@@ -27,7 +28,7 @@ from assistant.services import (
 from assistant.signals import COMPLETED, compaction_event
 from assistant.tasks import staff_action_task
 from tests.builders import chat_turns, tool_turn
-from tests.scenarios import staff_user
+from tests.scenarios import staff_user, tool_heavy_conversation
 from tests.test_admin import flashed, published_tasks, run_action
 from tests.test_compaction_events import lifecycles
 from tests.test_undo_compaction import plain
@@ -283,3 +284,27 @@ def test_the_change_page_offers_the_undo_with_its_preview(staff_client):
 
     assert 'id="undo-last-compaction"' in shown
     assert undo_compaction_preview(conversation).changes[0] in shown
+
+
+@pytest.mark.django_db
+def test_undo_puts_back_the_tool_results_a_compaction_compacted():
+    conversation, _rows = tool_heavy_conversation()
+    first = plain(request_of(conversation)["messages"])
+    size = context_tokens(conversation)
+    assert compact_tool_results(conversation) > 0
+    assert plain(request_of(conversation)["messages"]) != first
+
+    preview = undo_compaction_preview(conversation)
+    outcome = undo_compaction(conversation)
+
+    assert outcome.changed, outcome.message
+    assert "sent whole again" in preview.changes[0]
+    assert plain(request_of(conversation)["messages"]) == first
+    assert context_tokens(conversation) == size
+    restore = CompactionEvent.objects.filter(conversation=conversation).latest("id")
+    assert restore.kind == CompactionEvent.Kind.RESTORE and restore.details["message_ids"]
+    # Kept whole from now on: the same compaction is not made again.
+    assert compact_tool_results(conversation) == 0
+    with pytest.raises(ValidationError) as caught:
+        undo_compaction(conversation)
+    assert caught.value.code == "already_undone"
