@@ -259,8 +259,9 @@ def undo_last_compaction(
         request,
         queryset,
         UNDO_COMPACTION,
-        "Takes the conversation back to the request it sent before its last window shift: "
-        "the summary and split it replaced; the messages since stay verbatim. The same shift "
+        "Takes the conversation back to the request it sent before its last compaction: "
+        "the summary, split and segment its shift replaced, and the messages it compacted "
+        "sent whole again; the messages since stay verbatim. The same shift "
         "waits until the context has grown 10% past the trigger (docs/compaction.rst).",
         undo_words,
     )
