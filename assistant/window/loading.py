@@ -93,14 +93,18 @@ class WindowState:
         """The summarized segment after the split (`summarize_after`; None: none)."""
         return self.meta.segment
 
-    def in_segment(self, row: Message) -> bool:
+    def outside_segment(self, rows: list[Message]) -> list[Message]:
+        """`rows` without those of the summarized segment (its summary stands for them)."""
         segment = self.segment
-        return segment is not None and segment.covers(row.pk)
+        return rows if segment is None else [row for row in rows if not segment.covers(row.pk)]
 
     @property
     def segment_pinned(self) -> list[Message]:
         """The pinned messages of the summarized segment: the pinned section carries them."""
-        return [row for row in self.rows if row.pinned and self.in_segment(row)]
+        segment = self.segment
+        if segment is None:
+            return []
+        return [row for row in self.rows if row.pinned and segment.covers(row.pk)]
 
     def tokens(self, text: str | None) -> int:
         """estimate_tokens with this state's settings."""
@@ -136,7 +140,7 @@ class WindowState:
     def verbatim(self) -> list[Message]:
         """The chat messages the next request carries, in order (the summarized
         segment's stand for its summary)."""
-        rows = [row for row in self.rows if not self.in_segment(row)]
+        rows = self.outside_segment(list(self.rows))
         return [self.anchor, *rows] if self.anchor is not None else rows
 
     @property
@@ -229,7 +233,7 @@ class WindowState:
 
     def _verbatim_before(self, index: int) -> list[Message]:
         """What the request that produced rows[index] carried after the summaries."""
-        rows = [row for row in self.rows[:index] if not self.in_segment(row)]
+        rows = self.outside_segment(self.rows[:index])
         return [self.anchor, *rows] if self.anchor is not None else rows
 
     def _fresh_count_index(self) -> int | None:
