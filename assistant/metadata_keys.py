@@ -74,6 +74,9 @@ class MetadataKeys:
     # ({"base", "through", "previous": the summary at base, "awaits_holder"}): the
     # model's summary of the same split replaces it at the next prefix rewrite.
     OFFLINE_SHIFT = "offline_shift"
+    # A summarized segment after the split (`summarize_after`): {"after": the last
+    # message kept verbatim before it, "through": its last message, "summary"}.
+    SEGMENT_SUMMARY = "segment_summary"
 
 
 # The cached window summary: the columns stored together by a shift, and cleared
@@ -123,6 +126,7 @@ SIZE_STATE = frozenset(
         MetadataKeys.PARENT_CONVERSATION_SUMMARY,
         MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID,
         MetadataKeys.TOKEN_RATIO,
+        MetadataKeys.SEGMENT_SUMMARY,
     }
 )
 
@@ -180,6 +184,9 @@ class WindowStateColumns(models.Model):
     # when a Celery worker last ran this conversation's work (epoch seconds).
     prebuild_request = models.JSONField(null=True, blank=True)
     worker_seen_at = models.FloatField(null=True, blank=True)
+    # A summarized segment after the split, sent between the messages before it and
+    # the newest step ({"after", "through", "summary"}; assistant.staff.cut).
+    segment_summary = models.JSONField(null=True, blank=True)
 
     class Meta:
         abstract = True
@@ -226,6 +233,23 @@ class PendingSummary:
     anchor_id: int | None
     usage: dict[str, Any]
     artifact_index: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Messages after the split summarized in place (`summarize_after`): those after
+    `after` up to `through` are sent as `summary`, between the messages before them
+    and the newest step."""
+
+    after: int
+    through: int
+    summary: str
+
+    def covers(self, message_id: int) -> bool:
+        return self.after < message_id <= self.through
+
+    def stored(self) -> dict[str, Any]:
+        return {"after": self.after, "through": self.through, "summary": self.summary}
 
 
 class ConversationMetadata:
@@ -318,6 +342,14 @@ class ConversationMetadata:
     @property
     def worker_seen(self) -> bool:
         return bool(self.raw.get(MetadataKeys.WORKER_SEEN_AT))
+
+    @property
+    def segment(self) -> Segment | None:
+        """The summarized segment after the split (None: none)."""
+        held = self.raw.get(MetadataKeys.SEGMENT_SUMMARY)
+        if not held:
+            return None
+        return Segment(int(held["after"]), int(held["through"]), held["summary"])
 
     @property
     def pending(self) -> PendingSummary | None:

@@ -71,9 +71,11 @@ from assistant.staff import (
     regenerate_preview,
     restore_preview,
     run_staff_action,
+    summarize_after_preview,
     summarize_before_preview,
     undo_compaction_preview,
 )
+from assistant.staff import summarize_after as _summarize_after
 from assistant.staff import summarize_before as _summarize_before
 from assistant.staff import undo_compaction as _undo_compaction
 from assistant.summary import (
@@ -261,6 +263,22 @@ def summarize_before(
 
 
 @_live
+def summarize_after(
+    conversation: Conversation,
+    message_id: Any,
+    *,
+    instructions: str | None = None,
+    acting_user: User = None,
+) -> Outcome:
+    """Summarize the messages after the message, up to the newest step, as a segment
+    sent in their place; those up to it and the newest step stay as they are
+    (docs/compaction.rst, "Summarizing after a message"). Nothing after it but the
+    newest step: ValidationError `nothing_after`."""
+    with acting_as(acting_user), call_instructions(instructions):
+        return _summarize_after(conversation, message_id)
+
+
+@_live
 def undo_compaction(conversation: Conversation, *, acting_user: User = None) -> Outcome:
     """Take the conversation back to the request it sent before its last compaction
     (docs/compaction.rst, "Undoing the last compaction"): one `restore` event."""
@@ -368,6 +386,8 @@ __all__ = [
     "run_staff_action",
     "run_tool_call",
     "set_active_branch",
+    "summarize_after",
+    "summarize_after_preview",
     "summarize_before",
     "summarize_before_preview",
     "summarize_messages",

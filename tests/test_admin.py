@@ -54,6 +54,7 @@ OUR_ACTIONS = [
     "regenerate_window_summary",
     "restore_compacted_originals",
     "summarize_before_message",
+    "summarize_after_message",
     "undo_last_compaction",
     "delete_selected",
     "restore_deleted_conversations",

@@ -36,6 +36,7 @@ from assistant.staff import (
     LABELS,
     REGENERATE_SUMMARY,
     RESTORE_ORIGINALS,
+    SUMMARIZE_AFTER,
     SUMMARIZE_BEFORE,
     UNDO_COMPACTION,
     can_continue,
@@ -258,8 +259,9 @@ def undo_last_compaction(
         request,
         queryset,
         UNDO_COMPACTION,
-        "Takes the conversation back to the request it sent before its last window shift: "
-        "the summary and split it replaced; the messages since stay verbatim. The same shift "
+        "Takes the conversation back to the request it sent before its last compaction: "
+        "the summary, split and segment its shift replaced, and the messages it compacted "
+        "sent whole again; the messages since stay verbatim. The same shift "
         "waits until the context has grown 10% past the trigger (docs/compaction.rst).",
         undo_words,
     )
@@ -271,6 +273,31 @@ def summarize_before_message(
 ) -> HttpResponse | None:
     """The first POST lists the user messages; the confirming POST queues the cut
     before the one chosen on the worker (it calls the summarizer)."""
+    return _cut_at_message(
+        modeladmin, request, queryset, SUMMARIZE_BEFORE, services.summarize_before_preview
+    )
+
+
+@admin.action(permissions=["compact"], description="Summarize after a message…")
+def summarize_after_message(
+    modeladmin: ConversationModelAdmin, request: HttpRequest, queryset: Conversations
+) -> HttpResponse | None:
+    """The first POST lists the user messages; the confirming POST queues, on the
+    worker, the summary of what follows the chosen one's turn, up to the newest step."""
+    return _cut_at_message(
+        modeladmin, request, queryset, SUMMARIZE_AFTER, services.summarize_after_preview
+    )
+
+
+def _cut_at_message(
+    modeladmin: ConversationModelAdmin,
+    request: HttpRequest,
+    queryset: Conversations,
+    cut: str,
+    preview: Callable[[Conversation, int], object],
+) -> HttpResponse | None:
+    """Where to cut: the message page, then the cut queued on the worker once its
+    preview (which refuses as the cut refuses) accepts the message chosen."""
     if queryset.count() != 1:
         modeladmin.message_user(request, "Select exactly one conversation.", messages.ERROR)
         return None
@@ -279,11 +306,12 @@ def summarize_before_message(
         return None
     conversation = conversations[0]
     posted = request.POST.get("message_id")
+    where = "before" if cut == SUMMARIZE_BEFORE else "after"
     if request.POST.get("post") == "yes" and isinstance(posted, str) and posted.isdigit():
         try:
-            services.summarize_before_preview(conversation, int(posted))
+            preview(conversation, int(posted))
             services.queue_staff_action(
-                SUMMARIZE_BEFORE,
+                cut,
                 conversation.pk,
                 acting_user=request.user,
                 instructions=request.POST.get("instructions", ""),
@@ -294,8 +322,8 @@ def summarize_before_message(
         else:
             modeladmin.message_user(
                 request,
-                f"{LABELS[SUMMARIZE_BEFORE]}: queued on the worker for “{conversation}” "
-                f"(#{conversation.pk}) before message #{posted}.",
+                f"{LABELS[cut]}: queued on the worker for “{conversation}” "
+                f"(#{conversation.pk}) {where} message #{posted}.",
                 messages.INFO,
             )
             return HttpResponseRedirect(
@@ -306,8 +334,8 @@ def summarize_before_message(
         request,
         queryset,
         conversation,
-        action="summarize_before_message",
-        title=LABELS[SUMMARIZE_BEFORE],
+        action=f"summarize_{where}_message",
+        title=LABELS[cut],
     )
 
 

@@ -38,6 +38,7 @@ from assistant.metadata_keys import held_state
 from assistant.models import Conversation, Message
 from assistant.ops.health import live_worker_check
 from assistant.settings.app import app_setting
+from assistant.staff import undo_words
 from assistant.window import current_limits, limits_for
 
 
@@ -123,6 +124,7 @@ class ConversationAdmin(ConversationModelAdmin):
         actions.regenerate_window_summary,
         actions.restore_compacted_originals,
         actions.summarize_before_message,
+        actions.summarize_after_message,
         actions.undo_last_compaction,
         actions.delete_selected,
         actions.restore_deleted_conversations,
@@ -378,6 +380,11 @@ class ConversationAdmin(ConversationModelAdmin):
                 costs=cost_section(obj),
                 can_fork=self.has_fork_permission(request) and obj.deleted_at is None,
                 can_restore=self.has_delete_permission(request) and obj.deleted_at is not None,
+                undo=(
+                    undo_words(obj)
+                    if self.has_compact_permission(request) and obj.deleted_at is None
+                    else None
+                ),
                 purge_date=purge_date(obj),
                 fork_origin=fork_origin(obj),
                 message_total=Message.objects.filter(conversation=obj).count(),

@@ -502,6 +502,9 @@ class SummaryVersion(models.Model):
 
     conversation = models.ForeignKey(Conversation, models.CASCADE, related_name="summary_versions")
     through_message_id = models.BigIntegerField(null=True, blank=True)
+    # A segment summary's (`summarize_after`): the message the segment follows.
+    # NULL: a version of the window summary.
+    after_message_id = models.BigIntegerField(null=True, blank=True)
     text = models.TextField()
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MODEL)
     model = models.CharField(max_length=128, blank=True, default="")

@@ -4,7 +4,8 @@ into the package that owns the change, with a preview in words before it runs.
 - operations: the actions by name (`run_staff_action`, `check_action`);
 - previews: what an action would change, before it runs;
 - planning: what a compaction run would do (`plan_run`, the dry run);
-- cut: summarize before a message (`summarize_before`, with its preview);
+- cut: summarize before or after a message (`summarize_before`, `summarize_after`,
+  with their previews);
 - undo: take back the last compaction (`undo_compaction`, with its preview).
 
 May import: emergency, fork, history, models, ops, providers, settings, summary, text,
@@ -12,7 +13,13 @@ tool_results, window.
 See docs/architecture.rst.
 """
 
-from assistant.staff.cut import CutPreview, summarize_before, summarize_before_preview
+from assistant.staff.cut import (
+    CutPreview,
+    summarize_after,
+    summarize_after_preview,
+    summarize_before,
+    summarize_before_preview,
+)
 from assistant.staff.operations import (
     CALLS_THE_MODEL,
     COMPACT_TOOL_RESULTS,
@@ -23,6 +30,7 @@ from assistant.staff.operations import (
     LABELS,
     REGENERATE_SUMMARY,
     RESTORE_ORIGINALS,
+    SUMMARIZE_AFTER,
     SUMMARIZE_BEFORE,
     UNDO_COMPACTION,
     Outcome,
@@ -50,6 +58,7 @@ __all__ = [
     "LABELS",
     "REGENERATE_SUMMARY",
     "RESTORE_ORIGINALS",
+    "SUMMARIZE_AFTER",
     "SUMMARIZE_BEFORE",
     "UNDO_COMPACTION",
     "UNDO_MARGIN",
@@ -65,6 +74,8 @@ __all__ = [
     "regenerate_preview",
     "restore_preview",
     "run_staff_action",
+    "summarize_after",
+    "summarize_after_preview",
     "summarize_before",
     "summarize_before_preview",
     "undo_compaction",

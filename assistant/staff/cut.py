@@ -1,8 +1,11 @@
-"""Where to cut (docs/admin.rst, "Summarize before a message"): staff, or a host's
-user, choose the first message that stays verbatim; everything before it goes into
-the window summary (a new summary version, undone by reverting it). The cut falls
-on the split boundary at or before the message (a turn's user message, or a step
-of the last turn), so no tool call is parted from its results."""
+"""Where to cut (docs/compaction.rst, "Choosing where to cut"): staff, or a host's
+user, choose a message. Before it: the first message that stays verbatim;
+everything before it goes into the window summary. After it: the last message of
+the earlier part that stays as it is; the messages after it, up to the newest
+step, become a summarized segment (assistant.summary.segment). Each is a new
+summary version that `undo_compaction` takes back. A cut falls on a split boundary
+(a turn's user message, or a step of the last turn), so no tool call is parted
+from its results."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from assistant.history import an_id, token_change
 from assistant.models import Conversation, Message
 from assistant.settings.conf import compaction_config
 from assistant.staff.previews import Outcome, Preview
-from assistant.summary import cut_start, shift_window
+from assistant.summary import cut_start, segment_after, shift_window, summarize_segment
 from assistant.window import WindowState, load_window, split_parts
 
 
@@ -45,30 +48,59 @@ def _checked(conversation: Conversation, message_id: Any) -> WindowState:
     return state
 
 
+def _cut_preview(
+    conversation: Conversation, state: WindowState, summarized: list[Message], sentence: str
+) -> CutPreview:
+    """The preview of a cut that summarizes `summarized`: the rest is sent verbatim."""
+    ids = {row.pk for row in summarized}
+    kept = tuple(row.pk for row in state.verbatim if row.pk not in ids)
+    return CutPreview(
+        conversation.pk,
+        state.context_tokens(),
+        [sentence.format(kept=len(kept))],
+        "",
+        tuple(row.pk for row in summarized),
+        kept,
+    )
+
+
+def _span(rows: list[Message]) -> str:
+    return f"messages #{rows[0].pk} to #{rows[-1].pk} ({len(rows)})"
+
+
 def summarize_before_preview(conversation: Conversation, message_id: int) -> CutPreview:
     """What `summarize_before` will do, computed as it computes it (read-only)."""
     state = _checked(conversation, message_id)
     start = cut_start(state, message_id)
     summarized = split_parts(state, start)[0] if start is not None else []
-    tokens = state.context_tokens()
     if not summarized:
         return CutPreview(
             conversation.pk,
-            tokens,
+            state.context_tokens(),
             [],
             f"nothing before message #{message_id} is left to summarize (the cut falls on "
             "the window's first turn)",
-            verbatim=tuple(row.pk for row in state.rows),
+            verbatim=tuple(row.pk for row in state.verbatim),
         )
-    ids = {row.pk for row in summarized}
-    kept = tuple(row.pk for row in state.rows if row.pk not in ids)
+    first_kept = next(row.pk for row in state.rows if row.pk > summarized[-1].pk)
     sentence = (
-        f"messages #{summarized[0].pk} to #{summarized[-1].pk} ({len(summarized)}) go into "
-        f"the window summary; {len(kept)} from #{kept[0]} on stay verbatim"
+        f"{_span(summarized)} go into the window summary; {{kept}} from #{first_kept} on "
+        "stay verbatim"
     )
-    return CutPreview(
-        conversation.pk, tokens, [sentence], "", tuple(row.pk for row in summarized), kept
+    return _cut_preview(conversation, state, summarized, sentence)
+
+
+def summarize_after_preview(conversation: Conversation, message_id: int) -> CutPreview:
+    """What `summarize_after` will do, computed as it computes it (read-only). Refused,
+    as it refuses: `message_not_found`, `already_summarized`, `not_in_window`,
+    `segment_exists`, `nothing_after`."""
+    state = _checked(conversation, message_id)
+    summarized = segment_after(state, message_id)
+    sentence = (
+        f"{_span(summarized)} after #{message_id} become a summarized segment; {{kept}} "
+        "stay as they are (those up to it, and the newest step)"
     )
+    return _cut_preview(conversation, state, summarized, sentence)
 
 
 def summarize_before(conversation: Conversation, message_id: int) -> Outcome:
@@ -92,4 +124,25 @@ def summarize_before(conversation: Conversation, message_id: int) -> Outcome:
         True,
         f"{len(preview.summarized)} message(s) before #{preview.verbatim[0]} summarized, "
         f"{token_change(before, state.context_tokens(), 'the request')}",
+    )
+
+
+def summarize_after(conversation: Conversation, message_id: int) -> Outcome:
+    """Summarize the messages after the message, up to the newest step, as a segment
+    (a summary version); those up to it and the newest step stay as they are. Kept
+    only if the request gets smaller."""
+    preview = summarize_after_preview(conversation, message_id)
+    if not summarize_segment(conversation.pk, message_id, preview.summarized):
+        return Outcome(
+            conversation.pk,
+            False,
+            "nothing changed: the summarizer gave no usable summary, or it would not make "
+            "the request smaller",
+        )
+    after = load_window(conversation.pk).context_tokens()
+    return Outcome(
+        conversation.pk,
+        True,
+        f"{len(preview.summarized)} message(s) after #{message_id} summarized as a segment, "
+        f"{token_change(preview.context_tokens, after, 'the request')}",
     )

@@ -20,7 +20,7 @@ from assistant.models import CompactionEvent, Conversation
 from assistant.ops import telemetry
 from assistant.providers import call_instructions, check_instructions
 from assistant.settings.conf import compaction_config
-from assistant.staff.cut import summarize_before
+from assistant.staff.cut import summarize_after, summarize_before
 from assistant.staff.previews import (
     Outcome,
     compact_preview,
@@ -41,9 +41,10 @@ RESTORE_ORIGINALS = "restore_originals"
 FORK_CONTINUATION = "fork_continuation"
 FORK_FROM_MESSAGE = "fork_from_message"
 SUMMARIZE_BEFORE = "summarize_before"
+SUMMARIZE_AFTER = "summarize_after"
 UNDO_COMPACTION = "undo_compaction"
 # The actions given a message id: where to branch, where to cut.
-AT_A_MESSAGE = frozenset({FORK_FROM_MESSAGE, SUMMARIZE_BEFORE})
+AT_A_MESSAGE = frozenset({FORK_FROM_MESSAGE, SUMMARIZE_BEFORE, SUMMARIZE_AFTER})
 ACTIONS = (
     EMERGENCY_1,
     EMERGENCY_2,
@@ -53,6 +54,7 @@ ACTIONS = (
     FORK_CONTINUATION,
     FORK_FROM_MESSAGE,
     SUMMARIZE_BEFORE,
+    SUMMARIZE_AFTER,
     UNDO_COMPACTION,
 )
 # These call the summarizer: never inside a web request.
@@ -64,6 +66,7 @@ CALLS_THE_MODEL = frozenset(
         FORK_CONTINUATION,
         FORK_FROM_MESSAGE,
         SUMMARIZE_BEFORE,
+        SUMMARIZE_AFTER,
     }
 )
 
@@ -76,6 +79,7 @@ LABELS = {
     FORK_CONTINUATION: "Continue in a new conversation",
     FORK_FROM_MESSAGE: "Branch from a message",
     SUMMARIZE_BEFORE: "Summarize before a message",
+    SUMMARIZE_AFTER: "Summarize after a message",
     UNDO_COMPACTION: "Undo the last compaction",
 }
 
@@ -137,9 +141,9 @@ def run_staff_action(
             if action == FORK_FROM_MESSAGE:
                 assert message_id is not None  # check_action
                 outcome = _branch(conversation, message_id, user_id)
-            elif action == SUMMARIZE_BEFORE:
+            elif action in _CUTS:
                 assert message_id is not None  # check_action
-                outcome = _cut(conversation, message_id)
+                outcome = _cut(_CUTS[action], conversation, message_id)
             else:
                 outcome = _RUNNERS[action](conversation, user_id)
     if user_id is not None:
@@ -247,9 +251,18 @@ def _branch(conversation: Conversation, message_id: int, user_id: int | None) ->
     return Outcome(conversation.pk, True, f"branched into #{branched.pk}")
 
 
-def _cut(conversation: Conversation, message_id: int) -> Outcome:
+# Where to cut, by the message given (assistant.staff.cut).
+_CUTS: dict[str, Callable[[Conversation, int], Outcome]] = {
+    SUMMARIZE_BEFORE: summarize_before,
+    SUMMARIZE_AFTER: summarize_after,
+}
+
+
+def _cut(
+    cut: Callable[[Conversation, int], Outcome], conversation: Conversation, at: int
+) -> Outcome:
     try:
-        return summarize_before(conversation, message_id)
+        return cut(conversation, at)
     except ValidationError as refused:
         return Outcome(conversation.pk, False, f"refused: {' '.join(refused.messages)}")
 
@@ -286,6 +299,7 @@ _STARTS_AS = {
     FORK_CONTINUATION: CompactionEvent.Kind.FORK_SUMMARY,
     FORK_FROM_MESSAGE: CompactionEvent.Kind.FORK_SUMMARY,
     SUMMARIZE_BEFORE: CompactionEvent.Kind.WINDOW_SUMMARY,
+    SUMMARIZE_AFTER: CompactionEvent.Kind.WINDOW_SUMMARY,
     UNDO_COMPACTION: CompactionEvent.Kind.RESTORE,
 }
 

@@ -11,7 +11,8 @@
   (the user's language, the host's instructions);
 - compact_tool: the model's own `compact` call, answered with a shift;
 - facts: fact statements carried forward from summary to summary;
-- versions: every summary kept, corrected or reverted by staff.
+- versions: every summary kept, corrected or reverted by staff;
+- segment: the messages after a chosen one summarized in place (`summarize_after`).
 The prompt every summarizer sends is beside the clients that send it
 (assistant.providers.summary_prompt).
 
@@ -26,6 +27,7 @@ from assistant.summary.generate import summarize_messages
 from assistant.summary.guidance import guided_by
 from assistant.summary.pending import adoption, adopts
 from assistant.summary.prebuild import prebuild_window_summary
+from assistant.summary.segment import segment_after, summarize_segment
 from assistant.summary.shift import (
     adopt_pending_summary,
     compaction_cutoff_id,
@@ -68,7 +70,9 @@ __all__ = [
     "revert_summary",
     "review_summary",
     "run_compact",
+    "segment_after",
     "serve_prebuild_request",
     "shift_window",
     "summarize_messages",
+    "summarize_segment",
 ]

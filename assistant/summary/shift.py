@@ -319,6 +319,11 @@ def _store_window(
         remove.append(MetadataKeys.OFFLINE_SHIFT)
     else:
         values[MetadataKeys.OFFLINE_SHIFT] = offline
+    segment = state.segment
+    if segment is not None and through > segment.after:
+        # The new split reaches into the summarized segment: the window summary now
+        # covers what it summarized, and its messages left after the split are verbatim.
+        remove.append(MetadataKeys.SEGMENT_SUMMARY)
     if anchor is None:
         remove.append(MetadataKeys.COMPACTION_ANCHOR_MESSAGE_ID)
     else:
@@ -467,6 +472,7 @@ def undo_record(state: WindowState) -> dict[str, Any]:
             "through": state.through_id,
             "anchor": state.anchor.pk if state.anchor is not None else None,
             "artifact_index": state.meta.artifact_index,
+            "segment": state.segment.stored() if state.segment is not None else None,
         }
     }
 

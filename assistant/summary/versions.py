@@ -35,12 +35,15 @@ def record_version(
     input_tokens: int = 0,
     output_tokens: int = 0,
     source: SummaryVersion | None = None,
+    after: int | None = None,
 ) -> SummaryVersion:
-    """Keep one version of the window summary (every write of it calls this)."""
+    """Keep one version of the window summary (every write of it calls this), or,
+    `after` a message, of a segment summary (`summarize_after`)."""
     return SummaryVersion.objects.create(
         conversation_id=conversation_id,
         text=text,
         through_message_id=through,
+        after_message_id=after,
         kind=kind,
         model=model,
         input_tokens=input_tokens,
@@ -109,7 +112,7 @@ def revert_summary(conversation: Conversation, version_id: Any) -> SummaryVersio
     naming it). Only a version of the current split: another covers other messages."""
     version = _version(conversation, version_id)
     through = load_window(conversation.pk).through_id
-    if version.through_message_id != through:
+    if version.through_message_id != through or version.after_message_id is not None:
         raise ValidationError(
             f"Version {version.pk} summarizes the messages up to {version.through_message_id}, "
             f"the window now starts after {through}: it would leave messages out or repeat "
@@ -136,7 +139,9 @@ def current_version(conversation_id: int) -> SummaryVersion | None:
     state = load_window(conversation_id)
     newest = (
         SummaryVersion.objects.filter(
-            conversation_id=conversation_id, through_message_id=state.through_id
+            conversation_id=conversation_id,
+            through_message_id=state.through_id,
+            after_message_id__isnull=True,
         )
         .order_by("-id")
         .first()
@@ -151,7 +156,11 @@ DIFF_MAX_LINES = 3000
 
 def previous_version(version: SummaryVersion) -> SummaryVersion | None:
     return (
-        SummaryVersion.objects.filter(conversation_id=version.conversation_id, id__lt=version.pk)
+        SummaryVersion.objects.filter(
+            conversation_id=version.conversation_id,
+            id__lt=version.pk,
+            after_message_id__isnull=version.after_message_id is None,
+        )
         .order_by("-id")
         .first()
     )
@@ -164,6 +173,8 @@ def compaction_diff(version: SummaryVersion) -> list[str]:
     previous = previous_version(version)
     start = (previous.through_message_id if previous else None) or 0
     before = (previous.text if previous else "").splitlines()
+    if version.after_message_id is not None:  # a segment summary replaced its messages alone
+        start, before = version.after_message_id, []
     through = version.through_message_id
     if through is not None and start < through:
         dropped = (

@@ -18,6 +18,7 @@ from assistant.tool_results.compaction import (
     compactable_count,
     plan_tool_results,
     prepare_tool_results,
+    put_back_originals,
     restorable,
     restore_originals,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "plan_tool_results",
     "planned_texts",
     "prepare_tool_results",
+    "put_back_originals",
     "restorable",
     "restore_originals",
     "truncate_to_fit",

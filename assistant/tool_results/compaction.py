@@ -9,6 +9,8 @@ planned below, in the window (assistant.window.results); this module writes it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import F, JSONField, Max, Q, QuerySet, TextField, Value
@@ -186,6 +188,33 @@ def restorable(conversation_id: int) -> QuerySet[Message]:
     ).filter(~Q(compaction="", prepared_compaction="") | Q(compacted_blocks__isnull=False))
 
 
+def put_back_originals(conversation_id: int, message_ids: Iterable[int] | None = None) -> list[int]:
+    """The write of `restore_originals`, without its event (the caller records one):
+    the `restorable` messages (of `message_ids`, all when None) made verbatim again,
+    and kept verbatim from now on; provider counts so far are stale (the caller
+    stores the new size). Returns their ids."""
+    messages = restorable(conversation_id)
+    if message_ids is not None:
+        messages = messages.filter(pk__in=list(message_ids))
+    ids = list(messages.values_list("id", flat=True))
+    if not ids:
+        return []
+    _restore_blocks(ids)
+    _mark_epoch(conversation_id)
+    merge_metadata(
+        Message.objects.filter(pk__in=ids),
+        {KEEP_VERBATIM: True},
+        compacted_content=None,
+        compaction="",
+        compacted_at=None,
+        token_estimate=F("original_token_estimate"),
+        prepared_content=None,
+        prepared_compaction="",
+        prepared_token_estimate=None,
+    )
+    return ids
+
+
 def restore_originals(conversation: Conversation, message_ids: list[int] | None = None) -> int:
     """Show the model the verbatim originals again (and keep them verbatim
     from now on). Messages whose original a retention policy dropped stay
@@ -193,27 +222,13 @@ def restore_originals(conversation: Conversation, message_ids: list[int] | None 
     context before and after, and lists the messages restored."""
     if message_ids is not None:
         message_ids = validated_ids(message_ids, "message_ids", "invalid_message_ids")
-    messages = restorable(conversation.pk)
-    if message_ids is not None:
-        messages = messages.filter(pk__in=message_ids)
     before = load_window(conversation.pk).context_tokens()
     with stopwatch() as elapsed, transaction.atomic():
-        ids = list(messages.values_list("id", flat=True))
-        _restore_blocks(ids)
-        restored = merge_metadata(
-            Message.objects.filter(pk__in=ids),
-            {KEEP_VERBATIM: True},
-            compacted_content=None,
-            compaction="",
-            compacted_at=None,
-            token_estimate=F("original_token_estimate"),
-            prepared_content=None,
-            prepared_compaction="",
-            prepared_token_estimate=None,
-        )
+        ids = put_back_originals(conversation.pk, message_ids)
+        restored = len(ids)
         if not restored:
             return 0
-        after = _mark_context_changed(conversation.pk)
+        after = refresh_size(conversation.pk)
         record_compaction(
             conversation.pk,
             CompactionEvent.Kind.RESTORE,

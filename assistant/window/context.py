@@ -174,14 +174,16 @@ def context_before(state: WindowState, message_id: int) -> Context:
 
 def _context_of(state: WindowState, chat_rows: list[Message], allow_pending: bool) -> Context:
     in_place = {row.pk for row in chat_rows}
-    pinned = [row for row in state.pinned_rows if row.pk not in in_place]
+    pinned = [row for row in [*state.pinned_rows, *state.segment_pinned] if row.pk not in in_place]
     system = state.system
-    messages = _with_missing_results([as_neutral(row) for row in chat_rows], allow_pending)
+    neutral = _with_segment(state, chat_rows)
+    messages = _with_missing_results(neutral, allow_pending)
     tokens = TokenBreakdown(
         system=estimate_tokens(system),
         summaries=estimate_tokens(state.parent_summary or "")
         + estimate_tokens(state.summary or "")
-        + state.pinned_tokens,
+        + state.pinned_tokens
+        + (state.segment_tokens if len(neutral) > len(chat_rows) else 0),
         messages=sum(r.token_estimate for r in chat_rows if r.role != Message.Role.TOOL),
         tool_results=sum(r.token_estimate for r in chat_rows if r.role == Message.Role.TOOL),
     )
@@ -197,6 +199,24 @@ def _context_of(state: WindowState, chat_rows: list[Message], allow_pending: boo
         tokens=tokens,
         pending_calls=_pending_calls(messages) if allow_pending else [],
     )
+
+
+SEGMENT_LABEL = "Summary of this conversation's messages after {after} up to {through}:"
+
+
+def _with_segment(state: WindowState, chat_rows: list[Message]) -> list[dict[str, Any]]:
+    """The rows as the model sees them, the summarized segment (`summarize_after`) a
+    user message in its place: after the messages before it, before the newest step."""
+    neutral = [as_neutral(row) for row in chat_rows]
+    segment = state.segment
+    if segment is None:
+        return neutral
+    at = next((i for i, row in enumerate(chat_rows) if row.pk > segment.through), None)
+    if at is None:
+        return neutral  # nothing after the segment is sent (a context before it)
+    label = SEGMENT_LABEL.format(after=handle(segment.after), through=handle(segment.through))
+    summary = {"role": Message.Role.USER.value, "content": f"{label}\n{segment.summary}"}
+    return [*neutral[:at], summary, *neutral[at:]]
 
 
 PINNED_LABEL = "Pinned messages of this conversation (verbatim; they stay in force):"

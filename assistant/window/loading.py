@@ -26,7 +26,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from assistant.metadata_keys import STATE_FIELDS, ConversationMetadata
+from assistant.metadata_keys import STATE_FIELDS, ConversationMetadata, Segment
 from assistant.models import Conversation, Message, MessageQuerySet
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.text import MAX_TOKEN_RATIO, MIN_JUDGED_ESTIMATE, MIN_TOKEN_RATIO, estimate_tokens
@@ -88,6 +88,24 @@ class WindowState:
     def parent_summary(self) -> str | None:
         return self.meta.parent_summary
 
+    @property
+    def segment(self) -> Segment | None:
+        """The summarized segment after the split (`summarize_after`; None: none)."""
+        return self.meta.segment
+
+    def outside_segment(self, rows: list[Message]) -> list[Message]:
+        """`rows` without those of the summarized segment (its summary stands for them)."""
+        segment = self.segment
+        return rows if segment is None else [row for row in rows if not segment.covers(row.pk)]
+
+    @property
+    def segment_pinned(self) -> list[Message]:
+        """The pinned messages of the summarized segment: the pinned section carries them."""
+        segment = self.segment
+        if segment is None:
+            return []
+        return [row for row in self.rows if row.pinned and segment.covers(row.pk)]
+
     def tokens(self, text: str | None) -> int:
         """estimate_tokens with this state's settings."""
         return estimate_tokens(text or "", self.config.CHARS_PER_TOKEN)
@@ -102,17 +120,28 @@ class WindowState:
     def fixed_tokens(self) -> int:
         """System part and summaries: the leading part of every request."""
         summaries = self.tokens(self.parent_summary) + self.tokens(self.summary)
+        summaries += self.segment_tokens
         return self.tokens(self.system) + summaries + self.pinned_tokens
 
     @property
+    def segment_tokens(self) -> int:
+        """The segment summary, with its label (`assistant.window.context.SEGMENT_LABEL`)."""
+        segment = self.segment
+        return self.tokens(segment.summary) + PIN_FRAME_TOKENS if segment is not None else 0
+
+    @property
     def pinned_tokens(self) -> int:
-        """The pinned section: each pinned message below the split and its label."""
-        return sum(row.token_estimate + PIN_FRAME_TOKENS for row in self.pinned_rows)
+        """The pinned section: each pinned message below the split (or in the
+        summarized segment) and its label."""
+        pinned = [*self.pinned_rows, *self.segment_pinned]
+        return sum(row.token_estimate + PIN_FRAME_TOKENS for row in pinned)
 
     @property
     def verbatim(self) -> list[Message]:
-        """The chat messages the next request carries, in order."""
-        return [self.anchor, *self.rows] if self.anchor is not None else list(self.rows)
+        """The chat messages the next request carries, in order (the summarized
+        segment's stand for its summary)."""
+        rows = self.outside_segment(list(self.rows))
+        return [self.anchor, *rows] if self.anchor is not None else rows
 
     @property
     def context_epoch_id(self) -> int:
@@ -204,7 +233,7 @@ class WindowState:
 
     def _verbatim_before(self, index: int) -> list[Message]:
         """What the request that produced rows[index] carried after the summaries."""
-        rows = self.rows[:index]
+        rows = self.outside_segment(self.rows[:index])
         return [self.anchor, *rows] if self.anchor is not None else rows
 
     def _fresh_count_index(self) -> int | None:

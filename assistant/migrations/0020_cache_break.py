@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('assistant', '0018_sessions'),
+        ('assistant', '0019_cut'),
     ]
 
     operations = [
