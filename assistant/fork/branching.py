@@ -221,7 +221,9 @@ def _verbatim_copies(
     if not copies:
         return None  # nothing before the message: the branch starts empty either way
     for copy in copies:  # what the window reads of a system message
-        copy.model_content = copy.compacted_content or copy.content
+        copy.model_content = (
+            copy.content if copy.compacted_content is None else copy.compacted_content
+        )
     config = compaction_config()
     prospective = WindowState(0, parent.system_prompt, carried, config)
     for copy in copies:
