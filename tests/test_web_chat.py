@@ -99,7 +99,7 @@ def test_a_user_message_is_edited_and_its_branches_flipped():
     assert made.status_code == 302 and made["Location"] == page(first)
     assert list(first.messages.values_list("role", "content")) == [("user", "It is <b>oak</b>.")]
     shown = client.get(page(first)).content.decode()
-    assert "data-pending" in shown  # the edit's answer streams on opening
+    assert 'data-pending="True"' in shown  # the edit's answer streams on opening
     assert "It is &lt;b&gt;oak&lt;/b&gt;." in shown and "<b>oak</b>" not in shown
     assert places(shown) == ["2/2"]
     assert f'<button name="to" value="{parent.pk}" class="previous">' in shown
@@ -107,7 +107,9 @@ def test_a_user_message_is_edited_and_its_branches_flipped():
     client.post(f"{page(parent)}edit", {"message_id": edited.pk, "text": "It is elm."})
     second = Conversation.objects.filter(parent_conversation=parent).latest("id")
     assert places(client.get(page(second)).content.decode()) == ["3/3"]
-    assert places(client.get(page(parent)).content.decode()) == ["1/3"]
+    parent_page = client.get(page(parent)).content.decode()
+    assert places(parent_page) == ["1/3"]
+    assert 'data-pending="False"' in parent_page  # answered: nothing streams on opening
 
     flipped = client.post(f"{page(second)}switch", {"to": first.pk})
 
