@@ -1441,9 +1441,7 @@ def _branches(parent: Conversation, at: Message, count: int) -> None:
 
 
 @pytest.mark.parametrize("size", [10, 300])
-def test_the_tree_costs_the_same_queries_at_any_size(
-    staff_client, django_assert_num_queries, size
-):
+def test_the_tree_costs_the_same_queries_at_any_size(staff_client, django_assert_num_queries, size):
     """The tree's two queries whatever its size; past TREE_ROWS_SHOWN (200) the rest
     are counted, not listed."""
     parent, rows = tool_heavy_conversation()

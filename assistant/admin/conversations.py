@@ -437,7 +437,7 @@ def fork_origin(conversation: Conversation) -> dict[str, Any] | None:
 # The tree section shows at most this many conversations (a chat of thousands of
 # sessions stays a page, not a wall; the rest are counted).
 TREE_ROWS_SHOWN = 200
-LINK_NAMES = {
+LINK_NAMES: dict[str, str] = {
     Conversation.Link.SESSION: "session",
     Conversation.Link.CONTINUATION: "continuation",
     Conversation.Link.BRANCH: "branch",
