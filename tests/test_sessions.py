@@ -185,8 +185,15 @@ def test_an_edit_branch_sends_the_messages_before_the_edit_verbatim_when_they_fi
     assert not branch.messages.filter(input_tokens__isnull=False).exists()
 
 
-def test_an_edit_branch_sends_their_summary_when_they_do_not_fit(settings):
-    settings.ASSISTANT_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 300, "MAX_RECENT_TOKENS": 100}
+@pytest.mark.parametrize(
+    "trigger",
+    [
+        pytest.param({"CONTEXT_TOKEN_THRESHOLD": 300, "MAX_RECENT_TOKENS": 100}, id="tokens"),
+        pytest.param({"MAX_MESSAGES_BEFORE_SUMMARY": 8, "MIN_RECENT_MESSAGES": 2}, id="count"),
+    ],
+)
+def test_an_edit_branch_sends_their_summary_when_they_do_not_fit(settings, trigger):
+    settings.ASSISTANT_COMPACTION = trigger
     parent, rows = tool_heavy_conversation()
     edited = rows[14]  # "Check the URL ...", after a tool turn with a 3 KB result
 
@@ -201,6 +208,20 @@ def test_an_edit_branch_sends_their_summary_when_they_do_not_fit(settings):
     assert _unmarked(request["messages"]) == [
         _user_text("Check https://example.org/atom.xml instead.")
     ]
+
+
+def test_the_system_prompt_counts_toward_whether_an_edit_branch_fits(settings):
+    """The messages alone fit; with the system part the branch would reach the trigger."""
+    settings.ASSISTANT_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 450, "MAX_RECENT_TOKENS": 100}
+    parent = Conversation.objects.create(title="Long rules", system_prompt="Rule. " * 300)
+    add_message(parent, "user", "The deploy key is saffron-gate.")
+    add_message(parent, "assistant", "Noted.")
+    edited = add_message(parent, "user", "Deploy.")
+
+    branch, _ = fork_from_message(parent, edited.pk)
+
+    assert branch.messages.count() == 0
+    assert "saffron-gate" in (branch.parent_conversation_summary or "")
 
 
 def _session_chain(size: int) -> list[Conversation]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
 from assistant.history import (
@@ -41,7 +41,7 @@ from assistant.history import (
     write_state,
 )
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, ancestors
-from assistant.settings.conf import compaction_config
+from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.summary import summarize_messages
 from assistant.text import estimate_tokens
 from assistant.window import WindowState, refresh_size, should_shift
@@ -210,9 +210,12 @@ def _verbatim_copies(
         if name in (MetadataKeys.PARENT_CONVERSATION_SUMMARY, MetadataKeys.TOKEN_RATIO)
         and value is not None
     }
-    originals = Message.objects.filter(conversation_id=parent.pk, id__lt=end_before).order_by("id")
+    before = Message.objects.filter(conversation_id=parent.pk, id__lt=end_before)
+    config = compaction_config()
+    if _surely_over_the_trigger(before, carried, config):
+        return None  # a long history is not loaded only to find it does not fit
     copies = []
-    for original in originals:
+    for original in before.order_by("id"):
         copy = Message(**{name: getattr(original, name) for name in _COPIED_FIELDS})
         copy.metadata = {**(original.metadata or {}), COPIED_FROM: original.pk}
         copy.created_at = original.created_at
@@ -224,7 +227,6 @@ def _verbatim_copies(
         copy.model_content = (
             copy.content if copy.compacted_content is None else copy.compacted_content
         )
-    config = compaction_config()
     prospective = WindowState(0, parent.system_prompt, carried, config)
     for copy in copies:
         (prospective.system_rows if copy.role == Message.Role.SYSTEM else prospective.rows).append(
@@ -234,6 +236,21 @@ def _verbatim_copies(
         return None
     state.update(carried)
     return copies
+
+
+def _surely_over_the_trigger(
+    before: QuerySet[Message], carried: dict[str, Any], config: CompactionConfig
+) -> bool:
+    """The messages' estimates alone (a lower bound of the branch's size: the system
+    part and summaries come on top) already reach a trigger, by one aggregate."""
+    figures = before.exclude(role=Message.Role.SYSTEM).aggregate(
+        tokens=Coalesce(Sum("token_estimate"), 0), messages=Count("id")
+    )
+    ratio = WindowState(0, "", carried, config).token_ratio
+    return bool(
+        figures["tokens"] * ratio >= config.CONTEXT_TOKEN_THRESHOLD
+        or figures["messages"] >= config.MAX_MESSAGES_BEFORE_SUMMARY
+    )
 
 
 def _create_verbatim_branch(
