@@ -12,4 +12,6 @@ urlpatterns = [
     path("chat/<int:conversation_id>/", web_chat.chat_page, name="demo-chat"),
     path("chat/<int:conversation_id>/send", web_chat.send_message, name="demo-chat-send"),
     path("chat/<int:conversation_id>/stream", web_chat.stream_answer, name="demo-chat-stream"),
+    path("chat/<int:conversation_id>/edit", web_chat.edit_message, name="demo-chat-edit"),
+    path("chat/<int:conversation_id>/switch", web_chat.switch_branch, name="demo-chat-switch"),
 ]

@@ -31,7 +31,10 @@ from assistant.services import (
     add_message,
     compact_tool_results,
     fork_continuation,
+    fork_from_message,
+    new_session,
     run_staff_action,
+    set_active_branch,
 )
 from assistant.tasks import staff_action_task
 from assistant.text.tokens import estimate_tokens
@@ -1384,3 +1387,73 @@ def test_the_list_and_the_page_give_one_conversation_the_same_figures(staff_clie
         f"The conversation list shows {stored:,} tokens ({shares}): the size the previous "
         "call left, until the pre-call hook makes the next request." in page
     )
+
+
+def _tree_rows(page: str) -> list[str]:
+    section = page.split('id="conversation-tree"', 1)[1].split("</fieldset>", 1)[0]
+    return re.findall(r'<tr class="tree-node[^"]*"[^>]*>.*?</tr>', section, re.S)
+
+
+def test_the_conversation_page_shows_its_tree_and_links_each_node(staff_client):
+    parent = Conversation.objects.create(title="<b>Release</b> & notes")
+    edited = add_message(parent, "user", "Draft the notes.")
+    add_message(parent, "assistant", "Drafted.")
+    first = fork_from_message(parent, edited.pk)[0]
+    second = fork_from_message(parent, edited.pk)[0]
+    session = new_session(parent, carry_summary=False)
+    set_active_branch(second)
+
+    page = staff_client.get(change_url(first)).content.decode()
+
+    rows = _tree_rows(page)
+    assert [re.search(r'data-conversation="(\d+)"', row)[1] for row in rows] == [
+        str(c.pk) for c in (parent, first, second, session)
+    ]
+    assert "4 conversations" in page
+    for row, conversation in zip(rows, (parent, first, second, session), strict=True):
+        assert f'href="{change_url(conversation)}"' in row
+    assert "&lt;b&gt;Release&lt;/b&gt; &amp; notes" in rows[0]  # escaped, never markup
+    assert "<b>Release</b>" not in page
+    message_url = reverse("admin:assistant_message_change", args=[edited.pk])
+    assert f'<a href="{message_url}">message #{edited.pk}</a> (sibling 2/3)' in rows[1]
+    assert f"message #{edited.pk}</a> (sibling 3/3)" in rows[2]
+    assert "(this page)" in rows[1] and 'class="tree-node current"' in rows[1]
+    shown = [re.search(r'<td class="shown">(.*?)</td>', row)[1] for row in rows]
+    assert shown == ["shown", "", "shown", ""]  # the parent, and the branch set active
+    assert "<td>session</td>" in rows[3]
+
+
+def test_a_conversation_without_relatives_shows_no_tree(staff_client):
+    alone, _ = tool_heavy_conversation()
+
+    assert 'id="conversation-tree"' not in staff_client.get(change_url(alone)).content.decode()
+
+
+def _branches(parent: Conversation, at: Message, count: int) -> None:
+    Conversation.objects.bulk_create(
+        Conversation(
+            title=f"branch {n}",
+            parent_conversation=parent,
+            parent_link=Conversation.Link.BRANCH,
+            fork_message_id=at.pk,
+        )
+        for n in range(count)
+    )
+
+
+@pytest.mark.parametrize("size", [10, 300])
+def test_the_tree_costs_the_same_queries_at_any_size(staff_client, django_assert_num_queries, size):
+    """The tree's two queries whatever its size; past TREE_ROWS_SHOWN (200) the rest
+    are counted, not listed."""
+    parent, rows = tool_heavy_conversation()
+    _branches(parent, rows[4], 1)
+    staff_client.get(change_url(parent))  # warm the session and permission caches
+    with CaptureQueriesContext(connection) as one_branch:
+        staff_client.get(change_url(parent))
+    queries = len(one_branch.captured_queries)  # read now: a request clears the log
+    _branches(parent, rows[4], size - 1)
+
+    with django_assert_num_queries(queries):
+        page = staff_client.get(change_url(parent)).content.decode()
+    assert len(_tree_rows(page)) == min(size + 1, 200)
+    assert f"Tree: {size + 1} conversations" in page

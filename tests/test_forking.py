@@ -42,6 +42,13 @@ def summarizer_spy(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def over_the_trigger(settings):
+    """A trigger the parent's messages before any branch point past its first tool
+    turn do not fit under: the branch carries their summary, not the messages."""
+    settings.ASSISTANT_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 300, "MAX_RECENT_TOKENS": 100}
+
+
 def test_fork_continuation_carries_owner_title_summary_tools_and_first_message(
     summarizer_spy,
 ):
@@ -76,7 +83,7 @@ def test_fork_continuation_carries_owner_title_summary_tools_and_first_message(
     assert event.tokens_before > event.tokens_after > 0
 
 
-def test_forks_do_not_copy_or_change_the_parent(summarizer_spy):
+def test_forks_do_not_copy_or_change_the_parent(summarizer_spy, over_the_trigger):
     parent, rows = tool_heavy_conversation()
     before = Conversation.objects.get(pk=parent.pk)
 
@@ -140,7 +147,9 @@ def test_the_fourth_fork_is_refused_and_creates_nothing():
     assert not CompactionEvent.objects.filter(conversation__parent_conversation=third).exists()
 
 
-def test_fork_from_message_branches_before_the_chosen_user_message(summarizer_spy):
+def test_fork_from_message_branches_before_the_chosen_user_message(
+    summarizer_spy, over_the_trigger
+):
     parent, rows = tool_heavy_conversation(title="Blog admin session")
 
     fork, text = fork_from_message(parent, rows[14].pk)
@@ -154,7 +163,9 @@ def test_fork_from_message_branches_before_the_chosen_user_message(summarizer_sp
     assert fork.messages.count() == 0
 
 
-def test_branching_before_the_cutoff_does_not_use_the_window_summary(summarizer_spy):
+def test_branching_before_the_cutoff_does_not_use_the_window_summary(
+    summarizer_spy, over_the_trigger
+):
     parent, rows = tool_heavy_conversation()
     write_state(
         Conversation.objects.filter(pk=parent.pk),
@@ -220,7 +231,7 @@ def test_generate_parent_summary_of_a_root_conversation_is_none(summarizer_spy):
 
 
 def test_a_deferred_branch_summary_covers_what_came_before_the_message(
-    summarizer_spy, django_capture_on_commit_callbacks
+    summarizer_spy, django_capture_on_commit_callbacks, over_the_trigger
 ):
     parent, rows = tool_heavy_conversation()
     with django_capture_on_commit_callbacks() as callbacks:

@@ -16,12 +16,16 @@ from assistant.services import (
     fork_continuation,
     fork_from_message,
     list_sessions,
+    model_request,
     new_session,
+    prepare_context,
     resume_session,
     run_tool_call,
     set_active_branch,
 )
+from tests.builders import tool_turn
 from tests.conftest import wait_until
+from tests.scenarios import tool_heavy_conversation
 
 pytestmark = pytest.mark.django_db
 
@@ -114,6 +118,110 @@ def test_a_branchs_siblings_are_listed_and_switched():
     set_active_branch(parent)
     shown = conversation_tree(parent).siblings_at(edited.pk)
     assert [node.active for node in shown] == [True, False, False]
+
+
+def _unmarked(messages: list[dict]) -> list[dict]:
+    """The messages without Anthropic's cache breakpoints (they move to the newest)."""
+    return [
+        {
+            **message,
+            "content": [
+                {k: v for k, v in block.items() if k != "cache_control"}
+                for block in message["content"]
+            ],
+        }
+        for message in messages
+    ]
+
+
+def _user_text(text: str) -> dict:
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
+
+
+def _tool_pairs_whole(messages: list[dict]) -> bool:
+    """Each Anthropic tool_use is answered by a tool_result in the next message."""
+    for index, message in enumerate(messages):
+        blocks = message["content"] if isinstance(message["content"], list) else []
+        calls = {block["id"] for block in blocks if block.get("type") == "tool_use"}
+        if not calls:
+            continue
+        following = messages[index + 1]["content"] if index + 1 < len(messages) else []
+        answered = {b["tool_use_id"] for b in following if b.get("type") == "tool_result"}
+        if calls != answered:
+            return False
+    return True
+
+
+def test_an_edit_branch_sends_the_messages_before_the_edit_verbatim_when_they_fit():
+    parent = Conversation.objects.create(title="Ship the release", system_prompt="You help.")
+    tool_turn(
+        parent,
+        "Which tickets block the 4.2 release?",
+        [("search_tickets", {"label": "4.2"}, "TK-81 TK-93 open"), ("read", {"id": 81}, "flaky")],
+        "TK-81 and TK-93 block it.",
+        input_tokens=900,
+        output_tokens=40,
+    )
+    add_message(parent, "user", "Close TK-93 as a duplicate.")
+    add_message(parent, "assistant", "Closed TK-93.")
+    before_the_edit = model_request(prepare_context(parent), "anthropic")
+    edited = add_message(parent, "user", "Tag the release.")
+    add_message(parent, "assistant", "Tagged v4.2.0.")
+
+    branch, text = fork_from_message(parent, edited.pk)
+    add_message(branch, "user", "Tag the release as v4.2.0-rc1 first.")
+    request = model_request(prepare_context(branch), "anthropic")
+
+    assert text == "Tag the release."
+    assert branch.parent_conversation_summary is None  # no summary stands in for them
+    assert request["system"] == before_the_edit["system"]
+    assert _unmarked(request["messages"]) == [
+        *_unmarked(before_the_edit["messages"]),
+        _user_text("Tag the release as v4.2.0-rc1 first."),
+    ]
+    assert _tool_pairs_whole(request["messages"])
+    # The parent's messages are left as they were; the copies carry none of its usage.
+    assert parent.messages.count() == 9
+    assert not branch.messages.filter(input_tokens__isnull=False).exists()
+
+
+@pytest.mark.parametrize(
+    "trigger",
+    [
+        pytest.param({"CONTEXT_TOKEN_THRESHOLD": 300, "MAX_RECENT_TOKENS": 100}, id="tokens"),
+        pytest.param({"MAX_MESSAGES_BEFORE_SUMMARY": 8, "MIN_RECENT_MESSAGES": 2}, id="count"),
+    ],
+)
+def test_an_edit_branch_sends_their_summary_when_they_do_not_fit(settings, trigger):
+    settings.ASSISTANT_COMPACTION = trigger
+    parent, rows = tool_heavy_conversation()
+    edited = rows[14]  # "Check the URL ...", after a tool turn with a 3 KB result
+
+    branch, _ = fork_from_message(parent, edited.pk)
+    add_message(branch, "user", "Check https://example.org/atom.xml instead.")
+    request = model_request(prepare_context(branch), "anthropic")
+
+    summary = branch.parent_conversation_summary
+    assert summary and "42" in summary
+    system = "\n\n".join(block["text"] for block in request["system"])
+    assert f"Summary of the conversation this one continues:\n{summary}" in system
+    assert _unmarked(request["messages"]) == [
+        _user_text("Check https://example.org/atom.xml instead.")
+    ]
+
+
+def test_the_system_prompt_counts_toward_whether_an_edit_branch_fits(settings):
+    """The messages alone fit; with the system part the branch would reach the trigger."""
+    settings.ASSISTANT_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 450, "MAX_RECENT_TOKENS": 100}
+    parent = Conversation.objects.create(title="Long rules", system_prompt="Rule. " * 300)
+    add_message(parent, "user", "The deploy key is saffron-gate.")
+    add_message(parent, "assistant", "Noted.")
+    edited = add_message(parent, "user", "Deploy.")
+
+    branch, _ = fork_from_message(parent, edited.pk)
+
+    assert branch.messages.count() == 0
+    assert "saffron-gate" in (branch.parent_conversation_summary or "")
 
 
 def _session_chain(size: int) -> list[Conversation]:

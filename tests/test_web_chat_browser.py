@@ -14,6 +14,7 @@ import uvicorn
 from django.db import connection
 
 from assistant.models import Conversation
+from assistant.services import add_message
 from config.asgi import application
 from demo import web_chat
 from tests.fake_llm import ok
@@ -45,6 +46,9 @@ WATCH_ANSWER = """() => {
 @pytest.fixture
 def asgi_server(transactional_db) -> Iterator[str]:
     """The demo project over ASGI in this process (its views see the test database)."""
+    # A previous test's teardown ended every other session of the test database,
+    # this thread's among them when it ran in another context: reconnect.
+    connection.close()
     port = free_port()
     config = uvicorn.Config(
         application, host="127.0.0.1", port=port, lifespan="off", log_level="warning"
@@ -106,3 +110,44 @@ def test_the_answer_appears_in_parts_and_is_recorded_whole_with_its_usage(
     )
     assert answer.output_tokens == 30
     assert fake_llm.requests_for("anthropic.messages")[0].body["stream"] is True
+
+
+def test_a_message_is_edited_answered_and_its_branches_flipped_in_the_page(
+    browser,  # noqa: F811  (before the server: its reconnect is then this test's)
+    asgi_server,
+    fake_llm,
+    monkeypatch,
+):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-anthropic")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_llm.url)
+    web_chat.claude.cache_clear()
+    fake_llm.script_anthropic(ok(ANSWER, usage=USAGE))
+    conversation = Conversation.objects.create(title="Web chat", system_prompt="You help.")
+    add_message(conversation, "user", "Fix the typo in post 41")
+    add_message(conversation, "assistant", "Post 41 has no typo.")
+    page = browser
+
+    page.goto(f"{asgi_server}/chat/{conversation.pk}/")
+    page.click("li.user details.edit summary")
+    page.fill("li.user details.edit input[name=text]", "Fix the typo in post 42")
+    page.click("li.user details.edit button")
+    page.wait_for_function("document.getElementById('status').textContent === 'done'")
+
+    branch = Conversation.objects.get(parent_conversation=conversation)
+    assert page.url == f"{asgi_server}/chat/{branch.pk}/"
+    assert page.text_content("#answer") == ANSWER
+    assert page.text_content("li.user span.place") == "2/2"
+    assert list(branch.messages.values_list("role", "content")) == [
+        ("user", "Fix the typo in post 42"),
+        ("assistant", ANSWER),
+    ]
+
+    page.click("li.user button.previous")
+    page.wait_for_url(f"{asgi_server}/chat/{conversation.pk}/")
+    assert page.text_content("li.user span.place") == "1/2"
+    assert page.text_content("li.assistant p.text") == "Post 41 has no typo."
+    page.fill("#text", "/status")
+    page.click("#ask button")
+    page.wait_for_function("document.getElementById('status').textContent.includes('tokens')")
+    assert "before compaction" in page.text_content("#status")
+    assert conversation.messages.count() == 2  # the command is not a message

@@ -387,6 +387,8 @@ class ConversationAdmin(ConversationModelAdmin):
                 ),
                 purge_date=purge_date(obj),
                 fork_origin=fork_origin(obj),
+                # The tree holds live conversations only (a deleted one is not in it).
+                tree=tree_rows(obj) if obj.deleted_at is None else None,
                 message_total=Message.objects.filter(conversation=obj).count(),
                 summary_versions=obj.summary_versions.count(),
                 action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
@@ -437,3 +439,55 @@ def fork_origin(conversation: Conversation) -> dict[str, Any] | None:
         return None
     message = Message.objects.filter(pk=message_id).only("id", "content").first()
     return {"message_id": message_id, "text": message.content if message else None}
+
+
+# The tree section shows at most this many conversations (a chat of thousands of
+# sessions stays a page, not a wall; the rest are counted).
+TREE_ROWS_SHOWN = 200
+LINK_NAMES: dict[str, str] = {
+    Conversation.Link.SESSION: "session",
+    Conversation.Link.CONTINUATION: "continuation",
+    Conversation.Link.BRANCH: "branch",
+}
+
+
+def tree_rows(conversation: Conversation) -> dict[str, Any] | None:
+    """The tree the conversation belongs to (services.conversation_tree), as the rows
+    of its page's tree section, parents first, each indented by its depth: how it
+    leaves its parent (at which message, and for a branch its place among the
+    siblings there, "2/3"), whether it is the shown one, its size and last activity.
+    None for a conversation with no parent and no children. Two queries, whatever
+    the tree's size."""
+    root = services.conversation_tree(conversation)
+    if not root.children:
+        return None
+    rows: list[dict[str, Any]] = []
+    total = 0
+    places: dict[int, str] = {}  # a branch's place among the siblings where it leaves
+    stack: list[tuple[services.TreeNode, int, services.TreeNode | None]] = [(root, 0, None)]
+    while stack:
+        node, depth, parent = stack.pop()
+        total += 1
+        stack.extend((child, depth + 1, node) for child in reversed(node.children))
+        for departs_at in {child.departs_at for child in node.children if child.departs_at}:
+            siblings = node.siblings_at(departs_at)
+            for index, sibling in enumerate(siblings[1:], start=2):
+                places[sibling.conversation.pk] = f"{index}/{len(siblings)}"
+        if len(rows) >= TREE_ROWS_SHOWN:
+            continue
+        place = places.get(node.conversation.pk, "") if parent is not None else ""
+        rows.append(
+            {
+                "id": node.conversation.pk,
+                "title": node.conversation.title,
+                "indent": depth * 20,
+                "link": LINK_NAMES.get(node.link, "root"),
+                "departs_at": node.departs_at,
+                "place": place,
+                "active": node.active,
+                "current": node.conversation.pk == conversation.pk,
+                "size": node.size,
+                "last_activity": node.last_activity,
+            }
+        )
+    return {"rows": rows, "total": total, "hidden": total - len(rows)}

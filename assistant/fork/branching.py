@@ -1,14 +1,15 @@
 """Fork and branch (the fourth strategy of docs/compaction.rst).
 
 A fork is a new conversation that carries a summary of its parent in
-`Conversation.parent_conversation_summary`; it never copies the parent's
-messages and never changes the parent.
+`Conversation.parent_conversation_summary`; it never changes the parent.
 
 - `fork_continuation`: "continue with context" when a conversation has grown
   too large; the summary covers the whole parent.
-- `fork_from_message`: "branch from here" at one of the parent's own user
-  messages; the summary covers everything before it, and the message's text
-  comes back so the caller can offer it for edit-and-resend.
+- `fork_from_message`: "branch from here" (edit and resend) at one of the
+  parent's own user messages, whose text comes back so the caller can offer it
+  for edit. The parent's messages before it go to the branch verbatim when they
+  fit under the trigger (copied, without their usage: the parent paid for
+  them); only when they do not does a summary of them stand in their place.
 
 The summary is built from the parent's cached window summary plus only the
 messages after its cutoff (the summarizer reads the new slice, not the whole
@@ -26,7 +27,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
 from assistant.history import (
@@ -40,10 +41,10 @@ from assistant.history import (
     write_state,
 )
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, ancestors
-from assistant.settings.conf import compaction_config
+from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.summary import summarize_messages
 from assistant.text import estimate_tokens
-from assistant.window import refresh_size
+from assistant.window import WindowState, refresh_size, should_shift
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,33 @@ FORK_SUFFIX = " (fork)"
 # The last parent message a deferred continuation summary covers: messages the
 # parent gains after the fork was made are not the fork's context.
 FORK_THROUGH_MESSAGE_ID = MetadataKeys.FORK_THROUGH_MESSAGE_ID
+# Message.metadata of a branch's verbatim copy: the parent's message it copies.
+COPIED_FROM = "copied_from"
+# What a verbatim copy keeps of the parent's message: its text as stored and as the
+# model saw it, its blocks, tool fields and estimates. Not its usage (the parent's
+# calls, priced there) nor its search document (search_history reaches the parent's
+# original along the chain, so a match is not found twice).
+_COPIED_FIELDS = (
+    "role",
+    "content",
+    "compacted_content",
+    "compaction",
+    "compacted_at",
+    "blocks",
+    "compacted_blocks",
+    "blocks_tokens",
+    "original_dropped_at",
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "tool_arguments",
+    "provider",
+    "model",
+    "token_estimate",
+    "original_token_estimate",
+    "pinned",
+    "provider_compaction",
+)
 _TITLE_MAX = Conversation._meta.get_field("title").max_length or 255
 
 
@@ -127,10 +155,11 @@ def fork_from_message(
     conversation: Conversation, message_id: Any, summarize: bool = True
 ) -> tuple[Conversation, str] | None:
     """Branch at one of this conversation's own user messages: a new
-    conversation "<title> (fork)" with a summary of everything before that
-    message. Returns the fork and the message's text (to edit and resend), or
-    None, creating nothing, for another conversation's message, a non-user
-    message, a missing id, or past MAX_FORK_DEPTH."""
+    conversation "<title> (fork)" that carries everything before that message,
+    verbatim when it fits under the trigger, else as a summary. Returns the fork
+    and the message's text (to edit and resend), or None, creating nothing, for
+    another conversation's message, a non-user message, a missing id, or past
+    MAX_FORK_DEPTH."""
     try:
         message_id = int(message_id)
     except (TypeError, ValueError):
@@ -148,18 +177,110 @@ def fork_from_message(
         _log_refused(conversation, "max_fork_depth")
         return None
     suffix_room = _TITLE_MAX - len(FORK_SUFFIX)
+    title = f"{conversation.title[:suffix_room]}{FORK_SUFFIX}"
+    state: dict[str, Any] = {
+        MetadataKeys.FORK_MESSAGE_ID: message.pk,
+        MetadataKeys.TOOL_SERVICES: conversation.tool_services,
+    }
+    copies = _verbatim_copies(conversation, message.pk, state)
+    if copies is not None:
+        return _create_verbatim_branch(conversation, title, state, copies), message.content
     fork = _create_fork(
         conversation,
-        title=f"{conversation.title[:suffix_room]}{FORK_SUFFIX}",
-        state={
-            MetadataKeys.FORK_MESSAGE_ID: message.pk,
-            MetadataKeys.TOOL_SERVICES: conversation.tool_services,
-        },
+        title=title,
+        state=state,
         end_before=message.pk,
         first_message=None,
         summarize=summarize,
     )
     return (fork, message.content) if fork is not None else None
+
+
+def _verbatim_copies(
+    parent: Conversation, end_before: int, state: dict[str, Any]
+) -> list[Message] | None:
+    """The parent's messages before `end_before`, as unsaved copies, when the branch
+    that carries them verbatim stays under the trigger: its size measured as the
+    window measures any context (`WindowState.context_tokens`, `should_shift`),
+    with the parent's own parent summary and token ratio, which it carries too.
+    None when it would not fit. Adds what the branch carries to `state`."""
+    carried = {
+        name: value
+        for name, value in read_state(parent.pk).items()
+        if name in (MetadataKeys.PARENT_CONVERSATION_SUMMARY, MetadataKeys.TOKEN_RATIO)
+        and value is not None
+    }
+    before = Message.objects.filter(conversation_id=parent.pk, id__lt=end_before)
+    config = compaction_config()
+    if _surely_over_the_trigger(before, carried, config):
+        return None  # a long history is not loaded only to find it does not fit
+    copies = []
+    for original in before.order_by("id"):
+        copy = Message(**{name: getattr(original, name) for name in _COPIED_FIELDS})
+        copy.metadata = {**(original.metadata or {}), COPIED_FROM: original.pk}
+        copy.created_at = original.created_at
+        copy.tool_call_message_id = original.tool_call_message_id  # remapped once saved
+        copies.append(copy)
+    if not copies:
+        return None  # nothing before the message: the branch starts empty either way
+    for copy in copies:  # what the window reads of a system message
+        copy.model_content = (
+            copy.content if copy.compacted_content is None else copy.compacted_content
+        )
+    prospective = WindowState(0, parent.system_prompt, carried, config)
+    for copy in copies:
+        (prospective.system_rows if copy.role == Message.Role.SYSTEM else prospective.rows).append(
+            copy
+        )
+    if should_shift(prospective, config):
+        return None
+    state.update(carried)
+    return copies
+
+
+def _surely_over_the_trigger(
+    before: QuerySet[Message], carried: dict[str, Any], config: CompactionConfig
+) -> bool:
+    """The messages' estimates alone (a lower bound of the branch's size: the system
+    part and summaries come on top) already reach a trigger, by one aggregate."""
+    figures = before.exclude(role=Message.Role.SYSTEM).aggregate(
+        tokens=Coalesce(Sum("token_estimate"), 0), messages=Count("id")
+    )
+    ratio = WindowState(0, "", carried, config).token_ratio
+    return bool(
+        figures["tokens"] * ratio >= config.CONTEXT_TOKEN_THRESHOLD
+        or figures["messages"] >= config.MAX_MESSAGES_BEFORE_SUMMARY
+    )
+
+
+def _create_verbatim_branch(
+    parent: Conversation, title: str, state: dict[str, Any], copies: list[Message]
+) -> Conversation:
+    """The branch with the parent's messages before the edit copied in, in order,
+    each tool result pointing at its copied call, each as old as its original."""
+    with transaction.atomic():
+        fork = new_conversation(
+            state,
+            user_id=parent.user_id,
+            title=title,
+            parent_conversation=parent,
+            parent_link=Conversation.Link.BRANCH,
+            system_prompt=parent.system_prompt,
+        )
+        created_at = [copy.created_at for copy in copies]
+        calls = [copy.tool_call_message_id for copy in copies]
+        for copy in copies:
+            copy.conversation = fork
+            copy.tool_call_message_id = None
+        Message.objects.bulk_create(copies)  # ids in order: PostgreSQL returns them
+        copy_of = {copy.metadata[COPIED_FROM]: copy.pk for copy in copies}
+        for copy, when, call in zip(copies, created_at, calls, strict=True):
+            copy.created_at = when  # auto_now_add set it to now
+            copy.tool_call_message_id = copy_of.get(call) if call is not None else None
+        Message.objects.bulk_update(copies, ["created_at", "tool_call_message"])
+        refresh_size(fork.pk)
+    logger.info("fork_created parent=%s fork=%s verbatim=%s", parent.pk, fork.pk, len(copies))
+    return fork
 
 
 def generate_parent_summary(conversation: Conversation) -> str | None:
@@ -173,6 +294,10 @@ def generate_parent_summary(conversation: Conversation) -> str | None:
     if existing and not columns.get(MetadataKeys.SUMMARY_DEFERRED):
         # A session's offline summary (new_session) waits for this one: deferred.
         return existing
+    if columns.get(MetadataKeys.FORK_MESSAGE_ID) is not None and not columns.get(
+        MetadataKeys.SUMMARY_DEFERRED
+    ):
+        return existing  # a branch made whole: verbatim, or summarized at once
     parent = (
         Conversation.objects.filter(pk=conversation.parent_conversation_id).first()
         if conversation.parent_conversation_id

@@ -1,0 +1,150 @@
+"""The demo's web chat through its real views (Django's test client): the typed
+commands /new, /clear, /resume and /status, editing a user message (a branch) and
+flipping between its branches ("< 2/3 >")."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from assistant.models import Conversation, Message
+from assistant.services import add_message, conversation_tree
+
+pytestmark = pytest.mark.django_db
+
+
+def page(conversation: Conversation) -> str:
+    return f"/chat/{conversation.pk}/"
+
+
+def command(client: Client, conversation: Conversation, text: str) -> dict:
+    response = client.post(f"{page(conversation)}send", {"text": text})
+    assert response.status_code == 200
+    return response.json()
+
+
+def chat() -> Conversation:
+    conversation = Conversation.objects.create(title="Release notes", system_prompt="You help.")
+    add_message(conversation, "user", "The release codename is juniper-fox.")
+    add_message(conversation, "assistant", "Noted: juniper-fox.")
+    return conversation
+
+
+def gone_to(answer: dict) -> Conversation:
+    (pk,) = re.fullmatch(r"/chat/(\d+)/", answer["go"]).groups()
+    return Conversation.objects.get(pk=pk)
+
+
+def test_the_typed_commands_start_clear_resume_and_report_sessions():
+    first = chat()
+    client = Client()
+    stored = Message.objects.count()
+
+    status = command(client, first, "/status")["status"]
+    assert re.fullmatch(
+        r"\d+ tokens of 50,000 before compaction \(\d+\.\d% of claude-sonnet-4-6's window\), "
+        r"0 summaries, 0 compactions\.",
+        status,
+    )
+
+    second = gone_to(command(client, first, "/new"))
+    assert (second.parent_conversation_id, second.parent_link) == (first.pk, "session")
+    assert "juniper-fox" in (second.parent_conversation_summary or "")
+    assert "1 summaries" in command(client, second, "/status")["status"]
+
+    third = gone_to(command(client, second, "/clear"))
+    assert third.parent_conversation_id == second.pk
+    assert third.parent_conversation_summary is None
+
+    listed = command(client, third, "/resume")["status"]
+    assert all(f"#{c.pk} Release notes" in listed for c in (first, second, third))
+    resumed = command(client, third, f"/resume {first.pk}")
+    assert gone_to(resumed).pk == first.pk and resumed["reopened"] is True
+
+    other = chat()
+    refused = command(client, third, f"/resume {other.pk}")["status"]
+    assert refused == f"No session {other.pk} in this chat: /resume lists them."
+    assert command(client, first, "/bogus")["status"] == (
+        "Unknown command /bogus: the commands are /new, /clear, /resume [id], /status."
+    )
+    # Commands are answered at once: none is stored as a message or sent to the model.
+    assert Message.objects.count() == stored + 2  # the other chat's two
+
+
+def test_a_message_is_sent_as_before():
+    conversation = chat()
+
+    response = Client().post(f"{page(conversation)}send", {"text": "/tmp is full?"[1:]})
+
+    assert response.status_code == 204
+    assert conversation.messages.order_by("-id").first().content == "tmp is full?"
+
+
+def places(html: str) -> list[str]:
+    return re.findall(r'<span class="place">(\d+/\d+)</span>', html)
+
+
+def test_a_user_message_is_edited_and_its_branches_flipped():
+    parent = chat()
+    edited = parent.messages.get(role="user")
+    client = Client()
+
+    made = client.post(
+        f"{page(parent)}edit", {"message_id": edited.pk, "text": "It is <b>oak</b>."}
+    )
+
+    first = Conversation.objects.get(parent_conversation=parent, parent_link="branch")
+    assert made.status_code == 302 and made["Location"] == page(first)
+    assert list(first.messages.values_list("role", "content")) == [("user", "It is <b>oak</b>.")]
+    shown = client.get(page(first)).content.decode()
+    assert 'data-pending="True"' in shown  # the edit's answer streams on opening
+    assert "It is &lt;b&gt;oak&lt;/b&gt;." in shown and "<b>oak</b>" not in shown
+    assert places(shown) == ["2/2"]
+    assert f'<button name="to" value="{parent.pk}" class="previous">' in shown
+
+    client.post(f"{page(parent)}edit", {"message_id": edited.pk, "text": "It is elm."})
+    second = Conversation.objects.filter(parent_conversation=parent).latest("id")
+    assert places(client.get(page(second)).content.decode()) == ["3/3"]
+    parent_page = client.get(page(parent)).content.decode()
+    assert places(parent_page) == ["1/3"]
+    assert 'data-pending="False"' in parent_page  # answered: nothing streams on opening
+
+    flipped = client.post(f"{page(second)}switch", {"to": first.pk})
+
+    assert flipped.status_code == 302 and flipped["Location"] == page(first)
+    siblings = conversation_tree(parent).siblings_at(edited.pk)
+    assert [node.active for node in siblings] == [True, True, False]
+    shown = client.get(page(first)).content.decode()
+    assert places(shown) == ["2/3"]
+    assert f'value="{parent.pk}" class="previous"' in shown
+    assert f'value="{second.pk}" class="next"' in shown
+
+
+def test_an_edit_or_a_flip_outside_the_chat_is_refused_and_makes_nothing():
+    parent = chat()
+    answer = parent.messages.get(role="assistant")
+    other = chat()
+    client = Client()
+    before = Conversation.objects.count()
+
+    refused = client.post(f"{page(parent)}edit", {"message_id": answer.pk, "text": "x"})
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "Only a user message of this chat, with text, can be edited."
+    foreign = client.post(f"{page(parent)}switch", {"to": other.pk})
+    assert foreign.status_code == 400
+    assert client.post(f"{page(parent)}switch", {"to": "x"}).status_code == 400
+    assert Conversation.objects.count() == before
+
+
+def test_an_empty_edit_is_refused_before_any_branch_is_made():
+    parent = chat()
+    before = Conversation.objects.count()
+
+    refused = Client().post(
+        f"{page(parent)}edit", {"message_id": parent.messages.get(role="user").pk, "text": " "}
+    )
+
+    assert refused.status_code == 400
+    assert Conversation.objects.count() == before
