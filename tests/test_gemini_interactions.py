@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 from google import genai
-from google.genai import types
+from google.genai import interactions, types
+from pydantic import TypeAdapter
 
 from assistant.models import CompactionEvent
 from assistant.providers import CachedRequest, ProviderError, get_provider, summarize
@@ -259,3 +260,77 @@ def test_a_window_shift_is_summarized_through_interactions(fake_llm, conversatio
     # The newest chat request carries the summary the fake's summarizer wrote.
     newest = [r for r in fake_llm.requests_for(KIND) if not r.summary][-1].body
     assert "The fake provider produced this summary." in newest["system_instruction"]
+
+
+# --- Streams: the answer assembled from the step events ---------------------------------
+
+
+def test_a_streamed_agent_step_assembles_the_call_from_step_start_and_arguments_delta(
+    fake_llm, conversation, small_trigger
+):
+    client = client_of(fake_llm)
+    fake_llm.script_gemini_interactions(ok("Reading it.", tool_calls=[call(1)]), ok("Done."))
+    add_message(conversation, "user", "Read /f1.py")
+    deltas: list[str] = []
+
+    def streamed(request):
+        return client.interactions.create(model=MODEL, stream=True, **request)
+
+    step = chat_step(
+        conversation, streamed, provider="gemini_interactions", tools=TOOLS, on_text=deltas.append
+    )
+
+    assert deltas == ["Reading ", "it."]
+    assert step.message.tool_calls == [call(1)]  # id, name and the arguments' JSON
+    add_message(conversation, "tool", "print('one')", tool_call_id=call(1)["id"])
+    last = chat_step(conversation, streamed, provider="gemini_interactions", tools=TOOLS)
+    assert last.text == "Done."
+    second = fake_llm.requests_for(KIND)[1].body
+    assert [s["type"] for s in second["input"]] == [
+        "user_input",
+        "model_output",
+        "function_call",
+        "function_result",
+    ]
+    assert second["stream"] is True and second["store"] is False
+
+
+def sse(*events: dict) -> list:
+    """Events as the SDK parses them (its InteractionSSEEvent union)."""
+    return [TypeAdapter(interactions.InteractionSSEEvent).validate_python(e) for e in events]
+
+
+def test_a_stream_of_continuation_hops_is_read_whole_with_the_hops_usage_summed():
+    """The SDK's automatic continuation yields hop after hop (google/genai/_gaos/
+    google_genai.py's create: each hop's usage its own, requires_continuation not the
+    end); shaped as its own fixtures (tests/interactions/test_automatic_continuation.py)."""
+    usage = {"total_input_tokens": 100, "total_cached_tokens": 40, "total_output_tokens": 20}
+    hop = [
+        {"event_type": "interaction.created", "interaction": {"id": "a", "status": "in_progress"}},
+        {"event_type": "step.start", "index": 0, "step": {"type": "model_output"}},
+        {"event_type": "step.delta", "index": 0, "delta": {"type": "text", "text": "Part 1 "}},
+        {"event_type": "step.stop", "index": 0},
+    ]
+    first_end = {"id": "a", "status": "requires_continuation", "usage": usage}
+    last_end = {"id": "b", "status": "completed", "model": MODEL, "usage": usage}
+    reader = GEMINI_INTERACTIONS.stream_reader(type("Stream", (), {})())
+    events = sse(
+        *hop,
+        {"event_type": "interaction.completed", "interaction": first_end},
+        {**hop[0], "interaction": {"id": "b", "status": "in_progress"}},
+        hop[1],
+        {**hop[2], "delta": {"type": "text", "text": "Part 2"}},
+        {"event_type": "interaction.completed", "interaction": last_end},
+    )
+
+    texts = []
+    for number, event in enumerate(events):
+        texts.append(reader.text(event))
+        if number == 4:  # the first hop's end is not the answer's
+            assert reader.final() is None
+
+    assert "".join(texts) == "Part 1 Part 2"
+    result = reader.final()
+    assert (result.text, result.model, result.stop_reason) == ("Part 1 Part 2", MODEL, "completed")
+    assert (result.usage.input_tokens, result.usage.cache_read_tokens) == (120, 80)
+    assert result.usage.output_tokens == 40

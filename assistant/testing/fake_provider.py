@@ -1036,6 +1036,8 @@ def stream_events(
         return fake_streams.response_events(whole)
     if kind == "gemini.generate":
         return fake_streams.gemini_chunks(whole)
+    if kind == fake_interactions.KIND:
+        return fake_streams.interaction_events(whole)
     return None
 
 
