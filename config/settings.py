@@ -229,7 +229,7 @@ GEMINI_CHAT_MODEL = env_str("GEMINI_CHAT_MODEL", default("GEMINI_CHAT_MODEL"))
 ASSISTANT_SUMMARIZER = env_choice(
     "ASSISTANT_SUMMARIZER",
     default("ASSISTANT_SUMMARIZER"),
-    {"auto", "anthropic", "openai", "gemini", "offline"},
+    {"auto", "anthropic", "openai", "gemini", "gemini_interactions", "offline"},
 )
 ASSISTANT_SUMMARY_FALLBACK = env_bool(
     "ASSISTANT_SUMMARY_FALLBACK", default("ASSISTANT_SUMMARY_FALLBACK")

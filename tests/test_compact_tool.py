@@ -2,7 +2,8 @@
 answer_tool_calls with a shift of the window, the next request carries the summary;
 at most once per turn, refused with a text when too little would be freed, its name
 refused as a host tool's only when offered; through the real SDKs to the testing
-kit's fake server, on the Anthropic and OpenAI wires."""
+kit's fake server, on every wire of the provider matrix (anthropic, openai,
+openai_responses, gemini, gemini_interactions); Bedrock and Vertex speak Anthropic's."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.db import connections
+from google import genai
+from google.genai import types
 
 from assistant.models import CompactionEvent, Conversation
+from assistant.providers import CHAT_PROVIDERS
 from assistant.recall import tool_definitions
 from assistant.services import achat_step, add_message, answer_tool_calls, chat_step
 from assistant.signals import compaction_event
@@ -23,8 +27,14 @@ from tests.fake_llm import DEFAULT_SUMMARY, ok
 
 pytestmark = pytest.mark.django_db
 
-PROVIDERS = ["anthropic", "openai"]
-KIND = {"anthropic": "anthropic.messages", "openai": "openai.chat"}
+PROVIDERS = list(CHAT_PROVIDERS)
+KIND = {
+    "anthropic": "anthropic.messages",
+    "openai": "openai.chat",
+    "openai_responses": "openai.responses",
+    "gemini": "gemini.generate",
+    "gemini_interactions": "gemini.interactions",
+}
 FOCUS = "Keep the ticket number TKT-4242 and the open refund."
 # A loaded machine must not push a summary to the offline fallback (no request then).
 SETTINGS = {"SUMMARY_CHAT_DEADLINE_SECONDS": 300}
@@ -37,7 +47,17 @@ def sdk_call(provider: str, fake_llm):
         return lambda request: client.messages.create(
             model="claude-sonnet-4-6", max_tokens=512, **request
         )
+    if provider.startswith("gemini"):
+        options = types.HttpOptions(base_url=fake_llm.url, api_version="v1beta")
+        google = genai.Client(api_key="k", http_options=options)
+        if provider == "gemini":
+            return lambda request: google.models.generate_content(
+                model="gemini-2.5-flash", **request
+            )
+        return lambda request: google.interactions.create(model="gemini-2.5-flash", **request)
     chat = openai.OpenAI(api_key="k", base_url=fake_llm.openai_url, max_retries=0)
+    if provider == "openai_responses":
+        return lambda request: chat.responses.create(model="gpt-5", **request)
     return lambda request: chat.chat.completions.create(model="gpt-4.1", **request)
 
 
@@ -61,17 +81,29 @@ def no_host_tool(name, arguments):
 
 
 def chat_requests(fake_llm, provider: str) -> list[dict]:
-    return [r.body for r in fake_llm.requests_for(KIND[provider]) if not is_summary(r.body)]
+    return [r.body for r in fake_llm.requests_for(KIND[provider]) if not r.summary]
 
 
-def is_summary(body: dict) -> bool:
-    return "tools" not in body
+def summary_requests(fake_llm) -> list[dict]:
+    return [r.body for r in fake_llm.requests if r.summary]
+
+
+def declared(tools: list[dict]) -> list[dict]:
+    """Each tool's own declaration: Gemini's function_declarations (functionDeclarations
+    on the wire) opened, Chat Completions' function unwrapped."""
+    found = []
+    for tool in tools:
+        group = tool.get("function_declarations") or tool.get("functionDeclarations")
+        found += group if group else [tool.get("function", tool)]
+    return found
 
 
 def tool_names(provider: str, body: dict) -> list[str]:
-    if provider == "anthropic":
-        return [t["name"] for t in body["tools"]]
-    return [t["function"]["name"] for t in body["tools"]]
+    return [t["name"] for t in declared(body["tools"])]
+
+
+def schema(tool: dict) -> dict:
+    return tool.get("input_schema") or tool["parameters"]
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -107,8 +139,8 @@ def test_the_models_compact_call_shrinks_the_next_request_and_it_carries_the_sum
     assert DEFAULT_SUMMARY.splitlines()[1] in sent
     assert len(sent) < len(json.dumps(first, ensure_ascii=False)) / 2
     # The focus reached the summarizer's prompt as that call's instructions.
-    summaries = [r for r in fake_llm.requests_for("anthropic.messages") if is_summary(r.body)]
-    assert summaries and all(FOCUS in json.dumps(r.body) for r in summaries)
+    summaries = summary_requests(fake_llm)
+    assert summaries and all(FOCUS in json.dumps(body) for body in summaries)
     # Priced and recorded as any shift, requested by the model; its lifecycle fired.
     event = CompactionEvent.objects.get(conversation=conversation)
     assert event.kind == CompactionEvent.Kind.WINDOW_SUMMARY
@@ -166,43 +198,48 @@ def test_compact_is_refused_with_a_text_when_it_would_free_too_little(provider, 
     assert answered[0].content.startswith("Error: compacting now would free about ")
     assert "less than the 3000 it must free" in answered[0].content
     assert not CompactionEvent.objects.filter(conversation=conversation).exists()
-    assert fake_llm.count("anthropic.messages") == (2 if provider == "anthropic" else 0)
+    assert summary_requests(fake_llm) == []
+    assert len(chat_requests(fake_llm, provider)) == 2
     assert OLD_MARKER in json.dumps(chat_requests(fake_llm, provider)[-1])
 
 
-def test_a_host_tool_named_compact_is_refused_only_when_compact_is_offered(fake_llm):
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_host_tool_named_compact_is_refused_only_when_compact_is_offered(provider, fake_llm):
     conversation = long_conversation()
     tools = [{"name": "compact", "description": "The host's own.", "parameters": None}]
+    refused = lambda r: pytest.fail("called")  # noqa: E731
 
     with pytest.raises(ValidationError) as raised:
-        chat_step(conversation, lambda r: pytest.fail("called"), tools=tools, compact=True)
+        chat_step(conversation, refused, provider=provider, tools=tools, compact=True)
     assert raised.value.code == "tool_name_taken"
     with pytest.raises(ValidationError) as flag:
-        chat_step(conversation, lambda r: pytest.fail("called"), compact="yes")
+        chat_step(conversation, refused, provider=provider, compact="yes")
     assert conversation.messages.count() == 11  # nothing written, no model paid
 
     # Offered without compact=True, the host's own tool is the host's to run.
     call = {"id": "h1", "name": "compact", "arguments": {"level": 1}}
-    fake_llm.script("anthropic.messages", ok(tool_calls=[call]), ok(text="Ok."))
-    call_model = sdk_call("anthropic", fake_llm)
-    step = chat_step(conversation, call_model, tools=tools, recall=True)
+    fake_llm.script(KIND[provider], ok(tool_calls=[call]), ok(text="Ok."))
+    call_model = sdk_call(provider, fake_llm)
+    step = chat_step(conversation, call_model, provider=provider, tools=tools, recall=True)
     ran = []
     answer_tool_calls(
         conversation, step.tool_calls, lambda n, a: ran.append((n, a)) or "ran", compact=False
     )
     assert ran == [("compact", {"level": 1})]
-    assert flag.value.code and tool_names("anthropic", fake_llm.requests[0].body) == [
+    assert flag.value.code and tool_names(provider, fake_llm.requests[0].body) == [
         "compact",
         "recall",
         "search_history",
     ]
 
 
-def test_tool_definitions_offers_compact_beside_the_recall_tools():
-    assert [t["name"] for t in tool_definitions("anthropic")] == ["recall", "search_history"]
-    offered = tool_definitions("anthropic", compact=True)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_tool_definitions_offers_compact_beside_the_recall_tools(provider):
+    plain = declared(tool_definitions(provider))
+    assert [t["name"] for t in plain] == ["recall", "search_history"]
+    offered = declared(tool_definitions(provider, compact=True))
     assert [t["name"] for t in offered] == ["recall", "search_history", "compact"]
-    assert "focus" in offered[2]["input_schema"]["properties"]
+    assert "focus" in schema(offered[2])["properties"]
 
 
 @pytest.fixture
@@ -210,30 +247,55 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def async_sdk_call(provider: str, fake_llm, opened: list):
+    """The async client's call (not streamed); its close goes to `opened`, awaited on
+    the loop that used it."""
+    if provider == "anthropic":
+        client = anthropic_sdk.AsyncAnthropic(api_key="k", base_url=fake_llm.url, max_retries=0)
+        opened.append(client.close)
+        return lambda request: client.messages.create(
+            model="claude-sonnet-4-6", max_tokens=512, **request
+        )
+    if provider.startswith("gemini"):
+        options = types.HttpOptions(base_url=fake_llm.url, api_version="v1beta")
+        aio = genai.Client(api_key="k", http_options=options).aio
+        opened.append(aio.aclose)
+        if provider == "gemini":
+            return lambda request: aio.models.generate_content(model="gemini-2.5-flash", **request)
+        return lambda request: aio.interactions.create(model="gemini-2.5-flash", **request)
+    chat = openai.AsyncOpenAI(api_key="k", base_url=fake_llm.openai_url, max_retries=0)
+    opened.append(chat.close)
+    if provider == "openai_responses":
+        return lambda request: chat.responses.create(model="gpt-5", **request)
+    return lambda request: chat.chat.completions.create(model="gpt-4.1", **request)
+
+
 @pytest.mark.anyio
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("provider", PROVIDERS)
 async def test_achat_step_offers_compact_and_the_next_request_carries_the_summary(
-    fake_llm, settings
+    provider, fake_llm, settings
 ):
     fake_llm.use_anthropic(settings)
     settings.ASSISTANT_COMPACTION = SETTINGS
     conversation = await sync_to_async(long_conversation)()
-    fake_llm.script_anthropic(ok(tool_calls=[compact_call()]), ok(text="The report."))
-    client = anthropic_sdk.AsyncAnthropic(api_key="k", base_url=fake_llm.url, max_retries=0)
-
-    def call_model(request):
-        return client.messages.create(model="claude-sonnet-4-6", max_tokens=512, **request)
+    fake_llm.script(KIND[provider], ok(tool_calls=[compact_call()]), ok(text="The report."))
+    opened: list = []
+    call_model = async_sdk_call(provider, fake_llm, opened)
+    offered = {"provider": provider, "recall": True, "compact": True}
 
     try:
-        step = await achat_step(conversation, call_model, recall=True, compact=True)
+        step = await achat_step(conversation, call_model, **offered)
         answered = await sync_to_async(answer_tool_calls)(
             conversation, step.tool_calls, no_host_tool
         )
-        last = await achat_step(conversation, call_model, recall=True, compact=True)
+        last = await achat_step(conversation, call_model, **offered)
     finally:
+        for close in opened:
+            await close()
         await sync_to_async(connections.close_all)()
 
     assert answered[0].content.startswith("Compacted:")
     assert last.text == "The report."
-    first, second = chat_requests(fake_llm, "anthropic")
+    first, second = chat_requests(fake_llm, provider)
     assert OLD_MARKER in json.dumps(first) and OLD_MARKER not in json.dumps(second)

@@ -57,7 +57,10 @@ PROVIDER_FAKES = {
     "anthropic": ("use_anthropic", "anthropic.messages"),
     "openai": ("use_openai", "openai.chat"),
     "gemini": ("use_gemini", "gemini.generate"),
+    "gemini_interactions": ("use_gemini_interactions", "gemini.interactions"),
 }
+# What a malformed body raises in each SDK (the Interactions API validates it as a model).
+MALFORMED_CAUSES = {"gemini_interactions": "APIResponseValidationError"}
 
 
 @pytest.fixture(params=list(PROVIDER_FAKES))
@@ -65,6 +68,7 @@ def provider_fake(request, fake_llm, settings):
     use, kind = PROVIDER_FAKES[request.param]
     getattr(fake_llm, use)(settings, key=f"test-key-{request.param}-SECRET")
     fake_llm.kind = kind
+    fake_llm.malformed_cause = MALFORMED_CAUSES.get(request.param, "JSONDecodeError")
     # Every test through this fixture scripts the summarizer's replies.
     fake_llm.script_provider = functools.partial(fake_llm.script_summaries, provider=request.param)
     return fake_llm
@@ -367,7 +371,7 @@ def test_a_malformed_body_falls_back(provider_fake, caplog):
     result = summarize(TRANSCRIPT)
 
     assert result.fallback is True
-    assert "cause=JSONDecodeError" in caplog.text
+    assert f"cause={provider_fake.malformed_cause}" in caplog.text
 
 
 BAD_SUMMARIES = {

@@ -621,12 +621,23 @@ def test_a_plain_setting_the_app_refuses_is_an_error_of_check(settings, name, va
 def test_an_unknown_summarizer_is_refused_by_its_declaration_once(settings):
     settings.ASSISTANT_SUMMARIZER = "claude"
 
-    refused = "ASSISTANT_SUMMARIZER must be anthropic|openai|gemini|offline|auto, got 'claude'"
+    refused = (
+        "ASSISTANT_SUMMARIZER must be anthropic|openai|gemini|gemini_interactions|offline|auto,"
+        " got 'claude'"
+    )
     assert refusal("app", "ASSISTANT_SUMMARIZER", "claude") == refused
     errors = app_settings_are_valid() + summarizer_can_run()
     assert [(e.id, e.msg) for e in errors] == [("assistant.E001", refused)]
     # What the declaration admits is what the registry chooses from; blank is auto.
-    assert registry.SUMMARIZER_CHOICES == ("anthropic", "openai", "gemini", "offline", "auto")
+    assert registry.SUMMARIZER_CHOICES == (
+        "anthropic",
+        "openai",
+        "gemini",
+        "gemini_interactions",
+        "offline",
+        "auto",
+    )
+    assert set(registry.PROVIDERS) == set(registry.SUMMARIZER_CHOICES) - {"auto"}
     settings.ASSISTANT_SUMMARIZER = ""
     assert registry.summarizer_setting() == "auto"
     settings.ASSISTANT_SUMMARIZER = "OFFLINE"

@@ -52,6 +52,9 @@ class Wire:
         if self.provider == "gemini":
             client = genai.Client(api_key="k", http_options=gemini_options(fake))
             return lambda r: client.models.generate_content_stream(model="gemini-2.5-flash", **r)
+        if self.provider == "gemini_interactions":
+            client = genai.Client(api_key="k", http_options=types.HttpOptions(base_url=fake.url))
+            return lambda r: client.interactions.create(model="gemini-2.5-flash", stream=True, **r)
         client = openai.OpenAI(api_key="k", base_url=fake.openai_url, max_retries=0)
         return openai_call(self.provider, client)
 
@@ -68,6 +71,11 @@ class Wire:
             opened.append(aio.aclose)
             call = aio.models.generate_content_stream if stream else aio.models.generate_content
             return lambda r: call(model="gemini-2.5-flash", **r)
+        if self.provider == "gemini_interactions":
+            aio = genai.Client(api_key="k", http_options=types.HttpOptions(base_url=fake.url)).aio
+            opened.append(aio.aclose)
+            options = {"stream": True} if stream else {}
+            return lambda r: aio.interactions.create(model="gemini-2.5-flash", **options, **r)
         client = openai.AsyncOpenAI(api_key="k", base_url=fake.openai_url, max_retries=0)
         opened.append(client.close)
         return openai_call(self.provider, client, stream=stream)
@@ -125,6 +133,13 @@ WIRES = [
         {"promptTokenCount": 1000, "cachedContentTokenCount": 600, "candidatesTokenCount": 20},
         (400, 600, 0, 20),
         2,
+    ),
+    Wire(
+        "gemini_interactions",
+        "gemini.interactions",
+        {"total_input_tokens": 1000, "total_cached_tokens": 600, "total_output_tokens": 20},
+        (400, 600, 0, 20),
+        5,  # interaction.created, status_update, step.start, then the text's deltas
     ),
 ]
 by_provider = pytest.mark.parametrize("wire", WIRES, ids=lambda wire: wire.provider)

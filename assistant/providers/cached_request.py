@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assistant.providers import convert
+from assistant.providers.gemini.interactions import GEMINI_INTERACTIONS
 from assistant.providers.openai.wire import OPENAI
 
 
@@ -37,7 +38,11 @@ class CachedRequest:
     def body(self, provider: str) -> dict[str, Any]:
         """The request in the named provider's shape (raises InvalidRequest when the
         history would be refused)."""
-        shapes = {"gemini": self.gemini, "openai": self.openai}
+        shapes = {
+            "gemini": self.gemini,
+            "gemini_interactions": self.gemini_interactions,
+            "openai": self.openai,
+        }
         return shapes.get(provider, self.anthropic)()
 
     def anthropic(self) -> dict[str, Any]:
@@ -77,3 +82,14 @@ class CachedRequest:
             "contents": contents,
             "tools": convert.gemini_tools(self.tools) if self.tools else [],
         }
+
+    def gemini_interactions(self) -> dict[str, Any]:
+        """{"system_instruction"?, "input", "tools"?}: the chat wire's request
+        (GEMINI_INTERACTIONS.request: the whole compacted context as input steps), the
+        instruction a user_input step after it; store is the caller's (always False)."""
+        request = GEMINI_INTERACTIONS.request(
+            self.system, self.summaries, self.messages, self.tools
+        )
+        request.pop("store")
+        step = {"type": "user_input", "content": [{"type": "text", "text": self.instruction}]}
+        return {**request, "input": [*request["input"], step]}

@@ -27,7 +27,9 @@ KEYS = {
     "openai": ("OPENAI_API_KEY", ("OPENAI_API_KEY",)),
     "gemini": ("GEMINI_API_KEY", ("GOOGLE_API_KEY", "GEMINI_API_KEY")),
 }
-PROVIDERS = (*KEYS, "offline")
+# A summarizer on another wire of a provider's: that provider's key, base URL and models.
+SAME_KEYS = {"gemini_interactions": "gemini"}
+PROVIDERS = (*KEYS, *SAME_KEYS, "offline")
 # What ASSISTANT_SUMMARIZER may say (any case): its declaration's choices.
 SUMMARIZER_CHOICES = SUMMARIZERS
 
@@ -40,12 +42,19 @@ def summarizer_setting() -> str:
     return str(app_setting("ASSISTANT_SUMMARIZER"))
 
 
+def key_owner(provider: str) -> str:
+    """The provider whose key and settings (GEMINI_* for gemini_interactions) `provider`
+    uses: itself, but for a summarizer on another of its wires (SAME_KEYS)."""
+    return SAME_KEYS.get(provider, provider)
+
+
 def settings_key(provider: str) -> str:
-    return str(app_setting(KEYS[provider][0]) or "")
+    return str(app_setting(KEYS[key_owner(provider)][0]) or "")
 
 
 def environment_key(provider: str) -> str:
-    return next((os.environ[n] for n in KEYS[provider][1] if os.environ.get(n)), "")
+    variables = KEYS[key_owner(provider)][1]
+    return next((os.environ[n] for n in variables if os.environ.get(n)), "")
 
 
 def api_key(provider: str) -> str:
@@ -93,8 +102,8 @@ class ClientSettings:
 
 
 def client_settings(provider: str) -> ClientSettings:
-    prefix = provider.upper()
-    gemini = provider == "gemini"
+    prefix = key_owner(provider).upper()
+    gemini = key_owner(provider) == "gemini"
     return ClientSettings(
         provider=provider,
         api_key=api_key(provider),
@@ -120,10 +129,10 @@ def _client_class(provider: str) -> Callable[..., Provider]:
     return AnthropicProvider
 
 
-def _gemini_class() -> Callable[..., Provider]:
-    from assistant.providers.gemini.provider import GeminiProvider
+def _gemini_class(provider: str = "gemini") -> Callable[..., Provider]:
+    from assistant.providers.gemini.provider import GeminiInteractionsProvider, GeminiProvider
 
-    return GeminiProvider
+    return GeminiInteractionsProvider if provider == "gemini_interactions" else GeminiProvider
 
 
 def import_sdk() -> None:
@@ -135,8 +144,8 @@ def import_sdk() -> None:
     name = provider_name()
     if name in ("anthropic", "openai") and api_key(name):
         _client_class(name)
-    elif name == "gemini" and api_key(name):
-        _gemini_class()
+    elif key_owner(name) == "gemini" and api_key(name):
+        _gemini_class(name)
 
 
 def forget_clients() -> None:
@@ -158,8 +167,8 @@ def _client(chosen: ClientSettings) -> Provider:
         "max_retries": chosen.max_retries,
         "max_output_tokens": chosen.max_output_tokens,
     }
-    if chosen.provider == "gemini":
-        return _gemini_class()(
+    if key_owner(chosen.provider) == "gemini":
+        return _gemini_class(chosen.provider)(
             **common,
             retry_initial_delay=chosen.retry_initial_delay,
             retry_max_delay=chosen.retry_max_delay,
@@ -175,7 +184,7 @@ def offline_reason() -> str | None:
     chosen = summarizer_setting()
     if chosen == "offline":
         return None
-    if chosen in KEYS:
+    if key_owner(chosen) in KEYS:
         if api_key(chosen):
             return None
         places = " nor ".join(_key_places(chosen))
@@ -187,7 +196,7 @@ def offline_reason() -> str | None:
 
 
 def _key_places(provider: str) -> list[str]:
-    setting, variables = KEYS[provider]
+    setting, variables = KEYS[key_owner(provider)]
     return [f"settings.{setting}", *variables]
 
 
@@ -206,7 +215,7 @@ def get_provider(name: str | None = None, *, within: float | None = None) -> Pro
     and the client ready when this returns."""
     configured = name is None
     name = name or provider_name()
-    if name in KEYS and api_key(name):
+    if key_owner(name) in KEYS and api_key(name):
         return _client(client_settings(name).within(within))
     if configured and (reason := offline_reason()) is not None:
         _warn_offline_once(reason)

@@ -22,12 +22,13 @@ from assistant.settings.keys import checked, declared_keys, declared_types, defa
 
 @dataclass(frozen=True)
 class AppSettings:
-    # Which summarizer answers: anthropic, openai, gemini, offline, or auto (the first provider
+    # Which summarizer answers: anthropic, openai, gemini, gemini_interactions (Gemini's
+    # Interactions API, with GEMINI_*'s key and models), offline, or auto (the first provider
     # whose key is found: settings first, then the SDKs' environment variables). Any case;
     # blank is auto.
-    ASSISTANT_SUMMARIZER: Literal["anthropic", "openai", "gemini", "offline", "auto"] = key(
-        "auto", any_case=True, blank_is_default=True
-    )
+    ASSISTANT_SUMMARIZER: Literal[
+        "anthropic", "openai", "gemini", "gemini_interactions", "offline", "auto"
+    ] = key("auto", any_case=True, blank_is_default=True)
     # Answer with the offline summarizer when the provider fails.
     ASSISTANT_SUMMARY_FALLBACK: bool = True
     # Window of a model missing from the built-in table.

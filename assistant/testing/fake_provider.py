@@ -668,9 +668,10 @@ class FakeProvider:
     ) -> None:
         """Queue replies for summary requests alone (a request carrying the summarizer's
         instruction, `SUMMARY_REQUEST`): on one wire (`provider`: anthropic, gemini,
-        openai, openai_responses, or its kind), or on any with None. A summary request
-        takes only from these queues (its wire's first), never a chat reply; with none
-        queued it gets `DEFAULT_SUMMARY`. With `repeat` they answer in a cycle."""
+        gemini_interactions, openai, openai_responses, or its kind), or on any with None.
+        A summary request takes only from these queues (its wire's first), never a chat
+        reply; with none queued it gets `DEFAULT_SUMMARY`. With `repeat` they answer in a
+        cycle."""
         key = None if provider is None else summary_kind(provider)
         with self._lock:
             self._summaries[key].extend((reply, repeat) for reply in replies)
@@ -797,6 +798,11 @@ class FakeProvider:
         settings.LLM_RETRY_INITIAL_DELAY = 0.01
         settings.LLM_RETRY_MAX_DELAY = 0.05
 
+    def use_gemini_interactions(self, settings: Any, key: str = "test-key-gemini") -> None:
+        """The summarizer on Gemini's Interactions API, answered by this server."""
+        self.use_gemini(settings, key)
+        settings.ASSISTANT_SUMMARIZER = "gemini_interactions"
+
     def env(self, provider: str = "anthropic") -> dict[str, str]:
         """Environment for a worker subprocess pointed at this server."""
         if provider == "openai":
@@ -805,9 +811,9 @@ class FakeProvider:
                 "OPENAI_API_KEY": "test-key-openai",
                 "OPENAI_BASE_URL": self.openai_url,
             }
-        if provider == "gemini":
+        if provider in ("gemini", "gemini_interactions"):
             return {
-                "ASSISTANT_SUMMARIZER": "gemini",
+                "ASSISTANT_SUMMARIZER": provider,
                 "GEMINI_API_KEY": "test-key-gemini",
                 "GEMINI_BASE_URL": self.url,
             }
@@ -1030,6 +1036,8 @@ def stream_events(
         return fake_streams.response_events(whole)
     if kind == "gemini.generate":
         return fake_streams.gemini_chunks(whole)
+    if kind == fake_interactions.KIND:
+        return fake_streams.interaction_events(whole)
     return None
 
 

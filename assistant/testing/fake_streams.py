@@ -16,6 +16,13 @@ would have sent whole (docs/chat-loop.rst, "Testing the loop without a key").
   a piece of the text; the last carries the function calls, the finish reason and
   the usage.
 
+- Gemini Interactions (`"stream": true`, google/genai/_gaos/types/interactions/
+  interactionsseevent.py's events): interaction.created, interaction.status_update,
+  per output step step.start, step.delta (the text a `text` delta a word at a time, a
+  call's arguments one `arguments_delta` of JSON) and step.stop, then
+  interaction.completed with the status and usage and no steps (the SDK's own stream
+  fixtures, tests/interactions/test_automatic_continuation.py, send none).
+
 The text goes a word at a time. A reply's `pace` spaces the events in time; its
 `break_after` (a number of events) drops the connection after that many, as a
 network failure would, before the answer's end.
@@ -211,3 +218,33 @@ def gemini_chunks(response: dict[str, Any]) -> list[str]:
         )
     )
     return chunks
+
+
+def interaction_events(interaction: dict[str, Any]) -> list[str]:
+    """An Interaction as the server-sent events of `interactions.create(stream=True)`."""
+    head = {"id": interaction["id"], "model": interaction["model"], "object": "interaction"}
+    events: list[dict[str, Any]] = [
+        {
+            "event_type": "interaction.created",
+            "interaction": {**head, "status": "in_progress"},
+        },
+        {
+            "event_type": "interaction.status_update",
+            "interaction_id": interaction["id"],
+            "status": "in_progress",
+        },
+    ]
+    for index, step in enumerate(interaction["steps"]):
+        if step["type"] == "function_call":
+            opening = {**step, "arguments": {}}
+            deltas = [{"type": "arguments_delta", "arguments": json.dumps(step["arguments"])}]
+        else:
+            opening = {"type": step["type"], "content": []}
+            texts = [c["text"] for c in step.get("content") or [] if c["type"] == "text"]
+            deltas = [{"type": "text", "text": piece} for text in texts for piece in words(text)]
+        events.append({"event_type": "step.start", "index": index, "step": opening})
+        events += [{"event_type": "step.delta", "index": index, "delta": d} for d in deltas]
+        events.append({"event_type": "step.stop", "index": index})
+    completed = {**head, "status": interaction["status"], "usage": interaction["usage"]}
+    events.append({"event_type": "interaction.completed", "interaction": completed})
+    return [_event(event, event["event_type"]) for event in events]

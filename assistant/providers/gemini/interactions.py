@@ -9,6 +9,7 @@ no request after a window shift carries the history the server would have kept
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from assistant.providers import convert
@@ -94,25 +95,96 @@ def interaction_result(response: Any, model: str = "") -> ChatResult:
 
 
 class InteractionsStream(StreamReader):
-    """`interactions.create(stream=True)`: server-sent events; the last,
-    interaction.completed, carries the whole interaction (steps and usage)."""
+    """`interactions.create(stream=True)`: server-sent events (google/genai/_gaos/types/
+    interactions/interactionsseevent.py): interaction.created, interaction.status_update,
+    then per output step step.start (the step: a model_output, or a function_call with
+    its id and name), step.delta (a `text` delta, or an `arguments_delta` with a piece of
+    the call's JSON arguments) and step.stop; last interaction.completed, with the status
+    and usage. Its interaction may omit the steps (interactionsseeventinteraction.py:
+    "Streaming lifecycle payloads may omit fields"), so the answer is assembled from the
+    step events. With the SDK's automatic continuation, hops follow one another, each
+    from interaction.created to an interaction.completed whose status is
+    requires_continuation but the last; each hop's usage is its own, summed here."""
 
     def __init__(self, source: Any) -> None:
         super().__init__(source)
-        self.interaction: Any = None
+        self.steps: list[dict[str, Any]] = []  # {type, text | id, name, arguments, pieces}
+        self.hop: dict[int, dict[str, Any]] = {}  # this hop's steps, by index
+        self.usages: list[Usage] = []
+        self.completed: Any = None  # the last hop's interaction.completed interaction
+        self.model = ""  # interaction.created's
 
     def text(self, event: Any) -> str:
         kind = getattr(event, "event_type", None) or getattr(event, "type", "")
-        if kind == "interaction.completed":
-            self.interaction = getattr(event, "interaction", None)
-            return ""
-        delta = getattr(event, "delta", None)
-        if kind == "step.delta" and getattr(delta, "type", "") == "text":
-            return str(getattr(delta, "text", "") or "")
+        if kind == "interaction.created":
+            self.hop = {}
+            self.model = getattr(getattr(event, "interaction", None), "model", None) or self.model
+        elif kind == "step.start":
+            self._start(getattr(event, "index", 0), getattr(event, "step", None))
+        elif kind == "step.delta":
+            return self._delta(getattr(event, "index", 0), getattr(event, "delta", None))
+        elif kind == "interaction.completed":
+            interaction = getattr(event, "interaction", None)
+            self.usages.append(interaction_usage(getattr(interaction, "usage", None)))
+            status = getattr(interaction, "status", None)
+            if getattr(status, "value", status) != "requires_continuation":
+                self.completed = interaction
+        return ""
+
+    def _start(self, index: int, step: Any) -> None:
+        kind = getattr(step, "type", "")
+        entry: dict[str, Any] = {"type": kind, "text": [], "pieces": []}
+        if kind == "function_call":
+            entry.update(
+                id=getattr(step, "id", None) or new_tool_call_id(),
+                name=getattr(step, "name", None) or "",
+                arguments=dict(getattr(step, "arguments", None) or {}),
+            )
+        self.steps.append(entry)
+        self.hop[index] = entry
+
+    def _delta(self, index: int, delta: Any) -> str:
+        if index not in self.hop:  # a delta with no step.start before it: a text step
+            self._start(index, None)
+        entry = self.hop[index]
+        kind = getattr(delta, "type", "")
+        if kind == "text" and entry["type"] in ("model_output", ""):
+            piece = str(getattr(delta, "text", "") or "")
+            entry["text"].append(piece)
+            return piece
+        if kind == "arguments_delta":
+            entry["pieces"].append(str(getattr(delta, "arguments", "") or ""))
         return ""
 
     def final(self) -> ChatResult | None:
-        return None if self.interaction is None else interaction_result(self.interaction)
+        if self.completed is None:
+            return None
+        if not self.steps and getattr(self.completed, "steps", None):
+            return interaction_result(self.completed)  # an interaction that carries them
+        calls = [
+            {
+                "id": step["id"],
+                "name": step["name"],
+                "arguments": json.loads("".join(step["pieces"]))
+                if step["pieces"]
+                else step["arguments"],
+            }
+            for step in self.steps
+            if step["type"] == "function_call"
+        ]
+        status = getattr(self.completed, "status", None)
+        return ChatResult(
+            text="".join("".join(step["text"]) for step in self.steps),
+            usage=Usage(
+                sum(u.input_tokens for u in self.usages),
+                sum(u.output_tokens for u in self.usages),
+                cache_read_tokens=sum(u.cache_read_tokens for u in self.usages),
+            ),
+            model=getattr(self.completed, "model", None) or self.model,
+            stop_reason=getattr(status, "value", status),
+            tool_calls=calls,
+            provider=GEMINI_INTERACTIONS.name,
+        )
 
 
 class GeminiInteractionsWire(GeminiWire):

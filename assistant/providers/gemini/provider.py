@@ -1,4 +1,5 @@
-"""Gemini through the official google-genai SDK."""
+"""Gemini's summarizers through the official google-genai SDK: on generateContent
+(GeminiProvider) and on the Interactions API (GeminiInteractionsProvider)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import httpx2
 from google import genai
+from google.genai import _interactions as interactions_errors
 from google.genai import errors as genai_errors
 from google.genai import types
 
@@ -17,6 +19,7 @@ from assistant.providers.base import (
 )
 from assistant.providers.cached_request import CachedRequest
 from assistant.providers.catalog import model_context_window
+from assistant.providers.gemini.interactions import GEMINI_INTERACTIONS, interaction_result
 from assistant.providers.gemini.wire import gemini_result
 from assistant.providers.overflow import context_overflow
 from assistant.providers.summary_prompt import build_summary_prompt, validate_summary
@@ -133,3 +136,83 @@ class GeminiProvider(Provider):
             model=response.model_version or model,
             provider=self.name,
         )
+
+
+# The Interactions API's errors are the SDK's second family (google/genai/_gaos/lib/
+# compat_errors.py, re-exported by google/genai/_interactions: APIStatusError with
+# status_code, APIConnectionError and its APITimeoutError, APIResponseValidationError
+# for a malformed body); a hop of its automatic continuation failing after progress is
+# errors.ContinuationInterruptedError (google/genai/errors.py).
+_INTERACTIONS_ERRORS = (
+    interactions_errors.APIError,
+    genai_errors.ContinuationInterruptedError,
+    httpx2.HTTPError,
+    ValueError,
+)
+# An interaction that ended without its whole answer (interaction.py's InteractionStatus).
+_UNFINISHED = frozenset({"incomplete", "failed", "cancelled", "budget_exceeded"})
+
+
+class GeminiInteractionsProvider(GeminiProvider):
+    """The summarizer on Gemini's Interactions API (`client.interactions.create`), for
+    ASSISTANT_SUMMARIZER = "gemini_interactions": GEMINI_*'s key, base URL and models.
+    Each call goes with `store=False` and never names `previous_interaction_id`, as the
+    chat wire's (docs/providers.rst): nothing is kept on the server, nothing chained."""
+
+    name = GEMINI_INTERACTIONS.name
+
+    def _interact(self, model: str, request: dict[str, Any], **config: Any) -> Any:
+        config = {"max_output_tokens": self.max_output_tokens, "temperature": 0.2, **config}
+        try:
+            return self._client.interactions.create(
+                model=model, generation_config=config, **{**request, "store": False}
+            )
+        except _INTERACTIONS_ERRORS as error:
+            status = getattr(error, "status_code", None)
+            status = status if isinstance(status, int) else None
+            raise ProviderError(
+                f"gemini_interactions {type(error).__name__} (status {status})",
+                provider=self.name,
+                model=model,
+                status=status,
+                overflow=context_overflow(error),
+            ) from error
+
+    def summarize(
+        self,
+        transcript: str,
+        *,
+        previous_summary: str | None = None,
+        instructions: str | None = None,
+    ) -> SummaryResult:
+        system, user_text = build_summary_prompt(transcript, previous_summary)
+        if instructions:
+            system = f"{system}\n\n{instructions}"
+        request = {
+            "system_instruction": system,
+            "input": [{"type": "user_input", "content": [{"type": "text", "text": user_text}]}],
+        }
+        return self._interaction_summary(self._interact(self.model, request), self.model)
+
+    def summarize_cached(self, request: CachedRequest) -> SummaryResult:
+        """The conversation's request to the chat model, as the chat wire sent it (the
+        whole compacted context as `input`), the instruction a user_input step after it;
+        with tools, tool_choice "none" (the tools keep the cached prefix, the answer is
+        the summary)."""
+        shape = request.gemini_interactions()
+        choice = {"tool_choice": "none"} if shape.get("tools") else {}
+        response = self._interact(self.chat_model, shape, **choice)
+        return self._interaction_summary(response, self.chat_model)
+
+    def _interaction_summary(self, response: Any, model: str) -> SummaryResult:
+        result = interaction_result(response, model)
+        if result.stop_reason in _UNFINISHED and not result.text:
+            raise ProviderError(
+                f"gemini_interactions ended {result.stop_reason}", provider=self.name, model=model
+            )
+        try:
+            text = validate_summary(result.text)
+        except ProviderError as error:
+            error.provider, error.model = self.name, model
+            raise
+        return SummaryResult(text=text, usage=result.usage, model=result.model, provider=self.name)
