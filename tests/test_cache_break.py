@@ -28,26 +28,12 @@ from assistant.signals import context_compacted
 from assistant.testing.fake_provider import FakeProvider
 from tests.fake_llm import ok
 from tests.scenarios import staff_user
+from tests.test_cache_lifetime import anthropic_call
+from tests.test_cache_lifetime import fake as fake  # the fixture: a fake with its prompt cache
 
 pytestmark = pytest.mark.django_db
 
 BREAK = CompactionEvent.Kind.CACHE_BREAK
-
-
-@pytest.fixture
-def fake():
-    server = FakeProvider(prompt_cache=True).start()
-    yield server
-    server.stop()
-
-
-def anthropic_call(fake):
-    client = anthropic.Anthropic(api_key="test-key", base_url=fake.url, max_retries=0)
-
-    def call_model(request):
-        return client.messages.create(model="claude-sonnet-4-6", max_tokens=1024, **request)
-
-    return call_model
 
 
 def turn(conversation, fake, call_model, number, words=3000):
