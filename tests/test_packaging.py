@@ -495,6 +495,7 @@ def migrated_with_a_worker(host: Host, log: Path) -> Iterator[None]:
         yield
 
 
+@pytest.mark.slow  # a host project built from the wheel: minutes
 def test_host_project_with_the_installed_wheel(
     wheel: Path, tmp_path: Path, host_database: dict[str, str]
 ) -> None:
@@ -771,6 +772,7 @@ def newest_step_tokens(request: dict[str, object]) -> int:
     return prompt_tokens(turns[assistant[-1] :]) if assistant else 0
 
 
+@pytest.mark.slow  # a host project built from the wheel: minutes
 def test_the_readmes_chat_loop_runs_word_for_word_and_compacts(
     wheel: Path, tmp_path: Path, host_database: dict[str, str]
 ) -> None:
@@ -963,6 +965,7 @@ def opens_with(body: dict[str, Any], stored: dict[str, Any]) -> bool:
     return body["input"][: len(head)] == head
 
 
+@pytest.mark.slow  # a host project built from the wheel: minutes
 def test_the_readmes_loop_with_the_providers_own_compaction(
     wheel: Path, tmp_path: Path, host_database: dict[str, str]
 ) -> None:
