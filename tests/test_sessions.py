@@ -5,6 +5,7 @@ are read in a fixed number of queries whatever their size."""
 from __future__ import annotations
 
 import pytest
+from django.core.exceptions import ValidationError
 
 from assistant.models import Conversation, Message
 from assistant.services import (
@@ -16,6 +17,7 @@ from assistant.services import (
     fork_continuation,
     fork_from_message,
     list_sessions,
+    mark_deleted,
     model_request,
     new_session,
     prepare_context,
@@ -243,6 +245,22 @@ def _session_chain(size: int) -> list[Conversation]:
         rows.append(row)
     Conversation.objects.bulk_update(made, ["parent_conversation", "fork_through_message_id"])
     return rows
+
+
+def test_a_deleted_conversations_tree_and_sessions_are_refused_with_a_code():
+    parent = _chat()
+    edited = Message.objects.filter(conversation=parent, role="user").first()
+    branch, _ = fork_from_message(parent, edited.pk)
+    later = new_session(branch)
+    mark_deleted([branch.pk])
+    branch.refresh_from_db()
+    for read in (conversation_tree, list_sessions):
+        with pytest.raises(ValidationError) as refused:
+            read(branch)
+        assert refused.value.code == "conversation_deleted"
+    # Its parent's tree goes on without it; the session after it starts its own chain.
+    assert [node.conversation.pk for node in conversation_tree(parent).walk()] == [parent.pk]
+    assert [info.conversation.pk for info in list_sessions(later)] == [later.pk]
 
 
 @pytest.mark.parametrize("size", [10, 1000])

@@ -28,6 +28,7 @@ from django.db.models import BigIntegerField, Case, Value, When
 from assistant.fork.branching import summarize_parent
 from assistant.history import (
     PARENT_SUMMARY_TASK,
+    deleted_error,
     enqueue_on_commit,
     new_conversation,
 )
@@ -197,12 +198,16 @@ def _last_activity(row: Any) -> datetime:
 
 def list_sessions(conversation: Conversation) -> list[SessionInfo]:
     """The sessions of `conversation`'s chain (every conversation linked to it by
-    session links, up and down), oldest first. Two queries whatever its length."""
+    session links, up and down), oldest first. Two queries whatever its length. A
+    deleted conversation is refused (`conversation_deleted`)."""
     root = conversation.pk
     for link in ancestors(conversation.pk):
         root = link.id
         if link.link != SESSION or link.parent_id is None:
             break
+    rows = _rows(root, sessions_only=True)
+    if all(row.pk != conversation.pk for row in rows):
+        raise deleted_error(conversation.pk)  # the rows leave deleted conversations out
     return [
         SessionInfo(
             conversation=row,
@@ -212,13 +217,15 @@ def list_sessions(conversation: Conversation) -> list[SessionInfo]:
             size=row.context_tokens or 0,
             summary=row.carried_summary or row.compaction_summary or None,
         )
-        for row in _rows(root, sessions_only=True)
+        for row in rows
     ]
 
 
 def conversation_tree(conversation: Conversation) -> TreeNode:
     """The whole tree `conversation` belongs to, from its root: every session,
-    continuation and branch below it. Two queries whatever its size."""
+    continuation and branch below it. Two queries whatever its size. A deleted
+    conversation is refused (`conversation_deleted`); a deleted one above it leaves
+    the tree from the conversation itself."""
     root_id = ancestors(conversation.pk)[-1].id
     nodes: dict[int, TreeNode] = {}
     rows = _rows(root_id, sessions_only=False)
@@ -240,6 +247,8 @@ def conversation_tree(conversation: Conversation) -> TreeNode:
         if parent is not None:
             parent.children.append(nodes[row.pk])
             nodes[row.pk].active = parent.active and parent.conversation.active_branch_id == row.pk
+    if conversation.pk not in nodes:
+        raise deleted_error(conversation.pk)  # the rows leave deleted conversations out
     return nodes[root_id] if root_id in nodes else nodes[conversation.pk]
 
 
