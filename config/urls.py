@@ -14,4 +14,5 @@ urlpatterns = [
     path("chat/<int:conversation_id>/stream", web_chat.stream_answer, name="demo-chat-stream"),
     path("chat/<int:conversation_id>/edit", web_chat.edit_message, name="demo-chat-edit"),
     path("chat/<int:conversation_id>/switch", web_chat.switch_branch, name="demo-chat-switch"),
+    path("chat/<int:conversation_id>/cut", web_chat.cut, name="demo-chat-cut"),
 ]

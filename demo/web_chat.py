@@ -1,8 +1,10 @@
 """A web chat that streams (docs/chat-loop.rst, "A web chat"): a page posts the
 user's message, then reads the answer as server-sent events while the model writes
-it. Typed commands /new, /clear, /resume and /status work on the chat's sessions;
-a user message can be edited (a branch) and its branches flipped ("< 2/3 >").
-Async views, served over ASGI; the page's template ships in the app."""
+it, and "compacting…" then "compacted" while the app compacts before the call. Typed
+commands /new, /clear, /resume and /status work on the chat's sessions; a user
+message can be edited (a branch) and its branches flipped ("< 2/3 >"), and the chat
+summarized before or after a message. Async views, served over ASGI; the page's
+template ships in the app."""
 
 import asyncio
 import functools
@@ -11,6 +13,7 @@ import logging
 
 import anthropic
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
 from django.http import HttpResponse, HttpResponseRedirect, JsonResponse, StreamingHttpResponse
 from django.shortcuts import aget_object_or_404, render
 from django.views.decorators.http import require_POST
@@ -27,6 +30,8 @@ from assistant.services import (
     new_session,
     resume_session,
     set_active_branch,
+    summarize_after,
+    summarize_before,
 )
 
 logger = logging.getLogger(__name__)
@@ -50,6 +55,7 @@ async def chat_page(request, conversation_id):  # at .../<id>/: send and stream 
     conversation = await aget_object_or_404(Conversation, pk=conversation_id)
     urls = {"send_url": f"{request.path}send", "stream_url": f"{request.path}stream"}
     urls |= {"edit_url": f"{request.path}edit", "switch_url": f"{request.path}switch"}
+    urls |= {"cut_url": f"{request.path}cut"}
     messages = await sync_to_async(transcript)(conversation)
     pending = bool(messages) and messages[-1]["role"] == "user"  # answer it on opening
     context = {"conversation": conversation, "messages": messages, "pending": pending}
@@ -161,6 +167,21 @@ async def switch_branch(request, conversation_id):  # "< 2/3 >": show another si
     return HttpResponseRedirect(page_of(request, conversation_id, target.conversation))
 
 
+@require_POST
+async def cut(request, conversation_id):  # summarize everything before, or after, a message
+    conversation = await aget_object_or_404(Conversation, pk=conversation_id)
+    summarize = {"before": summarize_before, "after": summarize_after}.get(request.POST.get("side"))
+    if summarize is None:
+        return JsonResponse({"error": "Summarize before or after a message."}, status=400)
+    try:
+        message_id = request.POST.get("message_id", "")
+        message_id = int(message_id) if message_id.isdigit() else message_id
+        outcome = await sync_to_async(summarize)(conversation, message_id)
+    except ValidationError as refused:  # already summarized, nothing after it...
+        return JsonResponse({"error": " ".join(refused.messages)}, status=400)
+    return JsonResponse({"status": outcome.message})
+
+
 async def stream_answer(request, conversation_id):
     conversation = await aget_object_or_404(Conversation, pk=conversation_id)
     events = answer_events(conversation)
@@ -173,19 +194,38 @@ def event(name, data):
     return f"event: {name}\ndata: {json.dumps(data)}\n\n"
 
 
+def compaction_shown(notice):  # a CompactionNotice, as the page shows it
+    if notice.status is None:
+        return {"status": "compacting", "kind": notice.kind}
+    shown = {"status": notice.status, "kind": notice.kind, "before": notice.tokens_before}
+    return shown | {"after": notice.tokens_after}
+
+
 async def answer_events(conversation):
-    """Each text delta as a "delta" event while the model writes, then "done" once the
-    answer is recorded (or "failed")."""
+    """Each compaction's start and end as a "compaction" event, each text delta as a
+    "delta" event while the model writes, then "done" once the answer is recorded (or
+    "failed")."""
     newest = await conversation.messages.order_by("-id").afirst()
     if newest is None or newest.role != "user":  # answered already (a reconnect)
         yield event("done", {"text": newest.content if newest else ""})
         return
-    deltas = asyncio.Queue()
-    step = asyncio.create_task(achat_step(conversation, call_claude, on_text=deltas.put_nowait))
-    step.add_done_callback(lambda _: deltas.put_nowait(None))
+    events = asyncio.Queue()
+
+    async def compaction(notice):  # awaited on the event loop, as it happens
+        await events.put(event("compaction", compaction_shown(notice)))
+
+    step = asyncio.create_task(
+        achat_step(
+            conversation,
+            call_claude,
+            on_text=lambda delta: events.put_nowait(event("delta", delta)),
+            on_compaction=compaction,
+        )
+    )
+    step.add_done_callback(lambda _: events.put_nowait(None))
     try:
-        while (delta := await deltas.get()) is not None:
-            yield event("delta", delta)
+        while (shown := await events.get()) is not None:
+            yield shown
         answer = await step
     except Exception:  # StreamInterrupted, an API error: nothing recorded, ask again
         logger.exception("web_chat_failed conversation=%s", conversation.pk)

@@ -1,16 +1,22 @@
 """The demo's web chat through its real views (Django's test client): the typed
 commands /new, /clear, /resume and /status, editing a user message (a branch) and
-flipping between its branches ("< 2/3 >")."""
+flipping between its branches ("< 2/3 >"), summarizing before or after a message, and
+the stream's compaction events."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.test import Client
 
 from assistant.models import Conversation, Message
 from assistant.services import add_message, conversation_tree
+from demo import web_chat
+from tests.builders import chat_turns
+from tests.fake_llm import ok
 
 pytestmark = pytest.mark.django_db
 
@@ -148,3 +154,61 @@ def test_an_empty_edit_is_refused_before_any_branch_is_made():
 
     assert refused.status_code == 400
     assert Conversation.objects.count() == before
+
+
+def test_the_chat_is_summarized_before_or_after_a_message_and_a_refusal_says_why():
+    conversation = Conversation.objects.create(title="Cut", system_prompt="You help.")
+    messages = chat_turns(conversation, 6, size=400)
+    add_message(conversation, "user", "And now?")
+    client = Client()
+    cut_at = messages[6]  # the fourth turn's user message
+
+    made = client.post(f"{page(conversation)}cut", {"message_id": cut_at.pk, "side": "before"})
+
+    assert made.status_code == 200, made.content
+    conversation.refresh_from_db()
+    assert conversation.compaction_through_message_id < cut_at.pk
+    again = client.post(
+        f"{page(conversation)}cut", {"message_id": messages[0].pk, "side": "before"}
+    )
+    assert again.status_code == 400 and "already" in again.json()["error"]
+    assert client.post(f"{page(conversation)}cut", {"message_id": cut_at.pk}).status_code == 400
+
+    after = client.post(f"{page(conversation)}cut", {"message_id": messages[7].pk, "side": "after"})
+    assert after.status_code == 200, after.content
+    conversation.refresh_from_db()
+    assert conversation.segment_summary["after"] >= messages[7].pk
+    shown = client.get(page(conversation)).content.decode()
+    assert shown.count('class="cut"') == len(messages) + 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_stream_says_compacting_then_compacted_before_the_answer(
+    fake_llm, monkeypatch, settings
+):
+    settings.ASSISTANT_COMPACTION = {"CONTEXT_TOKEN_THRESHOLD": 2_000}
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-anthropic")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_llm.url)
+    web_chat.claude.cache_clear()
+    conversation = Conversation.objects.create(title="Long", system_prompt="You help.")
+    chat_turns(conversation, 8, size=2_000)
+    add_message(conversation, "user", "What next?")
+    fake_llm.script_anthropic(ok("Next: the release."))
+
+    async def read():
+        return [shown async for shown in web_chat.answer_events(conversation)]
+
+    shown = async_to_sync(read)()
+
+    names = [re.match(r"event: (\w+)", text).group(1) for text in shown]
+    data = [json.loads(text.split("data: ", 1)[1]) for text in shown]
+    assert names[0] == "compaction" and data[0]["status"] == "compacting"
+    ends = [
+        d
+        for n, d in zip(names, data, strict=True)
+        if n == "compaction" and d["status"] != "compacting"
+    ]
+    assert ends and ends[0]["status"] == "completed"
+    assert ends[0]["after"] < ends[0]["before"]
+    assert names[-1] == "done" and data[-1]["text"] == "Next: the release."
+    assert names.index("delta") > names.index("compaction")
