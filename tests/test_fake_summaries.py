@@ -13,7 +13,13 @@ import pytest
 from google import genai
 
 from assistant.providers import summarize
-from assistant.testing.fake_provider import DEFAULT_SUMMARY, FakeProvider, ok, overloaded
+from assistant.testing.fake_provider import (
+    DEFAULT_SUMMARY,
+    PROVIDER_KINDS,
+    FakeProvider,
+    ok,
+    overloaded,
+)
 
 TRANSCRIPT = "[user] Fix post-17.\n[assistant] Post-17 is fixed."
 CALL = {"id": "toolu_1", "name": "get_post", "arguments": {"id": 17}}
@@ -147,8 +153,12 @@ def test_the_help_names_every_wire_and_its_base_url():
         check=True,
     )
     text = " ".join(result.stdout.split())
-    for wire in ("Anthropic", "Chat Completions", "Responses API", "Gemini"):
+    for wire in ("Anthropic", "Chat Completions", "Responses API", "generateContent"):
         assert wire in text
+    assert "Interactions API" in text
+    # Every wire the fake scripts, by the name POST /_fake/script takes.
+    for provider in PROVIDER_KINDS:
+        assert f'"{provider}"' in text, provider
     assert "base_url: http://HOST:PORT/v1" in text
     assert '"summaries": [...]' in text
 

@@ -21,10 +21,10 @@ Alone, for a host's own tests (any language, any process):
 The wires and each SDK's base URL (`fake.url` is `http://HOST:PORT`): Anthropic's Messages
 API (`anthropic.Anthropic(base_url=fake.url)`), OpenAI's Chat Completions and Responses
 API (`openai.OpenAI(base_url=fake.url + "/v1")`, `fake.openai_url`), Gemini's
-generateContent (`genai.Client(http_options={"base_url": fake.url})`).
+generateContent and Interactions API (`genai.Client(http_options={"base_url": fake.url})`).
 
 Script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic"
-(or "openai", "openai_responses", "gemini"),
+(or "openai", "openai_responses", "gemini", "gemini_interactions"),
 "replies": [{"tool_calls": [{"name": "get_post", "arguments": {"id": 1}}]},
 {"text": "Done."}], "repeat": false}`. Summary requests (those carrying the summarizer's
 instruction, `SUMMARY_REQUEST`) have queues apart: `{"provider"?: ..., "summaries":
@@ -1048,9 +1048,11 @@ def main(argv: list[str] | None = None) -> None:
             "A fake LLM server for testing a chat loop without a key. It serves Anthropic's "
             "Messages API (anthropic SDK base_url: http://HOST:PORT), OpenAI's Chat "
             "Completions and Responses API (openai SDK base_url: http://HOST:PORT/v1) and "
-            "Gemini's generateContent (google-genai http_options base_url: http://HOST:PORT). "
+            "Gemini's generateContent and Interactions API (google-genai http_options "
+            "base_url: http://HOST:PORT). "
             'Script it with POST /_fake/script: {"provider": "anthropic"|"openai"|'
-            '"openai_responses"|"gemini", "replies": [...]} for chat requests, '
+            '"openai_responses"|"gemini"|"gemini_interactions", "replies": [...]} for chat '
+            "requests, "
             '{"provider"?: ..., "summaries": [...]} for summary requests; '
             "GET /_fake/requests lists what it received, POST /_fake/reset forgets it."
         ),
