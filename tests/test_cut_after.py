@@ -16,7 +16,6 @@ from assistant.services import (
     build_context,
     compact_tool_results,
     context_tokens,
-    model_request,
     pin_message,
     run_staff_action,
     summarize_after,
@@ -25,36 +24,15 @@ from assistant.services import (
     undo_compaction,
     undo_compaction_preview,
 )
-from assistant.signals import COMPLETED, compaction_event
+from assistant.signals import COMPLETED
 from assistant.tasks import staff_action_task
 from tests.builders import chat_turns, tool_turn
 from tests.scenarios import staff_user, tool_heavy_conversation
 from tests.test_admin import flashed, published_tasks, run_action
 from tests.test_compaction_events import lifecycles
+from tests.test_cut import conversation_of, request_of
+from tests.test_cut import notices as notices  # the fixture: every compaction notice
 from tests.test_undo_compaction import plain
-
-
-@pytest.fixture
-def notices():
-    seen: list = []
-
-    def receive(sender, notice, **kwargs):
-        seen.append(notice)
-
-    compaction_event.connect(receive, weak=False)
-    yield seen
-    compaction_event.disconnect(receive)
-
-
-def conversation_of(turns: int = 6) -> tuple[Conversation, list]:
-    conversation = Conversation.objects.create(title="after", system_prompt="You help.")
-    messages = chat_turns(conversation, turns, size=400)
-    messages.append(add_message(conversation, "user", "And now?"))
-    return conversation, messages
-
-
-def request_of(conversation: Conversation) -> dict:
-    return model_request(build_context(conversation))
 
 
 def text_of(message: dict) -> str:
