@@ -6,8 +6,11 @@ post-exchange pipeline after each user turn."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+import pytest
 
 from assistant import services
 from assistant.models import Conversation
@@ -15,6 +18,25 @@ from assistant.providers import convert
 from bench.chat import finish_turn, store
 from bench.payload import CostMeter, anthropic_problems, gemini_problems, payload_tokens
 from bench.sessions import SYSTEM_PROMPT
+
+# The three longest real sessions (contexts to 316,000 tokens): one replay of each
+# takes 20-30 s on an idle machine and over 30 s under load, so their cases run in
+# `make test-slow` (pytest.ini's rule), which CI runs too.
+LONG_SESSIONS = frozenset(
+    {
+        "pi-badlogic-opus45-issue288",
+        "pi-badlogic-sonnet45-selectors",
+        "cc-entire-soph-sonnet45-1to1",
+    }
+)
+
+
+def session_params(names: Iterable[str]) -> list[Any]:
+    """`names` as pytest parameters, the long sessions' marked `slow`."""
+    return [
+        pytest.param(name, id=name, marks=[pytest.mark.slow] if name in LONG_SESSIONS else [])
+        for name in names
+    ]
 
 
 @dataclass

@@ -62,7 +62,8 @@ def test_it_sends_the_model_facing_text_of_compacted_messages(conversation):
     assert context.tokens.tool_results == 2
 
 
-@pytest.mark.parametrize("length", [25, 1000])
+# 2,000 messages written through add_message take over 30 s under load: `make test-slow`.
+@pytest.mark.parametrize("length", [25, pytest.param(1000, marks=pytest.mark.slow)])
 def test_the_query_count_does_not_grow_with_the_conversation(
     conversation, length, django_assert_num_queries
 ):

@@ -17,13 +17,14 @@ from django.test.utils import CaptureQueriesContext
 
 from assistant.models import Message
 from bench.sessions import load_sessions
-from tests.replays import replay
+from tests.replays import replay, session_params
 
 SESSIONS = load_sessions()
 # The longest Claude Code session (358 messages, 157 model calls) is
 # replayed with its queries counted; the others alone.
 REFERENCE = next(s for s in SESSIONS if s.name == "cc-spotter-fa812bfe")
 OTHERS = [s for s in SESSIONS if s is not REFERENCE]
+BY_NAME = {s.name: s for s in OTHERS}
 
 
 def test_every_real_session_is_here():
@@ -34,8 +35,9 @@ def test_every_real_session_is_here():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("session", OTHERS, ids=[s.name for s in OTHERS])
-def test_real_session_replays_with_well_formed_requests_and_every_original_kept(session):
+@pytest.mark.parametrize("name", session_params(BY_NAME))
+def test_real_session_replays_with_well_formed_requests_and_every_original_kept(name):
+    session = BY_NAME[name]
     conversation, problems, _ = replay(session.name, session.messages, check_prepared=True)
 
     assert_well_formed_and_kept(session, conversation, problems)

@@ -44,6 +44,7 @@ def message_reads(plan: dict[str, Any]) -> list[tuple[str, str | None]]:
     ]
 
 
+@pytest.mark.slow  # 150,000 rows written and analysed: over 30 s under load
 def test_search_history_reads_only_its_indexes_at_30k_messages_among_150k(db):
     long = Conversation.objects.create(title="Long")
     insert_messages(long.pk, 30_000, salt="long")

@@ -19,7 +19,7 @@ from django.test import override_settings
 from assistant.models import Message
 from assistant.settings.conf import compaction_config
 from bench.sessions import load_sessions
-from tests.replays import replay
+from tests.replays import replay, session_params
 
 # The longest Claude Code session, and one of each other agent.
 VARIANT_NAMES = (
@@ -122,7 +122,7 @@ VARIANTS = {
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", session_params(NAMES))
 def test_a_session_variant_stays_bounded_and_well_formed(name, variant):
     messages = VARIANTS[variant](copy.deepcopy(SESSIONS[name].messages))
     trigger = compaction_config().CONTEXT_TOKEN_THRESHOLD
@@ -141,7 +141,7 @@ def test_a_session_variant_stays_bounded_and_well_formed(name, variant):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("name", SMALL_TRIGGER_NAMES)
+@pytest.mark.parametrize("name", session_params(SMALL_TRIGGER_NAMES))
 @override_settings(
     ASSISTANT_COMPACTION={
         "VERBATIM_AFTER_SHIFT": "recent",
