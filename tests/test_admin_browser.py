@@ -381,6 +381,7 @@ CLIPPED_TEXT = """() => {
   return clipped;
 }"""
 
+
 def identical_two_turns(title: str) -> Conversation:
     conversation = Conversation.objects.create(title=title, system_prompt="You help.")
     for n, prompt in enumerate((1003, 2103)):
