@@ -357,6 +357,31 @@ CLIPPED_CONTROLS = """() => {
 }"""
 
 
+# Every text block (pre) in the page's content, collapsed sections opened, whose lines
+# run past a box that clips them with no scrollbar (a pre as wide as its lines never
+# scrolls) (the window state's summary line once
+# ran 1,500 px past the Bookkeeping section's edge, cut off).
+CLIPPED_TEXT = """() => {
+  document.querySelectorAll('#content details').forEach(details => { details.open = true; });
+  const clipped = [];
+  for (const pre of document.querySelectorAll('#content pre')) {
+    const own = pre.getBoundingClientRect();
+    if (own.width === 0 && own.height === 0) continue;
+    // A pre that scrolls shows its own box; one that does not, all of its lines.
+    const scrolls = ['auto', 'scroll'].includes(getComputedStyle(pre).overflowX);
+    const right = scrolls ? own.right : Math.max(own.right, own.left + pre.scrollWidth);
+    for (let box = pre.parentElement; box; box = box.parentElement) {
+      if (getComputedStyle(box).overflowX === 'visible') continue;
+      if (right > box.getBoundingClientRect().right + 0.5) {
+        clipped.push((pre.closest('[class*=field-], [id]') || pre).className || pre.id);
+      }
+      break;
+    }
+  }
+  return clipped;
+}"""
+
+
 def identical_two_turns(title: str) -> Conversation:
     conversation = Conversation.objects.create(title=title, system_prompt="You help.")
     for n, prompt in enumerate((1003, 2103)):
@@ -403,17 +428,19 @@ def test_every_list_and_page_fits_its_box_and_identical_conversations_read_alike
         "event page": f"{admin}/compactionevent/{event.pk}/change/",
     }
 
-    overflowing, clipped = {}, {}
+    overflowing, clipped, cut_text = {}, {}, {}
     for name, url in pages.items():
         page.goto(url)
         overflowing[name] = page.evaluate(OVERFLOWING_TABLES)
         clipped[name] = page.evaluate(CLIPPED_CONTROLS)
+        cut_text[name] = page.evaluate(CLIPPED_TEXT)
         page.screenshot(path=str(OUTPUT_DIR / f"{name.replace(' ', '_')}_{width}.png"))
 
     assert overflowing == {name: [] for name in pages}
     # Nothing is cut off at 1280 px: the summary history's "text and diff / Revert /
     # Mark reviewed" once were (a 762 px table in a 685 px box).
     assert clipped == {name: [] for name in pages}
+    assert cut_text == {name: [] for name in pages}
     page.goto(pages["conversation list"])
     rows = [
         page.locator(f"#result_list tr:has(input.action-select[value='{pk}'])")

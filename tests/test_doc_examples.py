@@ -23,6 +23,7 @@ from assistant.models import Conversation
 from assistant.providers.catalog import model_prices, price_of
 from assistant.services import compact_tool_results
 from assistant.settings.conf import compaction_config
+from assistant.testing.fake_provider import FakeProvider
 from tests.doc_examples import (
     CODE_LANGUAGES,
     HOST_KINDS,
@@ -180,6 +181,48 @@ def test_a_server_example_starts_and_answers(example: Example) -> None:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+# Each SDK built as mysite/chat.py builds it (no key, no base URL in the code), calling once.
+SDK_CALLS = """
+import anthropic, openai
+from google import genai
+
+message = anthropic.Anthropic().messages.create(
+    model="claude-sonnet-4-6", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+)
+chat = openai.OpenAI().chat.completions.create(
+    model="gpt-4.1", messages=[{"role": "user", "content": "hi"}]
+)
+client = genai.Client()  # kept: a Client garbage-collected mid-call closes its connection
+gemini = client.models.generate_content(model="gemini-2.5-flash", contents="hi")
+print(message.content[0].text, chat.choices[0].message.content, gemini.text, sep="|")
+"""
+
+
+def test_the_fake_providers_environment_points_each_sdk_of_the_chat_loop_at_it() -> None:
+    """docs/chat-loop.rst, "Testing the loop without a key": with only its exports
+    (no key of the machine's, no other base URL), the three SDKs' clients as the chat
+    loop builds them send every request to the fake, and none is refused for want of
+    a key."""
+    (example,) = [e for e in examples_of("", "docs/chat-loop.rst") if "export " in e.code]
+    fake = FakeProvider().start()
+    try:
+        env = {k: v for k, v in os.environ.items() if "API_KEY" not in k and "BASE_URL" not in k}
+        for line in example.code.splitlines():
+            words = shlex.split(line)
+            assert words[0] == "export", line
+            for word in words[1:]:
+                name, value = word.split("=", 1)
+                env[name] = value.replace("http://127.0.0.1:8765", fake.url)
+        done = subprocess.run(
+            [sys.executable, "-c", SDK_CALLS], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.count("fake provider") == 3, done.stdout
+        assert len(fake.requests) == 3
+    finally:
+        fake.stop()
 
 
 @pytest.mark.slow
