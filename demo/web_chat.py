@@ -135,7 +135,9 @@ def run_command(conversation, words):
 def status_line(status):
     line = f"{status.tokens:,} tokens of {status.trigger:,} before compaction"
     line += f" ({status.share_of_window:.1%} of {status.model}'s window)"
-    return f"{line}, {status.summaries} summaries, {status.compactions} compactions."
+    summaries = f"{status.summaries} {'summary' if status.summaries == 1 else 'summaries'}"
+    compactions = f"{status.compactions} compaction{'' if status.compactions == 1 else 's'}"
+    return f"{line}, {summaries}, {compactions}."
 
 
 @require_POST

@@ -58,7 +58,7 @@ def test_the_typed_commands_start_clear_resume_and_report_sessions():
     second = gone_to(command(client, first, "/new"))
     assert (second.parent_conversation_id, second.parent_link) == (first.pk, "session")
     assert "juniper-fox" in (second.parent_conversation_summary or "")
-    assert "1 summaries" in command(client, second, "/status")["status"]
+    assert "1 summary, " in command(client, second, "/status")["status"]
 
     third = gone_to(command(client, second, "/clear"))
     assert third.parent_conversation_id == second.pk
