@@ -59,8 +59,8 @@ test: lint $(VENV)/.docs browser pgvector
 	DJANGO_SETTINGS_MODULE=config.test_settings $(PY) manage.py check_services
 	$(VENV)/bin/pytest -m "not slow"
 
-## test-slow: the tests marked `slow` (over 30 s each: worker pools and brokers killed and restarted,
-## the host projects built from the wheel)
+## test-slow: the tests marked `slow` (over 30 s each under load: worker pools and brokers killed and
+## restarted, the host projects built from the wheel, the longest real sessions replayed, large tables)
 test-slow: $(VENV)/.dev $(VENV)/.docs browser pgvector
 	DJANGO_SETTINGS_MODULE=config.test_settings $(PY) manage.py check_services
 	$(VENV)/bin/pytest -m slow

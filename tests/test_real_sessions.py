@@ -23,8 +23,7 @@ SESSIONS = load_sessions()
 # The longest Claude Code session (358 messages, 157 model calls) is
 # replayed with its queries counted; the others alone.
 REFERENCE = next(s for s in SESSIONS if s.name == "cc-spotter-fa812bfe")
-OTHERS = [s for s in SESSIONS if s is not REFERENCE]
-BY_NAME = {s.name: s for s in OTHERS}
+BY_NAME = {s.name: s for s in SESSIONS if s is not REFERENCE}
 
 
 def test_every_real_session_is_here():
