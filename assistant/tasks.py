@@ -26,6 +26,7 @@ from assistant.history import (
 )
 from assistant.models import Conversation
 from assistant.ops import health, telemetry
+from assistant.ops.consumer import reconnecting
 from assistant.ops.logs import log_event
 from assistant.post_exchange import process_exchange
 from assistant.providers import ProviderError, forget_clients, import_sdk
@@ -62,6 +63,16 @@ def import_summarizer_sdk(**_: object) -> None:
     seconds of CPU importing it, past billiard's start-up limit
     (worker_proc_alive_timeout, 4 s), and be killed in turn."""
     import_sdk()
+
+
+@worker_init.connect
+def reconnect_after_a_broker_loss(sender: object = None, **_: object) -> None:
+    """A worker that loses Redis with a task in flight reconnects instead of exiting
+    (assistant/ops/consumer.py). worker_init runs before the worker builds its
+    consumer, so the guard also covers a host's own `worker_consumer`."""
+    consumer_cls = getattr(sender, "consumer_cls", None)
+    if consumer_cls is not None:
+        sender.consumer_cls = reconnecting(consumer_cls)  # type: ignore[attr-defined]
 
 
 @worker_process_init.connect

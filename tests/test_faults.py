@@ -208,7 +208,8 @@ def free_port() -> int:
 
 @contextmanager
 def redis_server(port: int) -> Iterator[subprocess.Popen]:
-    """A Redis of the test's own on `port` (the shared one stays up)."""
+    """A Redis of the test's own on `port` (the shared one stays up), killed with
+    SIGKILL at the block's end, as a crashed or OOM-killed Redis is."""
     process = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no"],
@@ -226,7 +227,7 @@ def redis_server(port: int) -> Iterator[subprocess.Popen]:
         assert wait_until(answers, timeout=60)
         yield process
     finally:
-        process.terminate()
+        process.kill()
         process.wait(timeout=30)
         client.close()
 
