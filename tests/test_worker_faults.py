@@ -126,11 +126,11 @@ def test_pool_children_killed_under_load_come_back_and_serve(empty_queues, tmp_p
 
 # --- the broker goes away and comes back --------------------------------------------
 
-# Long enough for the worker's consumer to lose its connection and back off several
-# times (2, 4, 6... s between attempts); a 40 s outage is the same mechanism,
-# one more back-off step. Redis restarts empty (no persistence): the work published
-# after its return is what the worker must take.
-OUTAGE_SECONDS = 20
+# The outage of the fault run that found the worker dead: long enough for the
+# consumer to lose its connection and back off several times (2, 4, 6... s between
+# attempts). Redis restarts empty (no persistence): the work published after its
+# return is what the worker must take.
+OUTAGE_SECONDS = 40
 
 
 @pytest.mark.slow
