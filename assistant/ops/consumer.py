@@ -12,7 +12,7 @@ address, which now raises ``AttributeError: 'NoneType' object has no attribute
 - the late acknowledgement of the task in flight, when it ends after the reconnect.
 
 Neither error is one Celery ignores there, so the worker stopped with "Unrecoverable
-error" and never reconnected (docs/operations.rst, "Faults"). Here the collected
+error" and never reconnected (docs/operations.rst, "Processes"). Here the collected
 transport keeps the address of its connection, so both calls do what kombu meant: the
 restore fails with a connection error Celery ignores while Redis is down, and the
 late acknowledgement removes the delivery from Redis's unacked hash once it is back.
