@@ -69,8 +69,8 @@ def list_figures(conversation_ids: Iterable[int]) -> dict[int, ListFigures]:
     """The cost and the message count of each of these conversations (the admin
     list's page): the stored figures where they cover what the conversation holds
     now, in one query whatever the conversations hold; the others computed
-    (`cost_of`, four queries; the messages stored since the last count, one) and
-    stored for the next read (one)."""
+    (`cost_of`, five queries, the embedding requests one; the messages stored
+    since the last count, one) and stored for the next read (one)."""
     ids = list(conversation_ids)
     basis = _pricing_basis()
     covers = _covers(ids, basis)
