@@ -56,7 +56,7 @@ def drop_conversation_index(apps, schema_editor):
 def restore_conversation_index(apps, schema_editor):
     concurrently = "CONCURRENTLY " if schema_editor.connection.vendor == "postgresql" else ""
     schema_editor.execute(
-        f"CREATE INDEX {concurrently}IF NOT EXISTS assistant_embedding_conversation_id_2c1fa4a4 "
+        f"CREATE INDEX {concurrently}IF NOT EXISTS assistant_embedding_conversation_id_56b50a2a "
         "ON assistant_embedding (conversation_id)"
     )
 
