@@ -15,6 +15,7 @@ import redis
 from django.db.models import F, Sum
 from django.utils import timezone
 
+from assistant.cleanup import drop_compacted_originals
 from assistant.cost import conversation_cost, list_figures, store_costs
 from assistant.history import add_message, record_compaction
 from assistant.models import (
@@ -355,6 +356,21 @@ def test_a_request_refused_for_good_is_logged_without_the_key_and_the_run_ends(f
     assert not Embedding.objects.exists()
     # The next run (the provider answering again) embeds it.
     assert embed_pending().embedded == 1
+
+
+@pytest.mark.django_db
+def test_an_original_the_retention_drops_loses_its_vectors(fake, settings):
+    settings.ASSISTANT_CLEANUP = {"DROP_ORIGINALS_RETENTION_DAYS": 7}
+    conversation = Conversation.objects.create()
+    old = compacted(conversation, "An old original.")
+    young = compacted(conversation, "A young original.")
+    embed_pending()
+    Message.objects.filter(pk=old.pk).update(compacted_at=timezone.now() - timedelta(days=8))
+
+    assert drop_compacted_originals().count == 1
+
+    assert stored() == {("original", young.pk, conversation.pk, 0)}
+    assert embed_pending().embedded == 0  # nor embedded again
 
 
 def test_beat_runs_the_job_for_catch_up_and_re_embedding():
