@@ -12,7 +12,9 @@ from datetime import timedelta
 
 import pytest
 import redis
+from django.db import connection
 from django.db.models import F, Sum
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from assistant.cleanup import drop_compacted_originals
@@ -28,7 +30,14 @@ from assistant.models import (
 )
 from assistant.post_exchange import finish_exchange
 from assistant.providers import embedder, price_of
-from assistant.recall import chunks, embed_pending, embedding_jobs, tokens_today
+from assistant.recall import (
+    chunks,
+    embed_pending,
+    embedding_jobs,
+    pending_sources,
+    remove_replaced,
+    tokens_today,
+)
 from assistant.settings.cleanup import beat_schedule
 from assistant.settings.conf import compaction_config
 from assistant.tasks import embed_texts_task
@@ -159,6 +168,37 @@ def test_texts_of_several_conversations_share_a_request_and_its_tokens(fake):
     reported = fake.requests_for(EMBEDDINGS)[0].usage["prompt_tokens"]
     assert sum(usage.values()) == reported == run.tokens
     assert usage[second.pk] > usage[first.pk] > 0  # shared by the texts' sizes
+
+
+@pytest.mark.django_db
+def test_each_source_of_pending_texts_is_read_through_an_index_of_its_own():
+    """The plans with sequential scans priced out: each source's candidates come from
+    the index named (its condition matches the query's), each checked against the
+    embeddings' unique constraint, never a scan of the table."""
+    indexes = {
+        "summary": "assistant_summaryversion_pkey",
+        "session": "assistant_conv_session_summary",
+        "original": "assistant_msg_compacted",
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    for source, rows in pending_sources("text-embedding-3-small", DIMENSIONS):
+        plan = rows[:500].explain()
+        assert indexes[source] in plan, plan
+        assert "assistant_embedding_once" in plan, plan
+        for table in ("assistant_summaryversion", "assistant_message", "assistant_embedding"):
+            assert f"Seq Scan on {table}" not in plan, plan
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + replaced_query_sql())
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "assistant_embedding_model" in plan, plan
+
+
+def replaced_query_sql() -> str:
+    """The statement `remove_replaced` selects a batch with (its first, as it runs)."""
+    with CaptureQueriesContext(connection) as queries:
+        remove_replaced("text-embedding-3-small", DIMENSIONS)
+    return next(q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT"))
 
 
 @pytest.mark.django_db

@@ -31,9 +31,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, time
+from typing import Any
 
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Exists, OuterRef, Q, Sum
+from django.db.models import Exists, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 
 from assistant.history import first_in
@@ -145,13 +146,12 @@ def _embedded(source: str, model: str, dimensions: int) -> Exists:
     )
 
 
-def pending_texts(model: str, dimensions: int, limit: int = RUN_TEXTS) -> list[Text]:
-    """At most `limit` texts with no vectors of `model` (with `dimensions`): window
-    summary versions, then session summaries, then compacted originals, each newest
-    first through an index of its own (the primary key, assistant_conv_session_summary,
-    assistant_msg_compacted), each candidate checked against the embeddings' unique
-    index."""
-    texts: list[Text] = []
+def pending_sources(model: str, dimensions: int) -> list[tuple[str, QuerySet[Any, Any]]]:
+    """Each source's texts with no vectors of `model` (with `dimensions`), newest first,
+    as (id, conversation id, text) rows: window summary versions (the primary key),
+    session summaries (assistant_conv_session_summary) and compacted originals
+    (assistant_msg_compacted), each candidate checked against the embeddings' unique
+    constraint's index."""
     summaries = (
         SummaryVersion.objects.filter(conversation__deleted_at__isnull=True)
         .exclude(text="")
@@ -159,43 +159,44 @@ def pending_texts(model: str, dimensions: int, limit: int = RUN_TEXTS) -> list[T
         .order_by("-id")
         .values_list("id", "conversation_id", "text")
     )
-    texts += [Text(Source.SUMMARY, pk, owner, text) for pk, owner, text in summaries[:limit]]
-    if len(texts) < limit:
-        # The summary a session's next session carries; the offline one, still to be
-        # replaced by the model's (summary_deferred), waits.
-        sessions = (
-            Conversation.objects.filter(
-                parent_link=Conversation.Link.SESSION,
-                parent_conversation_summary__isnull=False,
-                summary_deferred=False,
-                deleted_at__isnull=True,
-                parent_conversation__deleted_at__isnull=True,
-            )
-            .exclude(parent_conversation_summary="")
-            .filter(~_embedded(Source.SESSION, model, dimensions))
-            .order_by("-id")
-            .values_list("id", "parent_conversation_id", "parent_conversation_summary")
+    # The summary a session's next session carries, stored under the session it
+    # summarizes; the offline one, still to be replaced by the model's
+    # (summary_deferred), waits.
+    sessions = (
+        Conversation.objects.filter(
+            parent_link=Conversation.Link.SESSION,
+            parent_conversation_summary__isnull=False,
+            summary_deferred=False,
+            deleted_at__isnull=True,
+            parent_conversation__deleted_at__isnull=True,
         )
-        texts += [
-            Text(Source.SESSION, pk, summarized, text)
-            for pk, summarized, text in sessions[: limit - len(texts)]
-        ]
-    if len(texts) < limit:
-        originals = (
-            Message.objects.filter(
-                compacted_content__isnull=False,
-                original_dropped_at__isnull=True,
-                conversation__deleted_at__isnull=True,
-            )
-            .exclude(content="")
-            .filter(~_embedded(Source.ORIGINAL, model, dimensions))
-            .order_by("-compacted_at")
-            .values_list("id", "conversation_id", "content")
+        .exclude(parent_conversation_summary="")
+        .filter(~_embedded(Source.SESSION, model, dimensions))
+        .order_by("-id")
+        .values_list("id", "parent_conversation_id", "parent_conversation_summary")
+    )
+    originals = (
+        Message.objects.filter(
+            compacted_content__isnull=False,
+            original_dropped_at__isnull=True,
+            conversation__deleted_at__isnull=True,
         )
-        texts += [
-            Text(Source.ORIGINAL, pk, owner, text)
-            for pk, owner, text in originals[: limit - len(texts)]
-        ]
+        .exclude(content="")
+        .filter(~_embedded(Source.ORIGINAL, model, dimensions))
+        .order_by("-compacted_at")
+        .values_list("id", "conversation_id", "content")
+    )
+    return [(Source.SUMMARY, summaries), (Source.SESSION, sessions), (Source.ORIGINAL, originals)]
+
+
+def pending_texts(model: str, dimensions: int, limit: int = RUN_TEXTS) -> list[Text]:
+    """At most `limit` texts with no vectors of `model`: the summaries first, then the
+    session summaries, then the originals (`pending_sources`)."""
+    texts: list[Text] = []
+    for source, rows in pending_sources(model, dimensions):
+        if len(texts) >= limit:
+            break
+        texts += [Text(source, pk, owner, text) for pk, owner, text in rows[: limit - len(texts)]]
     return texts
 
 
