@@ -129,8 +129,8 @@ class Migration(migrations.Migration):
             model_name="conversation",
             index=models.Index(
                 condition=models.Q(
-                    ("parent_link", "session"),
                     ("parent_conversation_summary__isnull", False),
+                    ("parent_link", "session"),
                     ("summary_deferred", False),
                 ),
                 fields=["id"],
