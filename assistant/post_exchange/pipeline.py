@@ -18,6 +18,7 @@ from assistant.history import EMBED_TASK, an_id, enqueue_on_commit, entry_point,
 from assistant.models import CompactionEvent, Conversation, SummaryVersion
 from assistant.ops.logs import log_event
 from assistant.provider_compaction import provider_compacts
+from assistant.settings.app import app_setting
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.summary import prebuild_window_summary
 from assistant.tool_results import compact_old_blocks, prepare_tool_results
@@ -49,7 +50,8 @@ def process_exchange(conversation_id: int) -> bool:
         prebuilt = shift_ahead(conversation_id, config) and prebuild_window_summary(conversation)
         # The admin list's figures, with this exchange's calls and compactions.
         store_costs([conversation_id])
-    if compacted_since(conversation_id, conversation.post_exchange_done_at):
+    embeddings_on = str(app_setting("ASSISTANT_EMBEDDINGS")).lower() != "off"
+    if embeddings_on and compacted_since(conversation_id, conversation.post_exchange_done_at):
         # The texts semantic recall searches (docs/operations.rst, "Semantic recall").
         enqueue_on_commit(EMBED_TASK)
     record_processed(conversation_id, exchange_stamp)
