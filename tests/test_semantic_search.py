@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from assistant.models import Conversation, Embedding, Message, SummaryVersion
 from assistant.providers import embedder
 from assistant.recall import ensure_index, run_tool_call, store_embedding
-from assistant.services import answer_tool_calls, compact_tool_results
+from assistant.services import answer_tool_calls, compact_tool_results, new_session
 from tests.builders import html, tool_turn
 from tests.test_vectors import needs_pgvector
 
@@ -229,3 +229,28 @@ def test_a_search_runs_as_many_statements_among_10_or_10000_embeddings(
     bulk_embeddings(model.model, model.dimensions, 9_990)
 
     assert statements() == few
+
+
+def test_a_paraphrase_finds_the_session_that_answered_it(embeddings, django_user_model) -> None:
+    ana = django_user_model.objects.create(username="ana")
+    closed = Conversation.objects.create(user=ana, title="Billing questions")
+    first = tool_turn(closed, "How do refunds work here?", [])[0]
+    last = tool_turn(closed, "Thanks", [])[-1]
+    session = new_session(closed)
+    Conversation.objects.filter(pk=session.pk).update(
+        parent_conversation_summary="We settled the chargeback policy: reimbursed in 14 days."
+    )
+    model = embedder()
+    assert model is not None
+    vector = model.embed(["chargeback policy reimbursed"], kind="document").vectors[0]
+    store_embedding(closed, Embedding.Source.SESSION, session.pk, model.model, vector)
+    ensure_index(len(vector))
+    today = Conversation.objects.create(user=ana)
+
+    in_the_chain = search(session, "refund rules")
+    widened = search(today, "refund rules", recall_scope="user")
+
+    line = f'- ref m{first.pk}..m{last.pk} (session "Billing questions", conversation {closed.pk})'
+    assert line in in_the_chain, in_the_chain
+    assert line in widened, widened
+    assert search(today, "refund rules").startswith("No stored original matches")

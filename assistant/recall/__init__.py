@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank
 from django.db import connection
-from django.db.models import F, Lookup, Min, Q, Value
+from django.db.models import F, Lookup, Max, Min, Q, Value
 from django.db.models.functions import Greatest, Left, Length, StrIndex, Substr, Upper
 
 from assistant.history import entry_point, one_of
@@ -511,33 +511,13 @@ def _meaning_hits(scope: Scope, neighbours: list[Neighbour]) -> list[_Hit]:
     for neighbour in neighbours:
         wanted.setdefault(neighbour.source, []).append(neighbour.source_id)
     found: dict[tuple[str, int], _Hit] = {}
-    if wanted.get(Embedding.Source.ORIGINAL):
-        rows = (
-            Message.objects.filter(scope.messages, pk__in=wanted[Embedding.Source.ORIGINAL])
-            .annotate(snippet=Left("content", SNIPPET_CHARS))
-            .values("id", "conversation_id", "role", "tool_name", "snippet")
-        )
-        for row in rows:
-            found[(Embedding.Source.ORIGINAL, row["id"])] = _Hit(
-                handle(row["id"]), _who(row, scope), _clean(row["snippet"] or "")
-            )
-    if wanted.get(Embedding.Source.SUMMARY):
-        summaries = list(
-            SummaryVersion.objects.filter(scope.summaries, pk__in=wanted[Embedding.Source.SUMMARY])
-            .exclude(through_message_id=None)
-            .annotate(snippet=Left("text", SNIPPET_CHARS))
-            .values("id", "conversation_id", "after_message_id", "through_message_id", "snippet")
-        )
-        firsts = _first_message_ids({row["conversation_id"] for row in summaries})
-        for row in summaries:
-            first = (row["after_message_id"] or 0) + 1 if row["after_message_id"] else None
-            first = first or firsts.get(row["conversation_id"], row["through_message_id"])
-            where = _elsewhere(row["conversation_id"], scope)
-            found[(Embedding.Source.SUMMARY, row["id"])] = _Hit(
-                f"{handle(first)}..{handle(row['through_message_id'])}",
-                f"summary{where}",
-                _clean(row["snippet"] or ""),
-            )
+    for source, read in (
+        (Embedding.Source.ORIGINAL, _original_hits),
+        (Embedding.Source.SUMMARY, _summary_hits),
+        (Embedding.Source.SESSION, _session_hits),
+    ):
+        if wanted.get(source):
+            found.update({(source, pk): hit for pk, hit in read(scope, wanted[source]).items()})
     hits, seen = [], set()
     for neighbour in neighbours:
         hit = found.get((neighbour.source, neighbour.source_id))
@@ -547,15 +527,80 @@ def _meaning_hits(scope: Scope, neighbours: list[Neighbour]) -> list[_Hit]:
     return hits
 
 
-def _first_message_ids(conversation_ids: set[int]) -> dict[int, int]:
+def _original_hits(scope: Scope, ids: list[int]) -> dict[int, _Hit]:
+    rows = (
+        Message.objects.filter(scope.messages, pk__in=ids)
+        .annotate(snippet=Left("content", SNIPPET_CHARS))
+        .values("id", "conversation_id", "role", "tool_name", "snippet")
+    )
+    return {
+        row["id"]: _Hit(handle(row["id"]), _who(row, scope), _clean(row["snippet"] or ""))
+        for row in rows
+    }
+
+
+def _summary_hits(scope: Scope, ids: list[int]) -> dict[int, _Hit]:
+    rows = list(
+        SummaryVersion.objects.filter(scope.summaries, pk__in=ids)
+        .exclude(through_message_id=None)
+        .annotate(snippet=Left("text", SNIPPET_CHARS))
+        .values("id", "conversation_id", "after_message_id", "through_message_id", "snippet")
+    )
+    ranges = _message_ranges({row["conversation_id"] for row in rows})
+    hits = {}
+    for row in rows:
+        # A segment summary covers what follows its message; a window summary, the
+        # conversation from its start.
+        if row["after_message_id"]:
+            first = row["after_message_id"] + 1
+        else:
+            first = ranges.get(row["conversation_id"], (row["through_message_id"], 0))[0]
+        hits[row["id"]] = _Hit(
+            f"{handle(first)}..{handle(row['through_message_id'])}",
+            f"summary{_elsewhere(row['conversation_id'], scope)}",
+            _clean(row["snippet"] or ""),
+        )
+    return hits
+
+
+def _session_hits(scope: Scope, ids: list[int]) -> dict[int, _Hit]:
+    """A session's summary is stored by the session after it (`ids`), and embedded
+    under the session it summarizes, the one the scope must reach."""
+    rows = list(
+        Conversation.objects.filter(pk__in=ids, parent_conversation_id__in=scope.conversation_ids)
+        .annotate(
+            snippet=Left("parent_conversation_summary", SNIPPET_CHARS),
+            summarized_title=F("parent_conversation__title"),
+        )
+        .values("id", "parent_conversation_id", "summarized_title", "snippet")
+    )
+    ranges = _message_ranges({row["parent_conversation_id"] for row in rows})
+    hits = {}
+    for row in rows:
+        summarized = row["parent_conversation_id"]
+        if summarized not in ranges:
+            continue
+        first, last = ranges[summarized]
+        title = f' "{row["summarized_title"]}"' if row["summarized_title"] else ""
+        hits[row["id"]] = _Hit(
+            f"{handle(first)}..{handle(last)}",
+            f"session{title}, conversation {summarized}",
+            _clean(row["snippet"] or ""),
+        )
+    return hits
+
+
+def _message_ranges(conversation_ids: set[int]) -> dict[int, tuple[int, int]]:
+    """Each conversation's first and last message ids, in one query."""
     if not conversation_ids:
         return {}
-    return dict(
+    rows = (
         Message.objects.filter(conversation_id__in=conversation_ids)
         .values("conversation_id")
-        .annotate(first=Min("id"))
-        .values_list("conversation_id", "first")
+        .annotate(first=Min("id"), last=Max("id"))
+        .values_list("conversation_id", "first", "last")
     )
+    return {conversation: (first, last) for conversation, first, last in rows}
 
 
 def _elsewhere(conversation_id: int, scope: Scope) -> str:
