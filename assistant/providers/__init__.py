@@ -8,7 +8,11 @@ usage, overflow words, its compaction blocks) and its summarizer client
 - wire, convert, streaming: what differs between wires, the neutral messages
   turned into each request shape, an answer read as it arrives;
 - catalog: the providers by name, their models' windows, output caps and prices;
-- registry: which provider summarizes, from settings and the SDKs' environment;
+- registry: which provider summarizes and which model embeds, from settings and the
+  SDKs' environment;
+- embeddings: the embedding interface (`Embedder`, `EmbeddingResult`, `EmbeddingError`),
+  its models' limits and dimensions; each folder's embeddings module implements it
+  (openai, gemini, voyage, local: docs/operations.rst, "Where embeddings come from");
 - overflow: is this error a context-window overflow;
 - summary_prompt, cached_request: what a summarizer client sends;
 - compaction_blocks: the providers' own compaction blocks, checked and sized.
@@ -30,7 +34,9 @@ from assistant.providers.cached_request import CachedRequest
 from assistant.providers.catalog import (
     ANTHROPIC,
     CHAT_PROVIDERS,
+    DEFAULT_EMBEDDING_MODELS,
     DEFAULT_PROVIDER,
+    EMBEDDING_MODELS,
     MODEL_SETTINGS,
     WIRES,
     Price,
@@ -48,6 +54,13 @@ from assistant.providers.catalog import (
 )
 from assistant.providers.compaction_blocks import Record, block_tokens, summary_text, validated
 from assistant.providers.convert import InvalidRequest
+from assistant.providers.embeddings import (
+    Embedder,
+    EmbeddingError,
+    EmbeddingModel,
+    EmbeddingResult,
+    unit_vector,
+)
 from assistant.providers.gemini.wire import GEMINI
 from assistant.providers.lifetimes import (
     LIFETIMES,
@@ -64,6 +77,9 @@ from assistant.providers.overflow import (
     overflow_token_counts,
 )
 from assistant.providers.registry import (
+    embedder,
+    embedder_settings,
+    embeddings_off_reason,
     forget_clients,
     get_provider,
     import_sdk,
@@ -98,7 +114,9 @@ from assistant.text import extract_identifiers
 __all__ = [
     "ANTHROPIC",
     "CHAT_PROVIDERS",
+    "DEFAULT_EMBEDDING_MODELS",
     "DEFAULT_PROVIDER",
+    "EMBEDDING_MODELS",
     "GEMINI",
     "LIFETIMES",
     "MAX_INSTRUCTIONS_CHARS",
@@ -108,6 +126,10 @@ __all__ = [
     "CacheLifetime",
     "CachedRequest",
     "ChatResult",
+    "Embedder",
+    "EmbeddingError",
+    "EmbeddingModel",
+    "EmbeddingResult",
     "Guidance",
     "InvalidRequest",
     "OfflineProvider",
@@ -132,6 +154,9 @@ __all__ = [
     "context_overflow",
     "current_call_instructions",
     "describe_message",
+    "embedder",
+    "embedder_settings",
+    "embeddings_off_reason",
     "extract_identifiers",
     "forget_clients",
     "get_provider",
@@ -159,6 +184,7 @@ __all__ = [
     "summary_guidance",
     "summary_text",
     "telemetry_name",
+    "unit_vector",
     "validate_summary",
     "validated",
     "wire_of",

@@ -1,5 +1,7 @@
 """The chat providers by name, and their models' windows and prices
-(docs/providers.rst). No SDK is imported here or by the wires.
+(docs/providers.rst); the embedding models by provider, with their input prices
+(docs/operations.rst, "Where embeddings come from"). No SDK is imported here or by
+the wires.
 
 A model no table lists gets ASSISTANT_DEFAULT_CONTEXT_WINDOW and no price (its calls
 are counted at zero and listed as unpriced); the system check assistant.W002 warns
@@ -15,11 +17,16 @@ from django.core.exceptions import ValidationError
 
 from assistant.providers.anthropic.wire import ANTHROPIC
 from assistant.providers.base import ChatResult
+from assistant.providers.embeddings import EmbeddingModel
+from assistant.providers.gemini import wire as gemini_wire
 from assistant.providers.gemini.interactions import GEMINI_INTERACTIONS
 from assistant.providers.gemini.wire import GEMINI
+from assistant.providers.local import models as local_models
 from assistant.providers.offline.provider import OFFLINE_MODEL
+from assistant.providers.openai import wire as openai_wire
 from assistant.providers.openai.responses_api import OPENAI_RESPONSES
 from assistant.providers.openai.wire import OPENAI
+from assistant.providers.voyage import models as voyage_models
 from assistant.providers.wire import ModelInfo, Wire, longest_prefix, normalized_model
 from assistant.settings.app import app_setting
 from assistant.text import MediaRates
@@ -45,6 +52,20 @@ CHAT_MODEL_SETTINGS = {
     "openai": "OPENAI_CHAT_MODEL",
     "openai_responses": "OPENAI_CHAT_MODEL",
     "gemini_interactions": "GEMINI_CHAT_MODEL",
+}
+
+# The embedding models by provider (ASSISTANT_EMBEDDINGS), and each provider's default.
+EMBEDDING_MODELS: dict[str, dict[str, EmbeddingModel]] = {
+    OPENAI.name: openai_wire.EMBEDDING_MODELS,
+    GEMINI.name: gemini_wire.EMBEDDING_MODELS,
+    voyage_models.NAME: voyage_models.EMBEDDING_MODELS,
+    local_models.NAME: local_models.EMBEDDING_MODELS,
+}
+DEFAULT_EMBEDDING_MODELS = {
+    OPENAI.name: openai_wire.DEFAULT_EMBEDDING_MODEL,
+    GEMINI.name: gemini_wire.DEFAULT_EMBEDDING_MODEL,
+    voyage_models.NAME: voyage_models.DEFAULT_EMBEDDING_MODEL,
+    local_models.NAME: local_models.DEFAULT_EMBEDDING_MODEL,
 }
 
 
@@ -126,6 +147,9 @@ def listed_prices() -> dict[str, dict[str, float]]:
             row = info.prices()
             if row is not None:
                 prices[name] = row
+    for table in EMBEDDING_MODELS.values():
+        for name, model in table.items():
+            prices[name] = {**free, "input": model.input_price}
     return prices
 
 

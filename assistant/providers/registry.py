@@ -1,21 +1,33 @@
 """Which provider summarizes, from settings and the SDKs' own environment variables;
-and the summarize() entry point with its fallback. A key is read, passed to its SDK's
-client, and never logged."""
+and the summarize() entry point with its fallback. Which model embeds (`embedder()`,
+ASSISTANT_EMBEDDINGS: docs/operations.rst, "Where embeddings come from"), with the same
+keys, base URLs and client settings. A key is read, passed to its SDK's client, and
+never logged."""
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from django.core.exceptions import ImproperlyConfigured
+
 from assistant.ops import telemetry
 from assistant.providers.base import Provider, ProviderError, SummaryResult
 from assistant.providers.cached_request import CachedRequest
-from assistant.providers.catalog import telemetry_name
+from assistant.providers.catalog import (
+    DEFAULT_EMBEDDING_MODELS,
+    EMBEDDING_MODELS,
+    telemetry_name,
+)
+from assistant.providers.embeddings import Embedder, chosen_dimensions, embedding_model
+from assistant.providers.local import models as local_models
 from assistant.providers.offline.provider import OfflineProvider
 from assistant.providers.summary_prompt import validate_summary
+from assistant.providers.voyage import models as voyage_models
 from assistant.settings.app import SUMMARIZERS, app_setting
 
 logger = logging.getLogger("assistant.providers")
@@ -136,9 +148,9 @@ def _gemini_class(provider: str = "gemini") -> Callable[..., Provider]:
 
 
 def import_sdk() -> None:
-    """Import the configured summarizer's SDK (seconds of CPU for some) and build
-    no client. A worker's main process calls it before it forks its pool, so a
-    child, replaced after a crash however loaded the machine, starts with the SDK
+    """Import the configured summarizer's SDK (seconds of CPU for some) and the
+    embedder's, and build no client. A worker's main process calls it before it forks
+    its pool, so a child, replaced after a crash however loaded the machine, starts with the SDK
     already in memory and builds its own client, with its own sockets, at first use
     (docs/operations.rst, "Faults")."""
     name = provider_name()
@@ -146,12 +158,16 @@ def import_sdk() -> None:
         _client_class(name)
     elif key_owner(name) == "gemini" and api_key(name):
         _gemini_class(name)
+    chosen = embedder_settings()
+    if chosen is not None and embeddings_off_reason() is None:
+        _embedder_class(chosen.provider)
 
 
 def forget_clients() -> None:
-    """Drop the clients built so far: a forked process builds its own, since one
-    built before the fork would share its parent's connections."""
+    """Drop the clients built so far (summarizers' and embedders'): a forked process
+    builds its own, since one built before the fork would share its parent's connections."""
     _client.cache_clear()
+    _embedder.cache_clear()
 
 
 # Clients are built once per distinct configuration, so a test that overrides settings
@@ -302,3 +318,172 @@ def _offline(provider: Provider, transcript: str, previous_summary: str | None) 
         provider=result.provider,
         fallback=True,
     )
+
+
+# --- embeddings ------------------------------------------------------------------------
+
+# The embedding providers whose key is not a summarizer's: its settings key, then the
+# environment variable its SDK reads itself. OpenAI and Gemini use KEYS.
+EMBEDDING_KEYS = {voyage_models.NAME: ("VOYAGE_API_KEY", ("VOYAGE_API_KEY",))}
+# What each optional provider needs installed: the `voyage` and `local-embeddings` extras.
+EMBEDDING_PACKAGES = {
+    voyage_models.NAME: (("voyageai",), "voyage"),
+    local_models.NAME: (
+        (local_models.MODEL_PACKAGE, local_models.RUNTIME_PACKAGE),
+        "local-embeddings",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class EmbedderSettings:
+    """What builds the deployment's embedder; hashable, so it is built once per value."""
+
+    provider: str
+    model: str
+    dimensions: int
+    api_key: str
+    base_url: str | None
+    timeout: float
+    max_retries: int
+    retry_initial_delay: float
+    retry_max_delay: float
+
+
+def embedding_provider() -> str:
+    """ASSISTANT_EMBEDDINGS, lower case ("off" when blank)."""
+    return str(app_setting("ASSISTANT_EMBEDDINGS"))
+
+
+def embedding_key(provider: str) -> str:
+    """The embedding provider's key: its Django setting, else its SDK's environment
+    variable ("" for the local model, which needs none)."""
+    if provider in KEYS:
+        return api_key(provider)
+    if provider not in EMBEDDING_KEYS:
+        return ""
+    setting, variables = EMBEDDING_KEYS[provider]
+    written = str(app_setting(setting) or "")
+    return written or next((os.environ[n] for n in variables if os.environ.get(n)), "")
+
+
+def embedder_settings() -> EmbedderSettings | None:
+    """The configured embedding model and its client settings; None when embeddings are
+    off. ImproperlyConfigured, naming the settings, for a model or a dimension count the
+    app refuses (`manage.py check` reports it, assistant.E002)."""
+    provider = embedding_provider()
+    if provider == "off":
+        return None
+    table = EMBEDDING_MODELS[provider]
+    model = str(app_setting("ASSISTANT_EMBEDDING_MODEL") or DEFAULT_EMBEDDING_MODELS[provider])
+    row = embedding_model(table, model)
+    if row is None and provider == local_models.NAME:
+        raise ImproperlyConfigured(
+            f"ASSISTANT_EMBEDDING_MODEL is {model!r}, but the local embedder runs "
+            f"{local_models.DEFAULT_EMBEDDING_MODEL} only (leave it blank)"
+        )
+    dimensions = chosen_dimensions(
+        provider, model, row, int(app_setting("ASSISTANT_EMBEDDING_DIMENSIONS"))
+    )
+    local = provider == local_models.NAME
+    base_url = None if local else app_setting(f"{provider.upper()}_BASE_URL")
+    return EmbedderSettings(
+        provider=provider,
+        model=model,
+        dimensions=dimensions,
+        api_key=embedding_key(provider),
+        base_url=base_url or None,
+        timeout=float(app_setting("LLM_TIMEOUT_SECONDS")),
+        max_retries=int(app_setting("LLM_MAX_RETRIES")),
+        retry_initial_delay=float(app_setting("LLM_RETRY_INITIAL_DELAY")),
+        retry_max_delay=float(app_setting("LLM_RETRY_MAX_DELAY")),
+    )
+
+
+def embeddings_off_reason() -> str | None:
+    """Why the configured embedding model cannot run, so search is full-text alone: its
+    provider's key is missing, or the extra it needs is not installed; None when it can
+    run, or when embeddings are off as asked. Settings the app refuses raise
+    ImproperlyConfigured (embedder_settings)."""
+    chosen = embedder_settings()
+    if chosen is None:
+        return None
+    if chosen.provider in EMBEDDING_PACKAGES:
+        packages, extra = EMBEDDING_PACKAGES[chosen.provider]
+        missing = [name for name in packages if importlib.util.find_spec(name) is None]
+        if missing:
+            return (
+                f"ASSISTANT_EMBEDDINGS is {chosen.provider!r} but {', '.join(missing)} is not "
+                f"installed (pip install django-assistant-compaction[{extra}])"
+            )
+    if chosen.provider != local_models.NAME and not chosen.api_key:
+        setting, variables = (
+            KEYS[chosen.provider] if chosen.provider in KEYS else EMBEDDING_KEYS[chosen.provider]
+        )
+        places = " nor ".join([f"settings.{setting}", *variables])
+        return f"ASSISTANT_EMBEDDINGS is {chosen.provider!r} but neither {places} is set"
+    return None
+
+
+def _embedder_class(provider: str) -> Callable[..., Embedder]:
+    # Imported when chosen: an SDK costs seconds to import, and voyageai and the local
+    # model (torch) are optional extras, installed only where they are used.
+    if provider == "openai":
+        from assistant.providers.openai.embeddings import OpenAIEmbedder
+
+        return OpenAIEmbedder
+    if provider == "gemini":
+        from assistant.providers.gemini.embeddings import GeminiEmbedder
+
+        return GeminiEmbedder
+    if provider == voyage_models.NAME:
+        from assistant.providers.voyage.embeddings import VoyageEmbedder
+
+        return VoyageEmbedder
+    from assistant.providers.local.embeddings import LocalEmbedder
+
+    return LocalEmbedder
+
+
+@functools.lru_cache(maxsize=4)
+def _embedder(chosen: EmbedderSettings) -> Embedder:
+    build = _embedder_class(chosen.provider)
+    if chosen.provider == local_models.NAME:
+        return build(model=chosen.model, dimensions=chosen.dimensions)
+    common = {
+        "api_key": chosen.api_key,
+        "base_url": chosen.base_url,
+        "model": chosen.model,
+        "dimensions": chosen.dimensions,
+        "timeout": chosen.timeout,
+        "max_retries": chosen.max_retries,
+    }
+    if chosen.provider == "gemini":
+        return build(
+            **common,
+            retry_initial_delay=chosen.retry_initial_delay,
+            retry_max_delay=chosen.retry_max_delay,
+        )
+    return build(**common)
+
+
+@functools.cache
+def _warn_embeddings_off_once(reason: str) -> None:
+    # Once per process (and per reason): the system check said it at start-up.
+    logger.warning("embeddings_off: %s; search is full-text alone", reason)
+
+
+def embedder() -> Embedder | None:
+    """The deployment's one embedding model, from settings (ASSISTANT_EMBEDDINGS,
+    ASSISTANT_EMBEDDING_MODEL, ASSISTANT_EMBEDDING_DIMENSIONS); None when embeddings are
+    off, or when the chosen provider cannot run (no key, or its extra not installed:
+    logged once as a warning). Built once per configuration; ImproperlyConfigured for
+    settings the app refuses."""
+    chosen = embedder_settings()
+    if chosen is None:
+        return None
+    reason = embeddings_off_reason()
+    if reason is not None:
+        _warn_embeddings_off_once(reason)
+        return None
+    return _embedder(chosen)

@@ -19,6 +19,10 @@ from django.core.exceptions import ImproperlyConfigured
 
 from assistant.settings.keys import checked, declared_keys, declared_types, default_of, key
 
+# pgvector's HNSW index takes vectors of up to 2,000 dimensions
+# (assistant.recall.vectors.MAX_INDEXED_DIMENSIONS): the most an embedding may have.
+MAX_EMBEDDING_DIMENSIONS = 2_000
+
 
 @dataclass(frozen=True)
 class AppSettings:
@@ -66,6 +70,23 @@ class AppSettings:
     SUMMARY_MAX_OUTPUT_TOKENS: int = key(2048, at_least=1)
     # Redis transport's own default; retry countdowns stay below half of it.
     CELERY_BROKER_VISIBILITY_TIMEOUT: int = key(3600, at_least=1)
+    # Semantic recall's embeddings (docs/operations.rst, "Where embeddings come from"): which
+    # provider's model embeds the summaries and originals (its key and base URL are the
+    # summarizer's: OPENAI_*, GEMINI_*, VOYAGE_*; "local": the local-embeddings extra's
+    # all-MiniLM-L6-v2), or off. One model per deployment. Any case; blank is off.
+    ASSISTANT_EMBEDDINGS: Literal["off", "openai", "gemini", "voyage", "local"] = key(
+        "off", any_case=True, blank_is_default=True
+    )
+    # Blank: the provider's default (text-embedding-3-small, gemini-embedding-001,
+    # voyage-3.5, all-MiniLM-L6-v2).
+    ASSISTANT_EMBEDDING_MODEL: str = ""
+    # 0: the model's default (1536, 768, 1024, 384); a count the model cannot produce is
+    # refused, and so is one over pgvector's HNSW limit.
+    ASSISTANT_EMBEDDING_DIMENSIONS: int = key(0, at_least=0, at_most=MAX_EMBEDDING_DIMENSIONS)
+    # Tokens the worker may send to the embedding model per day (the cap of its requests).
+    ASSISTANT_EMBEDDING_DAILY_TOKENS: int = key(2_000_000, at_least=0)
+    VOYAGE_API_KEY: str = key("", secret=True)
+    VOYAGE_BASE_URL: str | None = None
     # USD per million tokens, per model, over the providers' own tables (assistant/providers/:
     # docs/providers.rst): {"model": {"input", "output", "cache_read", "cache_write"}}. A
     # dated name like claude-haiku-4-5-20251001 takes the price of its longest listed prefix.
@@ -74,6 +95,8 @@ class AppSettings:
 
 # What ASSISTANT_SUMMARIZER may say.
 SUMMARIZERS: tuple[str, ...] = get_args(declared_types(AppSettings)["ASSISTANT_SUMMARIZER"])
+# What ASSISTANT_EMBEDDINGS may say.
+EMBEDDING_CHOICES: tuple[str, ...] = get_args(declared_types(AppSettings)["ASSISTANT_EMBEDDINGS"])
 
 
 def app_setting(name: str) -> Any:

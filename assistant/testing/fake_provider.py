@@ -22,6 +22,10 @@ The wires and each SDK's base URL (`fake.url` is `http://HOST:PORT`): Anthropic'
 API (`anthropic.Anthropic(base_url=fake.url)`), OpenAI's Chat Completions and Responses
 API (`openai.OpenAI(base_url=fake.url + "/v1")`, `fake.openai_url`), Gemini's
 generateContent and Interactions API (`genai.Client(http_options={"base_url": fake.url})`).
+The embedding endpoints of OpenAI, Gemini and Voyage (`voyageai.Client(base_url=
+fake.voyage_url)`), with deterministic vectors in which related words are near each other,
+are assistant.testing.fake_embeddings's (kinds openai.embeddings, gemini.embeddings,
+voyage.embeddings; `fake.use_embeddings(settings, "openai")`).
 
 Script it over HTTP: `POST /_fake/script` with `{"provider": "anthropic"
 (or "openai", "openai_responses", "gemini", "gemini_interactions"),
@@ -64,7 +68,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from assistant.testing import fake_compaction, fake_interactions, fake_openai, fake_streams
+from assistant.testing import (
+    fake_compaction,
+    fake_embeddings,
+    fake_interactions,
+    fake_openai,
+    fake_streams,
+)
 from assistant.testing.content import (
     anthropic_content_problem,
     gemini_content_problem,
@@ -84,6 +94,7 @@ KINDS = (
     fake_openai.CHAT,
     fake_openai.RESPONSES,
     fake_openai.RESPONSES_COMPACT,
+    *fake_embeddings.KINDS,  # embedding requests (assistant.testing.fake_embeddings)
 )
 
 #: The reply to a chat request that scripts none.
@@ -798,6 +809,45 @@ class FakeProvider:
         settings.LLM_RETRY_INITIAL_DELAY = 0.01
         settings.LLM_RETRY_MAX_DELAY = 0.05
 
+    def use_embeddings(self, settings: Any, provider: str, key: str | None = None) -> None:
+        """Semantic recall's embeddings from this server: ASSISTANT_EMBEDDINGS set to
+        `provider` ("openai", "gemini" or "voyage") with its key and base URL (the
+        summarizer, and the other settings, as they were)."""
+        settings.ASSISTANT_EMBEDDINGS = provider
+        if provider == "openai":
+            settings.OPENAI_API_KEY = key or "test-key-openai"
+            settings.OPENAI_BASE_URL = self.openai_url
+        elif provider == "gemini":
+            settings.GEMINI_API_KEY = key or "test-key-gemini"
+            settings.GEMINI_BASE_URL = self.url
+            settings.LLM_RETRY_INITIAL_DELAY = 0.01
+            settings.LLM_RETRY_MAX_DELAY = 0.05
+        elif provider == "voyage":
+            settings.VOYAGE_API_KEY = key or "test-key-voyage"
+            settings.VOYAGE_BASE_URL = self.voyage_url
+        else:
+            raise ValueError(
+                f"the fake serves openai, gemini and voyage embeddings, not {provider!r}"
+            )
+
+    def embeddings_env(self, provider: str) -> dict[str, str]:
+        """Environment for a worker subprocess whose embeddings come from this server."""
+        variables = {
+            "openai": {"OPENAI_API_KEY": "test-key-openai", "OPENAI_BASE_URL": self.openai_url},
+            "gemini": {"GEMINI_API_KEY": "test-key-gemini", "GEMINI_BASE_URL": self.url},
+            "voyage": {"VOYAGE_API_KEY": "test-key-voyage", "VOYAGE_BASE_URL": self.voyage_url},
+        }
+        if provider not in variables:
+            raise ValueError(
+                f"the fake serves openai, gemini and voyage embeddings, not {provider!r}"
+            )
+        return {"ASSISTANT_EMBEDDINGS": provider, **variables[provider]}
+
+    @property
+    def voyage_url(self) -> str:
+        """The `base_url` of the voyageai SDK (its paths follow /voyage/v1)."""
+        return f"{self.url}/voyage/v1"
+
     def use_gemini_interactions(self, settings: Any, key: str = "test-key-gemini") -> None:
         """The summarizer on Gemini's Interactions API, answered by this server."""
         self.use_gemini(settings, key)
@@ -863,7 +913,10 @@ class FakeProvider:
                 if path in ("/_fake/script", "/_fake/reset"):
                     self._control(path, body)
                     return
-                if path in fake_openai.PATHS:
+                embedding = fake_embeddings.kind_of(path)
+                if embedding is not None:
+                    kind = embedding
+                elif path in fake_openai.PATHS:
                     kind = fake_openai.PATHS[path]
                 elif path == "/v1/messages":
                     kind = fake_compaction.messages_kind(body)
@@ -904,7 +957,9 @@ class FakeProvider:
                 usage = None
                 if reply.kind == "ok" and not reply.usage and kind in _CACHED_KINDS:
                     usage = fake._usage(kind, body)
-                if kind in fake_openai.PATHS.values():
+                if kind in fake_embeddings.KINDS:
+                    answer = fake_embeddings.render(reply, kind, path, body)
+                elif kind in fake_openai.PATHS.values():
                     tokens = prompt_tokens(body)
                     answer = fake_openai.render(
                         reply,

@@ -27,7 +27,34 @@ from assistant.providers.summary_prompt import build_summary_prompt, validate_su
 RETRY_STATUS_CODES = [408, 429, 500, 502, 503, 504]
 # Timeouts and connection failures come through unwrapped from the SDK's HTTP stack; a
 # malformed body surfaces as a ValueError (JSON or validation).
-_CALL_ERRORS = (genai_errors.APIError, httpx2.HTTPError, ValueError)
+CALL_ERRORS = (genai_errors.APIError, httpx2.HTTPError, ValueError)
+
+
+def gemini_client(
+    *,
+    api_key: str,
+    base_url: str | None,
+    timeout: float,
+    max_retries: int,
+    retry_initial_delay: float,
+    retry_max_delay: float,
+) -> genai.Client:
+    """A google-genai client with the summarizer's bounds: google-genai has no timeout and
+    no retries unless told (timeout in milliseconds); it retries RETRY_STATUS_CODES and
+    connection errors on its own backoff (it ignores retry-after)."""
+    retry = types.HttpRetryOptions(
+        attempts=max_retries + 1,
+        initial_delay=retry_initial_delay,
+        max_delay=retry_max_delay,
+        jitter=retry_initial_delay,
+        http_status_codes=RETRY_STATUS_CODES,
+    )
+    return genai.Client(
+        api_key=api_key,
+        http_options=types.HttpOptions(
+            base_url=base_url, timeout=int(timeout * 1000), retry_options=retry
+        ),
+    )
 
 
 class GeminiProvider(Provider):
@@ -53,25 +80,19 @@ class GeminiProvider(Provider):
             window=model_context_window(model),
             max_output_tokens=max_output_tokens,
         )
-        # google-genai has no timeout and no retries unless told (timeout in milliseconds).
-        retry = types.HttpRetryOptions(
-            attempts=max_retries + 1,
-            initial_delay=retry_initial_delay,
-            max_delay=retry_max_delay,
-            jitter=retry_initial_delay,
-            http_status_codes=RETRY_STATUS_CODES,
-        )
-        self._client = genai.Client(
+        self._client = gemini_client(
             api_key=api_key,
-            http_options=types.HttpOptions(
-                base_url=base_url, timeout=int(timeout * 1000), retry_options=retry
-            ),
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry_initial_delay=retry_initial_delay,
+            retry_max_delay=retry_max_delay,
         )
 
     def _call(self, method: str, model: str, **kwargs: Any) -> Any:
         try:
             return getattr(self._client.models, method)(model=model, **kwargs)
-        except _CALL_ERRORS as error:
+        except CALL_ERRORS as error:
             status = getattr(error, "code", None)
             status = status if isinstance(status, int) else None
             raise ProviderError(

@@ -9,6 +9,7 @@ from typing import Any
 
 from assistant.providers import convert
 from assistant.providers.base import ChatResult, Usage, new_tool_call_id
+from assistant.providers.embeddings import EmbeddingModel
 from assistant.providers.wire import ModelInfo, StreamReader, Wire
 from assistant.text import MediaRates
 
@@ -24,6 +25,16 @@ MODELS = {
     "gemini-2.5-flash-lite": ModelInfo(1_048_576, 0.1, 0.4, 0.01, 0.1, 65_536),
 }
 
+# The embedding models (`embed_content`, batchEmbedContents: up to 100 texts a request):
+# gemini-embedding-001 reads 2,048 tokens per text and gives 3,072 dimensions unasked; the
+# app asks for 768 by default (`output_dimensionality`, 128 to 3,072). USD per million
+# input tokens.
+EMBEDDING_MODELS = {
+    "gemini-embedding-001": EmbeddingModel(
+        768, 2_048, 100, 0.15, min_dimensions=128, max_dimensions=3072, native_dimensions=3072
+    ),
+}
+DEFAULT_EMBEDDING_MODEL = "gemini-embedding-001"
 
 # Token docs: an image with both sides up to 384 px is 258 tokens; a larger one is cut
 # into 768 x 768 tiles of 258 tokens each; a document page is 258 tokens.

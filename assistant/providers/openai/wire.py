@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 
 from assistant.providers import convert
 from assistant.providers.base import ChatResult, Usage
+from assistant.providers.embeddings import EmbeddingModel
 from assistant.providers.wire import ModelInfo, StreamReader, Wire, loaded_sdk
 from assistant.text import MEDIA_TYPES, MediaRates, describe
 
@@ -62,6 +63,20 @@ MODELS = {
     "o3": _gpt(200_000, 2.0, 8.0, 0.5, 100_000),
     "o4-mini": _gpt(200_000, 1.1, 4.4, 0.275, 100_000),
 }
+
+# The embedding models (`embeddings.create`): 8,192 tokens per text, 2,048 texts and
+# 300,000 tokens per request; the text-embedding-3 models shorten their vectors to any
+# `dimensions` below their own. USD per million input tokens.
+EMBEDDING_MODELS = {
+    "text-embedding-3-small": EmbeddingModel(
+        1536, 8_192, 2_048, 0.02, min_dimensions=1, max_dimensions=1536, max_request_tokens=300_000
+    ),
+    "text-embedding-3-large": EmbeddingModel(
+        3072, 8_192, 2_048, 0.13, min_dimensions=1, max_dimensions=3072, max_request_tokens=300_000
+    ),
+    "text-embedding-ada-002": EmbeddingModel(1536, 8_192, 2_048, 0.10, max_request_tokens=300_000),
+}
+DEFAULT_EMBEDDING_MODEL = "text-embedding-3-small"
 
 
 def usage_from_openai(usage: Any) -> Usage:
