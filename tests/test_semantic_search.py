@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from assistant.models import Conversation, Embedding, Message, SummaryVersion
 from assistant.providers import embedder
-from assistant.recall import ensure_index, run_tool_call, store_embedding
+from assistant.recall import ensure_index, index_name, run_tool_call, store_embedding
 from assistant.services import answer_tool_calls, compact_tool_results, new_session
 from tests.builders import html, tool_turn
 from tests.test_vectors import needs_pgvector
@@ -44,12 +44,16 @@ def embedded(message: Message) -> None:
     store_embedding(
         message.conversation, Embedding.Source.ORIGINAL, message.pk, model.model, vector
     )
-    ensure_index(len(vector))
 
 
 @pytest.fixture
 def embeddings(fake_llm, settings):
     fake_llm.use_embeddings(settings, "openai")
+    model = embedder()
+    assert model is not None
+    # Before the test writes a row: PostgreSQL builds no index in a transaction with
+    # pending constraint checks (the worker's job runs outside one).
+    ensure_index(model.dimensions)
     return fake_llm
 
 
@@ -108,7 +112,6 @@ def test_only_the_current_models_vectors_are_searched(embeddings, conversation) 
     answer = compacted(conversation, REFUND_RULES)
     vector = embedder().embed([answer.content], kind="document").vectors[0]  # type: ignore[union-attr]
     store_embedding(conversation, Embedding.Source.ORIGINAL, answer.pk, "an-old-model", vector)
-    ensure_index(len(vector))
 
     assert search(conversation, "refund rules").startswith("No stored original matches")
 
@@ -125,7 +128,6 @@ def test_a_summary_hit_names_the_range_it_covers(embeddings, conversation) -> No
     assert model is not None
     vector = model.embed([version.text], kind="document").vectors[0]
     store_embedding(conversation, Embedding.Source.SUMMARY, version.pk, model.model, vector)
-    ensure_index(len(vector))
 
     text = search(conversation, "refund rules")
 
@@ -193,23 +195,32 @@ def test_a_failing_embedding_model_leaves_search_by_words(embeddings, conversati
     assert text.endswith("(Searched by words only: the embedding model did not answer.)")
 
 
-def bulk_embeddings(model: str, dimensions: int, count: int) -> None:
+def bulk_embeddings(model: str, dimensions: int, count: int, first: int) -> None:
     """`count` stored embeddings of random directions in another conversation, through SQL."""
     elsewhere = Conversation.objects.create()
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO assistant_embedding "
             "(conversation_id, source, source_id, chunk, model, dimensions, vector, created_at) "
-            "SELECT %s, 'original', n, 0, %s, %s, "
+            "SELECT %s, 'original', %s + n, 0, %s, %s, "
             "(SELECT array_agg(random() * 2 - 1)::vector FROM generate_series(1, %s) "
             "WHERE n > 0), now() FROM generate_series(1, %s) AS n",
-            [elsewhere.pk, model, dimensions, dimensions, count],
+            [elsewhere.pk, first, model, dimensions, dimensions, count],
         )
         cursor.execute("ANALYZE assistant_embedding")
 
 
+@pytest.fixture
+def short_embeddings(fake_llm, settings):
+    """Embeddings of 64 dimensions (OpenAI's `dimensions`), for tables of thousands."""
+    settings.ASSISTANT_EMBEDDING_DIMENSIONS = 64
+    fake_llm.use_embeddings(settings, "openai")
+    ensure_index(64)
+    return fake_llm
+
+
 def test_a_search_runs_as_many_statements_among_10_or_10000_embeddings(
-    embeddings, conversation
+    short_embeddings, conversation
 ) -> None:
     """And finds the conversation's one embedding among another's 10,000 (through the
     HNSW index, an iterative scan goes on past them)."""
@@ -224,9 +235,9 @@ def test_a_search_runs_as_many_statements_among_10_or_10000_embeddings(
         assert f"ref m{answer.pk}" in text, text
         return len(captured)
 
-    bulk_embeddings(model.model, model.dimensions, 10)
+    bulk_embeddings(model.model, model.dimensions, 10, first=10**12)
     few = statements()
-    bulk_embeddings(model.model, model.dimensions, 9_990)
+    bulk_embeddings(model.model, model.dimensions, 9_990, first=2 * 10**12)
 
     assert statements() == few
 
@@ -244,7 +255,6 @@ def test_a_paraphrase_finds_the_session_that_answered_it(embeddings, django_user
     assert model is not None
     vector = model.embed(["chargeback policy reimbursed"], kind="document").vectors[0]
     store_embedding(closed, Embedding.Source.SESSION, session.pk, model.model, vector)
-    ensure_index(len(vector))
     today = Conversation.objects.create(user=ana)
 
     in_the_chain = search(session, "refund rules")
@@ -254,3 +264,31 @@ def test_a_paraphrase_finds_the_session_that_answered_it(embeddings, django_user
     assert line in in_the_chain, in_the_chain
     assert line in widened, widened
     assert search(today, "refund rules").startswith("No stored original matches")
+
+
+def test_read_through_the_hnsw_index_a_conversation_among_many_still_gets_its_neighbours(
+    short_embeddings, conversation
+) -> None:
+    """The HNSW scan's first 40 are all another conversation's: its iterative scan
+    reads on until this conversation's rows come (the plan forced onto the index, as
+    the planner takes it for a wide scope)."""
+    answer = compacted(conversation, REFUND_RULES)
+    embedded(answer)
+    model = embedder()
+    assert model is not None
+    bulk_embeddings(model.model, model.dimensions, 5_000, first=10**12)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_sort = off")  # this test's transaction only
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        query = "[" + ",".join(["0.1"] * model.dimensions) + "]"
+        cursor.execute(
+            f"EXPLAIN SELECT id FROM assistant_embedding WHERE dimensions = {model.dimensions} "
+            "AND model = %s AND conversation_id = ANY(%s) "
+            f"ORDER BY (vector::vector({model.dimensions})) <=> %s::vector({model.dimensions}) "
+            "LIMIT 40",
+            [model.model, [conversation.pk], query],
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert index_name(model.dimensions) in plan, plan
+
+    assert f"- ref m{answer.pk} " in search(conversation, "refund rules")
