@@ -7,7 +7,10 @@ covers, "ref m12..m250"). `recall` reads an original by its handle, a page at a 
 (up to each fork point, included) with PostgreSQL full-text search over each message's
 stored document, then a substring search over a trigram index (a plain one on SQLite,
 the demo's store): both GIN indexes lead with the conversation, so a search reads its
-matches, never the whole conversation (docs/operations.rst, "Performance at scale")::
+matches, never the whole conversation (docs/operations.rst, "Performance at scale").
+With an embedding model configured, the nearest stored embeddings of originals,
+summaries and sessions (assistant.recall.semantic) are ranked with those matches by
+reciprocal rank fusion (docs/operations.rst, "Semantic recall")::
 
     tools = [*my_tools, *tool_definitions("anthropic")]
     ...
@@ -88,6 +91,7 @@ SEMANTIC_CANDIDATES = 40
 RRF_K = 60
 #: What a recall call may read (the host's keyword, never the model's).
 RecallScope = Literal["conversation", "user"]
+#: Its values, as run_tool_call's and answer_tool_calls' check takes them.
 RECALL_SCOPES = ("conversation", "user")
 #: A longer query is not words to look for but a pasted text: refused.
 MAX_QUERY_CHARS = 500
