@@ -81,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
         help="with --scale: only search_history, the long conversation written through SQL",
     )
     parser.add_argument(
+        "--scale-semantic",
+        action="store_true",
+        help="with --scale: only semantic search_history, among 10 and 10,000 embeddings",
+    )
+    parser.add_argument(
         "--scale-post-exchange",
         action="store_true",
         help="with --scale: only the post-exchange work, the long conversation written through SQL",
@@ -591,7 +596,8 @@ def scale_only(args: argparse.Namespace) -> int:
     """`--scale`: the long conversation in the large database (bench/scale.py), at
     the production sizes unless told (`--scale-messages`, `--scale-bulk`,
     `--scale-conversations`); `--scale-search`: the search figures alone;
-    `--scale-post-exchange`: the post-exchange figure alone."""
+    `--scale-post-exchange`: the post-exchange figure alone; `--scale-semantic`: semantic
+    search among 10 and 10,000 stored embeddings."""
     from bench import scale
 
     started = time.perf_counter()
@@ -601,6 +607,8 @@ def scale_only(args: argparse.Namespace) -> int:
 
     if args.scale_search:
         lines = scale.run_search(args.scale_messages or scale.LONG_MESSAGES, step)
+    elif args.scale_semantic:
+        lines = scale.run_semantic(step)
     elif args.scale_post_exchange:
         lines = scale.run_post_exchange(args.scale_messages or scale.LONG_MESSAGES, step)
     else:
