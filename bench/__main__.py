@@ -68,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
         help="replay only these real sessions (file names without .jsonl)",
     )
     parser.add_argument(
+        "--recall-quality",
+        action="store_true",
+        help="only what semantic recall adds to search_history on the real sessions, "
+        "with the local model (bench/recall_quality.py)",
+    )
+    parser.add_argument(
         "--scale",
         action="store_true",
         help="only the production-size figures (bench/scale.py); prints them, writes nothing",
@@ -99,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
 
     if args.scale:
         return scale_only(args)
+    if args.recall_quality:
+        return recall_quality_only()
     if args.offpath_only:
         return offpath_only()
     if args.offpath_run:
@@ -619,6 +627,19 @@ def scale_only(args: argparse.Namespace) -> int:
             step,
         )
     print("\n".join(lines))
+    return 0
+
+
+def recall_quality_only() -> int:
+    """`--recall-quality`: the probes full-text search misses, and what semantic recall finds."""
+    from bench import recall_quality
+
+    started = time.perf_counter()
+
+    def step(text: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {text}", flush=True)
+
+    print("\n".join(recall_quality.run(step)))
     return 0
 
 
