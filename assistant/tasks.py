@@ -18,6 +18,7 @@ from assistant.cleanup import (
 )
 from assistant.fork import generate_parent_summary
 from assistant.history import (
+    EMBED_TASK,
     PARENT_SUMMARY_TASK,
     POST_EXCHANGE_TASK,
     PREBUILD_TASK,
@@ -30,6 +31,7 @@ from assistant.ops.consumer import reconnecting
 from assistant.ops.logs import log_event
 from assistant.post_exchange import process_exchange
 from assistant.providers import ProviderError, forget_clients, import_sdk
+from assistant.recall import embed_pending
 from assistant.settings.app import app_setting
 from assistant.staff import run_staff_action
 from assistant.summary import note_worker, serve_prebuild_request
@@ -118,13 +120,16 @@ def post_exchange_task(self: Task, conversation_id: int) -> None:
         # retries run out the sweep finds the exchange again.
         if not exc.retryable:
             raise
-        delay = app_setting("ASSISTANT_PROVIDER_RETRY_SECONDS") * 2**self.request.retries
-        # A countdown past the visibility timeout would get the task delivered twice.
-        timeout = app_setting("CELERY_BROKER_VISIBILITY_TIMEOUT")
-        ceiling = min(PROVIDER_RETRY_CEILING_SECONDS, timeout // 2)
-        raise self.retry(
-            exc=exc, countdown=min(delay, ceiling), max_retries=PROVIDER_RETRIES
-        ) from exc
+        raise _provider_retry(self, exc) from exc
+
+
+def _provider_retry(task: Task, exc: ProviderError) -> BaseException:
+    """The retry of a task whose provider was rate-limited or overloaded, with backoff."""
+    delay = app_setting("ASSISTANT_PROVIDER_RETRY_SECONDS") * 2**task.request.retries
+    # A countdown past the visibility timeout would get the task delivered twice.
+    timeout = app_setting("CELERY_BROKER_VISIBILITY_TIMEOUT")
+    ceiling = min(PROVIDER_RETRY_CEILING_SECONDS, timeout // 2)
+    return task.retry(exc=exc, countdown=min(delay, ceiling), max_retries=PROVIDER_RETRIES)
 
 
 def _is_row_id(value: object) -> TypeGuard[int]:
@@ -184,6 +189,25 @@ def staff_action_task(
     result goes to the conversation's admin history. Arguments added later are
     trailing and optional, so a task queued before them still runs."""
     run_staff_action(action, conversation_id, user_id, instructions, message_id)
+
+
+@shared_task(bind=True, name=EMBED_TASK, **_DB_RETRY)
+def embed_texts_task(self: Task) -> int:
+    """One run of the embedding job (docs/operations.rst, "Semantic recall"), after an
+    exchange that compacted something and by beat; the next run is enqueued while more
+    remains. A rate-limited provider is retried later, as the post-exchange task's is
+    (what was stored stays: the next run embeds the rest); when the retries run out,
+    beat's next run takes the texts again."""
+    try:
+        run = embed_pending()
+    except ProviderError as exc:  # a retryable one: the job logs and skips the others
+        raise _provider_retry(self, exc) from exc
+    telemetry.embedding_run(
+        run.provider, run.model, tokens=run.tokens, capped=run.capped, failures=run.failed
+    )
+    if run.remains:
+        embed_texts_task.delay()
+    return run.embedded
 
 
 # --- Scheduled cleanup (beat; see assistant/settings/cleanup.py) -----------------

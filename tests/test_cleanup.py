@@ -427,6 +427,11 @@ def test_the_beat_schedule_is_built_from_the_cleanup_settings():
             "schedule": 600.0,
             "options": {"expires": 600.0},
         },
+        "assistant-embed-texts": {
+            "task": "assistant.tasks.embed_texts_task",
+            "schedule": 300.0,
+            "options": {"expires": 300.0},
+        },
     }
 
 
@@ -437,7 +442,7 @@ def test_every_beat_entry_names_a_registered_task():
 
     assert schedule["assistant-drop-compacted-originals"]["schedule"] == 86400.0
     assert schedule["assistant-sweep-missed-exchanges"]["schedule"] == 60.0
-    assert len(schedule) == 5
+    assert len(schedule) == 6
     assert all(entry["task"] in app.tasks for entry in schedule.values())
 
 
@@ -445,7 +450,7 @@ def test_a_null_period_disables_a_beat_entry():
     schedule = beat_schedule({"SWEEP_PERIOD_SECONDS": None})
 
     assert "assistant-sweep-missed-exchanges" not in schedule
-    assert len(schedule) == 3
+    assert len(schedule) == 4
 
 
 @pytest.mark.parametrize(

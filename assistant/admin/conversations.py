@@ -282,14 +282,16 @@ class ConversationAdmin(ConversationModelAdmin):
     @admin.display(description="cost · saved")
     def cost(self, obj: Listed) -> str:
         cost: Cost = obj._cost
-        if not cost.calls and not cost.summarizer:
+        if not cost.calls and not cost.summarizer and not cost.embedding:
             return "—"
         figures = cost_money(cost)
         return format_html(
-            '<span class="cost" title="chat {} + summarizer {}; sending everything {}{}">'
+            '<span class="cost" title="chat {} + summarizer {} + embeddings {}; '
+            'sending everything {}{}">'
             '<span class="two-lines">{} ·</span><span class="two-lines">{}</span></span>',
             figures["chat"],
             figures["summarizer"],
+            figures["embedding"],
             figures["everything"],
             f"; {figures['estimated']}" if cost.estimated else "",
             figures["total"],

@@ -39,6 +39,8 @@ def cost_money(cost: Cost) -> dict[str, str]:
         "calls": f"{cost.calls:,}",
         "summarizer_input_tokens": f"{cost.summarizer_input_tokens:,}",
         "summarizer_output_tokens": f"{cost.summarizer_output_tokens:,}",
+        "embedding": money(cost.embedding),
+        "embedding_tokens": f"{cost.embedding_tokens:,}",
         "estimated": cost.estimated or "",
     }
 

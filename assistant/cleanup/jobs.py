@@ -28,7 +28,14 @@ from assistant.history import (
     write_state,
 )
 from assistant.metadata_keys import PENDING_SUMMARY_KEYS, WINDOW_SUMMARY_KEYS
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys, SummaryVersion
+from assistant.models import (
+    CompactionEvent,
+    Conversation,
+    Embedding,
+    Message,
+    MetadataKeys,
+    SummaryVersion,
+)
 from assistant.ops.logs import log_event
 from assistant.settings.cleanup import CleanupConfig, cleanup_config
 from assistant.window import refresh_size
@@ -179,6 +186,10 @@ def drop_compacted_originals(
             .filter(pk__in=ids)
             .update(content="", search_vector=None, original_dropped_at=now)
         )
+        # Semantic recall finds nothing of an original that is gone (the unique
+        # constraint's index; the dropped ones are never embedded again).
+        dropped = Message.objects.filter(pk__in=ids, original_dropped_at=now).values("id")
+        Embedding.objects.filter(source=Embedding.Source.ORIGINAL, source_id__in=dropped).delete()
     log_event("drop_originals", messages=count, duration_ms=_elapsed_ms(started))
     return CleanupResult("drop_originals", count, len(ids) == batch)
 

@@ -9,6 +9,11 @@ input and output prices, the cache reads and writes of a "cached_suffix"
 summary (the event's details) at its cache prices. Exact, as far as the
 recorded usage is.
 
+What the embeddings of its texts cost (`embedding`, semantic recall: docs/operations.rst,
+"Semantic recall"): each embedding request's tokens for the conversation
+(`EmbeddingUsage`) at its model's input price. A cost of the app, like the
+summarizer's: in the total, never in sending everything.
+
 What sending everything would have cost (`everything`): the same calls,
 priced the same way, each also carrying what compaction had taken out of
 its prompt:
@@ -50,7 +55,7 @@ from django.db.models import F, Q, QuerySet, TextField, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, NullIf
 
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.models import CompactionEvent, Conversation, EmbeddingUsage, Message, MetadataKeys
 from assistant.providers import Price, model_prices, price_of
 from assistant.settings.conf import compaction_config
 from assistant.text import MIN_JUDGED_ESTIMATE, MIN_TOKEN_RATIO, estimate_tokens
@@ -109,6 +114,15 @@ class SummarizerCall:
     cache_write_tokens: int = 0
 
 
+@dataclass(frozen=True)
+class EmbeddingCall:
+    """The tokens one embedding request took for one conversation's texts."""
+
+    at: datetime
+    model: str
+    input_tokens: int
+
+
 @dataclass
 class Cost:
     """Money of one conversation, or of many (`add`)."""
@@ -119,13 +133,15 @@ class Cost:
     calls: int = 0
     summarizer_input_tokens: int = 0
     summarizer_output_tokens: int = 0
+    embedding: float = 0.0
+    embedding_tokens: int = 0
     unpriced: set[str] = field(default_factory=set)
     # Why the chat cost is the app's estimate rather than the reported usage (None: it is not).
     estimated: str | None = None
 
     @property
     def total(self) -> float:
-        return self.chat + self.summarizer
+        return self.chat + self.summarizer + self.embedding
 
     @property
     def saved_share(self) -> float | None:
@@ -139,6 +155,8 @@ class Cost:
         self.calls += other.calls
         self.summarizer_input_tokens += other.summarizer_input_tokens
         self.summarizer_output_tokens += other.summarizer_output_tokens
+        self.embedding += other.embedding
+        self.embedding_tokens += other.embedding_tokens
         self.unpriced |= other.unpriced
         self.estimated = self.estimated or other.estimated
 
@@ -195,9 +213,11 @@ def cost_of(
     since: datetime | None = None,
     prices: dict[str, Price] | None = None,
     before: tuple[Cost, Call | None] | None = None,
+    embedding_calls: Iterable[EmbeddingCall] = (),
 ) -> Cost:
-    """One conversation's cost (its calls in order), counting only the calls
-    made at or after `since` (the cache state before them still counts).
+    """One conversation's cost (its calls in order, its summaries and its embedding
+    requests), counting only the calls made at or after `since` (the cache state
+    before them still counts).
     `before`: the cost of its earlier calls and summaries and the last of those
     calls, which this continues (`store_costs`: the same figure as all of them)."""
     prices = model_prices() if prices is None else prices
@@ -234,7 +254,26 @@ def cost_of(
             cost.unpriced.add(summary.model)
             continue
         cost.summarizer += summarizer_cost(summary, price)
+    _add_embeddings(cost, embedding_calls, since, prices)
     return cost
+
+
+def _add_embeddings(
+    cost: Cost,
+    embedding_calls: Iterable[EmbeddingCall],
+    since: datetime | None,
+    prices: dict[str, Price],
+) -> None:
+    """The embedding requests made at or after `since`, at their model's input price."""
+    for embedding in embedding_calls:
+        if since is not None and embedding.at < since:
+            continue
+        cost.embedding_tokens += embedding.input_tokens
+        price = price_of(embedding.model, prices)
+        if price is None:
+            cost.unpriced.add(embedding.model)
+            continue
+        cost.embedding += embedding.input_tokens * price.input / PER_TOKENS
 
 
 def recorded_calls(conversation_ids: Iterable[int] | None = None) -> dict[int, list[Call]]:
@@ -451,11 +490,28 @@ def recorded_summarizer_calls(
     return found
 
 
+def recorded_embedding_calls(
+    conversation_ids: Iterable[int] | None = None,
+) -> dict[int, list[EmbeddingCall]]:
+    """The embedding requests' tokens of these conversations (all when None), by
+    conversation, oldest first: one query (the index assistant_embusage_conv)."""
+    rows = EmbeddingUsage.objects.all()
+    if conversation_ids is not None:
+        rows = rows.filter(conversation_id__in=list(conversation_ids))
+    found: dict[int, list[EmbeddingCall]] = {}
+    for conversation_id, at, model, tokens in rows.order_by("conversation_id", "id").values_list(
+        "conversation_id", "created_at", "model", "input_tokens"
+    ):
+        found.setdefault(conversation_id, []).append(EmbeddingCall(at, model, tokens))
+    return found
+
+
 def conversation_cost(conversation: Conversation) -> tuple[Cost, list[Call]]:
     """One conversation's cost and its calls (the conversation page's chart)."""
     calls = recorded_calls([conversation.pk]).get(conversation.pk, [])
     summaries = recorded_summarizer_calls([conversation.pk]).get(conversation.pk, ())
-    return cost_of(calls, summaries), calls
+    embeddings = recorded_embedding_calls([conversation.pk]).get(conversation.pk, ())
+    return cost_of(calls, summaries, embedding_calls=embeddings), calls
 
 
 def costs_since(periods: dict[str, datetime | None]) -> dict[str, Cost]:
@@ -464,11 +520,18 @@ def costs_since(periods: dict[str, datetime | None]) -> dict[str, Cost]:
     at or after the start, deleted ones included (their calls were paid for)."""
     calls = recorded_calls()
     summaries = recorded_summarizer_calls()
+    embeddings = recorded_embedding_calls()
     prices = model_prices()
     totals = {label: Cost() for label in periods}
-    for pk in calls.keys() | summaries.keys():
+    for pk in calls.keys() | summaries.keys() | embeddings.keys():
         for label, since in periods.items():
             totals[label].add(
-                cost_of(calls.get(pk, []), summaries.get(pk, ()), since=since, prices=prices)
+                cost_of(
+                    calls.get(pk, []),
+                    summaries.get(pk, ()),
+                    since=since,
+                    prices=prices,
+                    embedding_calls=embeddings.get(pk, ()),
+                )
             )
     return totals

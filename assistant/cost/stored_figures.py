@@ -2,7 +2,8 @@
 `cost_of` computed for a conversation and how many messages it held, with what
 they covered (its newest message and compaction event, its fixed part's
 estimate, the pricing). Read while they cover what the conversation holds;
-computed again, and stored, otherwise: the cost by `cost_of` continuing the
+computed again, and stored, otherwise (its newest embedding request, too): the
+cost by `cost_of` continuing the
 stored one from where its walk stopped (`cost_figures["walk"]`: only the calls,
 events and summaries recorded since are read, one index range each), all the
 calls priced again when the walk cannot be continued; the count by adding the
@@ -16,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -29,17 +30,18 @@ from assistant.cost.pricing import (
     calls_after,
     cost_of,
     model_prices,
+    recorded_embedding_calls,
     recorded_summarizer_calls,
     walked_calls,
 )
-from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
+from assistant.models import CompactionEvent, Conversation, EmbeddingUsage, Message, MetadataKeys
 from assistant.settings.conf import compaction_config
 from assistant.text import estimate_tokens
 from assistant.window import current_limits
 
 #: The way figures are computed (`cost_of` and what it reads): a release that
 #: changes it bumps this, and every stored figure is computed again when next read.
-FIGURES_VERSION = 2
+FIGURES_VERSION = 3
 #: The key of the stored message count in `Conversation.cost_figures` (the admin
 #: list sorts on it).
 MESSAGES_KEY = "messages"
@@ -67,8 +69,8 @@ def list_figures(conversation_ids: Iterable[int]) -> dict[int, ListFigures]:
     """The cost and the message count of each of these conversations (the admin
     list's page): the stored figures where they cover what the conversation holds
     now, in one query whatever the conversations hold; the others computed
-    (`cost_of`, four queries; the messages stored since the last count, one) and
-    stored for the next read (one)."""
+    (`cost_of`, five queries, the embedding requests one; the messages stored
+    since the last count, one) and stored for the next read (one)."""
     ids = list(conversation_ids)
     basis = _pricing_basis()
     covers = _covers(ids, basis)
@@ -102,6 +104,13 @@ def _computed(ids: list[int], covers: _Covers) -> dict[int, ListFigures]:
     if found is None:  # a walk cannot be resumed: every figure computed in full
         walks, before, found = {}, {}, ({}, {})
     calls, summaries = found
+    # The embeddings' part is read again in full (one index range each), so the
+    # resumed cost starts without it.
+    before = {
+        pk: (replace(cost, embedding=0.0, embedding_tokens=0), previous)
+        for pk, (cost, previous) in before.items()
+    }
+    embeddings = recorded_embedding_calls(ids)
     full = [pk for pk in ids if pk not in walks]
     if full:
         full_calls, full_walks = walked_calls(
@@ -113,7 +122,13 @@ def _computed(ids: list[int], covers: _Covers) -> dict[int, ListFigures]:
         walks.update(full_walks)
         summaries.update(recorded_summarizer_calls(full))
     costs = {
-        pk: cost_of(calls.get(pk, []), summaries.get(pk, ()), prices=prices, before=before.get(pk))
+        pk: cost_of(
+            calls.get(pk, []),
+            summaries.get(pk, ()),
+            prices=prices,
+            before=before.get(pk),
+            embedding_calls=embeddings.get(pk, ()),
+        )
         for pk in ids
     }
     counts = _message_counts(covers)
@@ -147,7 +162,7 @@ def _resumable(
     if not stored or WALK_KEY not in stored or "cost" not in stored:
         return None
     stored_cover = stored.get("cover") or []
-    if stored_cover[2:] != cover[2:]:
+    if stored_cover[2:4] != cover[2:4]:
         return None
     walk, previous = _walk_from_json(stored[WALK_KEY])
     newest_message, newest_event = cover[0] or 0, cover[1]
@@ -228,19 +243,21 @@ def _counted_through(stored: dict[str, Any] | None) -> tuple[int, int] | None:
 
 def _covers(ids: list[int], basis: str) -> _Covers:
     """Each conversation's stored figures, and what a figure of it must cover now:
-    its newest message and compaction event, its fixed part's estimate, the prices
-    (one query; each newest id one entry of an index)."""
+    its newest message and compaction event, its fixed part's estimate, the prices,
+    its newest embedding request (one query; each newest id one entry of an index)."""
     newest_message = Message.objects.filter(conversation=OuterRef("pk")).order_by("-id")
     newest_event = (
         CompactionEvent.objects.compactions()
         .filter(conversation=OuterRef("pk"))
         .order_by("-created_at", "-id")
     )  # the index assistant_event_conv
+    newest_usage = EmbeddingUsage.objects.filter(conversation=OuterRef("pk")).order_by("-id")
     rows = (
         Conversation.objects.filter(pk__in=ids)
         .annotate(
             newest_message=Subquery(newest_message.values("id")[:1]),
             newest_event=Subquery(newest_event.values("id")[:1]),
+            newest_usage=Subquery(newest_usage.values("id")[:1]),
         )
         .values_list(
             "pk",
@@ -249,14 +266,21 @@ def _covers(ids: list[int], basis: str) -> _Covers:
             "newest_event",
             "system_prompt",
             MetadataKeys.PARENT_CONVERSATION_SUMMARY,
+            "newest_usage",
         )
     )
     return {
         pk: (
-            [message, event, estimate_tokens(system) + estimate_tokens(parent or ""), basis],
+            [
+                message,
+                event,
+                estimate_tokens(system) + estimate_tokens(parent or ""),
+                basis,
+                usage,
+            ],
             stored,
         )
-        for pk, stored, message, event, system, parent in rows
+        for pk, stored, message, event, system, parent, usage in rows
     }
 
 

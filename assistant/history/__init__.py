@@ -71,10 +71,12 @@ from assistant.history.fields import check_content, checked_text, jsonb_equal
 from assistant.history.figures import measures, share, token_change, token_count
 from assistant.history.metadata import merge_metadata
 from assistant.history.queue import (
+    EMBED_TASK,
     PARENT_SUMMARY_TASK,
     POST_EXCHANGE_TASK,
     PREBUILD_TASK,
     enqueue_on_commit,
+    first_in,
     queued_exchanges_older_than,
     task_started,
 )
@@ -88,6 +90,7 @@ from assistant.history.state_writes import (
 )
 
 __all__ = [
+    "EMBED_TASK",
     "EXPECTED_KEY",
     "MAX_ID",
     "MAX_INT",
@@ -112,6 +115,7 @@ __all__ = [
     "deleted_error",
     "enqueue_on_commit",
     "entry_point",
+    "first_in",
     "fresh_state",
     "instance_of",
     "jsonb_equal",

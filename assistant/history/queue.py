@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import time
 from typing import Any
 
 import redis
@@ -36,6 +37,7 @@ logger = logging.getLogger(__name__)
 POST_EXCHANGE_TASK = "assistant.tasks.post_exchange_task"
 PARENT_SUMMARY_TASK = "assistant.tasks.generate_parent_summary_task"
 PREBUILD_TASK = "assistant.tasks.prebuild_summary_task"
+EMBED_TASK = "assistant.tasks.embed_texts_task"
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -122,6 +124,23 @@ def task_started(task_name: str, conversation_id: int) -> None:
         return
     with contextlib.suppress(redis.RedisError):  # else the marker expires on its own
         redis_client().delete(_marker(task_name, conversation_id))
+
+
+_seen_here: dict[str, float] = {}
+
+
+def first_in(key: str, seconds: int) -> bool:
+    """True the first time `key` is asked for in `seconds` (a line logged once a day):
+    across the deployment with a Redis broker, else (or when Redis does not answer)
+    in this process."""
+    if uses_redis():
+        with contextlib.suppress(redis.RedisError):
+            return bool(redis_client().set(f"assistant:once:{key}", 1, nx=True, ex=seconds))
+    now = time.monotonic()
+    if now < _seen_here.get(key, float("-inf")):
+        return False
+    _seen_here[key] = now + seconds
+    return True
 
 
 def queued_exchanges_older_than(seconds: float) -> int | None:

@@ -168,6 +168,16 @@ class Conversation(WindowStateColumns):
                 name="assistant_conv_summarized",
                 condition=models.Q(compaction_summary__isnull=False),
             ),
+            # The session summaries the embedding job embeds (the model's, once landed).
+            models.Index(
+                fields=["id"],
+                name="assistant_conv_session_summary",
+                condition=models.Q(
+                    parent_link="session",
+                    parent_conversation_summary__isnull=False,
+                    summary_deferred=False,
+                ),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -539,9 +549,14 @@ class Embedding(models.Model):
         ORIGINAL = "original", "A compacted original"
         SESSION = "session", "A session summary"
 
-    conversation = models.ForeignKey(Conversation, models.CASCADE, related_name="embeddings")
+    # assistant_embedding_conv leads with it: no index of its own.
+    conversation = models.ForeignKey(
+        Conversation, models.CASCADE, related_name="embeddings", db_index=False
+    )
     source = models.CharField(max_length=16, choices=Source.choices)
-    # SummaryVersion.id for a summary, Message.id for an original.
+    # SummaryVersion.id for a summary, Message.id for an original, and for a session's
+    # summary the id of the session that carries it (its `parent_conversation_summary`;
+    # `conversation` is the session summarized).
     source_id = models.BigIntegerField()
     # An original over the model's input limit is embedded in chunks, 0 first.
     chunk = models.PositiveSmallIntegerField(default=0)
@@ -556,7 +571,38 @@ class Embedding(models.Model):
                 fields=["source", "source_id", "chunk", "model"], name="assistant_embedding_once"
             )
         ]
-        indexes = [models.Index(fields=["conversation", "model"], name="assistant_embedding_conv")]
+        indexes = [
+            models.Index(fields=["conversation", "model"], name="assistant_embedding_conv"),
+            # The vectors of models other than the current one, once re-embedded, are
+            # deleted (assistant.recall.embedding_jobs): found by two ranges of this index.
+            models.Index(fields=["model", "source", "source_id"], name="assistant_embedding_model"),
+        ]
 
     def __str__(self) -> str:
         return f"Embedding of {self.source} {self.source_id} ({self.model})"
+
+
+class EmbeddingUsage(models.Model):
+    """The tokens one embedding request took for one conversation's texts
+    (assistant.recall.embedding_jobs): what the conversation's cost counts
+    (assistant.cost) and the day's cap adds up. Kept when the vectors are replaced
+    by another model's: they were paid for."""
+
+    conversation = models.ForeignKey(
+        Conversation, models.CASCADE, related_name="embedding_usage", db_index=False
+    )
+    model = models.CharField(max_length=128)
+    input_tokens = models.PositiveIntegerField()
+    texts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            # A conversation's cost.
+            models.Index(fields=["conversation", "id"], name="assistant_embusage_conv"),
+            # The tokens embedded today (the daily cap).
+            models.Index(fields=["created_at"], name="assistant_embusage_day"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.input_tokens} tokens of {self.model} for conversation {self.conversation_id}"

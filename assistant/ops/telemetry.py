@@ -63,6 +63,9 @@ SUMMARIZER_FALLBACKS = "assistant.summarizer.fallbacks"
 HOOK_DURATION = "assistant.pre_call_hook.duration"
 QUEUED_STALE = "assistant.exchanges.queued_stale"
 CACHE_BREAKS = "assistant.cache.breaks"
+EMBEDDING_TOKENS = "assistant.embeddings.tokens"
+EMBEDDINGS_CAPPED = "assistant.embeddings.capped"
+EMBEDDING_FAILURES = "assistant.embeddings.failures"
 # What "stale" means for QUEUED_STALE: queued longer than this (seconds).
 QUEUED_STALE_SECONDS = 60
 
@@ -116,6 +119,17 @@ _cache_breaks = _meter.create_counter(
     CACHE_BREAKS,
     unit="{call}",
     description="Calls that read less from the provider's cache than their unchanged prefix",
+)
+_embedding_tokens = _meter.create_counter(
+    EMBEDDING_TOKENS, unit="{token}", description="Tokens the embedding job's requests took"
+)
+_embeddings_capped = _meter.create_counter(
+    EMBEDDINGS_CAPPED,
+    unit="{run}",
+    description="Embedding runs stopped at the day's cap (ASSISTANT_EMBEDDING_DAILY_TOKENS)",
+)
+_embedding_failures = _meter.create_counter(
+    EMBEDDING_FAILURES, unit="{request}", description="Embedding requests refused for good"
 )
 _hook_duration = _meter.create_histogram(
     HOOK_DURATION,
@@ -295,6 +309,18 @@ def cache_break(provider: str, model: str) -> None:
     """A recorded call read less from the provider's cache than the unchanged prefix
     it was sent with (assistant.history.cache_check)."""
     _cache_breaks.add(1, {PROVIDER: provider, RESPONSE_MODEL: model})
+
+
+def embedding_run(provider: str, model: str, *, tokens: int, capped: bool, failures: int) -> None:
+    """One run of the embedding job (assistant.recall.embed_pending): its requests'
+    tokens, whether it stopped at the day's cap, its requests refused for good."""
+    attributes = {PROVIDER: provider, REQUEST_MODEL: model}
+    if tokens:
+        _embedding_tokens.add(tokens, attributes)
+    if capped:
+        _embeddings_capped.add(1, attributes)
+    if failures:
+        _embedding_failures.add(failures, attributes)
 
 
 def lease_wait(outcome: str) -> None:

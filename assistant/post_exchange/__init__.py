@@ -1,7 +1,8 @@
 """The post-exchange pipeline, the other entry point: after each exchange a
 worker compacts and deduplicates the consumed tool results, records the
-provider's own compaction, pre-builds the next window summary and stores the
-conversation's cost figures, each through the package that owns it.
+provider's own compaction, pre-builds the next window summary, stores the
+conversation's cost figures and, when something was compacted, enqueues the
+embedding of the new texts, each through the package that owns it.
 
 - exchanges: the end of an exchange, stamped and enqueued (`finish_exchange`);
 - pipeline: the worker's run over one conversation (`process_exchange`).

@@ -14,10 +14,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from assistant.cost import store_costs
-from assistant.history import an_id, entry_point, stopwatch
-from assistant.models import Conversation
+from assistant.history import EMBED_TASK, an_id, enqueue_on_commit, entry_point, stopwatch
+from assistant.models import CompactionEvent, Conversation, SummaryVersion
 from assistant.ops.logs import log_event
 from assistant.provider_compaction import provider_compacts
+from assistant.settings.app import app_setting
 from assistant.settings.conf import CompactionConfig, compaction_config
 from assistant.summary import prebuild_window_summary
 from assistant.tool_results import compact_old_blocks, prepare_tool_results
@@ -49,6 +50,10 @@ def process_exchange(conversation_id: int) -> bool:
         prebuilt = shift_ahead(conversation_id, config) and prebuild_window_summary(conversation)
         # The admin list's figures, with this exchange's calls and compactions.
         store_costs([conversation_id])
+    embeddings_on = str(app_setting("ASSISTANT_EMBEDDINGS")).lower() != "off"
+    if embeddings_on and compacted_since(conversation_id, conversation.post_exchange_done_at):
+        # The texts semantic recall searches (docs/operations.rst, "Semantic recall").
+        enqueue_on_commit(EMBED_TASK)
     record_processed(conversation_id, exchange_stamp)
     log_event(
         "post_exchange_done",
@@ -58,6 +63,18 @@ def process_exchange(conversation_id: int) -> bool:
         duration_ms=elapsed.ms,
     )
     return True
+
+
+def compacted_since(conversation_id: int, since: datetime | None) -> bool:
+    """Whether something was compacted or a summary version written in the
+    conversation since `since` (the previous exchange processed; None: ever), on
+    the chat path's hook or here: new texts to embed."""
+    events = CompactionEvent.objects.compactions().filter(conversation_id=conversation_id)
+    versions = SummaryVersion.objects.filter(conversation_id=conversation_id)
+    if since is not None:
+        events = events.filter(created_at__gt=since)
+        versions = versions.filter(created_at__gt=since)
+    return events.exists() or versions.exists()
 
 
 def record_processed(conversation_id: int, exchange_stamp: datetime | None) -> None:

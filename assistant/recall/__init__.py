@@ -51,6 +51,13 @@ from assistant.providers import wire_of
 from assistant.recall.artifact_index import render as render
 from assistant.recall.artifact_index import updated_index as updated_index
 from assistant.recall.artifact_index import without_index as without_index
+from assistant.recall.embedding_jobs import EmbeddingRun as EmbeddingRun
+from assistant.recall.embedding_jobs import chunks as chunks
+from assistant.recall.embedding_jobs import embed_pending as embed_pending
+from assistant.recall.embedding_jobs import pending_sources as pending_sources
+from assistant.recall.embedding_jobs import pending_texts as pending_texts
+from assistant.recall.embedding_jobs import remove_replaced as remove_replaced
+from assistant.recall.embedding_jobs import tokens_today as tokens_today
 from assistant.recall.semantic import semantic_matches
 from assistant.recall.vectors import Neighbour as Neighbour
 from assistant.recall.vectors import ensure_index as ensure_index

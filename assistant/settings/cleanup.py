@@ -34,6 +34,9 @@ class CleanupConfig:
     FORK_SUMMARY_GRACE_SECONDS: float = key(120, at_least=0)
     # Release expired summary leases; clear cached summaries of a vanished split.
     STALE_STATE_PERIOD_SECONDS: float | None = key(600, above=0)
+    # Embed the texts semantic recall searches that are still without vectors of the
+    # current model (catch-up, a change of model), and delete the replaced ones.
+    EMBEDDING_PERIOD_SECONDS: float | None = key(300, above=0)
     # A conversation touched (message, exchange) this recently is in use: never purged.
     IN_USE_GRACE_SECONDS: float = key(3600, at_least=0)
     # Rows per batch for every other job; a task re-enqueues itself while work remains.
@@ -85,6 +88,12 @@ _JOBS = (
         "assistant-clear-stale-state",
         "assistant.tasks.clear_stale_state_task",
         "STALE_STATE_PERIOD_SECONDS",
+        None,
+    ),
+    (
+        "assistant-embed-texts",
+        "assistant.tasks.embed_texts_task",
+        "EMBEDDING_PERIOD_SECONDS",
         None,
     ),
 )
