@@ -71,6 +71,7 @@ def run(step: Callable[[str], None]) -> list[str]:
     from assistant.recall import embed_pending, run_tool_call, vectors_available
     from assistant.services import add_message, compact_tool_results
     from assistant.settings.conf import compaction_config
+    from assistant.text import estimate_tokens
     from bench.fake_summarizer import FakeSummarizer
     from bench.measures import prepare_database, use_fake
 
@@ -79,7 +80,14 @@ def run(step: Callable[[str], None]) -> list[str]:
     if not vectors_available():
         return ["recall quality: this database has no pgvector (make pgvector)"]
     trigger = compaction_config().CONTEXT_TOKEN_THRESHOLD
-    sessions = [s for s in load_sessions() if s.meta.get("naive_max_context_tokens", 0) > trigger]
+    # The long sessions: the whole of each past the trigger, as sending everything's
+    # last request would be (7 of the shared ones; the sub-agent one is judged by its
+    # largest request in make bench, not here).
+    sessions = [
+        s
+        for s in load_sessions()
+        if sum(estimate_tokens(m["content"]) for m in s.messages) > trigger
+    ]
     tallies = []
     with use_fake(FakeSummarizer()), override_settings(ASSISTANT_EMBEDDINGS="local"):
         if embedder() is None:
