@@ -46,6 +46,7 @@ from assistant.history import (
     fresh_state,
     instance_of,
     listening,
+    one_of,
     optional_callable,
     optional_count,
     optional_seconds,
@@ -69,7 +70,14 @@ from assistant.providers import (
     read_answer,
     wire_of,
 )
-from assistant.recall import COMPACT, app_tools, is_recall_tool, run_tool_call
+from assistant.recall import (
+    COMPACT,
+    RECALL_SCOPES,
+    RecallScope,
+    app_tools,
+    is_recall_tool,
+    run_tool_call,
+)
 from assistant.responses import record_response
 from assistant.settings.conf import compaction_config
 from assistant.signals import COMPLETED, ENDED, CompactionNotice
@@ -507,20 +515,22 @@ def _spent() -> TimeoutError:
     )
 
 
-@entry_point(run_tool=a_callable, compact=a_flag)
+@entry_point(run_tool=a_callable, compact=a_flag, recall_scope=one_of(*RECALL_SCOPES))
 def answer_tool_calls(
     conversation: Conversation,
     tool_calls: Sequence[dict[str, Any]],
     run_tool: Callable[[str, dict[str, Any]], str],
     *,
     compact: bool = True,
+    recall_scope: RecallScope = "conversation",
 ) -> list[Message]:
     """Run each call and store its result, in order: `recall` and `search_history` are
     answered from the stored originals (`run_tool_call`), `compact` with a shift of the
     window (`run_compact`: at most once per turn, refused with a text when it would free
     less than COMPACT_MIN_FREE_TOKENS; pass compact=False when `compact` is a host
     tool of yours, offered with compact=False), any other by the host's
-    `run_tool(name, arguments)`, which returns the result as text. Calls that are
+    `run_tool(name, arguments)`, which returns the result as text (`recall_scope`:
+    run_tool_call's, "user" to search the user's other conversations too). Calls that are
     not {id, name, arguments}, an id that names no call waiting for its result (or
     twice) and a deleted conversation are refused before any runs; the results are
     checked before any is stored, so a result add_message would refuse (not text,
@@ -531,7 +541,9 @@ def answer_tool_calls(
     texts = []
     for call in tool_calls:
         if is_recall_tool(call["name"]):
-            text = run_tool_call(conversation, call["name"], call["arguments"])
+            text = run_tool_call(
+                conversation, call["name"], call["arguments"], recall_scope=recall_scope
+            )
         elif compact and call["name"] == COMPACT:
             text = run_compact(conversation, call["arguments"])
         else:

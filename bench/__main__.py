@@ -68,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
         help="replay only these real sessions (file names without .jsonl)",
     )
     parser.add_argument(
+        "--recall-quality",
+        action="store_true",
+        help="only what semantic recall adds to search_history on the real sessions, "
+        "with the local model (bench/recall_quality.py)",
+    )
+    parser.add_argument(
         "--scale",
         action="store_true",
         help="only the production-size figures (bench/scale.py); prints them, writes nothing",
@@ -79,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
         "--scale-search",
         action="store_true",
         help="with --scale: only search_history, the long conversation written through SQL",
+    )
+    parser.add_argument(
+        "--scale-semantic",
+        action="store_true",
+        help="with --scale: only semantic search_history, among 10 and 10,000 embeddings",
     )
     parser.add_argument(
         "--scale-post-exchange",
@@ -94,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
 
     if args.scale:
         return scale_only(args)
+    if args.recall_quality:
+        return recall_quality_only()
     if args.offpath_only:
         return offpath_only()
     if args.offpath_run:
@@ -591,7 +604,8 @@ def scale_only(args: argparse.Namespace) -> int:
     """`--scale`: the long conversation in the large database (bench/scale.py), at
     the production sizes unless told (`--scale-messages`, `--scale-bulk`,
     `--scale-conversations`); `--scale-search`: the search figures alone;
-    `--scale-post-exchange`: the post-exchange figure alone."""
+    `--scale-post-exchange`: the post-exchange figure alone; `--scale-semantic`: semantic
+    search among 10 and 10,000 stored embeddings."""
     from bench import scale
 
     started = time.perf_counter()
@@ -601,6 +615,8 @@ def scale_only(args: argparse.Namespace) -> int:
 
     if args.scale_search:
         lines = scale.run_search(args.scale_messages or scale.LONG_MESSAGES, step)
+    elif args.scale_semantic:
+        lines = scale.run_semantic(step)
     elif args.scale_post_exchange:
         lines = scale.run_post_exchange(args.scale_messages or scale.LONG_MESSAGES, step)
     else:
@@ -611,6 +627,19 @@ def scale_only(args: argparse.Namespace) -> int:
             step,
         )
     print("\n".join(lines))
+    return 0
+
+
+def recall_quality_only() -> int:
+    """`--recall-quality`: the probes full-text search misses, and what semantic recall finds."""
+    from bench import recall_quality
+
+    started = time.perf_counter()
+
+    def step(text: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {text}", flush=True)
+
+    print("\n".join(recall_quality.run(step)))
     return 0
 
 

@@ -12,7 +12,9 @@ work at 235 against the long one. Not part of `make bench` nor `make test`.
 `--scale-search` measures search_history alone, in a minute: the long conversation
 written through SQL (bench/bulk.py: the same shares of the common word and of the two
 words, a rare token per message), in no bulk. `--scale-post-exchange` measures the
-post-exchange work alone the same way, the long conversation's window shifted first."""
+post-exchange work alone the same way, the long conversation's window shifted first.
+`--scale-semantic` measures search_history with semantic recall among 10 and 10,000
+stored embeddings."""
 
 from __future__ import annotations
 
@@ -150,6 +152,93 @@ def run_search(long_messages: int, step: Callable[[str], None]) -> list[str]:
         figures = search_figures(small, long, rare_token("long", long_messages // 2), long_messages)
     header = f"{'figure':<44} {'baseline':>12}  {'measured':>12}  ratio"
     return [header, *(figure.line() for figure in figures)]
+
+
+#: The stored embeddings semantic search is measured among: its baseline, and the size
+#: issue 53 names.
+SEMANTIC_FEW, SEMANTIC_MANY = 10, 10_000
+
+
+def run_semantic(step: Callable[[str], None]) -> list[str]:
+    """`--scale-semantic`: search_history with semantic recall among SEMANTIC_FEW and
+    SEMANTIC_MANY stored embeddings (OpenAI's default model and dimensions, 1,536, the
+    query embedded through the real SDK by the testing kit's fake server, a local
+    round trip), all of them the searched conversation's: its whole share is read
+    whatever index the planner takes. Statements counted as well as timed."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext, override_settings
+
+    from assistant.models import Conversation, Embedding
+    from assistant.providers import embedder
+    from assistant.recall import ensure_index, store_embedding, vectors_available
+    from assistant.services import add_message, run_tool_call
+    from assistant.testing.fake_provider import FakeProvider
+    from bench.measures import prepare_database
+
+    step("preparing the benchmark database")
+    prepare_database()
+    if not vectors_available():
+        return ["semantic search: this database has no pgvector (make pgvector)"]
+    fake = FakeProvider().start()
+    try:
+        with override_settings(
+            ASSISTANT_EMBEDDINGS="openai",
+            OPENAI_API_KEY="bench-key",
+            OPENAI_BASE_URL=fake.openai_url,
+        ):
+            model = embedder()
+            assert model is not None
+            ensure_index(model.dimensions)
+            conversation = Conversation.objects.create(title="semantic", system_prompt="You help.")
+            answer = add_message(conversation, "user", "The chargeback policy: 14 days.")
+            vector = model.embed([answer.content], kind="document").vectors[0]
+            store_embedding(conversation, Embedding.Source.ORIGINAL, answer.pk, model.model, vector)
+
+            def stored(count: int, first: int) -> None:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "INSERT INTO assistant_embedding (conversation_id, source, source_id, "
+                        "chunk, model, dimensions, vector, created_at) "
+                        "SELECT %s, 'original', %s + n, 0, %s, %s, "
+                        "(SELECT array_agg(random() * 2 - 1)::vector "
+                        "FROM generate_series(1, %s) WHERE n > 0), now() "
+                        "FROM generate_series(1, %s) AS n",
+                        [
+                            conversation.pk,
+                            first,
+                            model.model,
+                            model.dimensions,
+                            model.dimensions,
+                            count,
+                        ],
+                    )
+                    cursor.execute("ANALYZE assistant_embedding")
+
+            def measured() -> tuple[float, int]:
+                search = partial(
+                    run_tool_call, conversation, "search_history", {"query": "refund rules"}
+                )
+                milliseconds = median_ms(search)
+                with CaptureQueriesContext(connection) as queries:
+                    search()
+                return milliseconds, len(queries.captured_queries)
+
+            step(f"{SEMANTIC_FEW} stored embeddings")
+            stored(SEMANTIC_FEW - 1, 10**12)
+            few_ms, few_queries = measured()
+            step(f"{SEMANTIC_MANY:,} stored embeddings, through SQL")
+            stored(SEMANTIC_MANY - SEMANTIC_FEW, 2 * 10**12)
+            many_ms, many_queries = measured()
+    finally:
+        fake.stop()
+    figure = Figure(
+        f"search_history semantic, {SEMANTIC_FEW} vs {SEMANTIC_MANY:,} embeddings",
+        few_ms,
+        many_ms,
+        f"queries {few_queries} vs {many_queries}",
+    )
+    header = f"{'figure':<44} {'baseline':>12}  {'measured':>12}  ratio"
+    return [header, figure.line()]
 
 
 def post_exchange_ms(conversation: Any) -> float:

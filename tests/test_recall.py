@@ -259,7 +259,10 @@ def test_a_handle_of_another_conversation_is_refused_and_reveals_nothing(db):
 
     assert refused == f"Error: no stored original named m{secret.pk} in this conversation."
     assert missing == "Error: no stored original named m999999999 in this conversation."
-    assert searched == 'No stored original matches "ORCHID-7731-QX".'
+    assert searched == (
+        'No stored original matches "ORCHID-7731-QX".\n'
+        "(Searched by words only: no embedding model is configured.)"
+    )
     assert Conversation.objects.get(pk=mine.pk).recall_count == 1  # the empty search only
 
 

@@ -70,7 +70,10 @@ def test_search_history_reads_only_its_indexes_at_30k_messages_among_150k(db):
     assert answers["substring"].startswith(f'1 match for "{rare[4:20]}"')
     assert answers["common"].startswith(f'8 matches for "{COMMON_WORD}"')
     assert answers["two words"].startswith(f'8 matches for "{TWO_WORDS}"')
-    assert answers["no match"] == f'No stored original matches "{NO_MATCH}".'
+    assert answers["no match"] == (
+        f'No stored original matches "{NO_MATCH}".\n'
+        "(Searched by words only: no embedding model is configured.)"
+    )
     # Full text, then (too few matches) the substring search, each through the
     # conversation's own indexes (the stored document: no to_tsvector per row), never a
     # scan of the table nor an id index walked backwards through the other

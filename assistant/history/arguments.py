@@ -127,6 +127,19 @@ def a_flag(name: str, value: Any) -> None:
         )
 
 
+def one_of(*choices: str) -> Check:
+    """A check that the value is one of `choices` (a host keyword such as recall_scope)."""
+
+    def check(name: str, value: Any) -> None:
+        if value not in choices:
+            listed = ", ".join(repr(choice) for choice in choices)
+            raise ValidationError(
+                f"{name} must be one of {listed}, got {value!r}.", code=f"invalid_{name}"
+            )
+
+    return check
+
+
 def optional_callable(name: str, value: Any) -> None:
     if value is not None and not callable(value):
         raise ValidationError(

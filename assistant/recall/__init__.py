@@ -7,7 +7,10 @@ covers, "ref m12..m250"). `recall` reads an original by its handle, a page at a 
 (up to each fork point, included) with PostgreSQL full-text search over each message's
 stored document, then a substring search over a trigram index (a plain one on SQLite,
 the demo's store): both GIN indexes lead with the conversation, so a search reads its
-matches, never the whole conversation (docs/operations.rst, "Performance at scale")::
+matches, never the whole conversation (docs/operations.rst, "Performance at scale").
+With an embedding model configured, the nearest stored embeddings of originals,
+summaries and sessions (assistant.recall.semantic) are ranked with those matches by
+reciprocal rank fusion (docs/operations.rst, "Semantic recall")::
 
     tools = [*my_tools, *tool_definitions("anthropic")]
     ...
@@ -26,19 +29,21 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank
 from django.db import connection
-from django.db.models import F, Lookup, Q, Value
+from django.db.models import F, Lookup, Max, Min, Q, Value
 from django.db.models.functions import Greatest, Left, Length, StrIndex, Substr, Upper
 
-from assistant.history import entry_point
+from assistant.history import entry_point, one_of
 from assistant.models import (
     SEARCH_INDEX_CHARS,
     Conversation,
+    Embedding,
     Message,
     MessageQuerySet,
+    SummaryVersion,
     ancestors,
     handle,
 )
@@ -53,6 +58,7 @@ from assistant.recall.embedding_jobs import pending_sources as pending_sources
 from assistant.recall.embedding_jobs import pending_texts as pending_texts
 from assistant.recall.embedding_jobs import remove_replaced as remove_replaced
 from assistant.recall.embedding_jobs import tokens_today as tokens_today
+from assistant.recall.semantic import semantic_matches
 from assistant.recall.vectors import Neighbour as Neighbour
 from assistant.recall.vectors import ensure_index as ensure_index
 from assistant.recall.vectors import index_name as index_name
@@ -86,6 +92,14 @@ TRIGRAM_CHARS = 3
 #: How many of a search's matches, the newest, are ranked for the best few: all of a
 #: rare word's, the latest of a common one's (docs/chat-loop.rst, "Recall").
 RANKED_MATCHES = 200
+#: How many nearest embeddings a search fuses with its full-text matches.
+SEMANTIC_CANDIDATES = 40
+#: Reciprocal rank fusion's constant: a hit's score is the sum of 1 / (RRF_K + rank).
+RRF_K = 60
+#: What a recall call may read (the host's keyword, never the model's).
+RecallScope = Literal["conversation", "user"]
+#: Its values, as run_tool_call's and answer_tool_calls' check takes them.
+RECALL_SCOPES = ("conversation", "user")
 #: A longer query is not words to look for but a pasted text: refused.
 MAX_QUERY_CHARS = 500
 #: How much of a name the model wrote an error message repeats (it may be anything).
@@ -180,12 +194,26 @@ def is_recall_tool(name: str) -> bool:
     return name in (RECALL, SEARCH_HISTORY)
 
 
-@entry_point(conversation=lambda _, conversation: require_saved(conversation))
-def run_tool_call(conversation: Conversation, name: str, arguments: Any) -> str:
+@entry_point(
+    conversation=lambda _, conversation: require_saved(conversation),
+    recall_scope=one_of(*RECALL_SCOPES),
+)
+def run_tool_call(
+    conversation: Conversation,
+    name: str,
+    arguments: Any,
+    *,
+    recall_scope: RecallScope = "conversation",
+) -> str:
     """Answer one call of a recall tool with the text of its tool result. A bad
     call (unknown tool, missing or malformed arguments, a handle this conversation
     cannot see) gets an error text the model can act on, never an exception; a
-    `conversation` that is not a saved Conversation is `invalid_conversation`."""
+    `conversation` that is not a saved Conversation is `invalid_conversation`.
+
+    `recall_scope` is the host's, never the model's: "conversation" (the default)
+    searches and recalls this conversation and its ancestors; "user" also the other
+    live conversations of the same user (never another user's; a conversation with no
+    user has no others), whose handles `recall` then accepts too."""
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments or "{}")
@@ -199,14 +227,16 @@ def run_tool_call(conversation: Conversation, name: str, arguments: Any) -> str:
         call = _recall_arguments(arguments, config.RECALL_MAX_CHARS)
         if isinstance(call, str):
             return call
-        text = _recall(conversation.pk, call)
+        text = _recall(scope_of(conversation, recall_scope).messages, call)
         cap = recall_result_cap(config.RECALL_MAX_CHARS)
     elif name == SEARCH_HISTORY:
         query = arguments.get("query")
         error = _query_error(query)
         if error is not None or not isinstance(query, str):
             return error or ""
-        text = _search(conversation.pk, query.strip(), config.SEARCH_MAX_RESULTS)
+        text = _search(
+            scope_of(conversation, recall_scope), query.strip(), config.SEARCH_MAX_RESULTS
+        )
     else:
         return (
             f"Error: unknown tool {str(name)[:ECHO_CHARS]!r}; the recall tools are "
@@ -281,22 +311,68 @@ def visible_messages(conversation_id: int) -> Q:
     """The messages this conversation may recall and search: its own, and each
     ancestor's (sessions, continuations, branches) up to where its child left it
     (included). The chain is walked with one recursive query, however long."""
-    scope = Q(conversation_id=conversation_id)
+    return _chain_scope(conversation_id).messages
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What one recall call may read: messages, summary versions, and the
+    conversations whose embeddings it may search."""
+
+    messages: Q
+    summaries: Q
+    chain: tuple[int, ...]  # the conversation and its ancestors
+    others: tuple[int, ...] = ()  # the user's other conversations (recall_scope="user")
+
+    @property
+    def conversation_ids(self) -> tuple[int, ...]:
+        return (*self.chain, *self.others)
+
+
+def _chain_scope(conversation_id: int) -> Scope:
+    messages, summaries = Q(conversation_id=conversation_id), Q(conversation_id=conversation_id)
+    conversation_ids = [conversation_id]
     for child in ancestors(conversation_id):
         if child.parent_id is None:
             break
         if child.bound is None:  # it saw nothing of its parent (an empty session)
             continue
-        scope |= Q(conversation_id=child.parent_id, id__lte=int(child.bound))
-    return scope
+        bound = int(child.bound)
+        messages |= Q(conversation_id=child.parent_id, id__lte=bound)
+        summaries |= Q(conversation_id=child.parent_id, through_message_id__lte=bound)
+        conversation_ids.append(child.parent_id)
+    return Scope(messages, summaries, tuple(conversation_ids))
+
+
+def scope_of(conversation: Conversation, recall_scope: RecallScope = "conversation") -> Scope:
+    """The scope of a recall call in `conversation`: its chain, and with
+    recall_scope="user" every other live conversation of its user, whole."""
+    scope = _chain_scope(conversation.pk)
+    if recall_scope == "conversation" or conversation.user_id is None:
+        return scope
+    others = [
+        pk
+        for pk in Conversation.objects.filter(
+            user_id=conversation.user_id, deleted_at__isnull=True
+        ).values_list("id", flat=True)
+        if pk not in scope.chain
+    ]
+    if not others:
+        return scope
+    return Scope(
+        scope.messages | Q(conversation_id__in=others),
+        scope.summaries | Q(conversation_id__in=others),
+        scope.chain,
+        tuple(others),
+    )
 
 
 def _missing(text: str) -> str:
     return f"Error: no stored original named {text} in this conversation."
 
 
-def _recall(conversation_id: int, call: _RecallCall) -> str:
-    scope = Message.objects.filter(visible_messages(conversation_id))
+def _recall(visible: Q, call: _RecallCall) -> str:
+    scope = Message.objects.filter(visible)
     if call.last is not None:
         return _recall_range(scope, call, call.last)
     row = (
@@ -391,22 +467,156 @@ def _recall_range(scope: MessageQuerySet, call: _RecallCall, last: int) -> str:
     return "\n".join(lines)
 
 
-def _search(conversation_id: int, query: str, most: int) -> str:
-    scope = Message.objects.filter(visible_messages(conversation_id))
-    found: list[tuple[int, str, str]] = []  # (id, who, snippet)
+@dataclass(frozen=True)
+class _Hit:
+    label: str  # the handle recall takes: "m4182", "m12..m250"
+    who: str
+    snippet: str
+
+
+def _search(scope: Scope, query: str, most: int) -> str:
+    """The best `most` matches of `query`: full-text and substring matches of the
+    originals, and the nearest embeddings of originals, summaries and sessions,
+    ranked together by reciprocal rank fusion (docs/operations.rst, "Semantic recall")."""
+    messages = Message.objects.filter(scope.messages)
+    by_words: list[_Hit] = []
     if connection.vendor == "postgresql":
-        found = _full_text(scope, query, most)
-    seen = {pk for pk, _, _ in found}
-    if len(found) < most:
-        found += [hit for hit in _substring(scope, query, most) if hit[0] not in seen][
-            : most - len(found)
-        ]
+        by_words = _full_text(scope, messages, query, most)
+    if len(by_words) < most:
+        seen = {hit.label for hit in by_words}
+        by_words += [
+            hit for hit in _substring(scope, messages, query, most) if hit.label not in seen
+        ][: most - len(by_words)]
+    semantic = semantic_matches(scope.conversation_ids, query, SEMANTIC_CANDIDATES)
+    by_meaning = _meaning_hits(scope, semantic.neighbours)
+    found = fused([by_words, by_meaning], most)
+    only_words = (
+        f"\n(Searched by words only: {semantic.off_because}.)" if semantic.off_because else ""
+    )
     if not found:
-        return f'No stored original matches "{query}".'
+        return f'No stored original matches "{query}".{only_words}'
     lines = [f'{len(found)} match{"es" if len(found) != 1 else ""} for "{query}" (best first):']
-    lines += [f"- ref {handle(pk)} ({who}): {snippet}" for pk, who, snippet in found]
+    lines += [f"- ref {hit.label} ({hit.who}): {hit.snippet}" for hit in found]
     lines.append("Recall a ref to read its original.")
-    return "\n".join(lines)
+    return "\n".join(lines) + only_words
+
+
+def fused(rankings: list[list[_Hit]], most: int) -> list[_Hit]:
+    """The best `most` of several rankings by reciprocal rank fusion: each hit scores
+    the sum of 1 / (RRF_K + its rank) over the rankings it is in (Cormack et al.,
+    2009); ties keep the first ranking's order."""
+    scores: dict[str, float] = {}
+    hits: dict[str, _Hit] = {}
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking, start=1):
+            scores[hit.label] = scores.get(hit.label, 0.0) + 1.0 / (RRF_K + rank)
+            hits.setdefault(hit.label, hit)
+    order = sorted(scores, key=lambda label: -scores[label])
+    return [hits[label] for label in order[:most]]
+
+
+def _meaning_hits(scope: Scope, neighbours: list[Neighbour]) -> list[_Hit]:
+    """The neighbours this scope may read, nearest first, each once (a chunked
+    original counts at its nearest chunk)."""
+    wanted: dict[str, list[int]] = {}
+    for neighbour in neighbours:
+        wanted.setdefault(neighbour.source, []).append(neighbour.source_id)
+    found: dict[tuple[str, int], _Hit] = {}
+    for source, read in (
+        (Embedding.Source.ORIGINAL, _original_hits),
+        (Embedding.Source.SUMMARY, _summary_hits),
+        (Embedding.Source.SESSION, _session_hits),
+    ):
+        if wanted.get(source):
+            found.update({(source, pk): hit for pk, hit in read(scope, wanted[source]).items()})
+    hits, seen = [], set()
+    for neighbour in neighbours:
+        hit = found.get((neighbour.source, neighbour.source_id))
+        if hit is not None and hit.label not in seen:
+            seen.add(hit.label)
+            hits.append(hit)
+    return hits
+
+
+def _original_hits(scope: Scope, ids: list[int]) -> dict[int, _Hit]:
+    rows = (
+        Message.objects.filter(scope.messages, pk__in=ids)
+        .annotate(snippet=Left("content", SNIPPET_CHARS))
+        .values("id", "conversation_id", "role", "tool_name", "snippet")
+    )
+    return {
+        row["id"]: _Hit(handle(row["id"]), _who(row, scope), _clean(row["snippet"] or ""))
+        for row in rows
+    }
+
+
+def _summary_hits(scope: Scope, ids: list[int]) -> dict[int, _Hit]:
+    rows = list(
+        SummaryVersion.objects.filter(scope.summaries, pk__in=ids)
+        .exclude(through_message_id=None)
+        .annotate(snippet=Left("text", SNIPPET_CHARS))
+        .values("id", "conversation_id", "after_message_id", "through_message_id", "snippet")
+    )
+    ranges = _message_ranges({row["conversation_id"] for row in rows})
+    hits = {}
+    for row in rows:
+        # A segment summary covers what follows its message; a window summary, the
+        # conversation from its start.
+        if row["after_message_id"]:
+            first = row["after_message_id"] + 1
+        else:
+            first = ranges.get(row["conversation_id"], (row["through_message_id"], 0))[0]
+        hits[row["id"]] = _Hit(
+            f"{handle(first)}..{handle(row['through_message_id'])}",
+            f"summary{_elsewhere(row['conversation_id'], scope)}",
+            _clean(row["snippet"] or ""),
+        )
+    return hits
+
+
+def _session_hits(scope: Scope, ids: list[int]) -> dict[int, _Hit]:
+    """A session's summary is stored by the session after it (`ids`), and embedded
+    under the session it summarizes, the one the scope must reach."""
+    rows = list(
+        Conversation.objects.filter(pk__in=ids, parent_conversation_id__in=scope.conversation_ids)
+        .annotate(
+            snippet=Left("parent_conversation_summary", SNIPPET_CHARS),
+            summarized_title=F("parent_conversation__title"),
+        )
+        .values("id", "parent_conversation_id", "summarized_title", "snippet")
+    )
+    ranges = _message_ranges({row["parent_conversation_id"] for row in rows})
+    hits = {}
+    for row in rows:
+        summarized = row["parent_conversation_id"]
+        if summarized not in ranges:
+            continue
+        first, last = ranges[summarized]
+        title = f' "{row["summarized_title"]}"' if row["summarized_title"] else ""
+        hits[row["id"]] = _Hit(
+            f"{handle(first)}..{handle(last)}",
+            f"session{title}, conversation {summarized}",
+            _clean(row["snippet"] or ""),
+        )
+    return hits
+
+
+def _message_ranges(conversation_ids: set[int]) -> dict[int, tuple[int, int]]:
+    """Each conversation's first and last message ids, in one query."""
+    if not conversation_ids:
+        return {}
+    rows = (
+        Message.objects.filter(conversation_id__in=conversation_ids)
+        .values("conversation_id")
+        .annotate(first=Min("id"), last=Max("id"))
+        .values_list("conversation_id", "first", "last")
+    )
+    return {conversation: (first, last) for conversation, first, last in rows}
+
+
+def _elsewhere(conversation_id: int, scope: Scope) -> str:
+    """Where a hit of a widened search is, when not in this conversation's chain."""
+    return "" if conversation_id in scope.chain else f", conversation {conversation_id}"
 
 
 #: Newest first, by an expression of the id rather than the column: ordered by the
@@ -418,19 +628,19 @@ def _search(conversation_id: int, query: str, most: int) -> str:
 NEWEST_FIRST = (F("id") + Value(0)).desc()
 
 
-def _full_text(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int, str, str]]:
+def _full_text(scope: Scope, messages: MessageQuerySet, query: str, most: int) -> list[_Hit]:
     search = SearchQuery(query, config="simple", search_type="websearch")
     # The stored document, through the GIN index assistant_msg_search (conversation
     # and document in one index: only the conversation's matches are read). Only the
     # newest RANKED_MATCHES are ranked: a common word matches thousands of messages,
     # and ranking them all read each one (a third of a long conversation); a rarer
     # query's matches are all ranked, as before.
-    newest_matches = scope.filter(search_vector=search).order_by(NEWEST_FIRST).values("id")
+    newest_matches = messages.filter(search_vector=search).order_by(NEWEST_FIRST).values("id")
     rows = list(
         Message.objects.filter(pk__in=newest_matches[:RANKED_MATCHES])
         .annotate(rank=SearchRank(F("search_vector"), search))
         .order_by("-rank", "-id")
-        .values("id", "role", "tool_name")[:most]
+        .values("id", "conversation_id", "role", "tool_name")[:most]
     )
     snippets = dict(
         Message.objects.filter(pk__in=[row["id"] for row in rows])
@@ -449,7 +659,10 @@ def _full_text(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int,
         )
         .values_list("id", "snippet")
     )
-    return [(row["id"], _who(row), _clean(snippets.get(row["id"]) or "")) for row in rows]
+    return [
+        _Hit(handle(row["id"]), _who(row, scope), _clean(snippets.get(row["id"]) or ""))
+        for row in rows
+    ]
 
 
 class _ILike(Lookup):
@@ -464,28 +677,29 @@ class _ILike(Lookup):
         return f"{lhs} ILIKE {rhs}", [*lhs_params, *rhs_params]
 
 
-def _substring(scope: MessageQuerySet, query: str, most: int) -> list[tuple[int, str, str]]:
+def _substring(scope: Scope, messages: MessageQuerySet, query: str, most: int) -> list[_Hit]:
     if connection.vendor == "postgresql":
         if len(query) < TRIGRAM_CHARS:
             return []  # no trigram to look up: the full-text search alone
         pattern = f"%{connection.ops.prep_for_like_query(query)}%"
-        scope = scope.filter(_ILike(F("content"), Value(pattern)))
+        messages = messages.filter(_ILike(F("content"), Value(pattern)))
     else:
-        scope = scope.filter(content__icontains=query)
+        messages = messages.filter(content__icontains=query)
     position = StrIndex(Upper("content"), Upper(Value(query)))
     rows = (
-        scope.annotate(at=position)
+        messages.annotate(at=position)
         .annotate(
             snippet=Substr("content", Greatest(F("at") - SNIPPET_CHARS // 2, 1), SNIPPET_CHARS)
         )
         .order_by(NEWEST_FIRST)
-        .values("id", "role", "tool_name", "snippet")[:most]
+        .values("id", "conversation_id", "role", "tool_name", "snippet")[:most]
     )
-    return [(row["id"], _who(row), _clean(row["snippet"] or "")) for row in rows]
+    return [_Hit(handle(row["id"]), _who(row, scope), _clean(row["snippet"] or "")) for row in rows]
 
 
-def _who(row: dict[str, Any]) -> str:
-    return f"tool {row['tool_name']}" if row["tool_name"] else str(row["role"])
+def _who(row: dict[str, Any], scope: Scope) -> str:
+    who = f"tool {row['tool_name']}" if row["tool_name"] else str(row["role"])
+    return who + _elsewhere(row["conversation_id"], scope)
 
 
 def _clean(snippet: str) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import connections
+from django.db import connections, transaction
 
 from assistant.models import Conversation, Embedding
 
@@ -96,10 +96,18 @@ def nearest(
     using: str = "default",
 ) -> list[Neighbour]:
     """The `limit` embeddings of `model` in these conversations nearest to `query`
-    (cosine distance, nearest first), read through `ensure_index`'s index."""
+    (cosine distance, nearest first), read through `ensure_index`'s index.
+
+    The index holds every conversation's embeddings, and an HNSW scan hands back its
+    nearest `hnsw.ef_search` (40) before the conversation filter applies: a
+    conversation among many would often get none. pgvector's iterative scan (0.8.0
+    on) goes on reading the index until `limit` rows pass the filter (at most
+    `hnsw.max_scan_tuples`, 20,000); its order is relaxed, so the rows are sorted
+    again by their distance."""
     count = _dimensions(len(query))
     literal = "[" + ",".join(repr(float(value)) for value in query) + "]"
-    with connections[using].cursor() as cursor:
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         distance = f"(vector::vector({count})) <=> %s::vector({count})"
         cursor.execute(
             f"SELECT source, source_id, chunk, {distance} FROM assistant_embedding "
@@ -107,4 +115,5 @@ def nearest(
             f"ORDER BY {distance} LIMIT %s",
             [literal, model, list(conversation_ids), literal, limit],
         )
-        return [Neighbour(row[0], row[1], row[2], float(row[3])) for row in cursor.fetchall()]
+        rows = [Neighbour(row[0], row[1], row[2], float(row[3])) for row in cursor.fetchall()]
+    return sorted(rows, key=lambda neighbour: neighbour.distance)

@@ -877,6 +877,10 @@ class FakeProvider:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            # Headers and body go out in separate writes: with Nagle's algorithm on,
+            # the body of a reply on a kept-alive connection waits for the client's
+            # delayed ACK, about 40 ms a request.
+            disable_nagle_algorithm = True
             protocol_version = "HTTP/1.1"
 
             def log_message(self, format: str, *args: Any) -> None:
