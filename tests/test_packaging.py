@@ -549,7 +549,7 @@ def test_host_project_with_the_installed_wheel(
     assert result["screenshot_kept"] is True  # stored verbatim, named in the summary
     assert result["summary_names_screenshot"] is True
     assert result["beat_tasks_registered"] is True
-    assert result["beat_entries"] == 4
+    assert result["beat_entries"] == 5  # the four enabled by default, and embed-texts
     assert result["admin"] == {
         "/admin/": [200, True],
         "/admin/assistant/conversation/": [200, True],
