@@ -12,8 +12,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from assistant.models import Conversation, Embedding, Message, SummaryVersion
+from assistant.cost import conversation_cost
+from assistant.models import Conversation, Embedding, EmbeddingUsage, Message, SummaryVersion
 from assistant.providers import embedder
 from assistant.recall import ensure_index, index_name, run_tool_call, store_embedding
 from assistant.services import answer_tool_calls, compact_tool_results, new_session
@@ -292,3 +294,27 @@ def test_read_through_the_hnsw_index_a_conversation_among_many_still_gets_its_ne
     assert index_name(model.dimensions) in plan, plan
 
     assert f"- ref m{answer.pk} " in search(conversation, "refund rules")
+
+
+def test_the_querys_embedding_is_counted_in_the_conversations_cost(
+    embeddings, conversation
+) -> None:
+    embedded(compacted(conversation, REFUND_RULES))
+
+    search(conversation, "refund rules")
+
+    usage = EmbeddingUsage.objects.get(conversation=conversation)
+    assert (usage.texts, usage.model) == (1, "text-embedding-3-small")
+    assert usage.input_tokens > 0
+    cost, _ = conversation_cost(conversation)
+    assert cost.embedding_tokens == usage.input_tokens
+    assert cost.embedding > 0
+
+
+def test_a_deleted_conversation_searches_and_records_nothing(embeddings, conversation) -> None:
+    embedded(compacted(conversation, REFUND_RULES))
+    Conversation.objects.filter(pk=conversation.pk).update(deleted_at=timezone.now())
+    conversation.refresh_from_db()
+
+    assert "- ref m" in search(conversation, "refund rules")
+    assert not EmbeddingUsage.objects.filter(conversation=conversation).exists()

@@ -235,7 +235,10 @@ def run_tool_call(
         if error is not None or not isinstance(query, str):
             return error or ""
         text = _search(
-            scope_of(conversation, recall_scope), query.strip(), config.SEARCH_MAX_RESULTS
+            scope_of(conversation, recall_scope),
+            query.strip(),
+            config.SEARCH_MAX_RESULTS,
+            paid_by=None if conversation.deleted_at else conversation.pk,
         )
     else:
         return (
@@ -474,7 +477,7 @@ class _Hit:
     snippet: str
 
 
-def _search(scope: Scope, query: str, most: int) -> str:
+def _search(scope: Scope, query: str, most: int, *, paid_by: int | None) -> str:
     """The best `most` matches of `query`: full-text and substring matches of the
     originals, and the nearest embeddings of originals, summaries and sessions,
     ranked together by reciprocal rank fusion (docs/operations.rst, "Semantic recall")."""
@@ -487,7 +490,7 @@ def _search(scope: Scope, query: str, most: int) -> str:
         by_words += [
             hit for hit in _substring(scope, messages, query, most) if hit.label not in seen
         ][: most - len(by_words)]
-    semantic = semantic_matches(scope.conversation_ids, query, SEMANTIC_CANDIDATES)
+    semantic = semantic_matches(scope.conversation_ids, query, SEMANTIC_CANDIDATES, paid_by=paid_by)
     by_meaning = _meaning_hits(scope, semantic.neighbours)
     found = fused([by_words, by_meaning], most)
     only_words = (

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from assistant.models import EmbeddingUsage
 from assistant.providers import EmbeddingError, embedder
 from assistant.recall.vectors import Neighbour, nearest, vectors_available
 
@@ -38,8 +39,14 @@ def _said_off(reason: str) -> None:
     logger.info("search_history is full-text search only: %s (docs/operations.rst)", reason)
 
 
-def semantic_matches(conversation_ids: Sequence[int], query: str, limit: int) -> SemanticMatches:
-    """The `limit` stored embeddings nearest to `query` in these conversations."""
+def semantic_matches(
+    conversation_ids: Sequence[int], query: str, limit: int, *, paid_by: int | None
+) -> SemanticMatches:
+    """The `limit` stored embeddings nearest to `query` in these conversations. The
+    query's embedding is counted as the embedding job's requests are, for the
+    conversation `paid_by` (`EmbeddingUsage`: its cost and the day's tokens; the
+    cap itself stops only the job, a query is a few tokens the model waits on); None
+    for a deleted conversation, which is read and never changed."""
     model = embedder()
     if model is None:
         _said_off(NOT_CONFIGURED)
@@ -52,5 +59,9 @@ def semantic_matches(conversation_ids: Sequence[int], query: str, limit: int) ->
     except EmbeddingError as error:
         logger.warning("search_history's query embedding failed (%s): full-text only", error)
         return SemanticMatches([], FAILED)
+    if paid_by is not None:
+        EmbeddingUsage.objects.create(
+            conversation_id=paid_by, model=model.model, input_tokens=result.input_tokens, texts=1
+        )
     # Stored under the configured model's name, as the worker stores them.
     return SemanticMatches(nearest(conversation_ids, model.model, result.vectors[0], limit=limit))
