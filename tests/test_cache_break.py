@@ -227,3 +227,71 @@ def test_a_server_that_reports_no_cache_is_never_judged(conversation):
         fake.stop()
     assert breaks(conversation) == []
     assert cache_hits(conversation.pk) is None
+
+
+def responses_api_response(prompt, cached, diagnostics=None):
+    return openai.types.responses.Response.model_validate(
+        {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 0,
+            "model": "gpt-5.6",
+            "status": "completed",
+            "output": [
+                {
+                    "type": "message",
+                    "id": "msg_1",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": "Done.", "annotations": []}],
+                }
+            ],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": {
+                "input_tokens": prompt,
+                "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+                "output_tokens": 5,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": prompt + 5,
+            },
+            **({"prompt_cache_diagnostics": diagnostics} if diagnostics else {}),
+        }
+    )
+
+
+def test_the_responses_apis_diagnosis_of_a_miss_is_kept_with_the_break(conversation):
+    add_message(conversation, "user", "Hello.")
+    record_response(conversation, responses_api_response(9_000, 1_000), provider="openai_responses")
+    add_message(conversation, "user", "More.")
+    miss = {
+        "type": "cache_miss",
+        "reason": "tools_changed",
+        "cache_missed_tokens": 8_900,
+        "comparison_reusable_tokens": 9_000,
+    }
+    record_response(
+        conversation, responses_api_response(9_100, 0, miss), provider="openai_responses"
+    )
+    [event] = breaks(conversation)
+    assert event.details["diagnosis"] == {
+        "type": "tools_changed",
+        "cache_missed_tokens": 8_900,
+        "comparison_reusable_tokens": 9_000,
+    }
+    assert event.details["expected_cache_read_tokens"] == 9_000
+    assert event.details["reported_cache_read_tokens"] == 0
+
+
+def test_a_responses_api_diagnosis_that_names_no_miss_is_not_kept(conversation):
+    add_message(conversation, "user", "Hello.")
+    record_response(conversation, responses_api_response(9_000, 1_000), provider="openai_responses")
+    add_message(conversation, "user", "More.")
+    unavailable = {"type": "unavailable"}
+    record_response(
+        conversation, responses_api_response(9_100, 0, unavailable), provider="openai_responses"
+    )
+    [event] = breaks(conversation)
+    assert "diagnosis" not in event.details
+    assert event.details["reported_cache_read_tokens"] == 0

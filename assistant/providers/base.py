@@ -79,7 +79,8 @@ class ChatResult:
     # it (assistant.providers.compaction_blocks); None without one.
     compaction: dict[str, Any] | None = None
     # Why the provider's cache missed, where the request asked it to say (Anthropic's
-    # cache diagnostics: `diagnostics.cache_miss_reason`); None otherwise.
+    # cache diagnostics: `diagnostics.cache_miss_reason`; the Responses API's
+    # `prompt_cache_diagnostics` of a miss); None otherwise.
     cache_diagnosis: dict[str, Any] | None = None
 
 

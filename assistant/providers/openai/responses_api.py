@@ -163,7 +163,25 @@ def responses_result(response: Any) -> ChatResult:
         blocks=blocks,
         provider=OPENAI_RESPONSES.name,
         compaction=compaction,
+        cache_diagnosis=responses_cache_diagnosis(response),
     )
+
+
+def responses_cache_diagnosis(response: Any) -> dict[str, Any] | None:
+    """The Responses API's `prompt_cache_diagnostics` of a cache miss, in the shape of
+    Anthropic's diagnosis: `type` is the reason (model_changed, prompt_cache_key_changed,
+    tools_changed, input_changed, context_compacted, ...), with `cache_missed_tokens`
+    and `comparison_reusable_tokens`. GPT-5.6 and later return it where the request's
+    `prompt_cache_options` named a `comparison_response_id`; None for a hit, an
+    unavailable diagnosis, or none asked."""
+    diagnostics = getattr(response, "prompt_cache_diagnostics", None)
+    if getattr(diagnostics, "type", None) != "cache_miss":
+        return None
+    return {
+        "type": diagnostics.reason,
+        "cache_missed_tokens": diagnostics.cache_missed_tokens,
+        "comparison_reusable_tokens": diagnostics.comparison_reusable_tokens,
+    }
 
 
 def compacted_record(compacted: Any) -> dict[str, Any] | None:
