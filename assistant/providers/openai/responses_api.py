@@ -175,7 +175,7 @@ def responses_cache_diagnosis(response: Any) -> dict[str, Any] | None:
     `prompt_cache_options` named a `comparison_response_id`; None for a hit, an
     unavailable diagnosis, or none asked."""
     diagnostics = getattr(response, "prompt_cache_diagnostics", None)
-    if getattr(diagnostics, "type", None) != "cache_miss":
+    if diagnostics is None or getattr(diagnostics, "type", None) != "cache_miss":
         return None
     return {
         "type": diagnostics.reason,
