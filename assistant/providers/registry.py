@@ -406,8 +406,10 @@ def embeddings_off_reason() -> str | None:
     run, or when embeddings are off as asked. Settings the app refuses raise
     ImproperlyConfigured (embedder_settings)."""
     chosen = embedder_settings()
-    if chosen is None:
-        return None
+    return None if chosen is None else _off_reason(chosen)
+
+
+def _off_reason(chosen: EmbedderSettings) -> str | None:
     if chosen.provider in EMBEDDING_PACKAGES:
         packages, extra = EMBEDDING_PACKAGES[chosen.provider]
         missing = [name for name in packages if importlib.util.find_spec(name) is None]
@@ -482,7 +484,7 @@ def embedder() -> Embedder | None:
     chosen = embedder_settings()
     if chosen is None:
         return None
-    reason = embeddings_off_reason()
+    reason = _off_reason(chosen)
     if reason is not None:
         _warn_embeddings_off_once(reason)
         return None

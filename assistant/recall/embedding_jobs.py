@@ -40,7 +40,7 @@ from django.utils import timezone
 from assistant.history import first_in
 from assistant.models import Conversation, Embedding, EmbeddingUsage, Message, SummaryVersion
 from assistant.providers import Embedder, EmbeddingError, embedder
-from assistant.recall.vectors import ensure_index, index_name, store_embedding, vectors_available
+from assistant.recall.vectors import ensure_index, store_embedding, vectors_available
 from assistant.settings.app import app_setting
 from assistant.settings.conf import compaction_config
 from assistant.text import estimate_tokens
@@ -100,7 +100,7 @@ def embed_pending(limit: int = RUN_TEXTS) -> EmbeddingRun:
         if not mine:
             return EmbeddingRun(skipped="busy", model=model.model, provider=model.provider)
         run = EmbeddingRun(model=model.model, provider=model.provider)
-        _index_of(model.dimensions)
+        ensure_index(model.dimensions)
         texts: list[Text] = []
         if tokens_today() < _daily_cap():
             texts = pending_texts(model.model, model.dimensions, limit)
@@ -113,16 +113,6 @@ def embed_pending(limit: int = RUN_TEXTS) -> EmbeddingRun:
         run.removed = remove_replaced(model.model, model.dimensions)
         run.remains = run.remains or run.removed == DELETE_BATCH * DELETE_BATCHES
         return run
-
-
-def _index_of(dimensions: int) -> None:
-    """The HNSW index of this dimension count, built when missing (CREATE INDEX IF NOT
-    EXISTS would take the table's lock at every run)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT to_regclass(%s)", [index_name(dimensions)])
-        row = cursor.fetchone()
-    if row is None or row[0] is None:
-        ensure_index(dimensions)
 
 
 def _skipped(reason: str, why: str) -> EmbeddingRun:

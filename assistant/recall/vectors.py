@@ -47,10 +47,15 @@ def _dimensions(dimensions: int) -> int:
 
 
 def ensure_index(dimensions: int, using: str = "default") -> None:
-    """The HNSW index (cosine distance) of the embeddings with `dimensions` dimensions;
-    idempotent."""
+    """The HNSW index (cosine distance) of the embeddings with `dimensions` dimensions,
+    built when missing; idempotent. Looked up first: CREATE INDEX IF NOT EXISTS would
+    take the table's lock even when the index is there."""
     count = _dimensions(dimensions)
     with connections[using].cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s)", [index_name(count)])
+        row = cursor.fetchone()
+        if row is not None and row[0] is not None:
+            return
         cursor.execute(
             f"CREATE INDEX IF NOT EXISTS {index_name(count)} ON assistant_embedding "
             f"USING hnsw ((vector::vector({count})) vector_cosine_ops) WHERE dimensions = {count}"
