@@ -128,7 +128,13 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
         write_json,
         write_markdown,
     )
-    from bench.sessions import EVERYTHING, OURS, OURS_OPENAI, load_sessions
+    from bench.sessions import (
+        CLOCK_REPLAYS,
+        EVERYTHING,
+        OURS,
+        OURS_OPENAI,
+        load_sessions,
+    )
     from bench.targets import (
         cost_lines,
         counter_rows,
@@ -202,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
         offpath = finish_runs(offpath_started)
     # Ours judged at OpenAI's cache prices: reported in its own tables below.
     ours_openai = real_results.pop(OURS_OPENAI)
+    # Ours on the long sessions' clock with the other lifetimes (bench/timing.py).
+    clocked = {
+        name: real_results.pop(name) for name in CLOCK_REPLAYS if name not in (OURS, OURS_OPENAI)
+    }
     real_sums = real.totals(real_results)
 
     ours, ref = replays["ours 300 turns"], replays["reference 300 turns"]
@@ -428,10 +438,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
     edge = frontier(real_results, trigger)
     lines += frontier_lines(edge, trigger)
     edge_openai = frontier({**real_results, OURS: ours_openai}, trigger, real.price_rates("OpenAI"))
-    # The same replays on the sessions' clock, priced under each cache rule (bench/timing.py).
-    edges = timing.priced_frontiers(real_results, trigger, ours_openai)
+    # Every replay priced under each cache rule, ours the one on the clock with the rule's
+    # lifetime (bench/timing.py).
+    edges = timing.priced_frontiers(real_results, trigger, {**clocked, OURS_OPENAI: ours_openai})
     lines += timing.rule_lines(edges, timing.TODAY)
-    choice, held, judged = timing.choice_rows(real_results, edges)
+    choice, held, judged = timing.choice_rows(clocked, edges)
     lines.append(
         Line(
             "long sessions: ours with the lifetime chosen per request at most the cheaper"
@@ -558,6 +569,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901
                 "totals": {name: total.as_dict() for name, total in real_sums.items()},
                 "frontier": {"Anthropic": as_dict(edge), "OpenAI": as_dict(edge_openai)},
                 "frontier_by_rule": {rule: as_dict(found) for rule, found in edges.items()},
+                "clock": {
+                    name: [o.as_dict() for o in outcomes] for name, outcomes in clocked.items()
+                },
                 "per_conversation": {
                     name: [o.as_dict() for o in outcomes] for name, outcomes in real_results.items()
                 },

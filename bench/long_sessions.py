@@ -1,5 +1,6 @@
 """`python -m bench.long_sessions`: ours alone on the long real sessions (sending
-everything's largest request past the trigger), as `make bench` replays it, per session
+everything's largest request past the trigger), as `make bench` replays it (on the
+sessions' clock, the default lifetime), per session
 and in aggregate: cost under caching as a share of sending everything, the retention
 probes present in the request, recoverable by recall, lost, and those the artifact index
 holds; with each session's probes not present at their call. About a minute, one core:
@@ -53,11 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         missing.clear()
         CostMeter.record = noting  # type: ignore[method-assign]
         try:
-            if args.openai:
-                model = real.PRICE_MODELS["OpenAI"]
-                ours = real.replay_ours(session, FakeSummarizer(), OURS_OPENAI, model)
-            else:
-                ours = real.replay_ours(session, FakeSummarizer(), OURS)
+            ours = real.on_clock(session, OURS_OPENAI if args.openai else OURS, FakeSummarizer())
         finally:
             CostMeter.record = record  # type: ignore[method-assign]
         meter = ours.meter

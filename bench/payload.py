@@ -18,10 +18,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bench.fake_summarizer import count_tokens
 from bench.record import MESSAGE_OVERHEAD_TOKENS
+
+if TYPE_CHECKING:
+    from assistant.providers import CacheLifetime
 
 CACHE_READ = 0.1
 CACHE_WRITE = 1.25
@@ -227,6 +230,8 @@ class RequestFigures:
     cached_tokens: int  # leading tokens identical to the previous request
     # When it was sent, seconds on the session's clock (its last message's ts; None: no clock).
     at: float | None = None
+    # The cache lifetime it asked for (a replay on the session's clock; None: not chosen).
+    lifetime: CacheLifetime | None = None
 
     @property
     def cost(self) -> float:

@@ -1,7 +1,8 @@
 """The real agent sessions (bench/data/real) replayed by every strategy in one run.
 
 Ours goes through the public services on PostgreSQL, as a chat backend
-drives them: before each model call the pre-call hook
+drives them, on the session's own clock (`SessionClock`, `on_clock`): before each
+model call the pre-call hook
 (`ensure_context_summary`) and `build_context`; the request is
 `context.to_anthropic()`; the assistant message is stored with the bench's
 token count of that request as the provider's `input_tokens`, then its tool
@@ -24,12 +25,13 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import time_machine
 from django.conf import settings
 from django.db import connections
 from django.test import override_settings
@@ -38,7 +40,7 @@ from assistant import services
 from assistant.models import Conversation
 from assistant.recall.artifact_index import HEADING as INDEX_HEADING
 from assistant.settings.conf import compaction_config
-from assistant.window import decision
+from assistant.window import LIFETIME_KEY, decision, request_lifetime
 from assistant.window.ledger import cache_prices
 from bench import peers as lib
 from bench import provider_replay
@@ -49,16 +51,18 @@ from bench.fake_summarizer import SUFFIX, FakeSummarizer
 from bench.measures import price_recalls, use_fake
 from bench.openhands import OpenHandsCondenser
 from bench.outcome import Outcome, failure_text
-from bench.payload import CostMeter, Rates, neutral_tokens
+from bench.payload import CostMeter, Rates, RequestFigures, neutral_tokens
 from bench.provider_replay import replay_under_provider
 from bench.server_compaction import ServerCompaction
 from bench.sessions import (
+    CLOCK_REPLAYS,
     COMPACT,
     EVERYTHING,
     HYBRID,
     MASKING,
     OPENHANDS,
     OURS,
+    OURS_CLOCK,
     OURS_OPENAI,
     OURS_SUFFIX,
     SYSTEM_PROMPT,
@@ -159,15 +163,60 @@ def judged(tally: VoluntarySteps) -> Iterator[None]:
         decision.step_pays = original
 
 
+class SessionClock:
+    """The session's own clock for a replay (`on`): Django's and Python's wall clock
+    (time-machine, not the monotonic clocks) moved to each moment given, so messages are
+    stored at their `ts` and the pre-call hook decides at the time of the call; off, the
+    replay runs on the machine's clock, as one request right after another."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+        self._travel: time_machine.travel | None = None
+        self._coordinates: time_machine.Coordinates | None = None
+
+    def __enter__(self) -> SessionClock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._travel is not None:
+            self._travel.stop()
+
+    def at(self, moment: float | None) -> None:
+        """Now is `moment` (seconds since the epoch); None keeps the time as it is."""
+        if not self.on or moment is None:
+            return
+        if self._coordinates is None:
+            self._travel = time_machine.travel(moment, tick=False)
+            self._coordinates = self._travel.start()
+        else:
+            self._coordinates.move_to(moment)
+
+
+def ask_lifetime(conversation: Conversation, wire: str, figures: RequestFigures) -> dict[str, Any]:
+    """The cache lifetime the app chooses for the request (`request_lifetime`, as
+    `chat_step` asks it), kept on its figures; the answer's fields that record it."""
+    figures.lifetime = request_lifetime(conversation.pk, wire, figures.tokens)
+    return {"metadata": {LIFETIME_KEY: figures.lifetime.name}} if figures.lifetime else {}
+
+
 def replay_ours(
-    session: Session, summarizer: FakeSummarizer, name: str = OURS, model: str = ""
+    session: Session,
+    summarizer: FakeSummarizer,
+    name: str = OURS,
+    model: str = "",
+    *,
+    clock: bool = False,
 ) -> Outcome:
     """Our strategy under the settings in force; a "cached_suffix" summary request is
     priced against the chat request before it (`CostMeter.suffix_cost`), every other
     summarizer input at 1.0x. Each answer is recorded as `model`'s (else the configured
     chat model's): the decision judges its steps at that model's cache prices. The
-    voluntary steps it took and declined are counted."""
+    voluntary steps it took and declined are counted. `clock`: on the session's clock
+    (`SessionClock`), each request asks for the cache lifetime the app chooses for it
+    (`request_lifetime`, as `chat_step` does; CACHE_LIFETIME may fix it), recorded on its
+    figures and on the answer, where the next decision reads it."""
     trigger = compaction_config().CONTEXT_TOKEN_THRESHOLD
+    wire = "openai" if model == PRICE_MODELS["OpenAI"] else "anthropic"
     outcome = Outcome(name, session.name, CostMeter(trigger, index_heading=INDEX_HEADING))
     started = time.perf_counter()
     ends = session.turn_ends()
@@ -181,7 +230,7 @@ def replay_ours(
             priced[0] += 1
 
     priced = [0]
-    with use_fake(summarizer), judged(steps):
+    with use_fake(summarizer), judged(steps), SessionClock(clock) as now:
         conversation = Conversation.objects.create(
             title=f"real {session.name}", system_prompt=SYSTEM_PROMPT
         )
@@ -189,6 +238,7 @@ def replay_ours(
             for index, message in enumerate(session.messages):
                 fields: dict[str, Any] = {}
                 if message["role"] == "assistant":
+                    now.at(session.call_time(index))
                     with steps.call():
                         services.ensure_context_summary(conversation)
                     if model:
@@ -204,6 +254,9 @@ def replay_ours(
                     )
                     price_recalls(outcome.meter, conversation.pk, payload)
                     fields["input_tokens"] = figures.tokens
+                    if clock:
+                        fields.update(ask_lifetime(conversation, wire, figures))
+                now.at(session.times[index] if index < len(session.times) else None)
                 store(conversation, message, **fields)
                 if index in ends:
                     finish_turn(conversation)
@@ -221,17 +274,57 @@ def replay_ours(
     return outcome
 
 
+def on_clock(
+    session: Session,
+    name: str,
+    summarizer: FakeSummarizer,
+    label: str = "",
+    **settings_keys: Any,
+) -> Outcome:
+    """Ours `name` of CLOCK_REPLAYS on the session's own clock: its CACHE_LIFETIME (and
+    `settings_keys`) over the settings in force, its answers the price model's of its
+    wire (`PRICE_MODELS`); the outcome named `label` (else `name`)."""
+    wire, lifetime = CLOCK_REPLAYS[name]
+    model = PRICE_MODELS["OpenAI"] if wire == "openai" else ""
+    keys = {**(getattr(settings, "ASSISTANT_COMPACTION", None) or {})}
+    with override_settings(
+        ASSISTANT_COMPACTION={**keys, "CACHE_LIFETIME": lifetime, **settings_keys}
+    ):
+        return replay_ours(session, summarizer, label or name, model, clock=True)
+
+
 def replay_openai_all(sessions: list[Session]) -> list[Outcome]:
     """Ours on every session, its answers an OpenAI model's (`PRICE_MODELS`)."""
-    model = PRICE_MODELS["OpenAI"]
-    return [replay_ours(s, FakeSummarizer(), OURS_OPENAI, model) for s in sessions]
+    return [on_clock(s, OURS_OPENAI, FakeSummarizer()) for s in sessions]
+
+
+def long_sessions(sessions: list[Session]) -> list[Session]:
+    """The sessions whose largest request, sending everything, passes the trigger: those
+    the frontier judges (bench/frontier.py)."""
+    trigger = compaction_config().CONTEXT_TOKEN_THRESHOLD
+    everything = (
+        replay_in_memory(s, Everything(SYSTEM_PROMPT), FakeSummarizer()) for s in sessions
+    )
+    return [s for s, base in zip(sessions, everything, strict=True) if base.meter.largest > trigger]
+
+
+# The clock replays of the long sessions beyond ours and OURS_OPENAI (CLOCK_REPLAYS): in
+# this process after the PROVIDER_COMPACTION replays, or in the second one (`Beside`).
+HERE = (OURS_CLOCK.format(lifetime="auto"),)
+BESIDE = tuple(name for name in CLOCK_REPLAYS if name not in (OURS, OURS_OPENAI, *HERE))
+
+
+def replay_clock_all(sessions: list[Session], names: Sequence[str]) -> dict[str, list[Outcome]]:
+    """Ours `names` of CLOCK_REPLAYS on the long sessions (`long_sessions`) alone: the
+    timed rules' frontiers and the lifetime choice judge no other (bench/timing.py)."""
+    judged = long_sessions(sessions)
+    return {name: [on_clock(s, name, FakeSummarizer()) for s in judged] for name in names}
 
 
 def replay_ours_suffix(session: Session, summarizer: FakeSummarizer) -> Outcome:
-    """Ours with SUMMARY_REQUEST "cached_suffix", the other settings as in force."""
-    keys = {**(getattr(settings, "ASSISTANT_COMPACTION", None) or {})}
-    with override_settings(ASSISTANT_COMPACTION={**keys, "SUMMARY_REQUEST": "cached_suffix"}):
-        return replay_ours(session, summarizer, name=OURS_SUFFIX)
+    """Ours with SUMMARY_REQUEST "cached_suffix", the other settings as ours' (on the
+    clock, the default lifetime)."""
+    return on_clock(session, OURS, summarizer, OURS_SUFFIX, SUMMARY_REQUEST="cached_suffix")
 
 
 def peers() -> dict[str, Callable[[FakeSummarizer], Strategy]]:
@@ -261,24 +354,29 @@ def replay_all(
     """strategy name -> one outcome per session, in the sessions' order: ours,
     ours with cached-suffix summaries, then the peers. With `beside`, the peers,
     cached suffix and OpenAI's prices run in its second process meanwhile, and
-    ours under PROVIDER_COMPACTION here after ours (each process about half);
-    without, all here, one after another."""
+    ours under PROVIDER_COMPACTION and on the sessions' clock at Anthropic's
+    prices here after ours, at OpenAI's there (each process about half); without,
+    all here, one after another."""
     if beside is not None:
         beside.start_suffix()
     results: dict[str, list[Outcome]] = {OURS: []}
     for session in sessions:
         progress(f"real {session.name}: ours ({session.model_calls} model calls)")
-        results[OURS].append(replay_ours(session, FakeSummarizer()))
+        results[OURS].append(on_clock(session, OURS, FakeSummarizer()))
     if beside is not None:
         progress("real sessions: ours under PROVIDER_COMPACTION, the second process meanwhile")
         provider = replay_provider_all(sessions)
+        progress('real sessions: ours with CACHE_LIFETIME "auto" (bench/timing.py)')
+        clocked = replay_clock_all(sessions, HERE)
         progress("real sessions: waiting for the second process (cached suffix, the peers)")
         others = beside.outcomes()
         ours_again = {name: others[name] for name in (OURS_SUFFIX, OURS_OPENAI)}
-        return {**results, **ours_again, **provider, **others}  # the order without `beside`
+        # the order without `beside`
+        return {**results, **ours_again, **provider, **clocked, **others}
     results[OURS_SUFFIX] = replay_suffix_all(sessions)
     results[OURS_OPENAI] = replay_openai_all(sessions)
     results.update(replay_provider_all(sessions))
+    results.update(replay_clock_all(sessions, [*HERE, *BESIDE]))
     return {**results, **replay_peers(sessions)}
 
 
@@ -309,19 +407,22 @@ class Beside:
         self.peers = self.pool.submit(replay_peers, sessions)
         self.suffix: Future[list[Outcome]] | None = None
         self.openai: Future[list[Outcome]] | None = None
+        self.clocked: Future[dict[str, list[Outcome]]] | None = None
 
     def start_suffix(self) -> None:
         self.suffix = self.pool.submit(replay_suffix_all, self.sessions)
         self.openai = self.pool.submit(replay_openai_all, self.sessions)
+        self.clocked = self.pool.submit(replay_clock_all, self.sessions, BESIDE)
 
     def outcomes(self) -> dict[str, list[Outcome]]:
         try:
             if self.suffix is None:
                 self.start_suffix()
-            assert self.suffix and self.openai
+            assert self.suffix and self.openai and self.clocked
             return {
                 OURS_SUFFIX: self.suffix.result(),
                 OURS_OPENAI: self.openai.result(),
+                **self.clocked.result(),
                 **self.peers.result(),
             }
         finally:

@@ -16,6 +16,20 @@ OURS_OPENAI = "ours (OpenAI's cache prices)"
 # emulated at the trigger, or on demand where ours would shift.
 OURS_PROVIDER = 'ours, PROVIDER_COMPACTION "provider"'
 OURS_AUTO = 'ours, PROVIDER_COMPACTION "auto"'
+# Ours is replayed on the sessions' own clock (bench/timing.py): OURS and OURS_OPENAI with
+# the providers' default lifetimes (as the app sends without a choice), and on the long
+# sessions with CACHE_LIFETIME fixed to the other lifetimes or "auto" (the app's choice
+# per request): name -> (wire, CACHE_LIFETIME). OpenAI's "auto" is its 24h retention on
+# the price model (the same write price, a longer life: `choose_lifetime` never picks
+# less), so it is not replayed apart.
+OURS_CLOCK = "ours on the clock, CACHE_LIFETIME {lifetime}"
+CLOCK_REPLAYS = {
+    OURS: ("anthropic", "5m"),
+    OURS_OPENAI: ("openai", "in_memory"),
+    OURS_CLOCK.format(lifetime="1h"): ("anthropic", "1h"),
+    OURS_CLOCK.format(lifetime="auto"): ("anthropic", "auto"),
+    OURS_CLOCK.format(lifetime="24h"): ("openai", "24h"),
+}
 EVERYTHING = "send everything"
 LANGCHAIN = "LangChain SummarizationMiddleware"
 LANGMEM = "langmem summarize_messages"

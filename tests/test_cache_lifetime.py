@@ -22,6 +22,7 @@ from assistant.services import (
     process_exchange,
 )
 from assistant.testing.fake_provider import FakeProvider
+from assistant.window import request_lifetime
 from tests.builders import html
 from tests.fake_llm import ok
 
@@ -115,6 +116,26 @@ def test_anthropic_gets_a_one_hour_ttl_when_the_conversations_gaps_make_it_pay(c
     marks = breakpoints(fake.requests[-1].body)
     assert marks and all(mark == {"type": "ephemeral", "ttl": "1h"} for mark in marks)
     assert step.message.metadata["cache_lifetime"] == "1h"
+
+
+@pytest.mark.parametrize(("prompt", "chosen"), [(5_000, "1h"), (20_000, "5m")])
+def test_past_the_watermark_a_cold_cache_is_worth_more_than_an_hours_lifetime(
+    conversation, prompt, chosen
+):
+    # One gap in three over 5 minutes. Below the watermark (0.3 of the 50,000 trigger) the
+    # hour's premium on the little a request writes is cheaper than the rewrites it
+    # saves; past it a cold cache is compacted for free, which the hour would put off.
+    for turn in range(4):
+        add_message(conversation, "user", f"Question {turn}.")
+        add_message(conversation, "assistant", f"Answer {turn}.", input_tokens=prompt - 100)
+    answers = list(conversation.messages.filter(role="assistant").order_by("pk"))
+    ages = (22, 2, 1, 0)  # minutes before now: gaps of 20, 1 and 1 minutes
+    for answer, age in zip(answers, ages, strict=True):
+        Message.objects.filter(pk=answer.pk).update(
+            created_at=timezone.now() - timedelta(minutes=age, seconds=5)
+        )
+
+    assert request_lifetime(conversation.pk, "anthropic", prompt).name == chosen
 
 
 def test_the_host_fixes_the_lifetime_in_settings(conversation, fake, settings):

@@ -10,7 +10,12 @@ from django.utils import timezone
 
 from assistant.history.state_writes import write_state
 from assistant.models import CompactionEvent, Conversation, Message, MetadataKeys
-from assistant.services import add_message, build_context, ensure_context_summary
+from assistant.services import (
+    add_message,
+    build_context,
+    ensure_context_summary,
+    process_exchange,
+)
 from assistant.settings.conf import compaction_config
 from assistant.summary.prebuild import prebuild_window_summary
 from assistant.summary.shift import shift_window
@@ -340,7 +345,27 @@ def test_a_results_batch_pays_only_before_the_next_rewrite_would_compact_them_an
     two_reads_then_more_talk(conversation, rewrites=rewrites)
     state = load_window(conversation.pk)
 
-    results = results_step(state, compaction_config(), free=False, everything=False)
+    results = results_step(state, compaction_config(), free=False)
 
     assert results.plan.most_freed >= 3000
     assert results.pays is pays
+
+
+@override_settings(
+    ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 20_000, "KEEP_NEWEST_TOOL_RESULTS": 2}
+)
+def test_a_cold_cache_compacts_the_consumed_results_but_the_newest(conversation):
+    for post in range(5):
+        call = ("get_blog_post", {"id": post}, html(6000, f"post {post}"))
+        tool_turn(conversation, f"Read post {post}.", [call])
+    process_exchange(conversation.pk)  # the worker prepares their compact versions
+    state, config = load_window(conversation.pk), compaction_config()
+    cold = state.last_request_at() + timedelta(seconds=config.CACHE_TTL_SECONDS + 1)
+
+    plan = decide(state, config, cold)
+
+    # Free to rewrite, but the newest results are still the ones the model reads next.
+    assert plan.cold and plan.results.free
+    results = [row.pk for row in state.rows if row.role == Message.Role.TOOL]
+    planned = [row.pk for row in [*plan.results.plan.compact, *plan.results.plan.stub]]
+    assert sorted(planned) == results[:-2]

@@ -119,7 +119,7 @@ def _compact_kept(before: WindowState, after: WindowState, window: MoveWindow) -
     short = short_of_the_shift(before, after, window)
     if short is not None:
         after = compact_results(after, short, rewritten=True) or after
-    results = results_step(after, after.config, free=True, everything=window.cold)
+    results = results_step(after, after.config, free=True)
     return compact_results(after, results, rewritten=True) or after
 
 
@@ -143,7 +143,7 @@ def short_of_the_shift(
     first_kept = before.rows[min(start, len(before.rows) - 1)].pk
     rows = [row for row in consumed_tool_rows(after.rows) if row.pk < first_kept]
     compaction = plan_compaction(rows, after.config, keep_newest=0)
-    return Results(compaction, free=True, everything=True, pays=False)
+    return Results(compaction, free=True, pays=False)
 
 
 def _book_shift(before: WindowState, *, cold: bool) -> WindowState:

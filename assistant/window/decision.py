@@ -53,14 +53,12 @@ BATCH_IN_SHIFT = "results_batch_in_early_shift"
 
 @dataclass(frozen=True)
 class Results:
-    """Consumed tool results to compact: `plan` (empty: none), whether any
+    """Consumed tool results to compact: `plan` (empty: none), and whether any
     batch goes (`free`: at the trigger, cold or eager) or only one that frees
-    COMPACT_MIN_FREE_TOKENS and that the savings cover (`pays`), and whether
-    the newest results go too (`everything`: a cold cache)."""
+    COMPACT_MIN_FREE_TOKENS and that the savings cover (`pays`)."""
 
     plan: CompactionPlan
     free: bool
-    everything: bool
     pays: bool
 
     @property
@@ -148,7 +146,7 @@ class MoveWindow:
     eager: bool
     count: bool
     at_trigger: bool
-    cold: bool  # the rewrite finds no cache: the shift compacts every kept result
+    cold: bool  # the rewrite finds no cache: an early shift pays no rewrite premium
 
     def on(self, state: WindowState, config: CompactionConfig, *, adopted: bool) -> MoveWindow:
         """This step on `state`, the window an earlier step of the plan left;
@@ -156,7 +154,13 @@ class MoveWindow:
         trigger it stands for is made)."""
         at_trigger = self.at_trigger and not adopted
         shift = _shift(
-            state, config, eager=self.eager, count=self.count, at_trigger=at_trigger, reasons=[]
+            state,
+            config,
+            eager=self.eager,
+            count=self.count,
+            at_trigger=at_trigger,
+            cold=self.cold,
+            reasons=[],
         )
         trigger = config.CONTEXT_TOKEN_THRESHOLD
         ask = self.worker_ahead and (
@@ -234,9 +238,7 @@ def decide(
             reasons.append(SUFFIX_FIRST)
         else:
             reasons.append(WATERMARK)
-            results = results_step(
-                state, config, free=cold or eager or tokens >= trigger, everything=cold
-            )
+            results = results_step(state, config, free=cold or eager or tokens >= trigger)
     count = eager or cold
     at_trigger = tokens >= trigger and not eager
     # A cold cache rewrites the prefix anyway: the worker's summary goes in, or
@@ -246,7 +248,9 @@ def decide(
     if adopt:
         reasons.append(ADOPT_PENDING)
     worker_ahead = config.PREBUILD_IN_TURN and not eager and state.meta.worker_seen
-    shift = _shift(state, config, eager=eager, count=count, at_trigger=at_trigger, reasons=reasons)
+    shift = _shift(
+        state, config, eager=eager, count=count, at_trigger=at_trigger, cold=cold, reasons=reasons
+    )
     if results is not None and in_early_shift(
         state, results, shift, now, worker_ahead=worker_ahead
     ):
@@ -341,10 +345,12 @@ def _shift(
     eager: bool,
     count: bool,
     at_trigger: bool,
+    cold: bool,
     reasons: list[str],
 ) -> Shift | None:
     """The window shift of the plan, if any (forced at a trigger, or early
-    when it pays), its reason appended to `reasons`."""
+    when it pays, on a `cold` cache at no rewrite premium), its reason appended
+    to `reasons`."""
     needed = should_shift(state, config, count=count)
     if at_trigger or needed:
         reasons.append(AT_TRIGGER if at_trigger else COUNT_TRIGGER)
@@ -352,7 +358,7 @@ def _shift(
             min(1.0, state.context_tokens() / config.CONTEXT_TOKEN_THRESHOLD) if at_trigger else 1.0
         )
         return Shift("forced", share, count, *split_for(state, config), needed)
-    if not eager and (early := early_shift(state, config)) is not None:
+    if not eager and (early := early_shift(state, config, cold=cold)) is not None:
         reasons.append(EARLY_PAYS)
         return early
     return None
@@ -381,17 +387,17 @@ def in_early_shift(
     return results.goes and not results.free and not backing_off
 
 
-def results_step(
-    state: WindowState, config: CompactionConfig, *, free: bool, everything: bool
-) -> Results:
+def results_step(state: WindowState, config: CompactionConfig, *, free: bool) -> Results:
     """Compact the consumed tool results of the window (the current turn's
-    too) but the newest KEEP_NEWEST_TOOL_RESULTS (all with `everything`).
+    too) but the newest KEEP_NEWEST_TOOL_RESULTS, on a cold cache too (free
+    to rewrite, the newest results are still the ones the model reads next).
     Unless `free`, only a batch that frees at least COMPACT_MIN_FREE_TOKENS
     and pays for itself (`step_pays`) before the prefix is next rewritten
     (`Ledger.prefix_life`: every shift compacts or summarizes the consumed
     results anyway), so the cached prefix breaks rarely and never at a loss."""
-    keep = 0 if everything else config.KEEP_NEWEST_TOOL_RESULTS
-    plan = plan_compaction(consumed_tool_rows(state.rows), config, keep_newest=keep)
+    plan = plan_compaction(
+        consumed_tool_rows(state.rows), config, keep_newest=config.KEEP_NEWEST_TOOL_RESULTS
+    )
     pays = False
     if plan and not free:
         tail = tail_tokens(state, plan)
@@ -401,10 +407,12 @@ def results_step(
         pays = plan.most_freed >= config.COMPACT_MIN_FREE_TOKENS and step_pays(
             state, config, plan.most_freed, cost, prefix_life=life
         )
-    return Results(plan, free, everything, pays)
+    return Results(plan, free, pays)
 
 
-def early_shift(state: WindowState, config: CompactionConfig, *, ahead: int = 0) -> Shift | None:
+def early_shift(
+    state: WindowState, config: CompactionConfig, *, ahead: int = 0, cold: bool = False
+) -> Shift | None:
     """Past COMPACT_WATERMARK, shift the window before the trigger when it
     frees at least COMPACT_MIN_FREE_TOKENS and pays for itself (`step_pays`)
     at its own cost: rewriting the context (the new summary leads it), the
@@ -414,7 +422,10 @@ def early_shift(state: WindowState, config: CompactionConfig, *, ahead: int = 0)
     the trigger (`Outlook.reached`) pays that input at the forced shift
     (docs/compaction.rst, "Timing under prompt caching"). None when it does not pay.
     `ahead`: judged on the window grown by that many tokens, all of them
-    summarized by the shift (a pre-build keeps the same verbatim budget)."""
+    summarized by the shift (a pre-build keeps the same verbatim budget).
+    `cold`: the provider's cache has expired, so the request writes its whole
+    context anyway and the shift's rewrite costs nothing more (`step_cost`'s
+    `cold`): what it frees is written less on this very request."""
     if state.context_tokens() + ahead < config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD:
         return None
     budget, start = split_for(state, config, early=True)
@@ -428,7 +439,7 @@ def early_shift(state: WindowState, config: CompactionConfig, *, ahead: int = 0)
     prices = state.cache_prices
     anyway = outlook(state, config, Ledger.of(state.columns)).reached * summarized
     own_input = old_summary + summarized - anyway
-    cost = step_cost(before, after, summarizer_input=round(own_input), prices=prices)
+    cost = step_cost(before, after, cold=cold, summarizer_input=round(own_input), prices=prices)
     pays = before - after >= config.COMPACT_MIN_FREE_TOKENS and step_pays(
         state, config, before - after, cost
     )

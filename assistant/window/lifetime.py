@@ -8,7 +8,8 @@ price r) is expected to cost, on the request about to be sent,
     cost(L) = w_L x (W + R) + q_L x P x (w_L - r)
 
 where W is what the request writes anyway (the tokens after its cached prefix), R what
-the decision plans to rewrite (a pending shift's rewritten context), P the request's
+the decision plans to rewrite (the whole context while a prepared shift is pending, or
+past COMPACT_WATERMARK, where a cold cache is compacted for free), P the request's
 whole prompt, and q_L the share of the conversation's gaps so far (between its model
 calls) longer than L: the chance that the cache L keeps has expired by the next call,
 which then writes P again instead of reading it. The cheapest lifetime is chosen; a tie
@@ -117,8 +118,9 @@ LOADED_USAGE = ("cache_read_tokens", "cache_write_tokens")
 
 def request_lifetime(conversation_id: int, provider: str, prompt: int) -> CacheLifetime | None:
     """The lifetime of the conversation's next request of `prompt` tokens: its gaps so
-    far, what the previous request's prompt leaves to write, and a pending shift's
-    rewrite (the whole prompt) by the break-even rule (`choose_lifetime`)."""
+    far, what the previous request's prompt leaves to write, and the planned rewrite
+    (the whole prompt: a pending shift's, or past the watermark a cold cache's) by the
+    break-even rule (`choose_lifetime`)."""
     rows = list(
         Message.objects.filter(conversation_id=conversation_id, role=Message.Role.ASSISTANT)
         .order_by("-id")
@@ -138,7 +140,12 @@ def request_lifetime(conversation_id: int, provider: str, prompt: int) -> CacheL
     cached = expected_cache_read(
         rows[-1] if rows else None, state.get(MetadataKeys.CONTEXT_EPOCH_MESSAGE_ID)
     )
-    pending = state.get(MetadataKeys.PENDING_SUMMARY) is not None
+    config = compaction_config()
+    # Past the watermark a cold cache is compacted for free (decision.decide): a longer
+    # lifetime that keeps it warm puts that rewrite off to a call that pays its premium.
+    rewrites = state.get(MetadataKeys.PENDING_SUMMARY) is not None or (
+        prompt >= config.COMPACT_WATERMARK * config.CONTEXT_TOKEN_THRESHOLD
+    )
     return choose_lifetime(
         provider,
         model,
@@ -146,7 +153,7 @@ def request_lifetime(conversation_id: int, provider: str, prompt: int) -> CacheL
         call_gaps(rows),
         prompt,
         max(0, prompt - cached),
-        prompt if pending else 0,
+        prompt if rewrites else 0,
     )
 
 
