@@ -259,6 +259,29 @@ def priced(requests: Sequence[RequestFigures], rates: Rates) -> float:
     return total
 
 
+def asked_cost(meter: CostMeter, base: Rates) -> float:
+    """The meter's requests, each at the cache lifetime it asked for
+    (`RequestFigures.lifetime`) at `base`'s read price: warm when the gap since the
+    one before is within the lifetime that one asked for, its writes at its own
+    lifetime's price (None: `base`'s); its recalls at `base`."""
+    total = 0.0
+    before = None
+    for request in meter.requests:
+        kept = before.lifetime if before is not None else None
+        cold = (
+            before is not None
+            and kept is not None
+            and before.at is not None
+            and request.at is not None
+            and request.at - before.at > kept.seconds
+        )
+        lifetime = request.lifetime
+        write = base.write if lifetime is None or lifetime.write is None else lifetime.write
+        total += request.cost_under(Rates(base.read, write), cold)
+        before = request
+    return total + sum(r.cost_under(base) for r in meter.recalls)
+
+
 @dataclass
 class CostMeter:
     """One conversation's requests, in order: tokens, cost under caching,

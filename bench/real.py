@@ -31,7 +31,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import time_machine
 from django.conf import settings
 from django.db import connections
 from django.test import override_settings
@@ -40,18 +39,18 @@ from assistant import services
 from assistant.models import Conversation
 from assistant.recall.artifact_index import HEADING as INDEX_HEADING
 from assistant.settings.conf import compaction_config
-from assistant.window import LIFETIME_KEY, decision, request_lifetime
+from assistant.window import decision
 from assistant.window.ledger import cache_prices
 from bench import peers as lib
 from bench import provider_replay
 from bench.baselines import Everything, Reference
-from bench.chat import finish_turn, store
+from bench.chat import SessionClock, ask_lifetime, finish_turn, store
 from bench.complexity_trap import Hybrid, ObservationMasking
 from bench.fake_summarizer import SUFFIX, FakeSummarizer
 from bench.measures import price_recalls, use_fake
 from bench.openhands import OpenHandsCondenser
 from bench.outcome import Outcome, failure_text
-from bench.payload import CostMeter, Rates, RequestFigures, neutral_tokens
+from bench.payload import CostMeter, Rates, neutral_tokens
 from bench.provider_replay import replay_under_provider
 from bench.server_compaction import ServerCompaction
 from bench.sessions import (
@@ -161,42 +160,6 @@ def judged(tally: VoluntarySteps) -> Iterator[None]:
         yield
     finally:
         decision.step_pays = original
-
-
-class SessionClock:
-    """The session's own clock for a replay (`on`): Django's and Python's wall clock
-    (time-machine, not the monotonic clocks) moved to each moment given, so messages are
-    stored at their `ts` and the pre-call hook decides at the time of the call; off, the
-    replay runs on the machine's clock, as one request right after another."""
-
-    def __init__(self, on: bool) -> None:
-        self.on = on
-        self._travel: time_machine.travel | None = None
-        self._coordinates: time_machine.Coordinates | None = None
-
-    def __enter__(self) -> SessionClock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._travel is not None:
-            self._travel.stop()
-
-    def at(self, moment: float | None) -> None:
-        """Now is `moment` (seconds since the epoch); None keeps the time as it is."""
-        if not self.on or moment is None:
-            return
-        if self._coordinates is None:
-            self._travel = time_machine.travel(moment, tick=False)
-            self._coordinates = self._travel.start()
-        else:
-            self._coordinates.move_to(moment)
-
-
-def ask_lifetime(conversation: Conversation, wire: str, figures: RequestFigures) -> dict[str, Any]:
-    """The cache lifetime the app chooses for the request (`request_lifetime`, as
-    `chat_step` asks it), kept on its figures; the answer's fields that record it."""
-    figures.lifetime = request_lifetime(conversation.pk, wire, figures.tokens)
-    return {"metadata": {LIFETIME_KEY: figures.lifetime.name}} if figures.lifetime else {}
 
 
 def replay_ours(

@@ -24,7 +24,7 @@ from typing import Any
 from assistant.providers import LIFETIMES, CacheLifetime
 from bench.frontier import TOLERANCE, Session, aggregate, frontier
 from bench.outcome import Outcome
-from bench.payload import CostMeter, Rates
+from bench.payload import Rates, asked_cost
 from bench.real import price_rates
 from bench.report import Line
 from bench.sessions import OURS, OURS_CLOCK, OURS_OPENAI
@@ -66,32 +66,11 @@ def rules() -> dict[str, tuple[str, Rates, str]]:
     return found
 
 
-def asked_cost(meter: CostMeter, provider: str) -> float:
-    """The meter's requests, each at the lifetime it asked for (module docstring)."""
-    base = price_rates(provider)
-    total = 0.0
-    before = None
-    for request in meter.requests:
-        kept = before.lifetime if before is not None else None
-        cold = (
-            before is not None
-            and kept is not None
-            and before.at is not None
-            and request.at is not None
-            and request.at - before.at > kept.seconds
-        )
-        lifetime = request.lifetime
-        write = base.write if lifetime is None or lifetime.write is None else lifetime.write
-        total += request.cost_under(Rates(base.read, write), cold)
-        before = request
-    return total + sum(r.cost_under(base) for r in meter.recalls)
-
-
 def chosen_cost(outcome: Outcome, provider: str) -> float:
     """`asked_cost` with the summarizer's input as `Outcome.cost_under` counts it."""
     base = price_rates(provider)
     summarizer = outcome.cost_under(base) - outcome.meter.cost_under(base)
-    return asked_cost(outcome.meter, provider) + summarizer
+    return asked_cost(outcome.meter, base) + summarizer
 
 
 def priced_frontiers(

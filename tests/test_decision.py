@@ -354,17 +354,22 @@ def test_a_results_batch_pays_only_before_the_next_rewrite_would_compact_them_an
 @override_settings(
     ASSISTANT_COMPACTION={"CONTEXT_TOKEN_THRESHOLD": 20_000, "KEEP_NEWEST_TOOL_RESULTS": 2}
 )
-def test_a_cold_cache_compacts_the_consumed_results_but_the_newest(conversation):
-    for post in range(5):
+def test_a_cold_cache_compacts_what_the_exchanges_left_and_the_turns_but_its_newest(
+    conversation,
+):
+    for post in range(3):
         call = ("get_blog_post", {"id": post}, html(6000, f"post {post}"))
         tool_turn(conversation, f"Read post {post}.", [call])
     process_exchange(conversation.pk)  # the worker prepares their compact versions
+    calls = [("get_blog_post", {"id": post}, html(6000, f"post {post}")) for post in (7, 8, 9)]
+    tool_turn(conversation, "Now compare posts 7, 8 and 9.", calls)  # the current turn
     state, config = load_window(conversation.pk), compaction_config()
     cold = state.last_request_at() + timedelta(seconds=config.CACHE_TTL_SECONDS + 1)
 
     plan = decide(state, config, cold)
 
-    # Free to rewrite, but the newest results are still the ones the model reads next.
+    # All that the finished exchanges left goes at once; of the turn's results, the
+    # oldest: the newest two are still the ones the model reads next.
     assert plan.cold and plan.results.free
     results = [row.pk for row in state.rows if row.role == Message.Role.TOOL]
     planned = [row.pk for row in [*plan.results.plan.compact, *plan.results.plan.stub]]

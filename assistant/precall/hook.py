@@ -223,7 +223,7 @@ def next_request(conversation: Conversation) -> NextRequest:
     if adopts(state, found) and found is not None:
         adopted = found.window(state)
         if adopted.through_id != state.through_id:  # as `_compact_kept` after a shift
-            kept = results_step(adopted, config, free=True)
+            kept = results_step(adopted, config, free=True, cold=plan.cold)
             if kept.plan:
                 adopted = _compacted_in_memory(adopted, kept.plan, config, first)[0]
         state = adopted

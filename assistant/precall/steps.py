@@ -119,7 +119,7 @@ def _compact_kept(before: WindowState, after: WindowState, window: MoveWindow) -
     short = short_of_the_shift(before, after, window)
     if short is not None:
         after = compact_results(after, short, rewritten=True) or after
-    results = results_step(after, after.config, free=True)
+    results = results_step(after, after.config, free=True, cold=window.cold)
     return compact_results(after, results, rewritten=True) or after
 
 

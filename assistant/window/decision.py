@@ -238,7 +238,9 @@ def decide(
             reasons.append(SUFFIX_FIRST)
         else:
             reasons.append(WATERMARK)
-            results = results_step(state, config, free=cold or eager or tokens >= trigger)
+            results = results_step(
+                state, config, free=cold or eager or tokens >= trigger, cold=cold
+            )
     count = eager or cold
     at_trigger = tokens >= trigger and not eager
     # A cold cache rewrites the prefix anyway: the worker's summary goes in, or
@@ -387,17 +389,27 @@ def in_early_shift(
     return results.goes and not results.free and not backing_off
 
 
-def results_step(state: WindowState, config: CompactionConfig, *, free: bool) -> Results:
+def results_step(
+    state: WindowState, config: CompactionConfig, *, free: bool, cold: bool = False
+) -> Results:
     """Compact the consumed tool results of the window (the current turn's
-    too) but the newest KEEP_NEWEST_TOOL_RESULTS, on a cold cache too (free
-    to rewrite, the newest results are still the ones the model reads next).
+    too) but the newest KEEP_NEWEST_TOOL_RESULTS; on a `cold` cache all the
+    worker prepared after the finished exchanges, at once, and of the results
+    it has not reached (the turn going on) all but the newest
+    KEEP_NEWEST_TOOL_RESULTS (free to rewrite, those are still the ones the
+    model reads next).
     Unless `free`, only a batch that frees at least COMPACT_MIN_FREE_TOKENS
     and pays for itself (`step_pays`) before the prefix is next rewritten
     (`Ledger.prefix_life`: every shift compacts or summarizes the consumed
     results anyway), so the cached prefix breaks rarely and never at a loss."""
-    plan = plan_compaction(
-        consumed_tool_rows(state.rows), config, keep_newest=config.KEEP_NEWEST_TOOL_RESULTS
-    )
+    rows = consumed_tool_rows(state.rows)
+    keep = config.KEEP_NEWEST_TOOL_RESULTS
+    if cold:
+        unprepared = [row.pk for row in rows if not row.prepared_compaction]
+        kept = unprepared[len(unprepared) - keep :] if keep else ()
+        plan = plan_compaction(rows, config, kept=kept)
+    else:
+        plan = plan_compaction(rows, config, keep_newest=keep)
     pays = False
     if plan and not free:
         tail = tail_tokens(state, plan)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,12 +51,13 @@ def plan_compaction(
     *,
     keep_newest: int = 0,
     min_chars: int | None = None,
+    kept: Collection[int] = (),
 ) -> CompactionPlan:
     """Plan over consumed tool results (`rows`, oldest first, content not
-    needed): the newest `keep_newest` stay verbatim, results the policy keeps
-    or a restore pinned are left alone, older copies of identical calls are
-    stubbed (when longer than the stub), and the rest at or over the size
-    threshold are compacted."""
+    needed): the newest `keep_newest` and those of `kept` (ids) stay
+    verbatim, results the policy keeps or a restore pinned are left alone,
+    older copies of identical calls are stubbed (when longer than the stub),
+    and the rest at or over the size threshold are compacted."""
     threshold = config.TOOL_RESULT_CHAR_THRESHOLD if min_chars is None else min_chars
     eligible = [
         row
@@ -65,7 +66,7 @@ def plan_compaction(
     ]
     protected = (
         {row.pk for row in eligible[len(eligible) - keep_newest :]} if keep_newest else set()
-    )
+    ) | set(kept)
     plan = CompactionPlan()
     stub_ids = _older_duplicates(eligible, config) - protected
     ceiling = compacted_ceiling_tokens(config)
