@@ -7,6 +7,8 @@ where the task runs."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -44,7 +46,8 @@ from assistant.settings.conf import compaction_config
 from assistant.tasks import embed_texts_task
 from assistant.text import estimate_tokens
 from tests.conftest import wait_until
-from tests.fake_llm import FakeProvider, ok, rate_limited, raw
+from tests.fake_llm import FakeProvider, ok, rate_limited, raw, slow
+from tests.test_faults import children, worker_process
 from tests.test_vectors import needs_pgvector
 
 pytestmark = needs_pgvector
@@ -58,7 +61,7 @@ KEY = "test-key-openai"
 @pytest.fixture
 def fake(fake_llm: FakeProvider, settings, redis_client: redis.Redis) -> Iterator[FakeProvider]:
     """The deployment's embeddings from the fake (OpenAI's default model, 64 dimensions),
-    and no line logged "once a day" yet."""
+    and no line logged "once a day" nor text marked in flight yet."""
     fake_llm.use_embeddings(settings, "openai")
     settings.ASSISTANT_EMBEDDING_DIMENSIONS = DIMENSIONS
     settings.LLM_MAX_RETRIES = 0
@@ -72,7 +75,9 @@ def fake(fake_llm: FakeProvider, settings, redis_client: redis.Redis) -> Iterato
 
 
 def forget_once(client: redis.Redis) -> None:
-    keys = list(client.scan_iter("assistant:once:*"))
+    """Forget the lines logged once a day and the texts marked in flight (a test
+    database starts its ids again where an earlier run's marks may still be)."""
+    keys = [*client.scan_iter("assistant:once:*"), *client.scan_iter("assistant:in_flight:*")]
     if keys:
         client.delete(*keys)
 
@@ -493,3 +498,49 @@ def compaction(conversation: Conversation) -> None:
 def processed(conversation: Conversation) -> bool:
     row = Conversation.objects.get(pk=conversation.pk)
     return row.last_exchange_at is not None and row.post_exchange_done_at == row.last_exchange_at
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_text_that_kills_the_worker_is_embedded_alone_then_left_out(
+    fake, empty_queues, redis_client, tmp_path
+):
+    """A real prefork worker whose child is killed (SIGKILL, as the kernel's OOM killer
+    does) in the middle of a request: the task comes back (reject_on_worker_lost), each
+    text of the lost request is then sent alone, so the others are embedded, and the
+    one it dies in again is left out at the cap instead of killing every run."""
+    conversation = Conversation.objects.create()
+    poison = compacted(conversation, "The text the model chokes on.")  # the oldest: sent last
+    healthy = [
+        compacted(conversation, f"Original {index}: the refund rules.") for index in range(3)
+    ]
+    hang = 120  # seconds: far past the test, the child dies long before the answer
+    fake.script(EMBEDDINGS, slow(hang), ok(), ok(), ok(), slow(hang))
+    env = {
+        **fake.embeddings_env("openai"),
+        "ASSISTANT_EMBEDDING_DIMENSIONS": str(DIMENSIONS),
+        "ASSISTANT_MAX_TASK_DELIVERIES": "2",
+        "LLM_MAX_RETRIES": "0",
+    }
+
+    with worker_process("embed", tmp_path, extra_env=env) as worker:
+        embed_texts_task.delay()
+        assert wait_until(lambda: fake.count(EMBEDDINGS) == 1)
+        os.kill(children(worker.pid)[0], signal.SIGKILL)
+
+        # The new child sends each text alone: three answers, then the poison hangs again.
+        assert wait_until(lambda: fake.count(EMBEDDINGS) == 5, timeout=90)
+        assert wait_until(lambda: Embedding.objects.count() == 3)
+        os.kill(children(worker.pid)[0], signal.SIGKILL)
+
+        # Its third delivery leaves the poison out: the run ends with nothing sent.
+        assert wait_until(lambda: drained(redis_client), timeout=90)
+        log = tmp_path / "worker-embed.log"
+        assert wait_until(lambda: "embedding_dropped" in log.read_text())
+
+    requests = [request.body["input"] for request in fake.requests_for(EMBEDDINGS)]
+    assert [len(texts) for texts in requests] == [4, 1, 1, 1, 1]
+    assert requests[-1] == [poison.content]
+    assert stored() == {("original", row.pk, conversation.pk, 0) for row in healthy}
+    dropped = [line for line in log.read_text().splitlines() if "embedding_dropped" in line]
+    assert len(dropped) == 1 and f"id={poison.pk} " in dropped[0] and "deliveries=2" in dropped[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from openai.types.responses import ResponseUsage
 
 from assistant.checks import models_are_known
 from assistant.providers.catalog import model_context_window, price_of, telemetry_name
@@ -78,6 +79,26 @@ def test_openai_usage_includes_the_cached_and_written_parts():
         1_000,
     )
     assert (usage.prompt_tokens, usage.output_tokens) == (10_000, 300)
+
+
+def test_openai_responses_usage_splits_the_written_part_from_the_sdks_own_object():
+    # The Responses API reports the write under input_tokens_details, a field the
+    # SDK's InputTokensDetails does not declare: it must survive as an extra.
+    reported = ResponseUsage.model_validate(
+        {
+            "input_tokens": 10_000,
+            "output_tokens": 300,
+            "total_tokens": 10_300,
+            "input_tokens_details": {"cached_tokens": 6_000, "cache_write_tokens": 1_000},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        }
+    )
+    usage = usage_from_openai(reported)
+    assert (usage.input_tokens, usage.cache_read_tokens, usage.cache_write_tokens) == (
+        3_000,
+        6_000,
+        1_000,
+    )
 
 
 def test_openai_cache_prices_have_the_models_discount_and_no_write_premium():

@@ -53,7 +53,7 @@ from assistant.history.deletion import (
     saved_id,
     validated_ids,
 )
-from assistant.history.deliveries import over_delivery_cap
+from assistant.history.deliveries import in_flight, losses, over_delivery_cap
 from assistant.history.events import (
     Lifecycle,
     acting_as,
@@ -117,10 +117,12 @@ __all__ = [
     "entry_point",
     "first_in",
     "fresh_state",
+    "in_flight",
     "instance_of",
     "jsonb_equal",
     "listening",
     "live",
+    "losses",
     "mark_deleted",
     "measures",
     "merge_metadata",

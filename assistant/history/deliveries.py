@@ -8,11 +8,18 @@ exchange (conversation and its last-exchange stamp) for the post-exchange
 task, per request of the pre-call hook for the in-turn summary, per fork
 for the deferred parent summary. Past the cap the task is dropped; a new
 exchange (or request) starts a new count.
+
+A batch job (the embedding job) has no one piece of work per delivery: it
+marks each item `in_flight` while it processes it. An item whose mark
+outlives its process (`losses`) killed that process; the job isolates it,
+and drops it past the same cap.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import redis
 
@@ -61,3 +68,47 @@ def over_delivery_cap(task_name: str, conversation_id: int) -> bool:
         log_event("task_dropped", task=task_name, conversation_id=conversation_id, deliveries=count)
         return True
     return False
+
+
+def _in_flight_key(item: str) -> str:
+    return f"assistant:in_flight:{item}"
+
+
+@contextmanager
+def in_flight(items: Sequence[str]) -> Iterator[None]:
+    """Marks `items` (names of work, e.g. "embed:original:42") as in flight for the
+    block: the marks are taken back however the block ends, so only a process killed
+    inside it (out of memory, a segfault, SIGKILL) leaves one. Without a Redis broker,
+    or when Redis does not answer, nothing is marked."""
+    marked = _change(items, +1)
+    try:
+        yield
+    finally:
+        if marked:
+            _change(items, -1)
+
+
+def losses(items: Sequence[str]) -> list[int]:
+    """For each of `items`, how many processes died with it in flight (`in_flight`)
+    within the last _TTL_SECONDS; 0 without a Redis broker or an answer."""
+    if not items or not uses_redis():
+        return [0] * len(items)
+    try:
+        counts = redis_client().mget([_in_flight_key(item) for item in items])
+    except redis.RedisError:
+        return [0] * len(items)
+    return [max(int(count or 0), 0) for count in counts]
+
+
+def _change(items: Sequence[str], by: int) -> bool:
+    if not items or not uses_redis():
+        return False
+    try:
+        with redis_client().pipeline(transaction=False) as pipe:
+            for item in items:
+                pipe.incrby(_in_flight_key(item), by)
+                pipe.expire(_in_flight_key(item), _TTL_SECONDS)
+            pipe.execute()
+    except redis.RedisError:
+        return False
+    return True

@@ -37,7 +37,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 
-from assistant.history import first_in
+from assistant.history import first_in, in_flight, losses
 from assistant.models import Conversation, Embedding, EmbeddingUsage, Message, SummaryVersion
 from assistant.providers import Embedder, EmbeddingError, embedder
 from assistant.recall.vectors import ensure_index, store_embedding, vectors_available
@@ -82,6 +82,7 @@ class EmbeddingRun:
     remains: bool = False  # more to do now: the task enqueues another run
     capped: bool = False  # stopped at the day's cap
     failed: int = 0  # requests refused for good (logged)
+    dropped: int = 0  # texts left out: processes died embedding them (logged)
     skipped: str = ""  # why nothing ran: "off", "no_pgvector", "busy"
     model: str = ""
     provider: str = ""
@@ -108,8 +109,8 @@ def embed_pending(limit: int = RUN_TEXTS) -> EmbeddingRun:
         else:
             run.capped = True
             _note_cap(tokens_today(), _daily_cap())
-        # Texts refused for good wait for beat's next run, not for an immediate one.
-        run.remains = len(texts) == limit and not run.capped and not run.failed
+        # Texts refused for good (or left out) wait for beat's next run, not an immediate one.
+        run.remains = len(texts) == limit and not run.capped and not run.failed and run.embedded > 0
         run.removed = remove_replaced(model.model, model.dimensions)
         run.remains = run.remains or run.removed == DELETE_BATCH * DELETE_BATCHES
         return run
@@ -242,24 +243,28 @@ class _Item:
 
 def _embed(model: Embedder, texts: list[Text], run: EmbeddingRun) -> None:
     """Embed `texts` in requests of `max_batch` pieces, storing each text once all its
-    chunks are embedded, with each request's tokens, in one transaction per request."""
+    chunks are embedded, with each request's tokens, in one transaction per request.
+    A text whose request a process died in (`losses`) goes in requests of its own, so it
+    takes no other text down with it; past ASSISTANT_MAX_TASK_DELIVERIES it is left out."""
     cap = _daily_cap()
     used = tokens_today()
+    lost = dict(enumerate(losses([_work(text) for text in texts])))
     items = [
         _Item(index, number, piece, estimate_tokens(piece))
         for index, text in enumerate(texts)
+        if not _dropped(text, lost[index], run)
         for number, piece in enumerate(chunks(text.text, model.max_input_tokens))
     ]
     wanted = Counter(item.text for item in items)
     vectors: dict[int, dict[int, list[float]]] = {}
     failed: set[int] = set()
-    for start in range(0, len(items), max(1, model.max_batch)):
-        batch = items[start : start + max(1, model.max_batch)]
+    for batch in _batches(items, lost, max(1, model.max_batch)):
         if used + sum(item.estimate for item in batch) > cap:
             run.capped = True
             _note_cap(used, cap)
             return
-        found = _request(model, batch, run)
+        with in_flight(sorted({_work(texts[item.text]) for item in batch})):
+            found = _request(model, batch, run)
         if found is None:
             failed.update(item.text for item in batch)
             continue
@@ -291,6 +296,40 @@ def _embed(model: Embedder, texts: list[Text], run: EmbeddingRun) -> None:
                 for owner, (share, n) in _usage(texts, batch, tokens).items()
             )
         run.embedded += len(complete)
+
+
+def _work(text: Text) -> str:
+    """The text as a piece of work (assistant.history.deliveries)."""
+    return f"embed:{text.source}:{text.source_id}"
+
+
+def _dropped(text: Text, lost: int, run: EmbeddingRun) -> bool:
+    """Whether `text` has killed the worker too often to be tried again (logged once a day)."""
+    if lost < app_setting("ASSISTANT_MAX_TASK_DELIVERIES"):
+        return False
+    run.dropped += 1
+    if first_in(f"embedding_dropped:{_work(text)}", _DAY_SECONDS):
+        logger.warning(
+            "embedding_dropped source=%s id=%s conversation_id=%s deliveries=%s: "
+            "a worker died embedding it each time; it is left out",
+            text.source,
+            text.source_id,
+            text.conversation_id,
+            lost,
+        )
+    return True
+
+
+def _batches(items: list[_Item], lost: dict[int, int], size: int) -> Iterator[list[_Item]]:
+    """The requests: the texts no process died with in batches of `size` pieces, then
+    each of the others alone."""
+    sound = [item for item in items if not lost[item.text]]
+    for start in range(0, len(sound), size):
+        yield sound[start : start + size]
+    for suspect in sorted({item.text for item in items if lost[item.text]}):
+        own = [item for item in items if item.text == suspect]
+        for start in range(0, len(own), size):
+            yield own[start : start + size]
 
 
 def _request(
