@@ -105,9 +105,9 @@ def _change(items: Sequence[str], by: int) -> bool:
         return False
     try:
         with redis_client().pipeline(transaction=False) as pipe:
-            for item in items:
-                pipe.incrby(_in_flight_key(item), by)
-                pipe.expire(_in_flight_key(item), _TTL_SECONDS)
+            for key in map(_in_flight_key, items):
+                pipe.incrby(key, by)
+                pipe.expire(key, _TTL_SECONDS)
             pipe.execute()
     except redis.RedisError:
         return False

@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, time
+from itertools import groupby
+from operator import attrgetter
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
@@ -248,12 +250,12 @@ def _embed(model: Embedder, texts: list[Text], run: EmbeddingRun) -> None:
     takes no other text down with it; past ASSISTANT_MAX_TASK_DELIVERIES it is left out."""
     cap = _daily_cap()
     used = tokens_today()
-    lost = dict(enumerate(losses([_work(text) for text in texts])))
+    lost = losses([_work(text) for text in texts])
+    tried = [index for index, text in enumerate(texts) if not _dropped(text, lost[index], run)]
     items = [
         _Item(index, number, piece, estimate_tokens(piece))
-        for index, text in enumerate(texts)
-        if not _dropped(text, lost[index], run)
-        for number, piece in enumerate(chunks(text.text, model.max_input_tokens))
+        for index in tried
+        for number, piece in enumerate(chunks(texts[index].text, model.max_input_tokens))
     ]
     wanted = Counter(item.text for item in items)
     vectors: dict[int, dict[int, list[float]]] = {}
@@ -320,16 +322,14 @@ def _dropped(text: Text, lost: int, run: EmbeddingRun) -> bool:
     return True
 
 
-def _batches(items: list[_Item], lost: dict[int, int], size: int) -> Iterator[list[_Item]]:
+def _batches(items: list[_Item], lost: list[int], size: int) -> Iterator[list[_Item]]:
     """The requests: the texts no process died with in batches of `size` pieces, then
-    each of the others alone."""
+    each of the others alone (a text's pieces are consecutive in `items`)."""
     sound = [item for item in items if not lost[item.text]]
-    for start in range(0, len(sound), size):
-        yield sound[start : start + size]
-    for suspect in sorted({item.text for item in items if lost[item.text]}):
-        own = [item for item in items if item.text == suspect]
-        for start in range(0, len(own), size):
-            yield own[start : start + size]
+    suspects = groupby((item for item in items if lost[item.text]), key=attrgetter("text"))
+    for group in [sound, *(list(pieces) for _, pieces in suspects)]:
+        for start in range(0, len(group), size):
+            yield group[start : start + size]
 
 
 def _request(
